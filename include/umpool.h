@@ -1,0 +1,127 @@
+/*
+ * umpool: one memory pool over several GPUs (and later host DRAM and NVMe).
+ *
+ * Conventions: every action returns 0 or a negative errno; results come back
+ * through the last parameters, named *_p, which are written only on success.
+ * ump_strerror() turns a code into text. Predicates return bool.
+ */
+#ifndef UMPOOL_H
+#define UMPOOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define UMP_VERSION_MAJOR 0
+#define UMP_VERSION_MINOR 1
+#define UMP_VERSION_PATCH 0
+/* One number, comparable: (major << 16) | (minor << 8) | patch. */
+#define UMP_VERSION                                                            \
+    ((UMP_VERSION_MAJOR << 16) | (UMP_VERSION_MINOR << 8) | UMP_VERSION_PATCH)
+
+/* The version of the library actually loaded, in the UMP_VERSION form. */
+unsigned ump_version(void);
+/* The same as "major.minor.patch". */
+const char *ump_version_string(void);
+
+typedef struct ump_pool ump_pool_t;
+/* A CUstream on the cuda backend; on sim, a stream made by ump_stream_create.
+ * NULL is the default stream (on sim: work runs before the call returns). */
+typedef void *ump_stream_t;
+
+/* Device selectors. */
+#define UMP_DEVICE_CURRENT (-1) /* the calling thread's current device */
+#define UMP_DEVICE_ALL (-2)     /* ump_stats: the whole pool */
+
+/* Where a byte lives (ump_ptr_info_t.tier). */
+#define UMP_TIER_DEVICE 0
+#define UMP_TIER_HOST 1
+#define UMP_TIER_NVME 2
+
+typedef struct ump_hints {
+    int device;         /* requesting device, or UMP_DEVICE_CURRENT */
+    const char *policy; /* placement policy name, NULL: the pool's default */
+    unsigned flags;     /* UMP_HINT_* (none defined yet: must be 0) */
+    /* Fields added later keep UMP_HINTS_INIT the default. */
+} ump_hints_t;
+#define UMP_HINTS_INIT {UMP_DEVICE_CURRENT, NULL, 0u}
+
+typedef struct ump_ptr_info {
+    void *base;        /* start of the allocation holding the byte */
+    size_t size;       /* its size as requested */
+    int device;        /* device holding the byte, -1 when not on a device */
+    int tier;          /* UMP_TIER_* of the byte */
+    void *chunk_base;  /* the physical chunk holding the byte ... */
+    size_t chunk_size; /* ... and its size: walk an allocation chunk by chunk */
+} ump_ptr_info_t;
+
+/*
+ * Pools. config is "key:value,key:value" (see README, or UMPOOL_CONF); it
+ * overrides the environment variable UMPOOL_CONF, key by key. NULL: defaults.
+ */
+int ump_pool_create(const char *config, ump_pool_t **pool_p);
+/* -EBUSY (and nothing destroyed) while allocations are live. */
+int ump_pool_destroy(ump_pool_t *pool);
+
+/* Allocations. hints may be NULL. Pointers are aligned to 256 bytes. */
+int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
+              void **ptr_p);
+/* NULL ptr: 0. A pointer not from this pool, an interior pointer or a second
+ * free: -EINVAL, and nothing changes. */
+int ump_free(ump_pool_t *pool, void *ptr);
+/* Like ump_free, but the memory is reused only once the work queued on stream
+ * so far has finished (like cudaFreeAsync). */
+int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream);
+int ump_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p);
+
+/* Devices. The current device is per thread and per pool; it starts at 0. */
+int ump_set_device(ump_pool_t *pool, int device);
+int ump_get_device(ump_pool_t *pool, int *device_p);
+int ump_device_count(ump_pool_t *pool); /* the count, or a negative errno */
+
+/* Give cached physical memory back to the devices (all threads' caches). */
+int ump_trim(ump_pool_t *pool);
+
+/* Statistics, in bytes and counts; see README for the exact meanings. */
+typedef struct ump_stats {
+    size_t capacity;     /* physical memory the device(s) offer */
+    size_t live_bytes;   /* live allocations, rounded to their size class */
+    size_t mapped_bytes; /* physical memory mapped in the pool's addresses */
+    size_t cached_bytes; /* held for reuse: what ump_trim gives back */
+    size_t peak_bytes;   /* high-water mark of mapped_bytes - cached blocks */
+    uint64_t live_count;      /* live allocations */
+    uint64_t alloc_count;     /* successful ump_alloc calls */
+    uint64_t free_count;      /* successful ump_free / ump_free_async calls */
+    uint64_t chunks_created;  /* physical chunks created so far */
+    uint64_t chunks_released; /* physical chunks given back so far */
+} ump_stats_t;
+/* device: an index, or UMP_DEVICE_ALL for the whole pool. */
+int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p);
+
+/*
+ * Streams and copies, for code that runs on either backend. On cuda a stream
+ * is a CUstream of the device's primary context; on sim a worker thread runs
+ * each stream's work in order.
+ */
+int ump_stream_create(ump_pool_t *pool, int device, ump_stream_t *stream_p);
+int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream);
+int ump_stream_synchronize(ump_pool_t *pool, ump_stream_t stream);
+int ump_memcpy_async(ump_pool_t *pool, void *dst, const void *src,
+                     size_t size, ump_stream_t stream);
+int ump_memset_async(ump_pool_t *pool, void *dst, int value, size_t size,
+                     ump_stream_t stream);
+/* Runs fn(arg) on a host thread once the stream's earlier work is done, and
+ * holds the stream's later work until fn returns (cuLaunchHostFunc). */
+int ump_launch_host_func(ump_pool_t *pool, ump_stream_t stream,
+                         void (*fn)(void *arg), void *arg);
+
+const char *ump_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* UMPOOL_H */

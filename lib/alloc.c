@@ -1,0 +1,543 @@
+/*
+ * ump_alloc, ump_free, ump_free_async and ump_ptr_info. Cached sizes are
+ * served from the calling thread's cache (tcache.h) with no lock shared
+ * between threads; everything else takes pool->lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "chunks.h"
+#include "slab.h"
+#include "tcache.h"
+
+static int bad_arg(const char *fn, const char *what)
+{
+    ump_log_error("%s: %s", fn, what);
+    return -EINVAL;
+}
+
+static __attribute__((noinline, cold)) int bad_pool(int rc, const char *fn)
+{
+    if (rc == -EINVAL)
+        ump_log_error("%s: the pool is NULL", fn);
+    else
+        ump_log_error("%s: this pool was created before fork(); create a "
+                      "new pool in the child", fn);
+    return rc;
+}
+
+static inline int check_pool(ump_pool_t *pool, const char *fn)
+{
+    int rc = pool_check(pool);
+    return ump_likely(!rc) ? 0 : bad_pool(rc, fn);
+}
+
+int pool_bad_pointer(ump_pool_t *pool, const void *ptr, const char *fn,
+                     const char *why)
+{
+    (void)pool;
+    ump_log_error("%s: %p is %s", fn, ptr, why);
+    return -EINVAL;
+}
+
+static int resolve_device(ump_pool_t *pool, const struct tcache *tc,
+                          const ump_hints_t *h, int *dev_p)
+{
+    *dev_p = tc->device;
+    if (!h)
+        return 0;
+    if (h->flags) {
+        ump_log_error("ump_alloc: unknown hint flags 0x%x", h->flags);
+        return -EINVAL;
+    }
+    if (h->policy && strcmp(h->policy, "local") != 0) {
+        ump_log_error("ump_alloc: unknown policy '%s' (accepted: local)",
+                      h->policy);
+        return -EINVAL;
+    }
+    if (h->device != UMP_DEVICE_CURRENT) {
+        if (h->device < 0 || h->device >= pool->ndev) {
+            ump_log_error("ump_alloc: device %d out of range (0..%d)",
+                          h->device, pool->ndev - 1);
+            return -EINVAL;
+        }
+        *dev_p = h->device;
+    }
+    return 0;
+}
+
+static void oom(ump_pool_t *pool, size_t size, int dev)
+{
+    ump_log_info("out of memory: %zu bytes for device %d (%d devices full)",
+                 size, dev, pool->ndev);
+}
+
+/* --- counting ----------------------------------------------------------- */
+
+/* Counts one allocation (sign +1) or free (-1) of bin b on device d in the
+ * owner's counters: the bin's own when it exists. Between tc_enter/exit. */
+static void count_bin(struct tcache *tc, int d, unsigned b, size_t bytes,
+                      int sign)
+{
+    struct tc_bin *bin = tcache_bin(tc, d, b);
+    if (ump_likely(bin != NULL)) {
+        ctr_add_u(sign > 0 ? &bin->allocs : &bin->frees, 1);
+        return;
+    }
+    struct counters *c = &tc->cnt[d];
+    ctr_add_i(&c->live_bytes, sign * (int64_t)bytes);
+    ctr_add_u(sign > 0 ? &c->allocs : &c->frees, 1);
+}
+
+static size_t run_bin(const ump_pool_t *pool, size_t n)
+{
+    return pool->nsmall + n - 1;
+}
+
+static bool run_cacheable(const struct run *r)
+{
+    return !r->mixed && r->n <= RUN_TCACHE_MAX;
+}
+
+/* Counts a run in (+1) or out (-1). Runs a thread may cache count in their
+ * bin; the others per device of their chunks (a live run's chunks do not
+ * change, so no lock is needed to read them). */
+static void count_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
+                      int sign)
+{
+    tc_enter(tc);
+    if (run_cacheable(r)) {
+        count_bin(tc, r->device, (unsigned)run_bin(pool, r->n),
+                  r->n << pool->chunk_shift, sign);
+        tc_exit(tc);
+        return;
+    }
+    for (size_t g = r->start; g < r->start + r->n; g++)
+        ctr_add_i(&tc->cnt[chunks_device(pool, g)].live_bytes,
+                  sign * (int64_t)pool->chunk_size);
+    ctr_add_u(sign > 0 ? &tc->cnt[r->device].allocs
+                       : &tc->cnt[r->device].frees, 1);
+    tc_exit(tc);
+}
+
+/* --- small sizes: slab objects ------------------------------------------ */
+
+static void give_object(const struct tc_item *it, size_t size, void **ptr_p)
+{
+    struct slab *s = it->meta;
+    atomic_store_explicit(&s->word[it->idx], obj_word(OBJ_LIVE, size),
+                          memory_order_release);
+    *ptr_p = it->ptr;
+}
+
+static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc, int dev,
+                            unsigned cls, size_t size, void **ptr_p)
+{
+    struct tc_item items[64];
+    tc_enter(tc);
+    struct tc_bin *bin = tcache_bin(tc, dev, cls);
+    /* Fill the bin: a fresh slab hands out consecutive objects, so a whole
+     * bin's object words share cache lines with no other thread's. */
+    unsigned batch = bin && bin->cap > 1 ? bin->cap : 1;
+    tc_exit(tc);
+
+    unsigned n;
+    int got;
+    pthread_mutex_lock(&pool->lock);
+    pool_poll_pending(pool, false);
+    int rc = slab_take(pool, dev, cls, batch, items, &n, &got);
+    if (rc == -ENOMEM) { /* what other threads park may be enough */
+        pool_flush_tcaches(pool);
+        rc = slab_take(pool, dev, cls, batch, items, &n, &got);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (rc) {
+        if (rc == -ENOMEM)
+            oom(pool, size, dev);
+        return rc;
+    }
+    unsigned i = 1;
+    tc_enter(tc);
+    struct tc_bin *b = tcache_bin(tc, got, cls);
+    for (; b && i < n && b->count < b->cap; i++)
+        b->items[b->count++] = items[i];
+    count_bin(tc, got, cls, sc_size(cls), +1);
+    tc_exit(tc);
+    if (i < n) {
+        pthread_mutex_lock(&pool->lock);
+        for (; i < n; i++)
+            slab_put(pool, items[i].meta, items[i].idx);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    give_object(&items[0], size, ptr_p);
+    return 0;
+}
+
+static int alloc_small(ump_pool_t *pool, struct tcache *tc, int dev,
+                       unsigned cls, size_t size, void **ptr_p)
+{
+    tc_enter(tc);
+    struct tc_bin *bin = tcache_bin(tc, dev, cls);
+    if (ump_likely(bin && bin->count)) {
+        struct tc_item it = bin->items[--bin->count];
+        ctr_add_u(&bin->allocs, 1);
+        tc_exit(tc);
+        give_object(&it, size, ptr_p);
+        return 0;
+    }
+    tc_exit(tc);
+    return alloc_small_slow(pool, tc, dev, cls, size, ptr_p);
+}
+
+/* --- big sizes: runs of chunks ------------------------------------------ */
+
+static void give_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
+                     size_t size, void **ptr_p)
+{
+    atomic_store_explicit(&r->size, size, memory_order_relaxed);
+    atomic_store_explicit(&r->word, obj_word(OBJ_LIVE, 0),
+                          memory_order_release);
+    count_run(pool, tc, r, +1);
+    *ptr_p = vas_addr(&pool->vas, r->start);
+}
+
+
+static void add_run_bytes(struct tcache *tc, int dev, int64_t delta)
+{
+    size_t v = atomic_load_explicit(&tc->run_bytes[dev], memory_order_relaxed);
+    atomic_store_explicit(&tc->run_bytes[dev], v + (size_t)delta,
+                          memory_order_relaxed);
+}
+
+static int alloc_run(ump_pool_t *pool, struct tcache *tc, int dev, size_t n,
+                     size_t size, void **ptr_p)
+{
+    if (n <= RUN_TCACHE_MAX) {
+        tc_enter(tc);
+        struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
+        if (bin && bin->count) {
+            struct tc_item it = bin->items[--bin->count];
+            add_run_bytes(tc, dev, -(int64_t)(n << pool->chunk_shift));
+            tc_exit(tc);
+            give_run(pool, tc, it.meta, size, ptr_p);
+            return 0;
+        }
+        tc_exit(tc);
+    }
+    struct run *r;
+    pthread_mutex_lock(&pool->lock);
+    int rc = pool_run_alloc(pool, dev, n, &r);
+    pthread_mutex_unlock(&pool->lock);
+    if (rc) {
+        if (rc == -ENOMEM)
+            oom(pool, size, dev);
+        return rc;
+    }
+    give_run(pool, tc, r, size, ptr_p);
+    return 0;
+}
+
+UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
+                         void **ptr_p)
+{
+    int rc = check_pool(pool, "ump_alloc");
+    if (rc)
+        return rc;
+    if (ump_unlikely(!ptr_p))
+        return bad_arg("ump_alloc", "ptr_p is NULL");
+    if (ump_unlikely(!size))
+        return bad_arg("ump_alloc", "size 0");
+    struct tcache *tc = tcache_get(pool);
+    if (ump_unlikely(!tc))
+        return -ENOMEM;
+    int dev;
+    rc = resolve_device(pool, tc, hints, &dev);
+    if (rc)
+        return rc;
+    if (size <= pool->small_max)
+        return alloc_small(pool, tc, dev, sc_index(size), size, ptr_p);
+    if (size > pool->vas.size - pool->chunk_size) {
+        oom(pool, size, dev);
+        return -ENOMEM;
+    }
+    size_t n = (size + pool->chunk_size - 1) >> pool->chunk_shift;
+    return alloc_run(pool, tc, dev, n, size, ptr_p);
+}
+
+/* --- frees ------------------------------------------------------------- */
+
+struct claim {
+    struct slab *slab; /* a slab object ... */
+    uint32_t idx;
+    struct run *run;   /* ... or a run */
+    _Atomic uint32_t *word;
+};
+
+/* Moves a claimed object's state on, keeping its requested size. Only the
+ * claimer does this, so a load and a store suffice. */
+static void set_state(_Atomic uint32_t *word, unsigned state)
+{
+    uint32_t w = atomic_load_explicit(word, memory_order_relaxed);
+    atomic_store_explicit(word, obj_word(state, obj_req(w)),
+                          memory_order_release);
+}
+
+/* Checks that ptr is a live allocation of the pool and moves its state from
+ * live to `to` atomically, so that two frees of one pointer, even racing in
+ * two threads, cannot both succeed. */
+static int claim(ump_pool_t *pool, void *ptr, unsigned to, const char *fn,
+                 struct claim *c)
+{
+    if (!vas_contains(&pool->vas, ptr))
+        return pool_bad_pointer(pool, ptr, fn, "not a pointer of this pool");
+    uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, ptr));
+    _Atomic uint32_t *word;
+    switch (vas_tag_kind(tag)) {
+    case VAS_SLAB: {
+        struct slab *s = vas_tag_owner(tag);
+        uint32_t off = (uint32_t)((char *)ptr - s->base);
+        uint32_t idx = slab_index(s, off);
+        if (idx * s->size != off || idx >= s->nobj)
+            return pool_bad_pointer(pool, ptr, fn,
+                                    "inside an allocation, not its start");
+        word = &s->word[idx];
+        *c = (struct claim){.slab = s, .idx = idx, .word = word};
+        break;
+    }
+    case VAS_RUN: {
+        struct run *r = vas_tag_owner(tag);
+        if (ptr != vas_addr(&pool->vas, r->start))
+            return pool_bad_pointer(pool, ptr, fn,
+                                    "inside an allocation, not its start");
+        word = &r->word;
+        *c = (struct claim){.run = r, .word = word};
+        break;
+    }
+    default:
+        return pool_bad_pointer(pool, ptr, fn, "not allocated (freed twice?)");
+    }
+    uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+    if (obj_state(w) != OBJ_LIVE ||
+        !atomic_compare_exchange_strong_explicit(
+            word, &w, obj_word(to, obj_req(w)), memory_order_acq_rel,
+            memory_order_acquire))
+        return pool_bad_pointer(pool, ptr, fn, "not allocated (freed twice?)");
+    return 0;
+}
+
+static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
+                       uint32_t idx, void *ptr)
+{
+    struct tc_item back[64];
+    unsigned k = 0;
+    tc_enter(tc);
+    struct tc_bin *bin = tcache_bin(tc, s->device, s->cls);
+    if (ump_likely(bin != NULL))
+        ctr_add_u(&bin->frees, 1);
+    else
+        count_bin(tc, s->device, s->cls, s->size, -1);
+    if (ump_likely(bin && bin->count < bin->cap)) {
+        bin->items[bin->count++] = (struct tc_item){ptr, s, idx};
+        tc_exit(tc);
+        return;
+    }
+    if (bin && bin->cap) { /* full: half goes back to the slabs */
+        k = bin->count / 2;
+        bin->count -= k;
+        memcpy(back, bin->items + bin->count, k * sizeof(*back));
+        bin->items[bin->count++] = (struct tc_item){ptr, s, idx};
+    } else {
+        back[k++] = (struct tc_item){ptr, s, idx};
+    }
+    tc_exit(tc);
+    pthread_mutex_lock(&pool->lock);
+    for (unsigned i = 0; i < k; i++)
+        slab_put(pool, back[i].meta, back[i].idx);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
+{
+    count_run(pool, tc, r, -1);
+    if (run_cacheable(r)) {
+        tc_enter(tc);
+        struct tc_bin *bin =
+            tcache_bin(tc, r->device, (unsigned)run_bin(pool, r->n));
+        if (bin && bin->count < bin->cap) {
+            bin->items[bin->count++] = (struct tc_item){
+                vas_addr(&pool->vas, r->start), r, 0};
+            add_run_bytes(tc, r->device, (int64_t)(r->n << pool->chunk_shift));
+            tc_exit(tc);
+            return;
+        }
+        tc_exit(tc);
+    }
+    pthread_mutex_lock(&pool->lock);
+    pool_run_free(pool, r);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
+{
+    int rc = check_pool(pool, "ump_free");
+    if (rc || !ptr)
+        return rc;
+    struct tcache *tc = tcache_get(pool);
+    if (ump_unlikely(!tc))
+        return -ENOMEM;
+    struct claim c;
+    rc = claim(pool, ptr, OBJ_FREE, "ump_free", &c);
+    if (rc)
+        return rc;
+    if (c.slab)
+        free_small(pool, tc, c.slab, c.idx, ptr);
+    else
+        free_run(pool, tc, c.run);
+    return 0;
+}
+
+/* Gives a claimed object (state OBJ_FREE) back to the pool. Lock held. */
+static void release_claimed(ump_pool_t *pool, void *meta, uint32_t idx,
+                            bool is_slab)
+{
+    if (is_slab)
+        slab_put(pool, meta, idx);
+    else
+        pool_run_free(pool, meta);
+}
+
+static void pending_done(ump_pool_t *pool, struct pending *p)
+{
+    set_state(p->is_slab ? &((struct slab *)p->meta)->word[p->idx]
+                         : &((struct run *)p->meta)->word,
+              OBJ_FREE);
+    release_claimed(pool, p->meta, p->idx, p->is_slab);
+    p->next = pool->spare_pending;
+    pool->spare_pending = p;
+}
+
+void pool_poll_pending(ump_pool_t *pool, bool wait)
+{
+    struct pending **pp = &pool->pending;
+    while (*pp) {
+        struct pending *p = *pp;
+        int rc = wait ? pool->be->event_sync(pool->bctx, p->event)
+                      : pool->be->event_query(pool->bctx, p->event);
+        if (rc == -EAGAIN) {
+            pp = &p->next;
+            continue;
+        }
+        if (rc) /* the stream failed: its work is over either way */
+            ump_log_warn("deferred free: event failed: %s", ump_strerror(rc));
+        *pp = p->next;
+        pending_done(pool, p);
+    }
+}
+
+UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
+{
+    int rc = check_pool(pool, "ump_free_async");
+    if (rc || !ptr)
+        return rc;
+    struct tcache *tc = tcache_get(pool);
+    if (ump_unlikely(!tc))
+        return -ENOMEM;
+    struct claim c;
+    rc = claim(pool, ptr, OBJ_PENDING, "ump_free_async", &c);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&pool->lock);
+    pool_poll_pending(pool, false);
+    struct pending *p = pool->spare_pending;
+    if (p) {
+        pool->spare_pending = p->next;
+    } else {
+        p = calloc(1, sizeof(*p));
+        if (!p) {
+            rc = -ENOMEM;
+        } else if ((rc = pool->be->event_create(pool->bctx, &p->event))) {
+            free(p);
+            p = NULL;
+        }
+    }
+    if (p)
+        rc = pool->be->event_record(pool->bctx, p->event, stream);
+    if (rc) {
+        if (p) {
+            p->next = pool->spare_pending;
+            pool->spare_pending = p;
+        }
+        pthread_mutex_unlock(&pool->lock);
+        /* Undo the claim: the allocation stays live, nothing changed. */
+        set_state(c.word, OBJ_LIVE);
+        ump_log_error("ump_free_async: cannot record an event on stream %p: "
+                      "%s", stream, ump_strerror(rc));
+        return rc;
+    }
+    p->meta = c.slab ? (void *)c.slab : (void *)c.run;
+    p->idx = c.idx;
+    p->is_slab = c.slab != NULL;
+    if (pool->be->event_query(pool->bctx, p->event) == 0) {
+        pending_done(pool, p); /* the stream is idle: no need to wait */
+    } else {
+        p->next = pool->pending;
+        pool->pending = p;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (c.slab) {
+        tc_enter(tc);
+        count_bin(tc, c.slab->device, c.slab->cls, c.slab->size, -1);
+        tc_exit(tc);
+    } else {
+        count_run(pool, tc, c.run, -1);
+    }
+    return 0;
+}
+
+UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
+                            ump_ptr_info_t *info_p)
+{
+    int rc = check_pool(pool, "ump_ptr_info");
+    if (rc)
+        return rc;
+    if (!info_p)
+        return bad_arg("ump_ptr_info", "info_p is NULL");
+    if (!vas_contains(&pool->vas, ptr))
+        return pool_bad_pointer(pool, ptr, "ump_ptr_info",
+                                "not a pointer of this pool");
+    ump_ptr_info_t info;
+    size_t g = vas_index(&pool->vas, ptr);
+    pthread_mutex_lock(&pool->lock);
+    uintptr_t tag = vas_tag(&pool->vas, g);
+    rc = -EINVAL;
+    if (vas_tag_kind(tag) == VAS_SLAB) {
+        struct slab *s = vas_tag_owner(tag);
+        size_t idx = (size_t)((const char *)ptr - s->base) / s->size;
+        uint32_t w = idx < s->nobj ? atomic_load(&s->word[idx]) : 0;
+        if (obj_state(w) == OBJ_LIVE) {
+            info.base = s->base + idx * s->size;
+            info.size = obj_req(w);
+            info.device = s->device;
+            rc = 0;
+        }
+    } else if (vas_tag_kind(tag) == VAS_RUN) {
+        struct run *r = vas_tag_owner(tag);
+        if (obj_state(atomic_load(&r->word)) == OBJ_LIVE) {
+            info.base = vas_addr(&pool->vas, r->start);
+            info.size = atomic_load(&r->size);
+            info.device = chunks_device(pool, g);
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (rc || (size_t)((const char *)ptr - (char *)info.base) >= info.size)
+        return pool_bad_pointer(pool, ptr, "ump_ptr_info",
+                                "not inside a live allocation");
+    info.tier = UMP_TIER_DEVICE;
+    info.chunk_base = vas_addr(&pool->vas, g);
+    info.chunk_size = pool->chunk_size;
+    *info_p = info;
+    return 0;
+}

@@ -1,0 +1,77 @@
+/*
+ * The backend interface: the only code that talks to a driver. It mirrors
+ * the CUDA driver's virtual memory management (reserve, create, map, set
+ * access) plus streams, events, copies and memset. lib/backend/sim.c emulates
+ * all of it on the CPU; lib/backend/cuda.c will implement it on the driver.
+ *
+ * Contracts shared by every backend:
+ *  - every call returns 0 or a negative errno and logs its own failures once;
+ *  - map() requires an unmapped, reserved, granularity-aligned range and a
+ *    chunk of exactly that size; unmap() takes exactly what map() mapped;
+ *  - memory becomes usable only after set_access() on the mapped range;
+ *  - stream NULL is the default stream: on sim, its work is done before the
+ *    call returns;
+ *  - all calls are thread-safe.
+ */
+#ifndef UMP_BACKEND_H
+#define UMP_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../conf.h"
+#include "../topology.h"
+
+typedef uint64_t ump_handle_t; /* a physical chunk */
+
+struct backend_ops {
+    const char *name;
+    /* Opens the backend and fills topo (read from the configuration on sim,
+     * discovered on cuda). -ENODEV when the backend cannot run here. */
+    int (*open)(const struct ump_config *cfg, struct ump_topology *topo,
+                void **ctx_p);
+    /* Releases everything the backend still holds. */
+    void (*close)(void *ctx);
+    /* After fork(), in the child: drop process-local state (mappings, fds,
+     * memory) without touching any device or thread. */
+    void (*close_in_child)(void *ctx);
+    /* Smallest chunk size and alignment for the device. */
+    size_t (*granularity)(void *ctx, int device);
+
+    int (*reserve)(void *ctx, size_t size, size_t align, void **va_p);
+    int (*unreserve)(void *ctx, void *va, size_t size);
+    /* -ENOMEM when the device is full. */
+    int (*chunk_create)(void *ctx, int device, size_t size, ump_handle_t *h_p);
+    int (*chunk_release)(void *ctx, ump_handle_t h);
+    int (*map)(void *ctx, void *va, size_t size, ump_handle_t h);
+    int (*unmap)(void *ctx, void *va, size_t size);
+    /* Read-write access for the listed devices (and the CPU on sim). */
+    int (*set_access)(void *ctx, void *va, size_t size, const int *devices,
+                      int ndevices);
+
+    int (*stream_create)(void *ctx, int device, void **stream_p);
+    int (*stream_destroy)(void *ctx, void *stream);
+    int (*stream_sync)(void *ctx, void *stream);
+    int (*memcpy_async)(void *ctx, void *dst, const void *src, size_t size,
+                        void *stream);
+    int (*memset_async)(void *ctx, void *dst, int value, size_t size,
+                        void *stream);
+    int (*host_func)(void *ctx, void *stream, void (*fn)(void *), void *arg);
+
+    int (*event_create)(void *ctx, void **event_p);
+    int (*event_destroy)(void *ctx, void *event);
+    /* Captures the work queued on stream so far. */
+    int (*event_record)(void *ctx, void *event, void *stream);
+    /* 0 when that work is done, -EAGAIN while it is not. */
+    int (*event_query)(void *ctx, void *event);
+    int (*event_sync)(void *ctx, void *event);
+};
+
+extern const struct backend_ops sim_backend_ops;
+
+/* Sim fault injection, for tests: the nth next call (1 = the next one) of
+ * the named operation ("chunk_create", "map", "set_access", "unmap", "reserve") fails
+ * with err. n = 0 clears it. */
+int sim_inject_fault(void *ctx, const char *op, int nth, int err);
+
+#endif

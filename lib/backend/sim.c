@@ -1,0 +1,953 @@
+/*
+ * The sim backend: CUDA's virtual memory management emulated on the CPU, so
+ * that every layer above runs and is tested without a GPU.
+ *
+ *  - A device is a memfd as large as its memory (sparse: RAM is used only
+ *    where chunks are written). A chunk is an extent of that file, taken
+ *    first-fit from a sorted free list; releasing it punches the hole, so
+ *    its RAM goes back and the next chunk there reads zeros, as new device
+ *    memory would on a GPU that scrubs it.
+ *  - A reservation is PROT_NONE anonymous memory; map() puts the chunk's
+ *    extent there (MAP_SHARED, still PROT_NONE) and set_access() makes it
+ *    readable and writable; unmap() puts PROT_NONE anonymous memory back.
+ *  - It is deliberately as strict as the driver: every misuse the driver
+ *    refuses (unaligned, outside a reservation, double map, partial unmap,
+ *    size mismatch, stale handle, ...) is refused here with -EINVAL, so bugs
+ *    above fail in CI rather than on a GPU.
+ *
+ * Handles are pointers into one array of chunk slots owned by the context,
+ * so a stale or made-up handle is recognised without dereferencing it. Slots
+ * are reused oldest-freed first, which keeps a stale handle invalid as long
+ * as possible. One mutex guards everything: these are slow-path calls.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "internal.h"
+#include "log.h"
+#include "sim.h"
+#include "topology.h"
+
+#define SIM_GRAN ((size_t)2 << 20)          /* like cuMemCreate on an H200 */
+#define SIM_DEFAULT_MEM ((size_t)16 << 30)
+
+struct sim_extent {
+    size_t off, len;
+    struct sim_extent *next;
+};
+
+struct sim_chunk {
+    int device;               /* -1: the slot is free */
+    bool released;            /* chunk_release was called */
+    unsigned maps;            /* mappings that still hold the memory */
+    size_t size, off;         /* extent in the device's memfd */
+    struct sim_extent *spare; /* gives the extent back without allocating */
+    struct sim_chunk *next_free;
+};
+
+struct sim_device {
+    int fd;
+    size_t cap, used;
+    struct sim_extent *free; /* sorted by offset, never adjacent */
+};
+
+/* One per granule of a reservation; idx 0 marks the start of a mapping. */
+struct sim_granule {
+    struct sim_chunk *chunk; /* NULL: not mapped */
+    uint32_t idx;            /* granule index inside the chunk */
+    bool access;
+};
+
+struct sim_resv {
+    char *va;
+    size_t size;
+    size_t nmapped;         /* granules mapped */
+    struct sim_granule *g;  /* MAP_NORESERVE: costs nothing until touched */
+    size_t gbytes;
+    struct sim_resv *next;
+};
+
+enum { FAULT_CHUNK_CREATE, FAULT_MAP, FAULT_SET_ACCESS, FAULT_UNMAP,
+       FAULT_RESERVE, FAULT_OPS };
+
+static const char *const fault_names[FAULT_OPS] = {
+    "chunk_create", "map", "set_access", "unmap", "reserve",
+};
+
+struct sim_ctx {
+    pthread_mutex_t lock;
+    struct ump_topology topo;
+    int ndev;
+    struct sim_device dev[UMP_MAX_DEVICES];
+    struct sim_chunk *slots;
+    size_t nslots, slots_bytes;
+    size_t slots_touched; /* slots handed out at least once */
+    struct sim_chunk *free_head, *free_tail;
+    struct sim_resv *resv;
+    struct {
+        int nth, err;
+    } fault[FAULT_OPS];
+    struct sim_streams streams;
+};
+
+struct sim_streams *sim_streams_of(void *ctx)
+{
+    return &((struct sim_ctx *)ctx)->streams;
+}
+
+/* Counts down an injected fault; its error once due, else 0. Lock held. */
+static int fault_hit(struct sim_ctx *c, int op)
+{
+    if (c->fault[op].nth == 0 || --c->fault[op].nth > 0)
+        return 0;
+    ump_log_info("sim: injected fault in %s: %s", fault_names[op],
+                 strerror(-c->fault[op].err));
+    return c->fault[op].err;
+}
+
+int sim_inject_fault(void *ctx, const char *op, int nth, int err)
+{
+    struct sim_ctx *c = ctx;
+    int i;
+
+    if (!c || !op)
+        return -EINVAL;
+    for (i = 0; i < FAULT_OPS; i++)
+        if (strcmp(op, fault_names[i]) == 0)
+            break;
+    if (i == FAULT_OPS) {
+        ump_log_error("sim: cannot inject a fault into unknown operation '%s'",
+                      op);
+        return -EINVAL;
+    }
+    if (nth < 0 || (nth > 0 && err >= 0)) {
+        ump_log_error("sim: bad fault for %s: nth %d, err %d (want nth >= 0 "
+                      "and a negative errno)", op, nth, err);
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&c->lock);
+    c->fault[i].nth = nth;
+    c->fault[i].err = err;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* --- chunk slots and extents ------------------------------------------- */
+
+/* A handle's chunk if it names a live, unreleased chunk, else NULL. Lock held. */
+static struct sim_chunk *chunk_of(struct sim_ctx *c, ump_handle_t h)
+{
+    uintptr_t p = (uintptr_t)h, base = (uintptr_t)c->slots;
+    struct sim_chunk *ch;
+
+    if (p < base || p >= base + c->slots_touched * sizeof(*ch) ||
+        (p - base) % sizeof(*ch))
+        return NULL;
+    ch = (struct sim_chunk *)p;
+    if (ch->device < 0 || ch->released)
+        return NULL;
+    return ch;
+}
+
+/* Lock held. */
+static struct sim_chunk *slot_get(struct sim_ctx *c)
+{
+    struct sim_chunk *ch;
+
+    if (c->slots_touched < c->nslots)
+        return &c->slots[c->slots_touched++];
+    ch = c->free_head;
+    if (ch) {
+        c->free_head = ch->next_free;
+        if (!c->free_head)
+            c->free_tail = NULL;
+    }
+    return ch;
+}
+
+/* Lock held. */
+static void slot_put(struct sim_ctx *c, struct sim_chunk *ch)
+{
+    memset(ch, 0, sizeof(*ch));
+    ch->device = -1;
+    if (c->free_tail)
+        c->free_tail->next_free = ch;
+    else
+        c->free_head = ch;
+    c->free_tail = ch;
+}
+
+/* Takes size bytes from the first free extent that fits; -ENOSPC when none
+ * does. *spare_p gets a node for extent_give. Lock held. */
+static int extent_take(struct sim_device *d, size_t size, size_t *off_p,
+                       struct sim_extent **spare_p)
+{
+    struct sim_extent **pp, *e, *spare;
+
+    for (pp = &d->free; (e = *pp); pp = &e->next) {
+        if (e->len < size)
+            continue;
+        if (e->len == size) {
+            *pp = e->next;
+            e->next = NULL;
+            *off_p = e->off;
+            *spare_p = e;
+            return 0;
+        }
+        spare = calloc(1, sizeof(*spare));
+        if (!spare) {
+            ump_log_error("sim: out of host memory for an extent");
+            return -ENOMEM;
+        }
+        *off_p = e->off;
+        e->off += size;
+        e->len -= size;
+        *spare_p = spare;
+        return 0;
+    }
+    return -ENOSPC;
+}
+
+/* Returns [off, off + len) to the free list, merging it with its
+ * neighbours; spare becomes the new node or is freed. Lock held. */
+static void extent_give(struct sim_device *d, size_t off, size_t len,
+                        struct sim_extent *spare)
+{
+    struct sim_extent *prev = NULL, *next = d->free;
+    bool left, right;
+
+    while (next && next->off < off) {
+        prev = next;
+        next = next->next;
+    }
+    left = prev && prev->off + prev->len == off;
+    right = next && off + len == next->off;
+    if (left && right) {
+        prev->len += len + next->len;
+        prev->next = next->next;
+        free(next);
+        free(spare);
+    } else if (left) {
+        prev->len += len;
+        free(spare);
+    } else if (right) {
+        next->off = off;
+        next->len += len;
+        free(spare);
+    } else {
+        spare->off = off;
+        spare->len = len;
+        spare->next = next;
+        if (prev)
+            prev->next = spare;
+        else
+            d->free = spare;
+    }
+}
+
+/* Gives a released, unmapped chunk's memory back. Lock held. */
+static void chunk_free(struct sim_ctx *c, struct sim_chunk *ch)
+{
+    struct sim_device *d = &c->dev[ch->device];
+
+    if (fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  (off_t)ch->off, (off_t)ch->size) != 0)
+        ump_log_warn("sim: cannot punch a hole in device %d's memory: %s",
+                     ch->device, strerror(errno));
+    extent_give(d, ch->off, ch->size, ch->spare);
+    d->used -= ch->size;
+    slot_put(c, ch);
+}
+
+/* --- open and close ---------------------------------------------------- */
+
+static int devices_open(struct sim_ctx *c)
+{
+    char name[32];
+
+    for (int i = 0; i < c->ndev; i++) {
+        struct sim_device *d = &c->dev[i];
+
+        d->cap = c->topo.dev[i].mem / SIM_GRAN * SIM_GRAN;
+        if (d->cap > (size_t)INT64_MAX / 2) {
+            ump_log_error("sim: device %d memory %zu is too large", i, d->cap);
+            return -EINVAL;
+        }
+        snprintf(name, sizeof(name), "umpool-sim-dev%d", i);
+        d->fd = memfd_create(name, MFD_CLOEXEC);
+        if (d->fd < 0) {
+            int err = errno;
+            ump_log_error("sim: memfd_create: %s", strerror(err));
+            return err == ENOSYS ? -ENODEV : -err;
+        }
+        if (ftruncate(d->fd, (off_t)d->cap) != 0) {
+            int err = errno;
+            ump_log_error("sim: cannot size device %d's memory to %zu: %s", i,
+                          d->cap, strerror(err));
+            return -err;
+        }
+        if (d->cap) {
+            d->free = calloc(1, sizeof(*d->free));
+            if (!d->free) {
+                ump_log_error("sim: out of host memory");
+                return -ENOMEM;
+            }
+            d->free->len = d->cap;
+        }
+    }
+    return 0;
+}
+
+/* Enough slots for every granule of every device: a chunk still mapped after
+ * its release keeps its memory, so live slots never exceed that. */
+static int slots_init(struct sim_ctx *c)
+{
+    size_t n = 1, page = (size_t)sysconf(_SC_PAGESIZE);
+
+    for (int i = 0; i < c->ndev; i++)
+        n += c->dev[i].cap / SIM_GRAN;
+    c->nslots = n;
+    c->slots_bytes = UMP_ALIGN_UP(n * sizeof(struct sim_chunk), page);
+    c->slots = mmap(NULL, c->slots_bytes, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (c->slots == MAP_FAILED) {
+        c->slots = NULL;
+        ump_log_error("sim: cannot map the chunk table: %s", strerror(errno));
+        return -ENOMEM;
+    }
+    return 0;
+}
+
+/* Frees every process-local resource without taking a lock: shared by close
+ * and close_in_child. */
+static void release_all(struct sim_ctx *c)
+{
+    struct sim_resv *r, *rn;
+
+    for (r = c->resv; r; r = rn) {
+        rn = r->next;
+        munmap(r->va, r->size);
+        munmap(r->g, r->gbytes);
+        free(r);
+    }
+    c->resv = NULL;
+    for (size_t i = 0; i < c->slots_touched; i++)
+        if (c->slots[i].device >= 0)
+            free(c->slots[i].spare);
+    if (c->slots)
+        munmap(c->slots, c->slots_bytes);
+    for (int i = 0; i < c->ndev; i++) {
+        struct sim_extent *e, *en;
+
+        for (e = c->dev[i].free; e; e = en) {
+            en = e->next;
+            free(e);
+        }
+        if (c->dev[i].fd >= 0)
+            close(c->dev[i].fd);
+    }
+}
+
+static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
+                    void **ctx_p)
+{
+    struct sim_ctx *c;
+    int err;
+
+    if (cfg->sim_devices < 0 || cfg->sim_devices > UMP_MAX_DEVICES) {
+        ump_log_error("sim: sim_devices %d is out of range 1..%d",
+                      cfg->sim_devices, UMP_MAX_DEVICES);
+        return -EINVAL;
+    }
+    if (cfg->sim_devices && cfg->sim_topology[0]) {
+        ump_log_error("sim: sim_devices and sim_topology exclude each other "
+                      "(the topology gives the device count)");
+        return -EINVAL;
+    }
+    c = calloc(1, sizeof(*c));
+    if (!c) {
+        ump_log_error("sim: out of host memory");
+        return -ENOMEM;
+    }
+    for (int i = 0; i < UMP_MAX_DEVICES; i++)
+        c->dev[i].fd = -1;
+
+    if (cfg->sim_topology[0]) {
+        char path[UMP_CONF_PATH_MAX];
+
+        err = topo_resolve(cfg->sim_topology, path, sizeof(path));
+        if (err)
+            goto err_free;
+        err = topo_load_file(path, &c->topo);
+        if (err)
+            goto err_free;
+    } else {
+        topo_make_uniform(&c->topo, cfg->sim_devices ? cfg->sim_devices : 1,
+                          cfg->sim_device_mem ? cfg->sim_device_mem
+                                              : SIM_DEFAULT_MEM);
+    }
+    if (c->topo.ndev < 1 || c->topo.ndev > UMP_MAX_DEVICES) {
+        ump_log_error("sim: topology has %d devices", c->topo.ndev);
+        err = -EINVAL;
+        goto err_free;
+    }
+    if (cfg->sim_device_mem)
+        for (int i = 0; i < c->topo.ndev; i++)
+            c->topo.dev[i].mem = cfg->sim_device_mem;
+    c->ndev = c->topo.ndev;
+
+    err = devices_open(c);
+    if (err)
+        goto err_release;
+    err = slots_init(c);
+    if (err)
+        goto err_release;
+    err = -pthread_mutex_init(&c->lock, NULL);
+    if (err) {
+        ump_log_error("sim: pthread_mutex_init: %s", strerror(-err));
+        goto err_release;
+    }
+    err = sim_streams_init(&c->streams, c->ndev);
+    if (err)
+        goto err_mutex;
+
+    *topo = c->topo;
+    *ctx_p = c;
+    return 0;
+
+err_mutex:
+    pthread_mutex_destroy(&c->lock);
+err_release:
+    release_all(c);
+err_free:
+    free(c);
+    return err;
+}
+
+static void sim_close(void *ctx)
+{
+    struct sim_ctx *c = ctx;
+
+    if (!c)
+        return;
+    /* Streams first: their queued copies may touch mapped memory. */
+    sim_streams_fini(&c->streams);
+    release_all(c);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* In a forked child: the parent's lock may be held and its stream threads do
+ * not exist here, so free memory only. */
+static void sim_close_in_child(void *ctx)
+{
+    struct sim_ctx *c = ctx;
+
+    if (!c)
+        return;
+    sim_streams_forget(&c->streams);
+    release_all(c);
+    free(c);
+}
+
+static size_t sim_granularity(void *ctx, int device)
+{
+    (void)ctx;
+    (void)device;
+    return SIM_GRAN;
+}
+
+/* --- reservations ------------------------------------------------------ */
+
+/* Puts fresh PROT_NONE memory over [va, va + size) of a reservation. */
+static int resv_fill(void *va, size_t size)
+{
+    void *p = mmap(va, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED,
+                   -1, 0);
+
+    return p == MAP_FAILED ? -errno : 0;
+}
+
+static int sim_reserve(void *ctx, size_t size, size_t align, void **va_p)
+{
+    struct sim_ctx *c = ctx;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), al, head;
+    struct sim_resv *r;
+    char *raw, *va;
+    int err;
+
+    err = sim_check_caller("reserve");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = fault_hit(c, FAULT_RESERVE);
+    if (err)
+        goto out;
+    err = -EINVAL;
+    if (!size || size % SIM_GRAN) {
+        ump_log_error("sim: reserve: size %zu is not a positive multiple of "
+                      "the granularity %zu", size, SIM_GRAN);
+        goto out;
+    }
+    if (align && !ump_is_pow2(align)) {
+        ump_log_error("sim: reserve: alignment %zu is not a power of two",
+                      align);
+        goto out;
+    }
+    al = align > SIM_GRAN ? align : SIM_GRAN;
+    if (size > SIZE_MAX - al) {
+        ump_log_error("sim: reserve: size %zu is too large", size);
+        goto out;
+    }
+    err = -ENOMEM;
+    r = calloc(1, sizeof(*r));
+    if (!r) {
+        ump_log_error("sim: out of host memory");
+        goto out;
+    }
+    r->gbytes = UMP_ALIGN_UP(size / SIM_GRAN * sizeof(*r->g), page);
+    r->g = mmap(NULL, r->gbytes, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r->g == MAP_FAILED) {
+        ump_log_error("sim: reserve: cannot map the granule table: %s",
+                      strerror(errno));
+        goto err_free;
+    }
+    /* Over-reserve by the alignment, then trim both ends. */
+    raw = mmap(NULL, size + al, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) {
+        ump_log_error("sim: cannot reserve %zu bytes of address space: %s",
+                      size, strerror(errno));
+        goto err_table;
+    }
+    va = (char *)UMP_ALIGN_UP((uintptr_t)raw, (uintptr_t)al);
+    head = (size_t)(va - raw);
+    if (head)
+        munmap(raw, head);
+    if (al - head)
+        munmap(va + size, al - head);
+
+    r->va = va;
+    r->size = size;
+    r->next = c->resv;
+    c->resv = r;
+    *va_p = va;
+    err = 0;
+    goto out;
+
+err_table:
+    munmap(r->g, r->gbytes);
+err_free:
+    free(r);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_unreserve(void *ctx, void *va, size_t size)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_resv **pp, *r;
+    int err;
+
+    err = sim_check_caller("unreserve");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    for (pp = &c->resv; (r = *pp); pp = &r->next)
+        if (r->va == va)
+            break;
+    if (!r || r->size != size) {
+        ump_log_error("sim: unreserve: [%p, +%zu) is not a reservation", va,
+                      size);
+        err = -EINVAL;
+        goto out;
+    }
+    if (r->nmapped) {
+        ump_log_error("sim: unreserve: %zu granules are still mapped in %p",
+                      r->nmapped, va);
+        err = -EBUSY;
+        goto out;
+    }
+    *pp = r->next;
+    munmap(r->va, r->size);
+    munmap(r->g, r->gbytes);
+    free(r);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+/* The reservation holding all of [va, va + size), or NULL. Lock held. */
+static struct sim_resv *resv_find(struct sim_ctx *c, const void *va,
+                                  size_t size)
+{
+    uintptr_t a = (uintptr_t)va;
+
+    if (a + size < a)
+        return NULL;
+    for (struct sim_resv *r = c->resv; r; r = r->next) {
+        uintptr_t b = (uintptr_t)r->va;
+
+        if (a >= b && a + size <= b + r->size)
+            return r;
+    }
+    return NULL;
+}
+
+/* Checks a range given to map, set_access or unmap and finds its
+ * reservation and first granule. Logs and returns -EINVAL. Lock held. */
+static int range_check(struct sim_ctx *c, const char *op, void *va,
+                       size_t size, struct sim_resv **r_p, size_t *first_p)
+{
+    struct sim_resv *r;
+
+    if ((uintptr_t)va % SIM_GRAN || !size || size % SIM_GRAN) {
+        ump_log_error("sim: %s: [%p, +%zu) is not granularity-aligned", op,
+                      va, size);
+        return -EINVAL;
+    }
+    r = resv_find(c, va, size);
+    if (!r) {
+        ump_log_error("sim: %s: [%p, +%zu) is not inside a reservation", op,
+                      va, size);
+        return -EINVAL;
+    }
+    *r_p = r;
+    *first_p = (size_t)((char *)va - r->va) / SIM_GRAN;
+    return 0;
+}
+
+/* --- chunks and mappings ----------------------------------------------- */
+
+static int sim_chunk_create(void *ctx, int device, size_t size,
+                            ump_handle_t *h_p)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_extent *spare;
+    struct sim_device *d;
+    struct sim_chunk *ch;
+    size_t off;
+    int err;
+
+    err = sim_check_caller("chunk_create");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = fault_hit(c, FAULT_CHUNK_CREATE);
+    if (err)
+        goto out;
+    err = -EINVAL;
+    if (device < 0 || device >= c->ndev) {
+        ump_log_error("sim: chunk_create: no device %d (have %d)", device,
+                      c->ndev);
+        goto out;
+    }
+    if (!size || size % SIM_GRAN || size / SIM_GRAN > UINT32_MAX) {
+        ump_log_error("sim: chunk_create: size %zu is not a positive multiple "
+                      "of the granularity %zu", size, SIM_GRAN);
+        goto out;
+    }
+    d = &c->dev[device];
+    /* A full device is normal for the pool (it goes elsewhere): debug only. */
+    if (size > d->cap - d->used) {
+        ump_log_debug("sim: device %d is full (%zu of %zu bytes used)", device,
+                      d->used, d->cap);
+        err = -ENOMEM;
+        goto out;
+    }
+    err = extent_take(d, size, &off, &spare);
+    if (err == -ENOSPC) {
+        ump_log_debug("sim: device %d has no free extent of %zu bytes", device,
+                      size);
+        err = -ENOMEM;
+    }
+    if (err)
+        goto out;
+    ch = slot_get(c);
+    if (!ch) {
+        ump_log_error("sim: chunk table is full");
+        extent_give(d, off, size, spare);
+        err = -ENOMEM;
+        goto out;
+    }
+    memset(ch, 0, sizeof(*ch));
+    ch->device = device;
+    ch->size = size;
+    ch->off = off;
+    ch->spare = spare;
+    d->used += size;
+    *h_p = (ump_handle_t)(uintptr_t)ch;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_chunk_release(void *ctx, ump_handle_t h)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_chunk *ch;
+    int err;
+
+    err = sim_check_caller("chunk_release");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    ch = chunk_of(c, h);
+    if (!ch) {
+        ump_log_error("sim: chunk_release: handle %#llx is not a live chunk",
+                      (unsigned long long)h);
+        err = -EINVAL;
+        goto out;
+    }
+    /* Like cuMemRelease: mappings keep the memory until they are unmapped. */
+    ch->released = true;
+    if (!ch->maps)
+        chunk_free(c, ch);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_chunk *ch;
+    struct sim_resv *r;
+    size_t first, n;
+    void *p;
+    int err;
+
+    err = sim_check_caller("map");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = fault_hit(c, FAULT_MAP);
+    if (err)
+        goto out;
+    ch = chunk_of(c, h);
+    if (!ch) {
+        ump_log_error("sim: map: handle %#llx is not a live chunk",
+                      (unsigned long long)h);
+        err = -EINVAL;
+        goto out;
+    }
+    err = range_check(c, "map", va, size, &r, &first);
+    if (err)
+        goto out;
+    if (size != ch->size) {
+        ump_log_error("sim: map: size %zu differs from the chunk's %zu", size,
+                      ch->size);
+        err = -EINVAL;
+        goto out;
+    }
+    n = size / SIM_GRAN;
+    for (size_t i = first; i < first + n; i++) {
+        if (r->g[i].chunk) {
+            ump_log_error("sim: map: %p is already mapped",
+                          (void *)(r->va + i * SIM_GRAN));
+            err = -EINVAL;
+            goto out;
+        }
+    }
+    /* PROT_NONE: like CUDA, nothing is accessible before set_access. */
+    p = mmap(va, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
+             c->dev[ch->device].fd, (off_t)ch->off);
+    if (p == MAP_FAILED) {
+        err = -errno;
+        ump_log_error("sim: map: mmap at %p: %s%s", va, strerror(-err),
+                      err == -ENOMEM ? " (too many mappings? see "
+                                       "vm.max_map_count)" : "");
+        /* A failed MAP_FIXED may have dropped what was there. */
+        resv_fill(va, size);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        r->g[first + i].chunk = ch;
+        r->g[first + i].idx = (uint32_t)i;
+        r->g[first + i].access = false;
+    }
+    r->nmapped += n;
+    ch->maps++;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_set_access(void *ctx, void *va, size_t size,
+                          const int *devices, int ndevices)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_resv *r;
+    size_t first, n;
+    int err;
+
+    err = sim_check_caller("set_access");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = fault_hit(c, FAULT_SET_ACCESS);
+    if (err)
+        goto out;
+    err = -EINVAL;
+    if (!devices || ndevices <= 0) {
+        ump_log_error("sim: set_access: no devices given");
+        goto out;
+    }
+    for (int i = 0; i < ndevices; i++) {
+        if (devices[i] < 0 || devices[i] >= c->ndev) {
+            ump_log_error("sim: set_access: no device %d (have %d)",
+                          devices[i], c->ndev);
+            goto out;
+        }
+    }
+    err = range_check(c, "set_access", va, size, &r, &first);
+    if (err)
+        goto out;
+    n = size / SIM_GRAN;
+    for (size_t i = first; i < first + n; i++) {
+        if (!r->g[i].chunk) {
+            ump_log_error("sim: set_access: %p is not mapped",
+                          (void *)(r->va + i * SIM_GRAN));
+            err = -EINVAL;
+            goto out;
+        }
+    }
+    /* The CPU stands in for every device on sim. */
+    if (mprotect(va, size, PROT_READ | PROT_WRITE) != 0) {
+        err = -errno;
+        ump_log_error("sim: set_access: mprotect at %p: %s", va,
+                      strerror(-err));
+        goto out;
+    }
+    for (size_t i = first; i < first + n; i++)
+        r->g[i].access = true;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_unmap(void *ctx, void *va, size_t size)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_resv *r;
+    size_t first, end, i;
+    int err;
+
+    err = sim_check_caller("unmap");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = fault_hit(c, FAULT_UNMAP);
+    if (err)
+        goto out;
+    err = range_check(c, "unmap", va, size, &r, &first);
+    if (err)
+        goto out;
+    end = first + size / SIM_GRAN;
+    /* Whole mappings only, as cuMemUnmap requires. */
+    for (i = first; i < end; i += r->g[i].chunk->size / SIM_GRAN) {
+        if (!r->g[i].chunk || r->g[i].idx != 0) {
+            ump_log_error("sim: unmap: %p is not the start of a mapping",
+                          (void *)(r->va + i * SIM_GRAN));
+            err = -EINVAL;
+            goto out;
+        }
+    }
+    if (i != end) {
+        ump_log_error("sim: unmap: [%p, +%zu) ends inside a mapping", va,
+                      size);
+        err = -EINVAL;
+        goto out;
+    }
+    err = resv_fill(va, size);
+    if (err) {
+        ump_log_error("sim: unmap: mmap at %p: %s", va, strerror(-err));
+        goto out;
+    }
+    for (i = first; i < end; i++) {
+        struct sim_chunk *ch = r->g[i].chunk;
+
+        if (r->g[i].idx == 0 && --ch->maps == 0 && ch->released)
+            chunk_free(c, ch);
+        memset(&r->g[i], 0, sizeof(r->g[i]));
+    }
+    r->nmapped -= end - first;
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+int sim_check_range(void *ctx, const void *p, size_t size)
+{
+    struct sim_ctx *c = ctx;
+    uintptr_t a = (uintptr_t)p, e = a + size;
+    int err = 0;
+
+    if (!size)
+        return 0;
+    if (e < a) {
+        ump_log_error("sim: range [%p, +%zu) wraps around", p, size);
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&c->lock);
+    for (struct sim_resv *r = c->resv; r && !err; r = r->next) {
+        uintptr_t b = (uintptr_t)r->va, re = b + r->size;
+        size_t lo, hi;
+
+        if (e <= b || a >= re)
+            continue;
+        lo = ((a > b ? a : b) - b) / SIM_GRAN;
+        hi = ((e < re ? e : re) - 1 - b) / SIM_GRAN;
+        for (size_t i = lo; i <= hi; i++) {
+            if (!r->g[i].chunk || !r->g[i].access) {
+                ump_log_error("sim: %p is reserved but not %s",
+                              (void *)(r->va + i * SIM_GRAN),
+                              r->g[i].chunk ? "accessible" : "mapped");
+                err = -EINVAL;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+const struct backend_ops sim_backend_ops = {
+    .name = "sim",
+    .open = sim_open,
+    .close = sim_close,
+    .close_in_child = sim_close_in_child,
+    .granularity = sim_granularity,
+    .reserve = sim_reserve,
+    .unreserve = sim_unreserve,
+    .chunk_create = sim_chunk_create,
+    .chunk_release = sim_chunk_release,
+    .map = sim_map,
+    .unmap = sim_unmap,
+    .set_access = sim_set_access,
+    .stream_create = sim_stream_create,
+    .stream_destroy = sim_stream_destroy,
+    .stream_sync = sim_stream_sync,
+    .memcpy_async = sim_memcpy_async,
+    .memset_async = sim_memset_async,
+    .host_func = sim_host_func,
+    .event_create = sim_event_create,
+    .event_destroy = sim_event_destroy,
+    .event_record = sim_event_record,
+    .event_query = sim_event_query,
+    .event_sync = sim_event_sync,
+};

@@ -1,0 +1,650 @@
+/*
+ * Sim streams and events.
+ *
+ * A stream is a FIFO of operations (copy, memset, host function) run one
+ * after another by the stream's own worker thread, so work on one stream is
+ * ordered and work on different streams overlaps, as on a GPU.
+ *
+ * Stream NULL, the default stream, is synchronous on sim: the operation runs
+ * in the calling thread before the call returns, stream_sync(NULL) returns at
+ * once and an event recorded on it is complete. Unlike CUDA's legacy default
+ * stream it does not wait for work queued on other streams: code that needs
+ * that order must synchronise explicitly, which is also correct on cuda.
+ *
+ * A stream numbers its operations: "queued" counts those enqueued, "finished"
+ * those done. Recording an event notes the stream and its current "queued";
+ * the event is complete once "finished" reaches that number. An event holds
+ * a reference on the stream, so it stays valid after stream_destroy.
+ *
+ * Strictness, to catch bugs above without a GPU:
+ *  - a host function must not call the backend (CUDA does not permit driver
+ *    calls there): such calls fail with -EPERM;
+ *  - a copy or memset is checked when queued: bytes inside a reservation
+ *    must be mapped with access, and copy ranges must not overlap.
+ *
+ * Lock order: registry lock alone; event lock, then stream lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "sim.h"
+
+#define STREAM_MAGIC 0x53494d53u /* "SIMS" */
+#define EVENT_MAGIC 0x53494d45u  /* "SIME" */
+
+enum sim_op_kind { OP_COPY, OP_SET, OP_FUNC };
+
+struct sim_op {
+    enum sim_op_kind kind;
+    void *dst;
+    const void *src;
+    size_t size;
+    int value;
+    void (*fn)(void *);
+    void *arg;
+    struct sim_op *next;
+};
+
+struct sim_stream {
+    unsigned magic;
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* an operation was queued, or stop was set */
+    pthread_cond_t done; /* an operation finished */
+    pthread_t thread;
+    int device;
+    struct sim_op *head, *tail;
+    uint64_t queued, finished;
+    bool stop;   /* the worker exits once the queue is empty */
+    bool dying;  /* destroy has begun: no new work */
+    atomic_int refs; /* the registry's, plus one per event recorded on it */
+    struct sim_stream *prev, *next; /* registry */
+};
+
+struct sim_event {
+    unsigned magic;
+    pthread_mutex_t lock;
+    struct sim_stream *stream; /* NULL: nothing pending */
+    uint64_t target;           /* complete once stream->finished reaches it */
+    struct sim_event *prev, *next; /* registry */
+};
+
+static _Thread_local bool in_host_func;
+
+int sim_check_caller(const char *op)
+{
+    if (!in_host_func)
+        return 0;
+    ump_log_error("sim: %s called from a host function (cuda does not permit "
+                  "driver calls there)", op);
+    return -EPERM;
+}
+
+static void op_run(const struct sim_op *op)
+{
+    switch (op->kind) {
+    case OP_COPY:
+        memcpy(op->dst, op->src, op->size);
+        break;
+    case OP_SET:
+        memset(op->dst, op->value, op->size);
+        break;
+    case OP_FUNC:
+        in_host_func = true;
+        op->fn(op->arg);
+        in_host_func = false;
+        break;
+    }
+}
+
+/* Frees a stream once nobody refers to it; its worker has been joined. */
+static void stream_unref(struct sim_stream *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&s->done);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static void *stream_main(void *arg)
+{
+    struct sim_stream *s = arg;
+    struct sim_op *op;
+
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->work, &s->lock);
+        op = s->head;
+        if (!op)
+            break;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+        op_run(op);
+        free(op);
+        pthread_mutex_lock(&s->lock);
+        s->finished++;
+        pthread_cond_broadcast(&s->done);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+static struct sim_stream *stream_of(void *stream, const char *op)
+{
+    struct sim_stream *s = stream;
+
+    if (!s || s->magic != STREAM_MAGIC) {
+        ump_log_error("sim: %s: %p is not a stream", op, stream);
+        return NULL;
+    }
+    return s;
+}
+
+static struct sim_event *event_of(void *event, const char *op)
+{
+    struct sim_event *ev = event;
+
+    if (!ev || ev->magic != EVENT_MAGIC) {
+        ump_log_error("sim: %s: %p is not an event", op, event);
+        return NULL;
+    }
+    return ev;
+}
+
+int sim_streams_init(struct sim_streams *ss, int ndev)
+{
+    int err = pthread_mutex_init(&ss->lock, NULL);
+
+    if (err) {
+        ump_log_error("sim: pthread_mutex_init: %s", strerror(err));
+        return -err;
+    }
+    ss->streams = NULL;
+    ss->events = NULL;
+    ss->ndev = ndev;
+    return 0;
+}
+
+/* Stops the worker after the queued work and joins it; the stream is out of
+ * the registry or about to leave it. */
+static void stream_stop(struct sim_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+}
+
+static void event_free(struct sim_event *ev)
+{
+    ev->magic = 0;
+    if (ev->stream)
+        stream_unref(ev->stream);
+    pthread_mutex_destroy(&ev->lock);
+    free(ev);
+}
+
+void sim_streams_fini(struct sim_streams *ss)
+{
+    struct sim_stream *s;
+    struct sim_event *ev;
+
+    /* One at a time, without the registry lock while joining. */
+    for (;;) {
+        pthread_mutex_lock(&ss->lock);
+        s = ss->streams;
+        if (s) {
+            ss->streams = s->next;
+            if (s->next)
+                s->next->prev = NULL;
+        }
+        pthread_mutex_unlock(&ss->lock);
+        if (!s)
+            break;
+        pthread_mutex_lock(&s->lock);
+        s->dying = true;
+        pthread_mutex_unlock(&s->lock);
+        stream_stop(s);
+        s->magic = 0;
+        stream_unref(s);
+    }
+    while ((ev = ss->events)) {
+        ss->events = ev->next;
+        event_free(ev);
+    }
+    pthread_mutex_destroy(&ss->lock);
+}
+
+/* In a forked child nothing may be locked or destroyed: free memory only. */
+void sim_streams_forget(struct sim_streams *ss)
+{
+    struct sim_stream *s, *sn;
+    struct sim_event *ev, *evn;
+    struct sim_op *op, *opn;
+
+    for (ev = ss->events; ev; ev = evn) {
+        evn = ev->next;
+        if (ev->stream && atomic_fetch_sub(&ev->stream->refs, 1) == 1)
+            free(ev->stream);
+        free(ev);
+    }
+    for (s = ss->streams; s; s = sn) {
+        sn = s->next;
+        for (op = s->head; op; op = opn) {
+            opn = op->next;
+            free(op);
+        }
+        if (atomic_fetch_sub(&s->refs, 1) == 1)
+            free(s);
+    }
+    ss->streams = NULL;
+    ss->events = NULL;
+}
+
+int sim_stream_create(void *ctx, int device, void **stream_p)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_stream *s;
+    char name[16];
+    int err;
+
+    err = sim_check_caller("stream_create");
+    if (err)
+        return err;
+    if (device < 0 || device >= ss->ndev) {
+        ump_log_error("sim: stream_create: no device %d (have %d)", device,
+                      ss->ndev);
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        ump_log_error("sim: out of host memory for a stream");
+        return -ENOMEM;
+    }
+    s->magic = STREAM_MAGIC;
+    s->device = device;
+    atomic_init(&s->refs, 1);
+    err = pthread_mutex_init(&s->lock, NULL);
+    if (err)
+        goto err_free;
+    err = pthread_cond_init(&s->work, NULL);
+    if (err)
+        goto err_mutex;
+    err = pthread_cond_init(&s->done, NULL);
+    if (err)
+        goto err_work;
+    err = pthread_create(&s->thread, NULL, stream_main, s);
+    if (err)
+        goto err_done;
+    snprintf(name, sizeof(name), "umpool-sim-%d", device % 100);
+    pthread_setname_np(s->thread, name);
+
+    pthread_mutex_lock(&ss->lock);
+    s->next = ss->streams;
+    if (s->next)
+        s->next->prev = s;
+    ss->streams = s;
+    pthread_mutex_unlock(&ss->lock);
+    *stream_p = s;
+    return 0;
+
+err_done:
+    pthread_cond_destroy(&s->done);
+err_work:
+    pthread_cond_destroy(&s->work);
+err_mutex:
+    pthread_mutex_destroy(&s->lock);
+err_free:
+    free(s);
+    ump_log_error("sim: cannot create a stream: %s", strerror(err));
+    return -err;
+}
+
+int sim_stream_destroy(void *ctx, void *stream)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_stream *s;
+    bool dying;
+    int err;
+
+    err = sim_check_caller("stream_destroy");
+    if (err)
+        return err;
+    if (!stream) {
+        ump_log_error("sim: stream_destroy: the default stream cannot be "
+                      "destroyed");
+        return -EINVAL;
+    }
+    s = stream_of(stream, "stream_destroy");
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    dying = s->dying;
+    s->dying = true;
+    pthread_mutex_unlock(&s->lock);
+    if (dying) {
+        ump_log_error("sim: stream_destroy: %p is already being destroyed",
+                      stream);
+        return -EINVAL;
+    }
+    stream_stop(s);
+
+    pthread_mutex_lock(&ss->lock);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        ss->streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    pthread_mutex_unlock(&ss->lock);
+    s->magic = 0;
+    stream_unref(s);
+    return 0;
+}
+
+int sim_stream_sync(void *ctx, void *stream)
+{
+    struct sim_stream *s;
+    uint64_t target;
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("stream_sync");
+    if (err)
+        return err;
+    if (!stream)
+        return 0;
+    s = stream_of(stream, "stream_sync");
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    target = s->queued;
+    while (s->finished < target)
+        pthread_cond_wait(&s->done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+/* Runs op now on the default stream, else queues a copy of it. */
+static int submit(void *stream, const struct sim_op *tmpl, const char *name)
+{
+    struct sim_stream *s;
+    struct sim_op *op;
+
+    if (!stream) {
+        op_run(tmpl);
+        return 0;
+    }
+    s = stream_of(stream, name);
+    if (!s)
+        return -EINVAL;
+    op = malloc(sizeof(*op));
+    if (!op) {
+        ump_log_error("sim: %s: out of host memory", name);
+        return -ENOMEM;
+    }
+    *op = *tmpl;
+    op->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->dying) {
+        pthread_mutex_unlock(&s->lock);
+        free(op);
+        ump_log_error("sim: %s: stream %p is being destroyed", name, stream);
+        return -EINVAL;
+    }
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    s->queued++;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int sim_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
+                     void *stream)
+{
+    struct sim_op op = {.kind = OP_COPY, .dst = dst, .src = src, .size = size};
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    int err;
+
+    err = sim_check_caller("memcpy_async");
+    if (err)
+        return err;
+    if (stream && !stream_of(stream, "memcpy_async"))
+        return -EINVAL;
+    if (!size)
+        return 0;
+    if (!dst || !src) {
+        ump_log_error("sim: memcpy_async: NULL %s", dst ? "source" : "dest");
+        return -EINVAL;
+    }
+    err = sim_check_range(ctx, dst, size);
+    if (!err)
+        err = sim_check_range(ctx, src, size);
+    if (err)
+        return err;
+    if (d < s + size && s < d + size) {
+        ump_log_error("sim: memcpy_async: [%p, +%zu) and [%p, +%zu) overlap",
+                      dst, size, src, size);
+        return -EINVAL;
+    }
+    return submit(stream, &op, "memcpy_async");
+}
+
+int sim_memset_async(void *ctx, void *dst, int value, size_t size,
+                     void *stream)
+{
+    struct sim_op op = {.kind = OP_SET, .dst = dst, .value = value,
+                        .size = size};
+    int err;
+
+    err = sim_check_caller("memset_async");
+    if (err)
+        return err;
+    if (stream && !stream_of(stream, "memset_async"))
+        return -EINVAL;
+    if (!size)
+        return 0;
+    if (!dst) {
+        ump_log_error("sim: memset_async: NULL destination");
+        return -EINVAL;
+    }
+    err = sim_check_range(ctx, dst, size);
+    if (err)
+        return err;
+    return submit(stream, &op, "memset_async");
+}
+
+int sim_host_func(void *ctx, void *stream, void (*fn)(void *), void *arg)
+{
+    struct sim_op op = {.kind = OP_FUNC, .fn = fn, .arg = arg};
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("host_func");
+    if (err)
+        return err;
+    if (!fn) {
+        ump_log_error("sim: host_func: NULL function");
+        return -EINVAL;
+    }
+    return submit(stream, &op, "host_func");
+}
+
+int sim_event_create(void *ctx, void **event_p)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_event *ev;
+    int err;
+
+    err = sim_check_caller("event_create");
+    if (err)
+        return err;
+    ev = calloc(1, sizeof(*ev));
+    if (!ev) {
+        ump_log_error("sim: out of host memory for an event");
+        return -ENOMEM;
+    }
+    err = pthread_mutex_init(&ev->lock, NULL);
+    if (err) {
+        ump_log_error("sim: pthread_mutex_init: %s", strerror(err));
+        free(ev);
+        return -err;
+    }
+    ev->magic = EVENT_MAGIC;
+    pthread_mutex_lock(&ss->lock);
+    ev->next = ss->events;
+    if (ev->next)
+        ev->next->prev = ev;
+    ss->events = ev;
+    pthread_mutex_unlock(&ss->lock);
+    *event_p = ev;
+    return 0;
+}
+
+int sim_event_destroy(void *ctx, void *event)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_event *ev;
+    int err;
+
+    err = sim_check_caller("event_destroy");
+    if (err)
+        return err;
+    ev = event_of(event, "event_destroy");
+    if (!ev)
+        return -EINVAL;
+    pthread_mutex_lock(&ss->lock);
+    if (ev->prev)
+        ev->prev->next = ev->next;
+    else
+        ss->events = ev->next;
+    if (ev->next)
+        ev->next->prev = ev->prev;
+    pthread_mutex_unlock(&ss->lock);
+    event_free(ev);
+    return 0;
+}
+
+int sim_event_record(void *ctx, void *event, void *stream)
+{
+    struct sim_stream *s = NULL, *old;
+    struct sim_event *ev;
+    uint64_t target = 0;
+    bool pending;
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("event_record");
+    if (err)
+        return err;
+    ev = event_of(event, "event_record");
+    if (!ev)
+        return -EINVAL;
+    if (stream) {
+        s = stream_of(stream, "event_record");
+        if (!s)
+            return -EINVAL;
+        pthread_mutex_lock(&s->lock);
+        if (s->dying) {
+            pthread_mutex_unlock(&s->lock);
+            ump_log_error("sim: event_record: stream %p is being destroyed",
+                          stream);
+            return -EINVAL;
+        }
+        target = s->queued;
+        pending = s->finished < target;
+        if (pending)
+            atomic_fetch_add(&s->refs, 1);
+        pthread_mutex_unlock(&s->lock);
+        if (!pending)
+            s = NULL; /* nothing pending: complete already */
+    }
+    pthread_mutex_lock(&ev->lock);
+    old = ev->stream;
+    ev->stream = s;
+    ev->target = target;
+    pthread_mutex_unlock(&ev->lock);
+    if (old)
+        stream_unref(old);
+    return 0;
+}
+
+int sim_event_query(void *ctx, void *event)
+{
+    struct sim_stream *s, *drop = NULL;
+    struct sim_event *ev;
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("event_query");
+    if (err)
+        return err;
+    ev = event_of(event, "event_query");
+    if (!ev)
+        return -EINVAL;
+    pthread_mutex_lock(&ev->lock);
+    s = ev->stream;
+    if (s) {
+        pthread_mutex_lock(&s->lock);
+        err = s->finished >= ev->target ? 0 : -EAGAIN;
+        pthread_mutex_unlock(&s->lock);
+        if (!err) {
+            /* Done: let go of the stream early. */
+            ev->stream = NULL;
+            drop = s;
+        }
+    }
+    pthread_mutex_unlock(&ev->lock);
+    if (drop)
+        stream_unref(drop);
+    return err;
+}
+
+int sim_event_sync(void *ctx, void *event)
+{
+    struct sim_stream *s;
+    struct sim_event *ev;
+    uint64_t target;
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("event_sync");
+    if (err)
+        return err;
+    ev = event_of(event, "event_sync");
+    if (!ev)
+        return -EINVAL;
+    pthread_mutex_lock(&ev->lock);
+    s = ev->stream;
+    target = ev->target;
+    if (s)
+        atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_unlock(&ev->lock);
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    while (s->finished < target)
+        pthread_cond_wait(&s->done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    stream_unref(s);
+    return 0;
+}

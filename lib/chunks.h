@@ -1,0 +1,39 @@
+/*
+ * Physical memory behind the pool's addresses: creating chunks, keeping
+ * freed ones mapped as cached blocks (reused with no driver call), and
+ * building new mapped ranges from idle, new or reclaimed chunks. Mapping
+ * costs are per chunk and tens of microseconds on a real GPU, so this is the
+ * slow path and the order of preference is: a cached block of the right
+ * device (no driver call), then idle chunks, then new chunks while the device
+ * has room, and only then chunks unmapped from cached blocks (stitching).
+ * Every function here runs with pool->lock held.
+ */
+#ifndef UMP_CHUNKS_H
+#define UMP_CHUNKS_H
+
+#include <stddef.h>
+
+#include "placement.h"
+#include "pool.h"
+
+/* Chunks that device could supply now: room, idle and cached. */
+size_t chunks_available(ump_pool_t *pool, int device);
+/* n granules of cached memory on device (exact or carved from a bigger
+ * block); -ENOENT when no block is big enough. */
+int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p);
+/* Maps a new range of n granules as the plan says. On error nothing stays
+ * mapped in it and the pool's accounting is as before. */
+int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
+                 size_t n, size_t *start_p);
+/* Mapped granules [start, start+n) become cached blocks (per device,
+ * merged with cached neighbours). */
+void chunks_cache(ump_pool_t *pool, size_t start, size_t n);
+/* Unmaps every cached block and releases every idle chunk. */
+void chunks_trim(ump_pool_t *pool);
+/* Device of the chunk mapped at granule g. */
+static inline int chunks_device(ump_pool_t *pool, size_t g)
+{
+    return pool->vas.gran[g].chunk->device;
+}
+
+#endif

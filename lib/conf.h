@@ -1,0 +1,57 @@
+/*
+ * Configuration: one table of {key, default, type, doc} (UCX style). The
+ * environment variable UMPOOL_CONF gives defaults, the string passed to
+ * ump_pool_create overrides them key by key. Both are "key:value,key:value".
+ */
+#ifndef UMP_CONF_H
+#define UMP_CONF_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+enum ump_backend_kind {
+    UMP_BACKEND_AUTO,
+    UMP_BACKEND_SIM,
+    UMP_BACKEND_CUDA,
+};
+
+#define UMP_CONF_PATH_MAX 4096
+
+struct ump_config {
+    int backend;                         /* enum ump_backend_kind */
+    int sim_devices;                     /* 0: not set */
+    char sim_topology[UMP_CONF_PATH_MAX]; /* "": not set */
+    size_t sim_device_mem;               /* 0: not set */
+    int log_level;                       /* enum ump_log_level */
+    size_t chunk_size;                   /* bytes of one physical chunk */
+    size_t va_size;                      /* 0: sized from the devices */
+    bool tcache;                         /* per-thread caches on/off */
+};
+
+enum ump_conf_type { UMP_CONF_ENUM, UMP_CONF_INT, UMP_CONF_SIZE,
+                     UMP_CONF_STRING, UMP_CONF_BOOL };
+
+struct ump_conf_entry {
+    const char *key;
+    const char *dflt;      /* default, in the string form a user writes */
+    enum ump_conf_type type;
+    const char *accepted;  /* for enums: "a|b|c"; else a short description */
+    const char *doc;
+    size_t offset;         /* into struct ump_config */
+    long long min, max;    /* for ints and sizes; max 0: no maximum */
+};
+
+/* The table, terminated by an entry with key NULL (for README and tools). */
+extern const struct ump_conf_entry conf_table[];
+
+/* Fills cfg from the defaults, then UMPOOL_CONF, then arg (may be NULL).
+ * -EINVAL with one log line naming the key, the value and what is accepted. */
+int conf_load(const char *arg, struct ump_config *cfg);
+/* Applies one "key:value,..." string on top of cfg; origin names it in
+ * messages ("UMPOOL_CONF" or "config"). cfg is unchanged on error. */
+int conf_apply(struct ump_config *cfg, const char *str, const char *origin);
+void conf_defaults(struct ump_config *cfg);
+/* Parses "123", "4K", "2M", "1G", "1T" (binary units). -EINVAL if bad. */
+int conf_parse_size(const char *s, size_t *size_p);
+
+#endif

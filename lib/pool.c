@@ -1,0 +1,408 @@
+/*
+ * Pool lifetime, runs, devices and trim. The allocation hot paths are in
+ * alloc.c, the thread caches in tcache.c.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "chunks.h"
+#include "slab.h"
+#include "tcache.h"
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static int global_rc;
+static _Atomic uint64_t next_pool_id = 1;
+
+int fork_global_init(void);
+
+/* Lazy, thread-safe process setup: no constructor does work (the library
+ * may be preloaded into programs that never create a pool). */
+static void global_init(void)
+{
+    global_rc = tcache_global_init();
+    if (!global_rc)
+        global_rc = fork_global_init();
+}
+
+void pool_note_in_use(ump_pool_t *pool, int device)
+{
+    struct dev_state *ds = &pool->dev[device];
+    size_t in_use = ds->mapped - ds->cached;
+    if (in_use > ds->peak)
+        ds->peak = in_use;
+}
+
+void pool_flush_tcaches(ump_pool_t *pool)
+{
+    for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
+        tcache_flush(tc);
+}
+
+void pool_trim_locked(ump_pool_t *pool)
+{
+    pool_poll_pending(pool, false);
+    pool_flush_tcaches(pool);
+    slab_trim(pool);
+    chunks_trim(pool);
+}
+
+static struct run *run_get(ump_pool_t *pool)
+{
+    struct run *r = pool->free_runs;
+    if (r) {
+        pool->free_runs = r->next;
+        return r;
+    }
+    return calloc(1, sizeof(*r));
+}
+
+/* Run structs are recycled, never freed while the pool lives: a stale
+ * pointer's lookup then reads a valid (free) run, not freed memory. */
+static void run_put(ump_pool_t *pool, struct run *r)
+{
+    r->next = pool->free_runs;
+    pool->free_runs = r;
+}
+
+/* Plans and maps n new granules for device. */
+static int run_build(ump_pool_t *pool, int device, size_t n, size_t *start_p,
+                     bool *mixed_p)
+{
+    size_t avail[UMP_MAX_DEVICES];
+    for (int d = 0; d < pool->ndev; d++)
+        avail[d] = chunks_available(pool, d);
+    struct plan_part parts[UMP_MAX_DEVICES];
+    int np;
+    int rc = placement_plan(&pool->topo, avail, device, n, parts, &np);
+    if (rc)
+        return rc;
+    rc = chunks_build(pool, parts, np, n, start_p);
+    if (rc)
+        return rc;
+    *mixed_p = np > 1;
+    for (int p = 0; p < np; p++)
+        pool_note_in_use(pool, parts[p].device);
+    return 0;
+}
+
+int pool_run_alloc(ump_pool_t *pool, int device, size_t n, struct run **run_p)
+{
+    pool_poll_pending(pool, false);
+    struct run *r = run_get(pool);
+    if (!r)
+        return -ENOMEM;
+    size_t start;
+    bool mixed = false;
+    int rc = chunks_reuse(pool, device, n, &start);
+    if (rc == -ENOENT)
+        rc = run_build(pool, device, n, &start, &mixed);
+    if (rc == -ENOMEM) { /* what threads park may make it fit */
+        pool_flush_tcaches(pool);
+        rc = chunks_reuse(pool, device, n, &start);
+        if (rc == -ENOENT)
+            rc = run_build(pool, device, n, &start, &mixed);
+    }
+    if (rc) {
+        run_put(pool, r);
+        return rc;
+    }
+    pool_note_in_use(pool, device);
+    r->start = start;
+    r->n = n;
+    r->mixed = mixed;
+    r->device = chunks_device(pool, start);
+    atomic_store_explicit(&r->word, obj_word(OBJ_FREE, 0),
+                          memory_order_relaxed);
+    vas_set(&pool->vas, start, n, VAS_RUN, r);
+    *run_p = r;
+    return 0;
+}
+
+void pool_run_free(ump_pool_t *pool, struct run *r)
+{
+    chunks_cache(pool, r->start, r->n); /* retags the granules */
+    run_put(pool, r);
+}
+
+/* --- create and destroy ------------------------------------------------ */
+
+static int open_backend(ump_pool_t *pool)
+{
+    const struct ump_config *cfg = &pool->cfg;
+    if (cfg->backend == UMP_BACKEND_CUDA) {
+        ump_log_error("backend 'cuda': this build has no cuda backend yet "
+                      "(use backend:sim)");
+        return -ENODEV;
+    }
+    if (cfg->backend == UMP_BACKEND_AUTO)
+        ump_log_info("backend auto: no usable GPU backend, using the sim "
+                     "backend");
+    pool->be = &sim_backend_ops;
+    return pool->be->open(cfg, &pool->topo, &pool->bctx);
+}
+
+static int pool_setup(ump_pool_t *pool)
+{
+    pool->ndev = pool->topo.ndev;
+    size_t chunk = pool->cfg.chunk_size;
+    for (int d = 0; d < pool->ndev; d++) {
+        size_t gran = pool->be->granularity(pool->bctx, d);
+        if (chunk % gran) {
+            ump_log_error("config: chunk_size %zu is not a multiple of device "
+                          "%d's granularity %zu", chunk, d, gran);
+            return -EINVAL;
+        }
+    }
+    pool->chunk_size = chunk;
+    pool->chunk_shift = (unsigned)__builtin_ctzll(chunk);
+    pool->nsmall = sc_count_for_chunk(chunk);
+    pool->small_max = pool->nsmall ? sc_size(pool->nsmall - 1) : 0;
+    pool->nbins = pool->nsmall + RUN_TCACHE_MAX;
+
+    size_t total = 0;
+    pool->dev = calloc((size_t)pool->ndev, sizeof(*pool->dev));
+    pool->folded = calloc((size_t)pool->ndev, sizeof(*pool->folded));
+    if (!pool->dev || !pool->folded)
+        return -ENOMEM;
+    for (int d = 0; d < pool->ndev; d++) {
+        struct dev_state *ds = &pool->dev[d];
+        ds->capacity = pool->topo.dev[d].mem & ~(chunk - 1);
+        total += ds->capacity;
+        ds->partial = calloc(pool->nsmall, sizeof(*ds->partial));
+        ds->full = calloc(pool->nsmall, sizeof(*ds->full));
+        ds->empty = calloc(pool->nsmall, sizeof(*ds->empty));
+        if (!ds->partial || !ds->full || !ds->empty)
+            return -ENOMEM;
+    }
+    /* Twice the memory, so that cached blocks fragmenting the addresses
+     * never make a fitting allocation fail. */
+    size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * total;
+    va = UMP_ALIGN_UP(va < 2 * chunk ? 2 * chunk : va, chunk);
+    int rc = pool->be->reserve(pool->bctx, va, chunk, &pool->va);
+    if (rc)
+        return rc;
+    rc = vas_init(&pool->vas, pool->va, va, chunk);
+    if (rc) {
+        pool->be->unreserve(pool->bctx, pool->va, va);
+        pool->va = NULL;
+    }
+    return rc;
+}
+
+/* Frees what pool_setup and later use allocated; the backend has been
+ * closed or its memory given back already. */
+static void pool_free_meta(ump_pool_t *pool)
+{
+    while (pool->tcaches) {
+        struct tcache *tc = pool->tcaches;
+        pool->tcaches = tc->next;
+        for (int d = 0; d < pool->ndev; d++)
+            free(atomic_load(&tc->bins[d]));
+        free(tc);
+    }
+    if (pool->dev) {
+        slab_free_all(pool);
+        for (int d = 0; d < pool->ndev; d++) {
+            struct dev_state *ds = &pool->dev[d];
+            while (ds->blocks) {
+                struct block *b = ds->blocks;
+                ds->blocks = b->next;
+                free(b);
+            }
+            while (ds->idle) {
+                struct chunk *c = ds->idle;
+                ds->idle = c->next;
+                free(c);
+            }
+            free(ds->partial);
+            free(ds->full);
+            free(ds->empty);
+        }
+    }
+    /* chunks still mapped (only after fork, in the child) */
+    for (size_t g = 0; pool->vas.gran && g < pool->vas.ngran; g++)
+        free(pool->vas.gran[g].chunk);
+    while (pool->free_runs) {
+        struct run *r = pool->free_runs;
+        pool->free_runs = r->next;
+        free(r);
+    }
+    struct pending *lists[] = {pool->pending, pool->spare_pending};
+    for (size_t i = 0; i < UMP_ARRAY_SIZE(lists); i++)
+        while (lists[i]) {
+            struct pending *p = lists[i];
+            lists[i] = p->next;
+            free(p);
+        }
+    vas_fini(&pool->vas);
+    free(pool->dev);
+    free(pool->folded);
+    pthread_mutex_destroy(&pool->lock);
+    free(pool);
+}
+
+UMP_EXPORT int ump_pool_create(const char *config, ump_pool_t **pool_p)
+{
+    if (!pool_p) {
+        ump_log_error("ump_pool_create: pool_p is NULL");
+        return -EINVAL;
+    }
+    pthread_once(&global_once, global_init);
+    if (global_rc) {
+        ump_log_error("cannot set up the process: %s", ump_strerror(global_rc));
+        return global_rc;
+    }
+    ump_pool_t *pool = calloc(1, sizeof(*pool));
+    if (!pool)
+        return -ENOMEM;
+    int rc = conf_load(config, &pool->cfg);
+    if (rc) {
+        free(pool);
+        return rc;
+    }
+    log_set_level(pool->cfg.log_level);
+    pthread_mutex_init(&pool->lock, NULL);
+    pool->id = atomic_fetch_add(&next_pool_id, 1);
+    pool->fork_gen = atomic_load(&fork_generation);
+    rc = open_backend(pool);
+    if (rc) {
+        pthread_mutex_destroy(&pool->lock);
+        free(pool);
+        return rc;
+    }
+    rc = pool_setup(pool);
+    if (rc)
+        goto fail;
+    rc = registry_add(pool);
+    if (rc)
+        goto fail;
+    ump_log_debug("pool %llu: %d devices (%s), chunk %zu, %zu bytes of "
+                  "addresses", (unsigned long long)pool->id, pool->ndev,
+                  pool->topo.name, pool->chunk_size, pool->vas.size);
+    *pool_p = pool;
+    return 0;
+fail:
+    if (pool->va)
+        pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
+    pool->be->close(pool->bctx);
+    pool_free_meta(pool);
+    return rc;
+}
+
+static uint64_t live_count_locked(ump_pool_t *pool)
+{
+    int64_t live = 0;
+    for (int d = 0; d < pool->ndev; d++)
+        live += (int64_t)(atomic_load(&pool->folded[d].allocs) -
+                          atomic_load(&pool->folded[d].frees));
+    for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
+        for (int d = 0; d < pool->ndev; d++) {
+            int64_t bytes = 0;
+            uint64_t a = 0, f = 0;
+            tcache_sum(tc, d, &bytes, &a, &f);
+            live += (int64_t)(a - f);
+        }
+    return live > 0 ? (uint64_t)live : 0;
+}
+
+/* In a child after fork(): the pool's memory belongs to the parent (on sim
+ * it is even shared with it), so the child only drops its own copy. */
+static int destroy_in_child(ump_pool_t *pool)
+{
+    registry_remove(pool);
+    pool->be->close_in_child(pool->bctx);
+    pool_free_meta(pool);
+    return 0;
+}
+
+UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
+{
+    int rc = pool_check(pool);
+    if (rc == -ENOTRECOVERABLE)
+        return destroy_in_child(pool);
+    if (rc) {
+        ump_log_error("ump_pool_destroy: the pool is NULL");
+        return rc;
+    }
+    pthread_mutex_lock(&pool->lock);
+    uint64_t live = live_count_locked(pool);
+    if (live) {
+        pthread_mutex_unlock(&pool->lock);
+        ump_log_error("ump_pool_destroy: %llu allocations are still live",
+                      (unsigned long long)live);
+        return -EBUSY;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    /* From here on no thread may use the pool (as with free()). Leaving the
+     * registry first means exiting threads no longer touch it. */
+    registry_remove(pool);
+    pthread_mutex_lock(&pool->lock);
+    pool_poll_pending(pool, true);
+    while (pool->tcaches)
+        tcache_destroy(pool->tcaches);
+    pool_trim_locked(pool);
+    for (int d = 0; d < pool->ndev; d++)
+        if (pool->dev[d].mapped || pool->dev[d].created)
+            ump_log_warn("device %d: %zu bytes still mapped at destroy", d,
+                         pool->dev[d].mapped);
+    pthread_mutex_unlock(&pool->lock);
+    rc = pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
+    if (rc)
+        ump_log_warn("cannot release the address reservation: %s",
+                     ump_strerror(rc));
+    pool->be->close(pool->bctx);
+    pool_free_meta(pool);
+    return 0;
+}
+
+/* --- devices and trim ---------------------------------------------------- */
+
+UMP_EXPORT int ump_device_count(ump_pool_t *pool)
+{
+    int rc = pool_check(pool);
+    return rc ? rc : pool->ndev;
+}
+
+UMP_EXPORT int ump_set_device(ump_pool_t *pool, int device)
+{
+    int rc = pool_check(pool);
+    if (rc)
+        return rc;
+    if (device < 0 || device >= pool->ndev) {
+        ump_log_error("ump_set_device: device %d out of range (0..%d)", device,
+                      pool->ndev - 1);
+        return -EINVAL;
+    }
+    struct tcache *tc = tcache_get(pool);
+    if (!tc)
+        return -ENOMEM;
+    tc->device = device;
+    return 0;
+}
+
+UMP_EXPORT int ump_get_device(ump_pool_t *pool, int *device_p)
+{
+    int rc = pool_check(pool);
+    if (rc)
+        return rc;
+    if (!device_p)
+        return -EINVAL;
+    struct tcache *tc = tcache_get(pool);
+    if (!tc)
+        return -ENOMEM;
+    *device_p = tc->device;
+    return 0;
+}
+
+UMP_EXPORT int ump_trim(ump_pool_t *pool)
+{
+    int rc = pool_check(pool);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&pool->lock);
+    pool_trim_locked(pool);
+    pthread_mutex_unlock(&pool->lock);
+    return 0;
+}

@@ -1,0 +1,201 @@
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "chunks.h"
+#include "placement.h"
+#include "slab.h"
+
+static struct slab_list *slab_list_of(ump_pool_t *pool, struct slab *s)
+{
+    struct dev_state *ds = &pool->dev[s->device];
+    switch (s->list) {
+    case SLAB_PARTIAL:
+        return &ds->partial[s->cls];
+    case SLAB_FULL:
+        return &ds->full[s->cls];
+    default:
+        return &ds->empty[s->cls];
+    }
+}
+
+static void slab_unlink(ump_pool_t *pool, struct slab *s)
+{
+    struct slab_list *l = slab_list_of(pool, s);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        l->head = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+    l->count--;
+}
+
+static void slab_link(ump_pool_t *pool, struct slab *s, int list)
+{
+    s->list = list;
+    struct slab_list *l = slab_list_of(pool, s);
+    s->prev = NULL;
+    s->next = l->head;
+    if (l->head)
+        l->head->prev = s;
+    l->head = s;
+    l->count++;
+}
+
+static int slab_list_for(const struct slab *s)
+{
+    if (s->nfree == s->nobj)
+        return SLAB_EMPTY;
+    return s->nfree ? SLAB_PARTIAL : SLAB_FULL;
+}
+
+static void slab_destroy(struct slab *s)
+{
+    free(s->free_idx);
+    free((void *)s->word);
+    free(s);
+}
+
+/* A new slab of class cls on the chunk at granule g. */
+static struct slab *slab_new(ump_pool_t *pool, unsigned cls, size_t g)
+{
+    struct slab *s = calloc(1, sizeof(*s));
+    if (!s)
+        return NULL;
+    s->size = (uint32_t)sc_size(cls);
+    s->nobj = (uint32_t)(pool->chunk_size / s->size);
+    s->recip = (((uint64_t)1 << 52) + s->size - 1) / s->size;
+    s->free_idx = malloc(s->nobj * sizeof(*s->free_idx));
+    s->word = calloc(s->nobj, sizeof(*s->word));
+    if (!s->free_idx || !s->word) {
+        slab_destroy(s);
+        return NULL;
+    }
+    s->base = vas_addr(&pool->vas, g);
+    s->granule = g;
+    s->cls = cls;
+    s->device = chunks_device(pool, g);
+    /* Hand out low addresses first: a batch then shares cache lines of the
+     * word array with itself rather than with another thread's batch. */
+    for (uint32_t i = 0; i < s->nobj; i++)
+        s->free_idx[i] = s->nobj - 1 - i;
+    s->nfree = s->nobj;
+    return s;
+}
+
+/* A slab with free objects of class cls on device, or on the nearest device
+ * with room when device has none. */
+static int slab_find(ump_pool_t *pool, int device, unsigned cls,
+                     struct slab **s_p)
+{
+    struct dev_state *ds = &pool->dev[device];
+    struct slab *s = ds->partial[cls].head;
+    if (!s)
+        s = ds->empty[cls].head;
+    if (s) {
+        *s_p = s;
+        return 0;
+    }
+    size_t avail[UMP_MAX_DEVICES];
+    for (int d = 0; d < pool->ndev; d++)
+        avail[d] = chunks_available(pool, d);
+    struct plan_part part;
+    int np, rc = placement_plan(&pool->topo, avail, device, 1, &part, &np);
+    if (rc)
+        return rc;
+    if (part.device != device) {
+        /* Spilling: use a partly free slab there before a new chunk. */
+        struct dev_state *other = &pool->dev[part.device];
+        s = other->partial[cls].head ? other->partial[cls].head
+                                     : other->empty[cls].head;
+        if (s) {
+            *s_p = s;
+            return 0;
+        }
+    }
+    size_t g;
+    rc = chunks_reuse(pool, part.device, 1, &g);
+    if (rc == -ENOENT)
+        rc = chunks_build(pool, &part, 1, 1, &g);
+    if (rc)
+        return rc;
+    s = slab_new(pool, cls, g);
+    if (!s) {
+        chunks_cache(pool, g, 1);
+        return -ENOMEM;
+    }
+    vas_set(&pool->vas, g, 1, VAS_SLAB, s);
+    slab_link(pool, s, SLAB_EMPTY);
+    pool_note_in_use(pool, s->device);
+    *s_p = s;
+    return 0;
+}
+
+int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned max,
+              struct tc_item *out, unsigned *n_p, int *device_p)
+{
+    struct slab *s;
+    int rc = slab_find(pool, device, cls, &s);
+    if (rc)
+        return rc;
+    unsigned n = 0;
+    while (n < max && s->nfree) {
+        uint32_t idx = s->free_idx[--s->nfree];
+        out[n++] = (struct tc_item){s->base + (size_t)idx * s->size, s, idx};
+    }
+    slab_unlink(pool, s);
+    slab_link(pool, s, slab_list_for(s));
+    *n_p = n;
+    *device_p = s->device;
+    return 0;
+}
+
+static void slab_release(ump_pool_t *pool, struct slab *s)
+{
+    slab_unlink(pool, s);
+    chunks_cache(pool, s->granule, 1); /* retags the granule as cached */
+    slab_destroy(s);
+}
+
+void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
+{
+    s->free_idx[s->nfree++] = idx;
+    int list = slab_list_for(s);
+    if (list == s->list)
+        return;
+    slab_unlink(pool, s);
+    if (list == SLAB_EMPTY &&
+        pool->dev[s->device].empty[s->cls].count >= SLAB_EMPTY_KEEP) {
+        s->list = SLAB_EMPTY; /* not linked: release without unlinking */
+        chunks_cache(pool, s->granule, 1);
+        slab_destroy(s);
+        return;
+    }
+    slab_link(pool, s, list);
+}
+
+void slab_trim(ump_pool_t *pool)
+{
+    for (int d = 0; d < pool->ndev; d++)
+        for (unsigned c = 0; c < pool->nsmall; c++)
+            while (pool->dev[d].empty[c].head)
+                slab_release(pool, pool->dev[d].empty[c].head);
+}
+
+void slab_free_all(ump_pool_t *pool)
+{
+    for (int d = 0; d < pool->ndev; d++) {
+        struct dev_state *ds = &pool->dev[d];
+        struct slab_list *lists[] = {ds->partial, ds->full, ds->empty};
+        for (size_t l = 0; l < UMP_ARRAY_SIZE(lists); l++)
+            for (unsigned c = 0; c < pool->nsmall; c++)
+                while (lists[l][c].head) {
+                    struct slab *s = lists[l][c].head;
+                    lists[l][c].head = s->next;
+                    slab_destroy(s);
+                }
+    }
+}

@@ -1,0 +1,855 @@
+/* The sim backend: VMM emulation, its strictness, streams, events, faults. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "conf.h"
+#include "topology.h"
+
+#define G ((size_t)2 << 20)
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+static const struct backend_ops *B = &sim_backend_ops;
+
+static void *open_sim(int ndev, size_t mem, struct ump_topology *topo)
+{
+    struct ump_config cfg;
+    void *ctx = NULL;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.sim_devices = ndev;
+    cfg.sim_device_mem = mem;
+    assert_int_equal(B->open(&cfg, topo, &ctx), 0);
+    assert_non_null(ctx);
+    return ctx;
+}
+
+/* The permissions of the mapping holding p in /proc/self/maps ("rw-s"),
+ * or "" when nothing is mapped there. */
+static void prot_of(const void *p, char perms[5])
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+
+    assert_non_null(f);
+    perms[0] = '\0';
+    while (fgets(line, sizeof(line), f)) {
+        unsigned long lo, hi;
+        char pr[5];
+
+        if (sscanf(line, "%lx-%lx %4s", &lo, &hi, pr) == 3 &&
+            (uintptr_t)p >= lo && (uintptr_t)p < hi) {
+            memcpy(perms, pr, 5);
+            break;
+        }
+    }
+    fclose(f);
+}
+
+static void assert_prot(const void *p, const char *want)
+{
+    char perms[5];
+
+    prot_of(p, perms);
+    assert_string_equal(perms, want);
+}
+
+/* Reserve, create, map, grant access: the usual way to get usable memory. */
+static void *map_new(void *ctx, int dev, size_t size, ump_handle_t *h_p)
+{
+    void *va;
+    ump_handle_t h;
+    int d = dev;
+
+    assert_int_equal(B->reserve(ctx, size, 0, &va), 0);
+    assert_int_equal(B->chunk_create(ctx, dev, size, &h), 0);
+    assert_int_equal(B->map(ctx, va, size, h), 0);
+    assert_int_equal(B->set_access(ctx, va, size, &d, 1), 0);
+    *h_p = h;
+    return va;
+}
+
+static void unmap_free(void *ctx, void *va, size_t size, ump_handle_t h)
+{
+    assert_int_equal(B->unmap(ctx, va, size), 0);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unreserve(ctx, va, size), 0);
+}
+
+static void test_open_uniform(void **state)
+{
+    struct ump_topology topo;
+    void *ctx;
+
+    (void)state;
+    ctx = open_sim(0, 0, &topo);
+    assert_int_equal(topo.ndev, 1);
+    assert_int_equal(topo.dev[0].mem, 16 * GiB);
+    assert_int_equal(B->granularity(ctx, 0), G);
+    B->close(ctx);
+
+    ctx = open_sim(4, 0, &topo);
+    assert_int_equal(topo.ndev, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(topo.dev[i].mem, 16 * GiB);
+    B->close(ctx);
+}
+
+static void test_open_mem_override(void **state)
+{
+    struct ump_topology topo;
+    struct ump_config cfg;
+    ump_handle_t h;
+    void *ctx;
+
+    (void)state;
+    ctx = open_sim(3, 64 * MiB, &topo);
+    assert_int_equal(topo.ndev, 3);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(topo.dev[i].mem, 64 * MiB);
+    /* The override is the capacity too. */
+    assert_int_equal(B->chunk_create(ctx, 2, 64 * MiB, &h), 0);
+    assert_int_equal(B->chunk_create(ctx, 2, G, &h), -ENOMEM);
+    B->close(ctx);
+
+    /* The topology gives the device count: both together are refused. */
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.sim_devices = 2;
+    strcpy(cfg.sim_topology, "dgx-h200");
+    ctx = NULL;
+    assert_int_equal(B->open(&cfg, &topo, &ctx), -EINVAL);
+    assert_null(ctx);
+    cfg.sim_topology[0] = '\0';
+    cfg.sim_devices = -1;
+    assert_int_equal(B->open(&cfg, &topo, &ctx), -EINVAL);
+    cfg.sim_devices = UMP_MAX_DEVICES + 1;
+    assert_int_equal(B->open(&cfg, &topo, &ctx), -EINVAL);
+    assert_null(ctx);
+}
+
+/* Needs the topologies folder: make check sets UMPOOL_TOPOLOGY_DIR. */
+static void test_open_topology(void **state)
+{
+    struct ump_topology topo;
+    struct ump_config cfg;
+    ump_handle_t h;
+    void *ctx = NULL;
+
+    (void)state;
+    if (!getenv("UMPOOL_TOPOLOGY_DIR"))
+        skip();
+    memset(&cfg, 0, sizeof(cfg));
+    strcpy(cfg.sim_topology, "pcie-4gpu");
+    assert_int_equal(B->open(&cfg, &topo, &ctx), 0);
+    assert_int_equal(topo.ndev, 4);
+    assert_true(topo.dev[3].mem > 16 * GiB);
+    B->close(ctx);
+
+    /* sim_device_mem overrides the file's sizes. */
+    cfg.sim_device_mem = 8 * MiB;
+    assert_int_equal(B->open(&cfg, &topo, &ctx), 0);
+    assert_int_equal(topo.ndev, 4);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(topo.dev[i].mem, 8 * MiB);
+    assert_int_equal(B->chunk_create(ctx, 3, 8 * MiB, &h), 0);
+    assert_int_equal(B->chunk_create(ctx, 3, G, &h), -ENOMEM);
+    B->close(ctx);
+
+    strcpy(cfg.sim_topology, "no-such-machine");
+    ctx = NULL;
+    assert_true(B->open(&cfg, &topo, &ctx) < 0);
+    assert_null(ctx);
+}
+
+static void test_map_access_unmap(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(2, 64 * MiB, &topo);
+    int devs[2] = {0, 1};
+    ump_handle_t h;
+    char *va;
+
+    (void)state;
+    assert_int_equal(B->reserve(ctx, 8 * G, 0, (void **)&va), 0);
+    assert_prot(va, "---p");
+    assert_int_equal(B->chunk_create(ctx, 1, 2 * G, &h), 0);
+    assert_int_equal(B->map(ctx, va + 2 * G, 2 * G, h), 0);
+    /* Mapped but not accessible until set_access, as on CUDA. */
+    assert_prot(va + 2 * G, "---s");
+    assert_int_equal(B->memset_async(ctx, va + 2 * G, 1, 16, NULL), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va + 2 * G, 2 * G, devs, 2), 0);
+    assert_prot(va + 2 * G, "rw-s");
+    assert_prot(va + 4 * G - 1, "rw-s");
+    memset(va + 2 * G, 0x5a, 2 * G);
+    assert_int_equal((unsigned char)va[4 * G - 1], 0x5a);
+    assert_int_equal(B->unmap(ctx, va + 2 * G, 2 * G), 0);
+    /* The reservation stays, inaccessible. */
+    assert_prot(va + 2 * G, "---p");
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unreserve(ctx, va, 8 * G), 0);
+    B->close(ctx);
+}
+
+static void test_two_views(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    int dev = 0;
+    ump_handle_t h;
+    char *va;
+
+    (void)state;
+    assert_int_equal(B->reserve(ctx, 8 * G, 0, (void **)&va), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &h), 0);
+    /* The same handle at two addresses is legal in CUDA. */
+    assert_int_equal(B->map(ctx, va, 2 * G, h), 0);
+    assert_int_equal(B->map(ctx, va + 4 * G, 2 * G, h), 0);
+    assert_int_equal(B->set_access(ctx, va, 2 * G, &dev, 1), 0);
+    assert_int_equal(B->set_access(ctx, va + 4 * G, 2 * G, &dev, 1), 0);
+    for (size_t i = 0; i < 2 * G; i += 4096)
+        va[i] = (char)(i >> 12);
+    for (size_t i = 0; i < 2 * G; i += 4096)
+        assert_int_equal(va[4 * G + i], (char)(i >> 12));
+    strcpy(va + 4 * G + 100, "back");
+    assert_string_equal(va + 100, "back");
+    /* Released with two mappings: both keep it until the last unmap. */
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unmap(ctx, va, 2 * G), 0);
+    assert_string_equal(va + 4 * G + 100, "back");
+    assert_int_equal(B->unmap(ctx, va + 4 * G, 2 * G), 0);
+    assert_int_equal(B->unreserve(ctx, va, 8 * G), 0);
+    B->close(ctx);
+}
+
+static void test_capacity(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(2, 64 * MiB, &topo);
+    ump_handle_t h[33], extra;
+    int n = 0, err;
+
+    (void)state;
+    while ((err = B->chunk_create(ctx, 0, G, &h[n])) == 0) {
+        n++;
+        assert_true(n <= 32);
+    }
+    assert_int_equal(err, -ENOMEM);
+    assert_int_equal(n, 64 * MiB / G);
+    /* A full device does not fill the others. */
+    assert_int_equal(B->chunk_create(ctx, 1, 64 * MiB, &extra), 0);
+    assert_int_equal(B->chunk_release(ctx, extra), 0);
+
+    assert_int_equal(B->chunk_release(ctx, h[3]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &extra), -ENOMEM);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[3]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &extra), -ENOMEM);
+
+    /* Neighbouring extents coalesce: three released chunks hold a chunk
+     * three granules long. */
+    assert_int_equal(B->chunk_release(ctx, h[5]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[7]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[6]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 3 * G, &extra), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[5]), -ENOMEM);
+    B->close(ctx);
+}
+
+static void test_strictness(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(2, 64 * MiB, &topo);
+    int dev = 0, bad = 2, neg = -1;
+    ump_handle_t h, h2, h4;
+    char *va, *other;
+
+    (void)state;
+    /* reserve */
+    assert_int_equal(B->reserve(ctx, 0, 0, (void **)&va), -EINVAL);
+    assert_int_equal(B->reserve(ctx, G + 4096, 0, (void **)&va), -EINVAL);
+    assert_int_equal(B->reserve(ctx, G, 3 * G, (void **)&va), -EINVAL);
+    assert_int_equal(B->reserve(ctx, 16 * G, 0, (void **)&va), 0);
+    assert_int_equal(B->reserve(ctx, 4 * G, 0, (void **)&other), 0);
+
+    /* chunk_create: bad device, bad size */
+    assert_int_equal(B->chunk_create(ctx, -1, G, &h), -EINVAL);
+    assert_int_equal(B->chunk_create(ctx, 2, G, &h), -EINVAL);
+    assert_int_equal(B->chunk_create(ctx, 0, 0, &h), -EINVAL);
+    assert_int_equal(B->chunk_create(ctx, 0, G / 2, &h), -EINVAL);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &h2), 0);
+    assert_int_equal(B->chunk_create(ctx, 1, 4 * G, &h4), 0);
+
+    /* map: alignment, reservation, size, handle, overlap */
+    assert_int_equal(B->map(ctx, va + 4096, G, h), -EINVAL);
+    assert_int_equal(B->map(ctx, va + 16 * G, G, h), -EINVAL);
+    assert_int_equal(B->map(ctx, va + 14 * G, 4 * G, h4), -EINVAL);
+    assert_int_equal(B->map(ctx, other + 2 * G, 4 * G, h4), -EINVAL);
+    assert_int_equal(B->map(ctx, va, 2 * G, h), -EINVAL);
+    assert_int_equal(B->map(ctx, va, G, h2), -EINVAL);
+    assert_int_equal(B->map(ctx, va, G, 0), -EINVAL);
+    assert_int_equal(B->map(ctx, va, G, 12345), -EINVAL);
+    assert_int_equal(B->map(ctx, va, G, h + 1), -EINVAL);
+    assert_int_equal(B->map(ctx, va + G, 2 * G, h2), 0);
+    assert_int_equal(B->map(ctx, va + G, 2 * G, h2), -EINVAL);
+    assert_int_equal(B->map(ctx, va + 2 * G, G, h), -EINVAL);
+    assert_int_equal(B->map(ctx, va, 4 * G, h4), -EINVAL);
+    /* Nothing above changed anything: va is still free. */
+    assert_int_equal(B->map(ctx, va, G, h), 0);
+
+    /* set_access: unmapped parts, devices */
+    assert_int_equal(B->set_access(ctx, va + 3 * G, G, &dev, 1), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va, 4 * G, &dev, 1), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va, 3 * G, &bad, 1), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va, 3 * G, &neg, 1), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va, 3 * G, &dev, 0), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va, 3 * G, NULL, 1), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va + 4096, G, &dev, 1), -EINVAL);
+    assert_prot(va, "---s");
+    /* One call over two mappings is fine. */
+    assert_int_equal(B->set_access(ctx, va, 3 * G, &dev, 1), 0);
+    assert_prot(va + 2 * G, "rw-s");
+
+    /* unmap: whole mappings only */
+    assert_int_equal(B->unmap(ctx, va + G, G), -EINVAL);
+    assert_int_equal(B->unmap(ctx, va + 2 * G, G), -EINVAL);
+    assert_int_equal(B->unmap(ctx, va, 2 * G), -EINVAL);
+    assert_int_equal(B->unmap(ctx, va, 4 * G), -EINVAL);
+    assert_int_equal(B->unmap(ctx, va + 8 * G, G), -EINVAL);
+    assert_int_equal(B->unmap(ctx, va + 4096, G), -EINVAL);
+    assert_prot(va + G, "rw-s");
+
+    /* unreserve: exact, and nothing mapped */
+    assert_int_equal(B->unreserve(ctx, va, 16 * G), -EBUSY);
+    assert_int_equal(B->unreserve(ctx, va, 8 * G), -EINVAL);
+    assert_int_equal(B->unreserve(ctx, va + G, 15 * G), -EINVAL);
+
+    /* release: bad and double */
+    assert_int_equal(B->chunk_release(ctx, 0), -EINVAL);
+    assert_int_equal(B->chunk_release(ctx, h + 3), -EINVAL);
+    assert_int_equal(B->chunk_release(ctx, h4), 0);
+    assert_int_equal(B->chunk_release(ctx, h4), -EINVAL);
+    assert_int_equal(B->map(ctx, other, 4 * G, h4), -EINVAL);
+
+    /* Two mappings in one unmap call are fine. */
+    assert_int_equal(B->unmap(ctx, va, 3 * G), 0);
+    assert_int_equal(B->unmap(ctx, va, G), -EINVAL);
+    assert_int_equal(B->unreserve(ctx, va, 16 * G), 0);
+    assert_int_equal(B->unreserve(ctx, va, 16 * G), -EINVAL);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->chunk_release(ctx, h2), 0);
+    assert_int_equal(B->unreserve(ctx, other, 4 * G), 0);
+    B->close(ctx);
+}
+
+static void test_release_while_mapped(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 2 * G, &topo);
+    ump_handle_t h, h2;
+    char *va;
+
+    (void)state;
+    va = map_new(ctx, 0, 2 * G, &h);
+    memset(va, 0x77, 2 * G);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    /* Still readable and writable through the mapping. */
+    assert_int_equal(va[0], 0x77);
+    assert_int_equal(va[2 * G - 1], 0x77);
+    va[5] = 1;
+    assert_int_equal(va[5], 1);
+    /* The handle is gone, but the memory is not: the device stays full. */
+    assert_int_equal(B->chunk_release(ctx, h), -EINVAL);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h2), -ENOMEM);
+    assert_int_equal(B->unmap(ctx, va, 2 * G), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &h2), 0);
+    assert_int_equal(B->chunk_release(ctx, h2), 0);
+    assert_int_equal(B->unreserve(ctx, va, 2 * G), 0);
+    B->close(ctx);
+}
+
+static void test_punch_hole(void **state)
+{
+    struct ump_topology topo;
+    /* One chunk fills the device, so the next one takes the same offset. */
+    void *ctx = open_sim(1, G, &topo);
+    ump_handle_t h;
+    char *va;
+
+    (void)state;
+    va = map_new(ctx, 0, G, &h);
+    memset(va, 0xab, G);
+    unmap_free(ctx, va, G, h);
+
+    va = map_new(ctx, 0, G, &h);
+    for (size_t i = 0; i < G; i += 512)
+        assert_int_equal(va[i], 0);
+    assert_int_equal(va[G - 1], 0);
+    unmap_free(ctx, va, G, h);
+    B->close(ctx);
+}
+
+static void test_reserve_alignment(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, G, &topo);
+    size_t aligns[] = {0, 4096, G, 64 * MiB, GiB};
+    void *va[5];
+
+    (void)state;
+    for (int i = 0; i < 5; i++) {
+        size_t want = aligns[i] > G ? aligns[i] : G;
+
+        assert_int_equal(B->reserve(ctx, 3 * G, aligns[i], &va[i]), 0);
+        assert_int_equal((uintptr_t)va[i] % want, 0);
+        assert_prot(va[i], "---p");
+        assert_prot((char *)va[i] + 3 * G - 1, "---p");
+    }
+    for (int i = 0; i < 5; i++)
+        assert_int_equal(B->unreserve(ctx, va[i], 3 * G), 0);
+    B->close(ctx);
+}
+
+/* Many small mappings side by side, then one unmap call for all of them. */
+static void test_many_mappings(void **state)
+{
+    enum { N = 8192 };
+    struct ump_topology topo;
+    void *ctx = open_sim(1, N * G, &topo);
+    ump_handle_t *h = calloc(N, sizeof(*h));
+    int dev = 0;
+    char *va;
+
+    (void)state;
+    assert_non_null(h);
+    assert_int_equal(B->reserve(ctx, N * G, 0, (void **)&va), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(B->chunk_create(ctx, 0, G, &h[i]), 0);
+        assert_int_equal(B->map(ctx, va + i * G, G, h[i]), 0);
+        assert_int_equal(B->chunk_release(ctx, h[i]), 0);
+    }
+    assert_int_equal(B->set_access(ctx, va, N * G, &dev, 1), 0);
+    va[(size_t)(N - 1) * G] = 9;
+    assert_int_equal(B->unreserve(ctx, va, N * G), -EBUSY);
+    assert_int_equal(B->unmap(ctx, va, N * G), 0);
+    assert_int_equal(B->unreserve(ctx, va, N * G), 0);
+    /* Every release took effect at the unmap: the device is empty. */
+    assert_int_equal(B->chunk_create(ctx, 0, N * G, &h[0]), 0);
+    free(h);
+    B->close(ctx);
+}
+
+/* --- streams and events ---------------------------------------------- */
+
+struct gate {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    bool open, entered;
+};
+
+static void gate_init(struct gate *g)
+{
+    pthread_mutex_init(&g->m, NULL);
+    pthread_cond_init(&g->c, NULL);
+    g->open = g->entered = false;
+}
+
+static void gate_fini(struct gate *g)
+{
+    pthread_cond_destroy(&g->c);
+    pthread_mutex_destroy(&g->m);
+}
+
+/* Host function: blocks its stream until the test opens the gate. */
+static void gate_pass(void *arg)
+{
+    struct gate *g = arg;
+
+    pthread_mutex_lock(&g->m);
+    g->entered = true;
+    pthread_cond_broadcast(&g->c);
+    while (!g->open)
+        pthread_cond_wait(&g->c, &g->m);
+    pthread_mutex_unlock(&g->m);
+}
+
+static void gate_wait_entered(struct gate *g)
+{
+    pthread_mutex_lock(&g->m);
+    while (!g->entered)
+        pthread_cond_wait(&g->c, &g->m);
+    pthread_mutex_unlock(&g->m);
+}
+
+static void gate_open(struct gate *g)
+{
+    pthread_mutex_lock(&g->m);
+    g->open = true;
+    pthread_cond_broadcast(&g->c);
+    pthread_mutex_unlock(&g->m);
+}
+
+struct probe {
+    const unsigned char *a, *b;
+    unsigned char seen_a, seen_b;
+    int order;
+    int *counter;
+};
+
+static void probe_run(void *arg)
+{
+    struct probe *p = arg;
+
+    p->seen_a = p->a[100];
+    p->seen_b = p->b[100];
+    p->order = ++*p->counter;
+}
+
+static void test_stream_order(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(2, 64 * MiB, &topo);
+    unsigned char *a, *b = malloc(4096);
+    struct probe p1 = {0}, p2 = {0};
+    struct gate g;
+    ump_handle_t h;
+    void *s;
+    int counter = 0;
+
+    (void)state;
+    assert_non_null(b);
+    gate_init(&g);
+    /* Two granules reserved, the first one usable. */
+    assert_int_equal(B->reserve(ctx, 2 * G, 0, (void **)&a), 0);
+    assert_int_equal(B->chunk_create(ctx, 1, G, &h), 0);
+    assert_int_equal(B->map(ctx, a, G, h), 0);
+    assert_int_equal(B->set_access(ctx, a, G, (int[]){1}, 1), 0);
+    memset(b, 0, 4096);
+    p1.a = p2.a = a;
+    p1.b = p2.b = b;
+    p1.counter = p2.counter = &counter;
+
+    assert_int_equal(B->stream_create(ctx, 1, &s), 0);
+    assert_int_equal(B->host_func(ctx, s, gate_pass, &g), 0);
+    assert_int_equal(B->memset_async(ctx, a, 1, 4096, s), 0);
+    assert_int_equal(B->host_func(ctx, s, probe_run, &p1), 0);
+    assert_int_equal(B->memcpy_async(ctx, b, a, 4096, s), 0);
+    assert_int_equal(B->memset_async(ctx, a, 2, 4096, s), 0);
+    assert_int_equal(B->host_func(ctx, s, probe_run, &p2), 0);
+    /* Nothing after the gate ran yet. */
+    gate_wait_entered(&g);
+    assert_int_equal(a[100], 0);
+    assert_int_equal(counter, 0);
+    gate_open(&g);
+    assert_int_equal(B->stream_sync(ctx, s), 0);
+    assert_int_equal(p1.order, 1);
+    assert_int_equal(p1.seen_a, 1);
+    assert_int_equal(p1.seen_b, 0);
+    assert_int_equal(p2.order, 2);
+    assert_int_equal(p2.seen_a, 2);
+    assert_int_equal(p2.seen_b, 1);
+    assert_int_equal(b[4095], 1);
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+
+    /* Copies are checked when queued: overlap and unmapped memory. */
+    assert_int_equal(B->stream_create(ctx, 0, &s), 0);
+    assert_int_equal(B->memcpy_async(ctx, a + 8, a, 16, s), -EINVAL);
+    assert_int_equal(B->memcpy_async(ctx, b, a + G, 16, s), -EINVAL);
+    assert_int_equal(B->memset_async(ctx, a + G - 8, 0, 16, s), -EINVAL);
+    assert_int_equal(B->host_func(ctx, s, NULL, NULL), -EINVAL);
+    assert_int_equal(B->stream_create(ctx, 2, &s), -EINVAL);
+    /* Destroy waits for the queued work. */
+    assert_int_equal(B->memset_async(ctx, b, 7, 4096, s), 0);
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+    assert_int_equal(b[4095], 7);
+    assert_int_equal(B->unmap(ctx, a, G), 0);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unreserve(ctx, a, 2 * G), 0);
+    gate_fini(&g);
+    free(b);
+    B->close(ctx);
+}
+
+static void test_events(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    void *s, *s2, *ev, *ev2;
+    struct gate g;
+
+    (void)state;
+    gate_init(&g);
+    assert_int_equal(B->stream_create(ctx, 0, &s), 0);
+    assert_int_equal(B->stream_create(ctx, 0, &s2), 0);
+    assert_int_equal(B->event_create(ctx, &ev), 0);
+    assert_int_equal(B->event_create(ctx, &ev2), 0);
+    /* Never recorded: complete. */
+    assert_int_equal(B->event_query(ctx, ev), 0);
+    assert_int_equal(B->event_sync(ctx, ev), 0);
+
+    assert_int_equal(B->host_func(ctx, s, gate_pass, &g), 0);
+    assert_int_equal(B->event_record(ctx, ev, s), 0);
+    gate_wait_entered(&g);
+    assert_int_equal(B->event_query(ctx, ev), -EAGAIN);
+    assert_int_equal(B->event_query(ctx, ev), -EAGAIN);
+    /* Re-recording replaces the capture: s2 is idle. */
+    assert_int_equal(B->event_record(ctx, ev2, s), 0);
+    assert_int_equal(B->event_query(ctx, ev2), -EAGAIN);
+    assert_int_equal(B->event_record(ctx, ev2, s2), 0);
+    assert_int_equal(B->event_query(ctx, ev2), 0);
+    assert_int_equal(B->event_record(ctx, ev2, s), 0);
+    assert_int_equal(B->event_query(ctx, ev2), -EAGAIN);
+    assert_int_equal(B->event_record(ctx, ev2, NULL), 0);
+    assert_int_equal(B->event_query(ctx, ev2), 0);
+
+    gate_open(&g);
+    assert_int_equal(B->event_sync(ctx, ev), 0);
+    assert_int_equal(B->event_query(ctx, ev), 0);
+
+    /* An event outlives the stream it was recorded on. */
+    gate_fini(&g);
+    gate_init(&g);
+    assert_int_equal(B->host_func(ctx, s2, gate_pass, &g), 0);
+    assert_int_equal(B->event_record(ctx, ev, s2), 0);
+    gate_wait_entered(&g);
+    assert_int_equal(B->event_query(ctx, ev), -EAGAIN);
+    gate_open(&g);
+    assert_int_equal(B->stream_destroy(ctx, s2), 0);
+    assert_int_equal(B->event_query(ctx, ev), 0);
+
+    assert_int_equal(B->event_destroy(ctx, ev2), 0);
+    assert_int_equal(B->event_destroy(ctx, ev), 0);
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+    gate_fini(&g);
+    B->close(ctx);
+}
+
+static void set_flag(void *arg)
+{
+    *(int *)arg = 42;
+}
+
+static void test_default_stream(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    char src[64], dst[64];
+    int flag = 0;
+    void *ev;
+
+    (void)state;
+    memset(src, 3, sizeof(src));
+    memset(dst, 0, sizeof(dst));
+    /* Stream NULL runs before the call returns. */
+    assert_int_equal(B->memcpy_async(ctx, dst, src, sizeof(dst), NULL), 0);
+    assert_memory_equal(dst, src, sizeof(dst));
+    assert_int_equal(B->memset_async(ctx, dst, 9, 10, NULL), 0);
+    assert_int_equal(dst[9], 9);
+    assert_int_equal(dst[10], 3);
+    assert_int_equal(B->host_func(ctx, NULL, set_flag, &flag), 0);
+    assert_int_equal(flag, 42);
+    assert_int_equal(B->stream_sync(ctx, NULL), 0);
+    assert_int_equal(B->stream_destroy(ctx, NULL), -EINVAL);
+    assert_int_equal(B->event_create(ctx, &ev), 0);
+    assert_int_equal(B->event_record(ctx, ev, NULL), 0);
+    assert_int_equal(B->event_query(ctx, ev), 0);
+    assert_int_equal(B->event_destroy(ctx, ev), 0);
+    B->close(ctx);
+}
+
+struct reentry {
+    void *ctx;
+    int create_err, sync_err;
+};
+
+static void call_backend(void *arg)
+{
+    struct reentry *r = arg;
+    ump_handle_t h;
+
+    r->create_err = B->chunk_create(r->ctx, 0, G, &h);
+    r->sync_err = B->stream_sync(r->ctx, NULL);
+}
+
+static void test_host_func_no_backend(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    struct reentry r = {ctx, 0, 0};
+    ump_handle_t h;
+    void *s;
+
+    (void)state;
+    assert_int_equal(B->stream_create(ctx, 0, &s), 0);
+    assert_int_equal(B->host_func(ctx, s, call_backend, &r), 0);
+    assert_int_equal(B->stream_sync(ctx, s), 0);
+    assert_int_equal(r.create_err, -EPERM);
+    assert_int_equal(r.sync_err, -EPERM);
+    /* The flag is per call: the default stream and this thread are fine. */
+    r.create_err = r.sync_err = 1;
+    assert_int_equal(B->host_func(ctx, NULL, call_backend, &r), 0);
+    assert_int_equal(r.create_err, -EPERM);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h), 0);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+    B->close(ctx);
+}
+
+static void test_fault_injection(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    int dev = 0;
+    ump_handle_t h[3];
+    char *va, *va2;
+
+    (void)state;
+    assert_int_equal(sim_inject_fault(ctx, "nonsense", 1, -EIO), -EINVAL);
+    assert_int_equal(sim_inject_fault(ctx, "map", -1, -EIO), -EINVAL);
+    assert_int_equal(sim_inject_fault(ctx, "map", 1, EIO), -EINVAL);
+
+    /* reserve: the second call fails, without reserving anything. */
+    assert_int_equal(sim_inject_fault(ctx, "reserve", 2, -ENOMEM), 0);
+    assert_int_equal(B->reserve(ctx, 4 * G, 0, (void **)&va), 0);
+    va2 = NULL;
+    assert_int_equal(B->reserve(ctx, 4 * G, 0, (void **)&va2), -ENOMEM);
+    assert_null(va2);
+    assert_int_equal(B->reserve(ctx, 4 * G, 0, (void **)&va2), 0);
+    assert_int_equal(B->unreserve(ctx, va2, 4 * G), 0);
+
+    /* chunk_create: no capacity is used by the failed call. */
+    assert_int_equal(sim_inject_fault(ctx, "chunk_create", 1, -EIO), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 32 * G, &h[0]), -EIO);
+    assert_int_equal(B->chunk_create(ctx, 0, 32 * G, &h[0]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[0]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[0]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[1]), 0);
+
+    /* map */
+    assert_int_equal(sim_inject_fault(ctx, "map", 1, -EIO), 0);
+    assert_int_equal(B->map(ctx, va, G, h[0]), -EIO);
+    assert_int_equal(B->map(ctx, va, G, h[0]), 0);
+    assert_int_equal(B->map(ctx, va + G, G, h[1]), 0);
+
+    /* set_access: still inaccessible after the failure */
+    assert_int_equal(sim_inject_fault(ctx, "set_access", 1, -EPERM), 0);
+    assert_int_equal(B->set_access(ctx, va, 2 * G, &dev, 1), -EPERM);
+    assert_prot(va, "---s");
+    assert_int_equal(B->set_access(ctx, va, 2 * G, &dev, 1), 0);
+    assert_prot(va, "rw-s");
+
+    /* unmap: still mapped after the failure */
+    assert_int_equal(sim_inject_fault(ctx, "unmap", 1, -EIO), 0);
+    assert_int_equal(B->unmap(ctx, va, G), -EIO);
+    va[0] = 1;
+    assert_int_equal(B->unmap(ctx, va, G), 0);
+
+    /* nth 0 clears a pending fault. */
+    assert_int_equal(sim_inject_fault(ctx, "unmap", 1, -EIO), 0);
+    assert_int_equal(sim_inject_fault(ctx, "unmap", 0, 0), 0);
+    assert_int_equal(B->unmap(ctx, va + G, G), 0);
+    /* A fault counts only calls of its own operation. */
+    assert_int_equal(sim_inject_fault(ctx, "chunk_create", 2, -EIO), 0);
+    assert_int_equal(B->map(ctx, va, G, h[0]), 0);
+    assert_int_equal(B->unmap(ctx, va, G), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[2]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[2]), -EIO);
+
+    assert_int_equal(B->chunk_release(ctx, h[0]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[1]), 0);
+    assert_int_equal(B->unreserve(ctx, va, 4 * G), 0);
+    B->close(ctx);
+}
+
+/* close frees whatever the caller left behind (ASan reports leaks). */
+static void test_close_with_leftovers(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(2, 64 * MiB, &topo);
+    ump_handle_t h, h2;
+    void *s, *ev;
+    char *va;
+
+    (void)state;
+    va = map_new(ctx, 0, 2 * G, &h);
+    assert_int_equal(B->chunk_create(ctx, 1, G, &h2), 0);
+    assert_int_equal(B->stream_create(ctx, 1, &s), 0);
+    assert_int_equal(B->event_create(ctx, &ev), 0);
+    assert_int_equal(B->memset_async(ctx, va, 1, 2 * G, s), 0);
+    assert_int_equal(B->event_record(ctx, ev, s), 0);
+    B->close(ctx);
+    assert_prot(va, "");
+}
+
+static void test_close_in_child(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    ump_handle_t h;
+    int status;
+    pid_t pid;
+    void *s;
+    char *va;
+
+    (void)state;
+    va = map_new(ctx, 0, G, &h);
+    assert_int_equal(B->stream_create(ctx, 0, &s), 0);
+    va[0] = 5;
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        char perms[5];
+
+        B->close_in_child(ctx);
+        prot_of(va, perms);
+        _exit(perms[0] == '\0' ? 0 : 1);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* The parent still has everything. */
+    assert_int_equal(va[0], 5);
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+    unmap_free(ctx, va, G, h);
+    B->close(ctx);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_uniform),
+        cmocka_unit_test(test_open_mem_override),
+        cmocka_unit_test(test_open_topology),
+        cmocka_unit_test(test_map_access_unmap),
+        cmocka_unit_test(test_two_views),
+        cmocka_unit_test(test_capacity),
+        cmocka_unit_test(test_strictness),
+        cmocka_unit_test(test_release_while_mapped),
+        cmocka_unit_test(test_punch_hole),
+        cmocka_unit_test(test_reserve_alignment),
+        cmocka_unit_test(test_many_mappings),
+        cmocka_unit_test(test_stream_order),
+        cmocka_unit_test(test_events),
+        cmocka_unit_test(test_default_stream),
+        cmocka_unit_test(test_host_func_no_backend),
+        cmocka_unit_test(test_fault_injection),
+        cmocka_unit_test(test_close_with_leftovers),
+        cmocka_unit_test(test_close_in_child),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

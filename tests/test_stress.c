@@ -1,0 +1,370 @@
+/*
+ * Several threads allocate, check and free at random for a bounded time:
+ * mostly small sizes, some of 1-8 MiB, buffers handed to another thread to
+ * free, statistics and trims in between. The devices are small so that the
+ * pool runs out now and then: -ENOMEM is counted, any other error fails.
+ */
+#include "config.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "testutil.h"
+
+#define NTHREADS 4
+#define SLOTS 96
+#define INBOX 256
+
+struct item {
+    void *p;
+    size_t size;
+    uint64_t seed;
+};
+
+/* Buffers handed to a thread by another, to check and free. */
+struct inbox {
+    pthread_mutex_t lock;
+    int n;
+    struct item items[INBOX];
+};
+
+struct run_state {
+    ump_pool_t *pool;
+    double seconds;
+    int big_one_in; /* one allocation in this many is 1-8 MiB */
+    struct inbox inbox[NTHREADS];
+    atomic_ulong allocs, frees, enomem, handed;
+    atomic_int errors;
+    char first_error[256];
+    pthread_mutex_t err_lock;
+};
+
+struct worker {
+    struct run_state *rs;
+    int id;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void report(struct run_state *rs, const char *what, int rc,
+                   const void *p)
+{
+    if (atomic_fetch_add(&rs->errors, 1) == 0) {
+        pthread_mutex_lock(&rs->err_lock);
+        snprintf(rs->first_error, sizeof(rs->first_error),
+                 "%s: rc %d (%s), ptr %p", what, rc, ump_strerror(rc), p);
+        pthread_mutex_unlock(&rs->err_lock);
+    }
+}
+
+/* Checks a buffer's data and the pool's view of it, then frees it. */
+static void check_and_free(struct run_state *rs, const struct item *it)
+{
+    if (tu_check(it->p, it->size, it->seed) != it->size)
+        report(rs, "pattern broken", 0, it->p);
+    ump_ptr_info_t info;
+    int rc = ump_ptr_info(rs->pool, (char *)it->p + it->size / 2, &info);
+    if (rc != 0)
+        report(rs, "ump_ptr_info", rc, it->p);
+    else if (info.base != it->p || info.size != it->size ||
+             info.tier != UMP_TIER_DEVICE)
+        report(rs, "ump_ptr_info: wrong base, size or tier", 0, it->p);
+    rc = ump_free(rs->pool, it->p);
+    if (rc != 0)
+        report(rs, "ump_free", rc, it->p);
+    else
+        atomic_fetch_add(&rs->frees, 1);
+}
+
+static bool inbox_push(struct inbox *ib, const struct item *it)
+{
+    bool ok = false;
+    pthread_mutex_lock(&ib->lock);
+    if (ib->n < INBOX) {
+        ib->items[ib->n++] = *it;
+        ok = true;
+    }
+    pthread_mutex_unlock(&ib->lock);
+    return ok;
+}
+
+static bool inbox_pop(struct inbox *ib, struct item *it)
+{
+    bool ok = false;
+    pthread_mutex_lock(&ib->lock);
+    if (ib->n > 0) {
+        *it = ib->items[--ib->n];
+        ok = true;
+    }
+    pthread_mutex_unlock(&ib->lock);
+    return ok;
+}
+
+static size_t random_size(struct run_state *rs, uint64_t *rng)
+{
+    uint64_t r = tu_rand(rng);
+    if (r % (uint64_t)rs->big_one_in == 0)
+        return TU_MIB + (r >> 8) % (7 * TU_MIB + 1);
+    switch ((r >> 4) % 4) {
+    case 0:
+        return 1 + (r >> 8) % 256;
+    case 1:
+        return 1 + (r >> 8) % 4096;
+    case 2:
+        return 1 + (r >> 8) % 65536;
+    default:
+        return 1 + (r >> 8) % (512 * TU_KIB);
+    }
+}
+
+static void *worker_thread(void *arg)
+{
+    struct worker *w = arg;
+    struct run_state *rs = w->rs;
+    struct item items[SLOTS];
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (uint64_t)(w->id + 1);
+    uint64_t serial = 0;
+    int ndev = ump_device_count(rs->pool);
+    double deadline = now_s() + rs->seconds;
+    memset(items, 0, sizeof(items));
+
+    int rc = ump_set_device(rs->pool, w->id % ndev);
+    if (rc != 0)
+        report(rs, "ump_set_device", rc, NULL);
+
+    for (unsigned long iter = 0; atomic_load(&rs->errors) == 0; iter++) {
+        if (iter % 64 == 0 && now_s() > deadline)
+            break;
+        uint64_t r = tu_rand(&rng);
+        struct item it;
+        if (r % 8 == 0 && inbox_pop(&rs->inbox[w->id], &it)) {
+            check_and_free(rs, &it);
+            continue;
+        }
+        if (r % 512 == 1) {
+            /* A device, or the whole pool. */
+            int sel = (int)((r >> 20) % (uint64_t)(ndev + 1)) - 1;
+            ump_stats_t st;
+            rc = ump_stats(rs->pool, sel < 0 ? UMP_DEVICE_ALL : sel, &st);
+            if (rc != 0)
+                report(rs, "ump_stats", rc, NULL);
+            else if (st.mapped_bytes > st.capacity)
+                report(rs, "ump_stats: mapped_bytes > capacity", 0, NULL);
+        }
+        if (r % 4096 == 2 && (rc = ump_trim(rs->pool)) != 0)
+            report(rs, "ump_trim", rc, NULL);
+
+        struct item *slot = &items[(r >> 32) % SLOTS];
+        if (slot->p) {
+            if ((r >> 12) % 8 == 0 &&
+                inbox_push(&rs->inbox[(w->id + 1) % NTHREADS], slot)) {
+                atomic_fetch_add(&rs->handed, 1);
+            } else {
+                check_and_free(rs, slot);
+            }
+            slot->p = NULL;
+            continue;
+        }
+        size_t size = random_size(rs, &rng);
+        void *p = NULL;
+        rc = ump_alloc(rs->pool, size, NULL, &p);
+        if (rc == -ENOMEM) {
+            atomic_fetch_add(&rs->enomem, 1);
+            continue;
+        }
+        if (rc != 0 || !p || (uintptr_t)p % TU_ALIGN) {
+            report(rs, "ump_alloc", rc, p);
+            continue;
+        }
+        atomic_fetch_add(&rs->allocs, 1);
+        slot->p = p;
+        slot->size = size;
+        slot->seed = ((uint64_t)w->id << 48) ^ ++serial;
+        tu_fill(p, size, slot->seed);
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (items[i].p)
+            check_and_free(rs, &items[i]);
+    return NULL;
+}
+
+static void run_stress(const char *config, double seconds, int big_one_in)
+{
+    static struct run_state rs;
+    memset(&rs, 0, sizeof(rs));
+    rs.pool = tu_pool_create(config);
+    rs.seconds = seconds;
+    rs.big_one_in = big_one_in;
+    pthread_mutex_init(&rs.err_lock, NULL);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_mutex_init(&rs.inbox[i].lock, NULL);
+
+    pthread_t t[NTHREADS];
+    struct worker w[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        w[i] = (struct worker){&rs, i};
+        assert_int_equal(pthread_create(&t[i], NULL, worker_thread, &w[i]),
+                         0);
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+
+    /* What is still in the inboxes is freed here, by yet another thread. */
+    struct item it;
+    for (int i = 0; i < NTHREADS; i++)
+        while (inbox_pop(&rs.inbox[i], &it))
+            check_and_free(&rs, &it);
+
+    print_message("%lu allocations, %lu frees, %lu handed over, %lu -ENOMEM\n",
+                  atomic_load(&rs.allocs), atomic_load(&rs.frees),
+                  atomic_load(&rs.handed), atomic_load(&rs.enomem));
+    if (atomic_load(&rs.errors) != 0)
+        fail_msg("%d errors, the first: %s", atomic_load(&rs.errors),
+                 rs.first_error);
+    assert_true(atomic_load(&rs.allocs) > 0);
+    assert_int_equal(atomic_load(&rs.allocs), atomic_load(&rs.frees));
+
+    ump_stats_t st = tu_stats(rs.pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.alloc_count, atomic_load(&rs.allocs));
+    assert_int_equal(st.free_count, atomic_load(&rs.frees));
+    assert_int_equal(st.live_count, 0);
+    assert_int_equal(st.live_bytes, 0);
+    assert_true(st.mapped_bytes <= st.capacity);
+    assert_int_equal(ump_trim(rs.pool), 0);
+    st = tu_stats(rs.pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.cached_bytes, 0);
+    assert_int_equal(st.mapped_bytes, 0);
+    assert_int_equal(st.chunks_released, st.chunks_created);
+    tu_pool_destroy(rs.pool);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_mutex_destroy(&rs.inbox[i].lock);
+    pthread_mutex_destroy(&rs.err_lock);
+}
+
+/* Two devices with room for most of what the threads hold. */
+static void test_stress_mixed(void **state)
+{
+    (void)state;
+    run_stress("backend:sim,sim_devices:2,sim_device_mem:128M", 2.5, 12);
+}
+
+/* Devices so small that the pool is often full. */
+static void test_stress_tight(void **state)
+{
+    (void)state;
+    run_stress("backend:sim,sim_devices:2,sim_device_mem:32M", 1.0, 6);
+}
+
+struct pingpong {
+    ump_pool_t *pool;
+    struct inbox *box;
+    atomic_int *producers_left;
+    unsigned long count;
+    int errors;
+};
+
+static void *producer(void *arg)
+{
+    struct pingpong *pp = arg;
+    for (unsigned long i = 0; i < pp->count; i++) {
+        struct item it = {NULL, 16 + i % 3000, i};
+        if (ump_alloc(pp->pool, it.size, NULL, &it.p) != 0) {
+            pp->errors++;
+            continue;
+        }
+        tu_fill(it.p, it.size, it.seed);
+        while (!inbox_push(pp->box, &it))
+            sched_yield();
+    }
+    atomic_fetch_sub(pp->producers_left, 1);
+    return NULL;
+}
+
+static void consume(struct pingpong *pp, const struct item *it)
+{
+    if (tu_check(it->p, it->size, it->seed) != it->size)
+        pp->errors++;
+    if (ump_free(pp->pool, it->p) != 0)
+        pp->errors++;
+    pp->count++;
+}
+
+static void *consumer(void *arg)
+{
+    struct pingpong *pp = arg;
+    struct item it;
+    for (;;) {
+        if (inbox_pop(pp->box, &it)) {
+            consume(pp, &it);
+            continue;
+        }
+        if (atomic_load(pp->producers_left) == 0) {
+            /* A producer pushes before it counts itself out: look once
+             * more after seeing them all gone. */
+            if (!inbox_pop(pp->box, &it))
+                break;
+            consume(pp, &it);
+            continue;
+        }
+        sched_yield();
+    }
+    return NULL;
+}
+
+/* Two threads allocate, two others free everything: the frees are all from
+ * a thread other than the allocating one. */
+static void test_cross_thread_pingpong(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:128M");
+    static struct inbox box;
+    memset(&box, 0, sizeof(box));
+    pthread_mutex_init(&box.lock, NULL);
+    atomic_int left;
+    atomic_init(&left, 2);
+    enum { PER = 20000 };
+    struct pingpong pp[4] = {
+        {pool, &box, &left, PER, 0},
+        {pool, &box, &left, PER, 0},
+        {pool, &box, &left, 0, 0},
+        {pool, &box, &left, 0, 0},
+    };
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_create(&t[i], NULL,
+                                        i < 2 ? producer : consumer, &pp[i]),
+                         0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(pp[i].errors, 0);
+    assert_int_equal(pp[2].count + pp[3].count, 2 * PER);
+
+    ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.alloc_count, 2 * PER);
+    assert_int_equal(st.free_count, 2 * PER);
+    assert_int_equal(st.live_count, 0);
+    assert_int_equal(st.live_bytes, 0);
+    assert_int_equal(ump_trim(pool), 0);
+    assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).mapped_bytes, 0);
+    tu_pool_destroy(pool);
+    pthread_mutex_destroy(&box.lock);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_stress_mixed),
+        cmocka_unit_test(test_stress_tight),
+        cmocka_unit_test(test_cross_thread_pingpong),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

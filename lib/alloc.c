@@ -18,7 +18,7 @@ static int bad_arg(const char *fn, const char *what)
     return -EINVAL;
 }
 
-static __attribute__((noinline, cold)) int bad_pool(int rc, const char *fn)
+__attribute__((noinline, cold)) int pool_refused(int rc, const char *fn)
 {
     if (rc == -EINVAL)
         ump_log_error("%s: the pool is NULL", fn);
@@ -26,12 +26,6 @@ static __attribute__((noinline, cold)) int bad_pool(int rc, const char *fn)
         ump_log_error("%s: this pool was created before fork(); create a "
                       "new pool in the child", fn);
     return rc;
-}
-
-static inline int check_pool(ump_pool_t *pool, const char *fn)
-{
-    int rc = pool_check(pool);
-    return ump_likely(!rc) ? 0 : bad_pool(rc, fn);
 }
 
 int pool_bad_pointer(ump_pool_t *pool, const void *ptr, const char *fn,
@@ -242,7 +236,7 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc, int dev, size_t n,
 UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
                          void **ptr_p)
 {
-    int rc = check_pool(pool, "ump_alloc");
+    int rc = pool_check(pool, "ump_alloc");
     if (rc)
         return rc;
     if (ump_unlikely(!ptr_p))
@@ -381,7 +375,7 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
 
 UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
 {
-    int rc = check_pool(pool, "ump_free");
+    int rc = pool_check(pool, "ump_free");
     if (rc || !ptr)
         return rc;
     struct tcache *tc = tcache_get(pool);
@@ -438,7 +432,7 @@ void pool_poll_pending(ump_pool_t *pool, bool wait)
 
 UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
 {
-    int rc = check_pool(pool, "ump_free_async");
+    int rc = pool_check(pool, "ump_free_async");
     if (rc || !ptr)
         return rc;
     struct tcache *tc = tcache_get(pool);
@@ -499,7 +493,7 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
 UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
                             ump_ptr_info_t *info_p)
 {
-    int rc = check_pool(pool, "ump_ptr_info");
+    int rc = pool_check(pool, "ump_ptr_info");
     if (rc)
         return rc;
     if (!info_p)

@@ -32,6 +32,11 @@ void pool_note_in_use(ump_pool_t *pool, int device)
     size_t in_use = ds->mapped - ds->cached;
     if (in_use > ds->peak)
         ds->peak = in_use;
+    size_t total = 0;
+    for (int d = 0; d < pool->ndev; d++)
+        total += pool->dev[d].mapped - pool->dev[d].cached;
+    if (total > pool->peak)
+        pool->peak = total;
 }
 
 void pool_flush_tcaches(ump_pool_t *pool)
@@ -319,13 +324,10 @@ static int destroy_in_child(ump_pool_t *pool)
 
 UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
 {
-    int rc = pool_check(pool);
-    if (rc == -ENOTRECOVERABLE)
+    if (!pool)
+        return pool_refused(-EINVAL, "ump_pool_destroy");
+    if (pool->fork_gen != atomic_load(&fork_generation))
         return destroy_in_child(pool);
-    if (rc) {
-        ump_log_error("ump_pool_destroy: the pool is NULL");
-        return rc;
-    }
     pthread_mutex_lock(&pool->lock);
     uint64_t live = live_count_locked(pool);
     if (live) {
@@ -348,7 +350,7 @@ UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
             ump_log_warn("device %d: %zu bytes still mapped at destroy", d,
                          pool->dev[d].mapped);
     pthread_mutex_unlock(&pool->lock);
-    rc = pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
+    int rc = pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
     if (rc)
         ump_log_warn("cannot release the address reservation: %s",
                      ump_strerror(rc));
@@ -361,13 +363,13 @@ UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
 
 UMP_EXPORT int ump_device_count(ump_pool_t *pool)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, "ump_device_count");
     return rc ? rc : pool->ndev;
 }
 
 UMP_EXPORT int ump_set_device(ump_pool_t *pool, int device)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, "ump_set_device");
     if (rc)
         return rc;
     if (device < 0 || device >= pool->ndev) {
@@ -384,11 +386,13 @@ UMP_EXPORT int ump_set_device(ump_pool_t *pool, int device)
 
 UMP_EXPORT int ump_get_device(ump_pool_t *pool, int *device_p)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, "ump_get_device");
     if (rc)
         return rc;
-    if (!device_p)
+    if (!device_p) {
+        ump_log_error("ump_get_device: device_p is NULL");
         return -EINVAL;
+    }
     struct tcache *tc = tcache_get(pool);
     if (!tc)
         return -ENOMEM;
@@ -398,7 +402,7 @@ UMP_EXPORT int ump_get_device(ump_pool_t *pool, int *device_p)
 
 UMP_EXPORT int ump_trim(ump_pool_t *pool)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, "ump_trim");
     if (rc)
         return rc;
     pthread_mutex_lock(&pool->lock);

@@ -124,6 +124,7 @@ struct ump_pool {
     void *va;
     struct vas vas;       /* (L) except the tags */
     struct dev_state *dev;   /* (L) */
+    size_t peak;             /* (L) pool-wide high-water mark of in use */
     struct run *free_runs;   /* (L) */
     struct pending *pending; /* (L) */
     struct pending *spare_pending; /* (L) recycled, each with its event */
@@ -156,16 +157,21 @@ void registry_remove(ump_pool_t *pool);
 bool registry_with_pool(ump_pool_t *pool, uint64_t id,
                         void (*fn)(ump_pool_t *, void *), void *arg);
 
-/* The common checks at the top of every public call. */
-static inline int pool_check(const ump_pool_t *pool)
+/* Logs why a pool was refused (NULL, or inherited across fork). */
+int pool_refused(int rc, const char *fn);
+
+/* The common check at the top of every public call: NULL pool is -EINVAL,
+ * a pool inherited across fork() -ENOTRECOVERABLE, each with a log line. */
+static inline int pool_check(const ump_pool_t *pool, const char *fn)
 {
+    int rc = 0;
     if (ump_unlikely(!pool))
-        return -EINVAL;
-    if (ump_unlikely(pool->fork_gen !=
-                     atomic_load_explicit(&fork_generation,
-                                          memory_order_relaxed)))
-        return -ENOTRECOVERABLE;
-    return 0;
+        rc = -EINVAL;
+    else if (ump_unlikely(pool->fork_gen !=
+                          atomic_load_explicit(&fork_generation,
+                                               memory_order_relaxed)))
+        rc = -ENOTRECOVERABLE;
+    return ump_likely(!rc) ? 0 : pool_refused(rc, fn);
 }
 
 #endif

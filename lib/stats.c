@@ -36,7 +36,7 @@ static void device_stats(ump_pool_t *pool, int d, ump_stats_t *st)
 
 UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, "ump_stats");
     if (rc)
         return rc;
     if (!stats_p || (device != UMP_DEVICE_ALL &&
@@ -64,6 +64,8 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
         st.chunks_created += one.chunks_created;
         st.chunks_released += one.chunks_released;
     }
+    if (device == UMP_DEVICE_ALL) /* not the sum: devices peak at other times */
+        st.peak_bytes = pool->peak;
     pthread_mutex_unlock(&pool->lock);
     *stats_p = st;
     return 0;

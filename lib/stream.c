@@ -5,7 +5,7 @@
 
 static int need(ump_pool_t *pool, bool ok, const char *fn, const char *what)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, fn);
     if (rc)
         return rc;
     if (!ok) {
@@ -38,7 +38,7 @@ UMP_EXPORT int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream)
 
 UMP_EXPORT int ump_stream_synchronize(ump_pool_t *pool, ump_stream_t stream)
 {
-    int rc = pool_check(pool);
+    int rc = pool_check(pool, "ump_stream_synchronize");
     return rc ? rc : pool->be->stream_sync(pool->bctx, stream);
 }
 

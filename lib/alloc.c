@@ -373,18 +373,27 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
     pthread_mutex_unlock(&pool->lock);
 }
 
+/* The start of ump_free and ump_free_async: 1 for a NULL ptr (nothing to
+ * do), 0 once ptr is claimed (its state moved to `to`), else an error. */
+static int free_begin(ump_pool_t *pool, void *ptr, unsigned to,
+                      const char *fn, struct tcache **tc_p, struct claim *c)
+{
+    int rc = pool_check(pool, fn);
+    if (rc || !ptr)
+        return rc ? rc : 1;
+    *tc_p = tcache_get(pool);
+    if (ump_unlikely(!*tc_p))
+        return -ENOMEM;
+    return claim(pool, ptr, to, fn, c);
+}
+
 UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
 {
-    int rc = pool_check(pool, "ump_free");
-    if (rc || !ptr)
-        return rc;
-    struct tcache *tc = tcache_get(pool);
-    if (ump_unlikely(!tc))
-        return -ENOMEM;
+    struct tcache *tc;
     struct claim c;
-    rc = claim(pool, ptr, OBJ_FREE, "ump_free", &c);
+    int rc = free_begin(pool, ptr, OBJ_FREE, "ump_free", &tc, &c);
     if (rc)
-        return rc;
+        return rc > 0 ? 0 : rc;
     if (c.slab)
         free_small(pool, tc, c.slab, c.idx, ptr);
     else
@@ -392,22 +401,17 @@ UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
     return 0;
 }
 
-/* Gives a claimed object (state OBJ_FREE) back to the pool. Lock held. */
-static void release_claimed(ump_pool_t *pool, void *meta, uint32_t idx,
-                            bool is_slab)
-{
-    if (is_slab)
-        slab_put(pool, meta, idx);
-    else
-        pool_run_free(pool, meta);
-}
-
+/* A deferred free whose stream work is done: the memory goes back to the
+ * pool (not to a thread cache: this may run in any thread). Lock held. */
 static void pending_done(ump_pool_t *pool, struct pending *p)
 {
-    set_state(p->is_slab ? &((struct slab *)p->meta)->word[p->idx]
-                         : &((struct run *)p->meta)->word,
-              OBJ_FREE);
-    release_claimed(pool, p->meta, p->idx, p->is_slab);
+    if (p->is_slab) {
+        set_state(&((struct slab *)p->meta)->word[p->idx], OBJ_FREE);
+        slab_put(pool, p->meta, p->idx);
+    } else {
+        set_state(&((struct run *)p->meta)->word, OBJ_FREE);
+        pool_run_free(pool, p->meta);
+    }
     p->next = pool->spare_pending;
     pool->spare_pending = p;
 }
@@ -432,16 +436,11 @@ void pool_poll_pending(ump_pool_t *pool, bool wait)
 
 UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
 {
-    int rc = pool_check(pool, "ump_free_async");
-    if (rc || !ptr)
-        return rc;
-    struct tcache *tc = tcache_get(pool);
-    if (ump_unlikely(!tc))
-        return -ENOMEM;
+    struct tcache *tc;
     struct claim c;
-    rc = claim(pool, ptr, OBJ_PENDING, "ump_free_async", &c);
+    int rc = free_begin(pool, ptr, OBJ_PENDING, "ump_free_async", &tc, &c);
     if (rc)
-        return rc;
+        return rc > 0 ? 0 : rc;
     pthread_mutex_lock(&pool->lock);
     pool_poll_pending(pool, false);
     struct pending *p = pool->spare_pending;

@@ -15,7 +15,9 @@ AC_DEFUN([AX_PTHREAD_SIMPLE], [
   AC_MSG_CHECKING([whether $CC accepts -pthread])
   ump_save_CFLAGS=$CFLAGS
   CFLAGS="$CFLAGS -pthread"
-  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <pthread.h>]], [[pthread_create(0, 0, 0, 0);]])],
+  AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <pthread.h>
+static void *run(void *arg) { return arg; }]],
+      [[pthread_t t; return pthread_create(&t, 0, run, 0);]])],
     [AC_MSG_RESULT([yes]); PTHREAD_CFLAGS=-pthread],
     [AC_MSG_RESULT([no]); AC_MSG_ERROR([POSIX threads are required])])
   CFLAGS=$ump_save_CFLAGS

@@ -187,13 +187,12 @@ static int alloc_small(ump_pool_t *pool, struct tcache *tc, int dev,
 
 /* --- big sizes: runs of chunks ------------------------------------------ */
 
-static void give_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
-                     size_t size, void **ptr_p)
+static void give_run(ump_pool_t *pool, struct run *r, size_t size,
+                     void **ptr_p)
 {
     atomic_store_explicit(&r->size, size, memory_order_relaxed);
     atomic_store_explicit(&r->word, obj_word(OBJ_LIVE, 0),
                           memory_order_release);
-    count_run(pool, tc, r, +1);
     *ptr_p = vas_addr(&pool->vas, r->start);
 }
 
@@ -213,9 +212,10 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc, int dev, size_t n,
         struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
         if (bin && bin->count) {
             struct tc_item it = bin->items[--bin->count];
+            ctr_add_u(&bin->allocs, 1);
             add_run_bytes(tc, dev, -(int64_t)(n << pool->chunk_shift));
             tc_exit(tc);
-            give_run(pool, tc, it.meta, size, ptr_p);
+            give_run(pool, it.meta, size, ptr_p);
             return 0;
         }
         tc_exit(tc);
@@ -229,7 +229,8 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc, int dev, size_t n,
             oom(pool, size, dev);
         return rc;
     }
-    give_run(pool, tc, r, size, ptr_p);
+    count_run(pool, tc, r, +1);
+    give_run(pool, r, size, ptr_p);
     return 0;
 }
 
@@ -354,11 +355,13 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
 
 static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
 {
-    count_run(pool, tc, r, -1);
-    if (run_cacheable(r)) {
+    if (!run_cacheable(r)) {
+        count_run(pool, tc, r, -1);
+    } else {
         tc_enter(tc);
-        struct tc_bin *bin =
-            tcache_bin(tc, r->device, (unsigned)run_bin(pool, r->n));
+        unsigned b = (unsigned)run_bin(pool, r->n);
+        count_bin(tc, r->device, b, r->n << pool->chunk_shift, -1);
+        struct tc_bin *bin = tcache_bin(tc, r->device, b);
         if (bin && bin->count < bin->cap) {
             bin->items[bin->count++] = (struct tc_item){
                 vas_addr(&pool->vas, r->start), r, 0};

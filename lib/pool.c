@@ -60,7 +60,10 @@ static struct run *run_get(ump_pool_t *pool)
         pool->free_runs = r->next;
         return r;
     }
-    return calloc(1, sizeof(*r));
+    r = aligned_alloc(UMP_CACHELINE, sizeof(*r));
+    if (r)
+        memset(r, 0, sizeof(*r));
+    return r;
 }
 
 /* Run structs are recycled, never freed while the pool lives: a stale

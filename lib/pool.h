@@ -40,8 +40,10 @@ struct chunk {
     struct chunk *next; /* idle list */
 };
 
-/* A run: one allocation of whole chunks, possibly from several devices. */
-struct run {
+/* A run: one allocation of whole chunks, possibly from several devices.
+ * Cache-line aligned: its word and size are written on every allocation,
+ * by whichever thread holds it. */
+struct __attribute__((aligned(UMP_CACHELINE))) run {
     size_t start, n;       /* granules */
     _Atomic size_t size;   /* as requested */
     int device;            /* the first chunk's device (the home device) */

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "chunks.h"
 #include "placement.h"
@@ -69,7 +70,12 @@ static struct slab *slab_new(ump_pool_t *pool, unsigned cls, size_t g)
     s->nobj = (uint32_t)(pool->chunk_size / s->size);
     s->recip = (((uint64_t)1 << 52) + s->size - 1) / s->size;
     s->free_idx = malloc(s->nobj * sizeof(*s->free_idx));
-    s->word = calloc(s->nobj, sizeof(*s->word));
+    /* Whole cache lines: another slab's words, written by another thread,
+     * must not share a line with these. */
+    size_t wbytes = UMP_ALIGN_UP(s->nobj * sizeof(*s->word), UMP_CACHELINE);
+    s->word = aligned_alloc(UMP_CACHELINE, wbytes);
+    if (s->word)
+        memset((void *)s->word, 0, wbytes);
     if (!s->free_idx || !s->word) {
         slab_destroy(s);
         return NULL;

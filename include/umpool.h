@@ -86,6 +86,38 @@ int ump_device_count(ump_pool_t *pool); /* the count, or a negative errno */
 /* Give cached physical memory back to the devices (all threads' caches). */
 int ump_trim(ump_pool_t *pool);
 
+/*
+ * The machine the pool runs on: discovered on cuda (driver, sysfs, NVML,
+ * libnuma), read from a topology file on sim; the same model either way.
+ */
+#define UMP_LINK_SELF 0   /* the device itself */
+#define UMP_LINK_NVLINK 1 /* NVLink, direct or through NVSwitch */
+#define UMP_LINK_PCIE 2   /* PCIe through a switch, one CPU socket */
+#define UMP_LINK_HOST 3   /* PCIe through the CPU's host bridge, one socket */
+#define UMP_LINK_SYS 4    /* across the CPU sockets' interconnect */
+
+typedef struct ump_device_props {
+    char model[32];
+    char pci_bus_id[32]; /* "" when unknown */
+    size_t capacity;     /* bytes the pool may use on the device */
+    int numa_node;       /* host NUMA node nearest the device */
+} ump_device_props_t;
+
+typedef struct ump_link_props {
+    int kind;             /* UMP_LINK_* */
+    double bandwidth_gbs; /* GB/s per direction */
+    int hops;             /* 0 self, 1 nvlink, 2 pcie switch, 3 host, 4 sys */
+    bool peer;            /* from can map to's memory */
+} ump_link_props_t;
+
+/* "sim" or "cuda"; NULL for a NULL pool. */
+const char *ump_backend_name(ump_pool_t *pool);
+int ump_device_props(ump_pool_t *pool, int device, ump_device_props_t *props_p);
+int ump_link_props(ump_pool_t *pool, int from, int to,
+                   ump_link_props_t *props_p);
+/* The link kind's name: "self", "nvlink", "pcie", "host", "sys". */
+const char *ump_link_kind_name(int kind);
+
 /* Statistics, in bytes and counts; see README for the exact meanings. */
 typedef struct ump_stats {
     size_t capacity;     /* physical memory the device(s) offer */

@@ -139,14 +139,14 @@ void pool_run_free(ump_pool_t *pool, struct run *r)
 static int open_backend(ump_pool_t *pool)
 {
     const struct ump_config *cfg = &pool->cfg;
-    if (cfg->backend == UMP_BACKEND_CUDA) {
-        ump_log_error("backend 'cuda': this build has no cuda backend yet "
-                      "(use backend:sim)");
-        return -ENODEV;
+    if (cfg->backend != UMP_BACKEND_SIM) {
+        pool->be = &cuda_backend_ops;
+        int rc = pool->be->open(cfg, &pool->topo, &pool->bctx);
+        if (!rc || cfg->backend == UMP_BACKEND_CUDA)
+            return rc;
+        ump_log_info("backend auto: no usable GPU (%s), using the sim "
+                     "backend", cuda_unavailable_reason());
     }
-    if (cfg->backend == UMP_BACKEND_AUTO)
-        ump_log_info("backend auto: no usable GPU backend, using the sim "
-                     "backend");
     pool->be = &sim_backend_ops;
     return pool->be->open(cfg, &pool->topo, &pool->bctx);
 }

@@ -13,18 +13,14 @@
 #define UMP_MAX_DEVICES 32
 #define UMP_MAX_NUMA 16
 
-/* Link kinds, nearest first: the order is the order of preference. */
-enum ump_link_kind {
-    UMP_LINK_SELF = 0,   /* the device itself */
-    UMP_LINK_NVLINK,     /* NVLink, direct or through NVSwitch */
-    UMP_LINK_PCIE,       /* PCIe, through a switch, same CPU socket */
-    UMP_LINK_HOST,       /* PCIe through the CPU's host bridge, same socket */
-    UMP_LINK_SYS,        /* across the CPU sockets' interconnect */
-    UMP_LINK_KINDS
-};
+#include "umpool.h"
+
+/* Link kinds (UMP_LINK_* in umpool.h), nearest first: the order is the
+ * order of preference. */
+#define UMP_LINK_KINDS 5
 
 struct topo_link {
-    int kind;        /* enum ump_link_kind */
+    int kind;        /* UMP_LINK_* */
     double bw_gbs;   /* GB/s per direction */
     int hops;        /* 0 self, 1 nvlink, 2 pcie switch, 3 host bridge, 4 sys */
     bool peer;       /* peer access possible (can map the other's memory) */

@@ -68,6 +68,13 @@ struct backend_ops {
 };
 
 extern const struct backend_ops sim_backend_ops;
+/* The CUDA driver's VMM, loaded at run time (dlopen libcuda.so.1). Built
+ * without cuda.h, its open() returns -ENODEV. With cfg->backend auto, open
+ * logs nothing when no GPU is usable and cuda_unavailable_reason() says why
+ * (the pool logs one line and falls back to sim); with backend cuda it logs
+ * the reason as an error. */
+extern const struct backend_ops cuda_backend_ops;
+const char *cuda_unavailable_reason(void);
 
 /* Sim fault injection, for tests: the nth next call (1 = the next one) of
  * the named operation ("chunk_create", "map", "set_access", "unmap", "reserve") fails

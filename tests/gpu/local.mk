@@ -1,0 +1,1 @@
+# GPU tests (owned by tests/gpu/): included from the top Makefile.am.

@@ -527,13 +527,16 @@ UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
             rc = 0;
         }
     }
+    if (!rc) {
+        const struct chunk *c = chunks_at(pool, g);
+        info.chunk_base = vas_addr(&pool->vas, c->g);
+        info.chunk_size = c->n << pool->chunk_shift;
+        info.tier = UMP_TIER_DEVICE;
+    }
     pthread_mutex_unlock(&pool->lock);
     if (rc || (size_t)((const char *)ptr - (char *)info.base) >= info.size)
         return pool_bad_pointer(pool, ptr, "ump_ptr_info",
                                 "not inside a live allocation");
-    info.tier = UMP_TIER_DEVICE;
-    info.chunk_base = vas_addr(&pool->vas, g);
-    info.chunk_size = pool->chunk_size;
     *info_p = info;
     return 0;
 }

@@ -43,17 +43,28 @@ size_t chunks_available(ump_pool_t *pool, int device)
            (ds->cached >> pool->chunk_shift);
 }
 
+/* Does block b begin with whole chunks adding up to exactly n granules? */
+static bool block_has_prefix(ump_pool_t *pool, const struct block *b, size_t n)
+{
+    size_t sum = 0;
+    while (sum < n)
+        sum += chunks_at(pool, b->start + sum)->n;
+    return sum == n;
+}
+
 int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p)
 {
     struct dev_state *ds = &pool->dev[device];
     struct block *best = NULL;
-    /* Best fit, most recently freed first: an exact match ends the search. */
+    /* Best fit, most recently freed first: an exact match ends the search.
+     * A bigger block serves only if it can be cut at a chunk boundary. */
     for (struct block *b = ds->blocks; b; b = b->next) {
         if (b->n == n) {
             best = b;
             break;
         }
-        if (b->n > n && (!best || b->n < best->n))
+        if (b->n > n && (!best || b->n < best->n) &&
+            block_has_prefix(pool, b, n))
             best = b;
     }
     if (!best)
@@ -70,85 +81,185 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p)
     return 0;
 }
 
-/* Unmaps granules [g, g+k), all on one device and not in use, and parks
- * their chunks as idle. The caller has taken them out of any block. */
+static void idle_push(ump_pool_t *pool, struct chunk *c)
+{
+    struct dev_state *ds = &pool->dev[c->device];
+    c->next = ds->idle;
+    ds->idle = c;
+    ds->idle_n += c->n;
+}
+
+/* Unmaps the whole chunks making up granules [g, g+k), which are not in use
+ * and not in any block, and parks them as idle; their addresses go back to
+ * the free ranges. On a driver error the chunks not yet unmapped stay
+ * mapped and their granules are given back no further. */
 static int unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
 {
     struct vas *v = &pool->vas;
-    int rc = pool->be->unmap(pool->bctx, vas_addr(v, g), chunk_bytes(pool, k));
-    if (rc)
-        return rc;
-    for (size_t i = g; i < g + k; i++) {
-        struct chunk *c = v->gran[i].chunk;
-        struct dev_state *ds = &pool->dev[c->device];
-        v->gran[i].chunk = NULL;
-        c->next = ds->idle;
-        ds->idle = c;
-        ds->idle_n++;
-        ds->mapped -= pool->chunk_size;
+    size_t i = g;
+    int rc = 0;
+    while (i < g + k) {
+        struct chunk *c = chunks_at(pool, i);
+        UMP_ASSERT(c->g == i && i + c->n <= g + k);
+        rc = pool->be->unmap(pool->bctx, vas_addr(v, i),
+                             chunk_bytes(pool, c->n));
+        if (rc)
+            break;
+        for (size_t j = i; j < i + c->n; j++)
+            v->gran[j].chunk = NULL;
+        pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
+        idle_push(pool, c);
+        i += c->n;
     }
-    vas_set(v, g, k, VAS_FREE, NULL);
-    if (vas_give(v, g, k))
-        ump_log_error("out of memory for the address range table: %zu "
-                      "granules of addresses lost", k);
-    return 0;
+    if (i > g) {
+        vas_set(v, g, i - g, VAS_FREE, NULL);
+        if (vas_give(v, g, i - g))
+            ump_log_error("out of memory for the address range table: %zu "
+                          "granules of addresses lost", i - g);
+    }
+    return rc;
 }
 
-/* Frees one chunk of device by unmapping the last granule of its least
- * recently freed cached block (stitching: the chunk will back a new range). */
+/* Unmaps the last chunk of device's least recently freed cached block
+ * (stitching: the chunk will back a new range). -ENOMEM when none. */
 static int reclaim_one(ump_pool_t *pool, int device)
 {
     struct dev_state *ds = &pool->dev[device];
     struct block *b = ds->blocks_tail;
     if (!b)
         return -ENOMEM;
-    int rc = unmap_to_idle(pool, b->start + b->n - 1, 1);
-    if (rc)
-        return rc;
-    ds->cached -= pool->chunk_size;
-    if (--b->n == 0) {
+    struct chunk *c = chunks_at(pool, b->start + b->n - 1);
+    size_t g = c->g, n = c->n;
+    UMP_ASSERT(g >= b->start);
+    /* Out of the block first: unmap_to_idle retags the granules. */
+    b->n -= n;
+    if (!b->n) {
         block_unlink(ds, b);
         free(b);
     }
+    ds->cached -= chunk_bytes(pool, n);
+    int rc = unmap_to_idle(pool, g, n);
+    if (rc) /* still mapped: cache it again rather than lose track */
+        chunks_cache(pool, g, n);
+    return rc;
+}
+
+static int release_chunk(ump_pool_t *pool, struct chunk *c)
+{
+    int rc = pool->be->chunk_release(pool->bctx, c->handle);
+    if (rc) {
+        ump_log_error("cannot release a chunk of device %d: %s", c->device,
+                      ump_strerror(rc));
+        return rc;
+    }
+    struct dev_state *ds = &pool->dev[c->device];
+    ds->created -= chunk_bytes(pool, c->n);
+    ds->chunks_released++;
+    free(c);
     return 0;
 }
 
-/* One chunk of device: idle, else new, else reclaimed from cached blocks. */
-static int get_chunk(ump_pool_t *pool, int device, struct chunk **c_p)
+/* Takes the idle chunk of device chosen by pick (NULL: none) off the list. */
+static struct chunk *idle_take(ump_pool_t *pool, int device, size_t max_n,
+                               bool bigger)
 {
     struct dev_state *ds = &pool->dev[device];
-    if (!ds->idle && ds->created + pool->chunk_size <= ds->capacity) {
-        struct chunk *c = malloc(sizeof(*c));
-        if (!c)
-            return -ENOMEM;
-        int rc = pool->be->chunk_create(pool->bctx, device, pool->chunk_size,
-                                        &c->handle);
-        if (!rc) {
-            c->device = device;
-            ds->created += pool->chunk_size;
-            ds->chunks_created++;
+    struct chunk **best = NULL;
+    for (struct chunk **pc = &ds->idle; *pc; pc = &(*pc)->next) {
+        size_t n = (*pc)->n;
+        if (bigger ? n > max_n && (!best || n < (*best)->n)
+                   : n <= max_n && (!best || n > (*best)->n))
+            best = pc;
+    }
+    if (!best)
+        return NULL;
+    struct chunk *c = *best;
+    *best = c->next;
+    ds->idle_n -= c->n;
+    return c;
+}
+
+static size_t pow2_floor(size_t x)
+{
+    return (size_t)1 << (63 - __builtin_clzll(x));
+}
+
+/* A new chunk of device, as large as fits `left` granules, max_chunk and
+ * the device's room. -ENOMEM when the device has no room. */
+static int create_chunk(ump_pool_t *pool, int device, size_t left,
+                        struct chunk **c_p)
+{
+    struct dev_state *ds = &pool->dev[device];
+    size_t room = ds->capacity > ds->created
+                      ? (ds->capacity - ds->created) >> pool->chunk_shift
+                      : 0;
+    size_t n = left < pool->max_chunk_n ? left : pool->max_chunk_n;
+    if (room < n)
+        n = room;
+    if (!n)
+        return -ENOMEM;
+    struct chunk *c = malloc(sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    int rc;
+    /* A driver may lack one large piece while it still has smaller ones
+     * (fragmented physical memory, or another process's use): halve. */
+    for (n = pow2_floor(n);; n /= 2) {
+        rc = pool->be->chunk_create(pool->bctx, device, chunk_bytes(pool, n),
+                                    &c->handle);
+        if (rc != -ENOMEM || n == 1)
+            break;
+    }
+    if (rc) {
+        free(c);
+        if (rc == -ENOMEM) {
+            /* Not even one granule: the device has less room than we
+             * counted (another process uses it); believe the driver. */
+            ump_log_info("device %d full at %zu bytes created", device,
+                         ds->created);
+            ds->capacity = ds->created;
+        }
+        return rc;
+    }
+    c->device = device;
+    c->n = n;
+    c->g = 0;
+    c->next = NULL;
+    ds->created += chunk_bytes(pool, n);
+    ds->chunks_created++;
+    *c_p = c;
+    return 0;
+}
+
+/* One chunk of device of at most `left` granules: idle, else new, else
+ * reclaimed from cached blocks; an idle chunk too big for what is left is
+ * released to make room for smaller ones. */
+static int get_chunk(ump_pool_t *pool, int device, size_t left,
+                     struct chunk **c_p)
+{
+    for (;;) {
+        struct chunk *c = idle_take(pool, device, left, false);
+        if (c) {
             *c_p = c;
             return 0;
         }
-        free(c);
+        int rc = create_chunk(pool, device, left, c_p);
         if (rc != -ENOMEM)
             return rc;
-        /* The device has less room than we counted (another process uses
-         * it): believe the driver from now on. */
-        ump_log_info("device %d full at %zu bytes created", device,
-                     ds->created);
-        ds->capacity = ds->created;
-    }
-    if (!ds->idle) {
-        int rc = reclaim_one(pool, device);
-        if (rc)
+        rc = reclaim_one(pool, device);
+        if (!rc)
+            continue;
+        if (rc != -ENOMEM)
             return rc;
+        c = idle_take(pool, device, left, true);
+        if (!c)
+            return -ENOMEM;
+        rc = release_chunk(pool, c);
+        if (rc) {
+            idle_push(pool, c);
+            return rc;
+        }
     }
-    struct chunk *c = ds->idle;
-    ds->idle = c->next;
-    ds->idle_n--;
-    *c_p = c;
-    return 0;
 }
 
 /* Devices that can reach memory of device d: itself and its peers. */
@@ -182,22 +293,23 @@ int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
     size_t g = start;
     int rc = 0;
     for (int p = 0; p < nparts; p++) {
-        for (size_t k = 0; k < parts[p].n; k++, g++) {
+        for (size_t left = parts[p].n; left;) {
             struct chunk *c;
-            rc = get_chunk(pool, parts[p].device, &c);
+            rc = get_chunk(pool, parts[p].device, left, &c);
             if (rc)
                 goto undo;
-            rc = pool->be->map(pool->bctx, vas_addr(v, g), pool->chunk_size,
-                               c->handle);
+            rc = pool->be->map(pool->bctx, vas_addr(v, g),
+                               chunk_bytes(pool, c->n), c->handle);
             if (rc) {
-                struct dev_state *ds = &pool->dev[c->device];
-                c->next = ds->idle;
-                ds->idle = c;
-                ds->idle_n++;
+                idle_push(pool, c);
                 goto undo;
             }
-            v->gran[g].chunk = c;
-            pool->dev[c->device].mapped += pool->chunk_size;
+            c->g = g;
+            for (size_t j = g; j < g + c->n; j++)
+                v->gran[j].chunk = c;
+            pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
+            g += c->n;
+            left -= c->n;
         }
     }
     /* One access call per device segment: every device that can reach that
@@ -216,8 +328,8 @@ int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
     return 0;
 undo:
     if (g > start && unmap_to_idle(pool, start, g - start))
-        ump_log_error("cannot undo a partly built range: %zu bytes of "
-                      "addresses stay mapped", chunk_bytes(pool, g - start));
+        ump_log_error("cannot undo a partly built range: some of its %zu "
+                      "bytes stay mapped", chunk_bytes(pool, g - start));
     if (g < start + n)
         vas_give(v, g, start + n - g);
     return rc;
@@ -270,29 +382,11 @@ void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
     size_t g = start, end = start + n;
     while (g < end) {
         int d = chunks_device(pool, g);
-        size_t e = g + 1;
+        size_t e = g + chunks_at(pool, g)->n;
         while (e < end && chunks_device(pool, e) == d)
-            e++;
+            e += chunks_at(pool, e)->n;
         cache_segment(pool, d, g, e - g);
         g = e;
-    }
-}
-
-static void release_idle(ump_pool_t *pool, struct dev_state *ds)
-{
-    while (ds->idle) {
-        struct chunk *c = ds->idle;
-        int rc = pool->be->chunk_release(pool->bctx, c->handle);
-        if (rc) {
-            ump_log_error("cannot release a chunk of device %d: %s",
-                          c->device, ump_strerror(rc));
-            return; /* keep it: accounting stays true */
-        }
-        ds->idle = c->next;
-        ds->idle_n--;
-        ds->created -= pool->chunk_size;
-        ds->chunks_released++;
-        free(c);
     }
 }
 
@@ -301,15 +395,19 @@ void chunks_trim(ump_pool_t *pool)
     for (int d = 0; d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
         while (ds->blocks) {
-            struct block *b = ds->blocks;
-            if (unmap_to_idle(pool, b->start, b->n)) {
+            if (reclaim_one(pool, d)) {
                 ump_log_error("cannot unmap a cached block of device %d", d);
                 break;
             }
-            ds->cached -= chunk_bytes(pool, b->n);
-            block_unlink(ds, b);
-            free(b);
         }
-        release_idle(pool, ds);
+        while (ds->idle) {
+            struct chunk *c = ds->idle;
+            ds->idle = c->next;
+            ds->idle_n -= c->n;
+            if (release_chunk(pool, c)) { /* keep it: accounting stays true */
+                idle_push(pool, c);
+                break;
+            }
+        }
     }
 }

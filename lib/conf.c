@@ -45,12 +45,21 @@ const struct ump_conf_entry conf_table[] = {
      "memory of each simulated device (0: the topology's capacity, or 16G "
      "for sim_devices)",
      offsetof(struct ump_config, sim_device_mem), 0, 0},
+    {"device_mem", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "most memory the pool takes from each device, on any backend (0: all "
+     "of it; on cuda, what is free when the pool is created)",
+     offsetof(struct ump_config, device_mem), 0, 0},
     {"log_level", "warn", UMP_CONF_ENUM, "error|warn|info|debug",
      "messages at this level and more severe go to stderr",
      offsetof(struct ump_config, log_level), 0, 0},
     {"chunk_size", "2M", UMP_CONF_SIZE, "a power of two from 64K to 2G",
-     "bytes of one physical chunk",
+     "bytes of one physical chunk: the unit of addresses, slabs and "
+     "stitching",
      offsetof(struct ump_config, chunk_size), 64 * 1024, 1LL << 31},
+    {"max_chunk", "1G", UMP_CONF_SIZE, "a power of two from 64K to 64G",
+     "largest chunk made for a big allocation (fewer, larger driver "
+     "handles make a cold allocation cheaper)",
+     offsetof(struct ump_config, max_chunk), 64 * 1024, 1LL << 36},
     {"va_size", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "virtual address space reserved by the pool (0: twice the devices' "
      "total memory)",
@@ -174,7 +183,8 @@ static int parse_value(const struct ump_conf_entry *e, const char *s,
             return -EINVAL;
         /* The table has no column for it: the VA manager indexes chunks by
          * shifting, so chunk_size must be a power of two. */
-        if (e->offset == offsetof(struct ump_config, chunk_size) &&
+        if ((e->offset == offsetof(struct ump_config, chunk_size) ||
+             e->offset == offsetof(struct ump_config, max_chunk)) &&
             !ump_is_pow2(sz))
             return -EINVAL;
         *(size_t *)field = sz;

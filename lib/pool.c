@@ -165,6 +165,12 @@ static int pool_setup(ump_pool_t *pool)
     }
     pool->chunk_size = chunk;
     pool->chunk_shift = (unsigned)__builtin_ctzll(chunk);
+    if (pool->cfg.max_chunk < chunk) {
+        ump_log_error("config: max_chunk %zu is smaller than chunk_size %zu",
+                      pool->cfg.max_chunk, chunk);
+        return -EINVAL;
+    }
+    pool->max_chunk_n = pool->cfg.max_chunk / chunk;
     pool->nsmall = sc_count_for_chunk(chunk);
     pool->small_max = pool->nsmall ? sc_size(pool->nsmall - 1) : 0;
     pool->nbins = pool->nsmall + RUN_TCACHE_MAX;
@@ -176,7 +182,10 @@ static int pool_setup(ump_pool_t *pool)
         return -ENOMEM;
     for (int d = 0; d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
-        ds->capacity = pool->topo.dev[d].mem & ~(chunk - 1);
+        size_t mem = pool->topo.dev[d].mem;
+        if (pool->cfg.device_mem && pool->cfg.device_mem < mem)
+            mem = pool->cfg.device_mem;
+        ds->capacity = mem & ~(chunk - 1);
         total += ds->capacity;
         ds->partial = calloc(pool->nsmall, sizeof(*ds->partial));
         ds->full = calloc(pool->nsmall, sizeof(*ds->full));
@@ -229,9 +238,6 @@ static void pool_free_meta(ump_pool_t *pool)
             free(ds->empty);
         }
     }
-    /* chunks still mapped (only after fork, in the child) */
-    for (size_t g = 0; pool->vas.gran && g < pool->vas.ngran; g++)
-        free(pool->vas.gran[g].chunk);
     while (pool->free_runs) {
         struct run *r = pool->free_runs;
         pool->free_runs = r->next;
@@ -321,6 +327,12 @@ static int destroy_in_child(ump_pool_t *pool)
 {
     registry_remove(pool);
     pool->be->close_in_child(pool->bctx);
+    for (size_t g = 0; g < pool->vas.ngran;) { /* chunks still mapped */
+        struct chunk *c = pool->vas.gran[g].chunk;
+        size_t n = c ? c->n : 1;
+        free(c);
+        g += n;
+    }
     pool_free_meta(pool);
     return 0;
 }

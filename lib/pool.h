@@ -33,10 +33,13 @@
 struct slab;
 struct tcache;
 
-/* A physical chunk: a backend handle of pool->chunk_size bytes. */
+/* A physical chunk: one backend handle of n granules (a power of two, at
+ * most max_chunk bytes), mapped at granules [g, g+n) or idle. */
 struct chunk {
     ump_handle_t handle;
     int device;
+    size_t n;
+    size_t g;
     struct chunk *next; /* idle list */
 };
 
@@ -84,7 +87,7 @@ struct dev_state {
     size_t mapped;            /* bytes of chunks mapped */
     size_t cached;            /* bytes in cached blocks */
     size_t peak;              /* high-water mark of mapped - cached */
-    size_t idle_n;
+    size_t idle_n;            /* granules of the idle chunks */
     struct chunk *idle;       /* created, not mapped */
     struct block *blocks;     /* cached blocks, most recently freed first */
     struct block *blocks_tail; /* ... and the least recently freed */
@@ -118,8 +121,9 @@ struct ump_pool {
     void *bctx;
     struct ump_topology topo;
     int ndev;
-    size_t chunk_size;
+    size_t chunk_size;    /* the granule: unit of addresses, slabs, stitching */
     unsigned chunk_shift;
+    size_t max_chunk_n;   /* largest chunk, in granules */
     unsigned nsmall;      /* small classes used (fit twice in a chunk) */
     unsigned nbins;       /* nsmall + RUN_TCACHE_MAX */
     size_t small_max;     /* largest size served from slabs */

@@ -124,8 +124,9 @@ static void test_table_complete(void **state)
 {
     (void)state;
     static const char *const keys[] = {
-        "backend",   "sim_devices", "sim_topology", "sim_device_mem",
-        "log_level", "chunk_size",  "va_size",      "tcache"};
+        "backend",    "sim_devices", "sim_topology", "sim_device_mem",
+        "device_mem", "log_level",   "chunk_size",   "max_chunk",
+        "va_size",    "tcache"};
     size_t n = 0;
 
     for (const struct ump_conf_entry *e = conf_table; e->key; e++, n++) {
@@ -162,8 +163,10 @@ static void test_defaults_match_table(void **state)
     assert_int_equal(cfg.sim_devices, d.sim_devices);
     assert_string_equal(cfg.sim_topology, d.sim_topology);
     assert_int_equal(cfg.sim_device_mem, d.sim_device_mem);
+    assert_int_equal(cfg.device_mem, d.device_mem);
     assert_int_equal(cfg.log_level, d.log_level);
     assert_int_equal(cfg.chunk_size, d.chunk_size);
+    assert_int_equal(cfg.max_chunk, d.max_chunk);
     assert_int_equal(cfg.va_size, d.va_size);
     assert_int_equal(cfg.tcache, d.tcache);
 
@@ -172,8 +175,10 @@ static void test_defaults_match_table(void **state)
     assert_int_equal(d.sim_devices, 0);
     assert_string_equal(d.sim_topology, "");
     assert_int_equal(d.sim_device_mem, 0);
+    assert_int_equal(d.device_mem, 0);
     assert_int_equal(d.log_level, UMP_LOG_WARN);
     assert_int_equal(d.chunk_size, 2 * MIB);
+    assert_int_equal(d.max_chunk, 1024 * MIB);
     assert_int_equal(d.va_size, 0);
     assert_true(d.tcache);
 
@@ -195,6 +200,7 @@ static void test_every_key(void **state)
                                 "backend:sim,sim_devices:8,"
                                 "sim_topology:dgx-h200.topo,"
                                 "sim_device_mem:1G,log_level:debug,"
+                                "device_mem:512M,max_chunk:256M,"
                                 "chunk_size:64K,va_size:1T,tcache:false",
                                 "config"),
                      0);
@@ -204,6 +210,8 @@ static void test_every_key(void **state)
     assert_int_equal(cfg.sim_device_mem, (size_t)1 << 30);
     assert_int_equal(cfg.log_level, UMP_LOG_DEBUG);
     assert_int_equal(cfg.chunk_size, (size_t)64 << 10);
+    assert_int_equal(cfg.device_mem, (size_t)512 << 20);
+    assert_int_equal(cfg.max_chunk, (size_t)256 << 20);
     assert_int_equal(cfg.va_size, (size_t)1 << 40);
     assert_false(cfg.tcache);
 }

@@ -25,7 +25,7 @@ static struct layout layout_of(ump_pool_t *pool, char *p, size_t size)
         assert_ptr_equal(info.base, p);
         assert_int_equal(info.size, size);
         assert_int_equal(info.tier, UMP_TIER_DEVICE);
-        assert_int_equal(info.chunk_size, TU_CHUNK);
+        tu_assert_chunk_size(info.chunk_size);
         /* The last byte of each 2 MiB step is on the same chunk. */
         size_t last = off + TU_CHUNK - 1 < size ? off + TU_CHUNK - 1
                                                 : size - 1;

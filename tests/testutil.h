@@ -25,6 +25,15 @@
 #define TU_MIB ((size_t)1 << 20)
 /* The default chunk size of the pool, and the largest slab-served size. */
 #define TU_CHUNK (2 * TU_MIB)
+/* Big allocations are made of chunks of a power-of-two number of 2 MiB
+ * granules, at most max_chunk (1 GiB by default). */
+#define TU_MAX_CHUNK ((size_t)1 << 30)
+#define tu_assert_chunk_size(sz)                                               \
+    do {                                                                       \
+        size_t tu_cs_ = (sz);                                                  \
+        assert_true(tu_cs_ >= TU_CHUNK && tu_cs_ <= TU_MAX_CHUNK);             \
+        assert_int_equal(tu_cs_ & (tu_cs_ - 1), 0);                            \
+    } while (0)
 #define TU_SLAB_MAX TU_MIB
 #define TU_ALIGN 256
 

@@ -170,6 +170,25 @@ static void test_open_topology(void **state)
     assert_int_equal(B->chunk_create(ctx, 3, G, &h), -ENOMEM);
     B->close(ctx);
 
+    /* Like the driver, access only for peers: on this box GPUs 0 and 2 sit
+     * on different sockets without peer access. */
+    cfg.sim_device_mem = 8 * MiB;
+    assert_int_equal(B->open(&cfg, &topo, &ctx), 0);
+    assert_false(topo.link[0][2].peer);
+    assert_true(topo.link[3][2].peer);
+    char *pva;
+    assert_int_equal(B->reserve(ctx, G, 0, (void **)&pva), 0);
+    assert_int_equal(B->chunk_create(ctx, 2, G, &h), 0);
+    assert_int_equal(B->map(ctx, pva, G, h), 0);
+    int nopeer[2] = {2, 0}, peers[2] = {2, 3};
+    assert_int_equal(B->set_access(ctx, pva, G, nopeer, 2), -EINVAL);
+    assert_int_equal(B->set_access(ctx, pva, G, peers, 2), 0);
+    pva[0] = 1;
+    assert_int_equal(B->unmap(ctx, pva, G), 0);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unreserve(ctx, pva, G), 0);
+    B->close(ctx);
+
     strcpy(cfg.sim_topology, "no-such-machine");
     ctx = NULL;
     assert_true(B->open(&cfg, &topo, &ctx) < 0);

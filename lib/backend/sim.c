@@ -825,6 +825,16 @@ static int sim_set_access(void *ctx, void *va, size_t size,
             err = -EINVAL;
             goto out;
         }
+        /* As strict as the driver: only a peer may be given access. */
+        int owner = r->g[i].chunk->device;
+        for (int k = 0; k < ndevices; k++) {
+            if (devices[k] != owner && !c->topo.link[devices[k]][owner].peer) {
+                ump_log_error("sim: set_access: device %d has no peer access "
+                              "to device %d's memory", devices[k], owner);
+                err = -EINVAL;
+                goto out;
+            }
+        }
     }
     /* The CPU stands in for every device on sim. */
     if (mprotect(va, size, PROT_READ | PROT_WRITE) != 0) {

@@ -33,6 +33,9 @@ typedef struct ump_pool ump_pool_t;
  * NULL is the default stream (on sim: work runs before the call returns). */
 typedef void *ump_stream_t;
 
+/* Most devices one pool spans. */
+#define UMP_MAX_DEVICES 32
+
 /* Device selectors. */
 #define UMP_DEVICE_CURRENT (-1) /* the calling thread's current device */
 #define UMP_DEVICE_ALL (-2)     /* ump_stats: the whole pool */
@@ -42,13 +45,25 @@ typedef void *ump_stream_t;
 #define UMP_TIER_HOST 1
 #define UMP_TIER_NVME 2
 
+/* Hint flags. */
+#define UMP_HINT_NO_SPILL 0x1u /* only where the policy puts it first: never
+                                  spilled to other devices (or moved) */
+
+/* How an allocation will be read (ump_hints_t.access). */
+#define UMP_ACCESS_PRIVATE 0   /* by the requesting device (the default) */
+#define UMP_ACCESS_SHARED 1    /* by every device */
+#define UMP_ACCESS_STREAMING 2 /* once, in order, by the requesting device */
+
 typedef struct ump_hints {
     int device;         /* requesting device, or UMP_DEVICE_CURRENT */
-    const char *policy; /* placement policy name, NULL: the pool's default */
-    unsigned flags;     /* UMP_HINT_* (none defined yet: must be 0) */
+    const char *policy; /* placement policy, NULL: the pool's default */
+    unsigned flags;     /* UMP_HINT_* */
+    unsigned group;     /* allocations sharing a group id are placed together
+                           (policy "domain"); 0: none */
+    int access;         /* UMP_ACCESS_* */
     /* Fields added later keep UMP_HINTS_INIT the default. */
 } ump_hints_t;
-#define UMP_HINTS_INIT {UMP_DEVICE_CURRENT, NULL, 0u}
+#define UMP_HINTS_INIT {UMP_DEVICE_CURRENT, NULL, 0u, 0u, UMP_ACCESS_PRIVATE}
 
 typedef struct ump_ptr_info {
     void *base;        /* start of the allocation holding the byte */
@@ -117,6 +132,65 @@ int ump_link_props(ump_pool_t *pool, int from, int to,
                    ump_link_props_t *props_p);
 /* The link kind's name: "self", "nvlink", "pcie", "host", "sys". */
 const char *ump_link_kind_name(int kind);
+
+/*
+ * Placement policies decide which devices supply the chunks of an
+ * allocation larger than a slab object (small objects live in slabs on the
+ * requesting device). Built in: "local" (the default), "interleave",
+ * "balanced", "domain"; see README. A policy is chosen by the config key
+ * `policy` (pool default) or per allocation by hints.policy; a name may
+ * carry arguments after '=' ("interleave=0+1+2+3"). A path ("/x/libmine.so")
+ * loads a plugin that exports `const ump_policy_t umpool_policy`.
+ *
+ * A policy never touches memory: it returns a plan, parts in address order,
+ * which the pool checks (devices exist, the counts add up and fit in what
+ * each device can supply) and carries out. place() runs under the pool's
+ * lock: it must not call back into the pool.
+ */
+#define UMP_POLICY_VERSION 1
+#define UMP_POLICY_SYMBOL "umpool_policy"
+
+typedef struct ump_place_request {
+    size_t size;       /* bytes asked for */
+    size_t chunks;     /* chunks to place (chunk_size bytes each) */
+    size_t chunk_size;
+    int device;        /* requesting device */
+    unsigned group;    /* from the hints */
+    int access;        /* UMP_ACCESS_* */
+    unsigned flags;    /* UMP_HINT_* */
+} ump_place_request_t;
+
+typedef struct ump_place_view {
+    int ndev;
+    const size_t *free_chunks;         /* per device: chunks it can supply */
+    const ump_device_props_t *devices; /* per device */
+    const ump_link_props_t *links;     /* [from * ndev + to] */
+} ump_place_view_t;
+
+typedef struct ump_place_part {
+    int device;
+    size_t chunks;
+} ump_place_part_t;
+
+typedef struct ump_policy {
+    unsigned version; /* UMP_POLICY_VERSION */
+    const char *name;
+    /* Once per pool and policy text; args: the text after '=', or NULL.
+     * May be NULL (no state). */
+    int (*init)(const ump_place_view_t *view, const char *args,
+                void **state_p);
+    /* Writes at most cap parts; 0, -ENOMEM when the request does not fit,
+     * or another negative errno. */
+    int (*place)(void *state, const ump_place_request_t *req,
+                 const ump_place_view_t *view, ump_place_part_t *parts,
+                 size_t cap, size_t *nparts_p);
+    void (*fini)(void *state); /* may be NULL */
+} ump_policy_t;
+
+/* Modeled read bandwidth, in GB/s, of device `reader` reading the whole
+ * allocation at ptr with its current placement (see README: cost model). */
+int ump_model_read_bw(ump_pool_t *pool, const void *ptr, int reader,
+                      double *gbs_p);
 
 /* Statistics, in bytes and counts; see README for the exact meanings. */
 typedef struct ump_stats {

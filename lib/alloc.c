@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "chunks.h"
+#include "policy.h"
 #include "slab.h"
 #include "tcache.h"
 
@@ -36,19 +37,27 @@ int pool_bad_pointer(ump_pool_t *pool, const void *ptr, const char *fn,
     return -EINVAL;
 }
 
-static int resolve_device(ump_pool_t *pool, const struct tcache *tc,
-                          const ump_hints_t *h, int *dev_p)
+/* Turns the hints into a placement request with the pool's default
+ * policy, or "local"; a policy named otherwise is left in *spec_p, to be
+ * looked up under the lock. */
+static int read_hints(ump_pool_t *pool, const struct tcache *tc,
+                      const ump_hints_t *h, size_t size, struct place_req *pr,
+                      const char **spec_p)
 {
-    *dev_p = tc->device;
+    pr->req = (ump_place_request_t){.size = size,
+                                    .chunk_size = pool->chunk_size,
+                                    .device = tc->device,
+                                    .access = UMP_ACCESS_PRIVATE};
+    pr->policy = pool->default_policy;
+    *spec_p = NULL;
     if (!h)
         return 0;
-    if (h->flags) {
+    if (h->flags & ~UMP_HINT_NO_SPILL) {
         ump_log_error("ump_alloc: unknown hint flags 0x%x", h->flags);
         return -EINVAL;
     }
-    if (h->policy && strcmp(h->policy, "local") != 0) {
-        ump_log_error("ump_alloc: unknown policy '%s' (accepted: local)",
-                      h->policy);
+    if (h->access < UMP_ACCESS_PRIVATE || h->access > UMP_ACCESS_STREAMING) {
+        ump_log_error("ump_alloc: unknown access pattern %d", h->access);
         return -EINVAL;
     }
     if (h->device != UMP_DEVICE_CURRENT) {
@@ -57,9 +66,25 @@ static int resolve_device(ump_pool_t *pool, const struct tcache *tc,
                           h->device, pool->ndev - 1);
             return -EINVAL;
         }
-        *dev_p = h->device;
+        pr->req.device = h->device;
+    }
+    pr->req.flags = h->flags;
+    pr->req.group = h->group;
+    pr->req.access = h->access;
+    if (h->policy) {
+        if (!strcmp(h->policy, "local"))
+            pr->policy = pool->local_policy;
+        else
+            *spec_p = h->policy;
     }
     return 0;
+}
+
+/* Looks up a policy named by hints. Pool lock held. */
+static int hinted_policy(ump_pool_t *pool, const char *spec,
+                         struct place_req *pr)
+{
+    return spec ? policy_get(pool, spec, &pr->policy) : 0;
 }
 
 static void oom(ump_pool_t *pool, size_t size, int dev)
@@ -126,9 +151,12 @@ static void give_object(const struct tc_item *it, size_t size, void **ptr_p)
     *ptr_p = it->ptr;
 }
 
-static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc, int dev,
-                            unsigned cls, size_t size, void **ptr_p)
+static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
+                            const ump_place_request_t *req, unsigned cls,
+                            void **ptr_p)
 {
+    int dev = req->device;
+    size_t size = req->size;
     struct tc_item items[64];
     tc_enter(tc);
     struct tc_bin *bin = tcache_bin(tc, dev, cls);
@@ -141,10 +169,10 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc, int dev,
     int got;
     pthread_mutex_lock(&pool->lock);
     pool_poll_pending(pool, false);
-    int rc = slab_take(pool, dev, cls, batch, items, &n, &got);
+    int rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     if (rc == -ENOMEM) { /* what other threads park may be enough */
         pool_flush_tcaches(pool);
-        rc = slab_take(pool, dev, cls, batch, items, &n, &got);
+        rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     }
     pthread_mutex_unlock(&pool->lock);
     if (rc) {
@@ -169,20 +197,21 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc, int dev,
     return 0;
 }
 
-static int alloc_small(ump_pool_t *pool, struct tcache *tc, int dev,
-                       unsigned cls, size_t size, void **ptr_p)
+static int alloc_small(ump_pool_t *pool, struct tcache *tc,
+                       const ump_place_request_t *req, unsigned cls,
+                       void **ptr_p)
 {
     tc_enter(tc);
-    struct tc_bin *bin = tcache_bin(tc, dev, cls);
+    struct tc_bin *bin = tcache_bin(tc, req->device, cls);
     if (ump_likely(bin && bin->count)) {
         struct tc_item it = bin->items[--bin->count];
         ctr_add_u(&bin->allocs, 1);
         tc_exit(tc);
-        give_object(&it, size, ptr_p);
+        give_object(&it, req->size, ptr_p);
         return 0;
     }
     tc_exit(tc);
-    return alloc_small_slow(pool, tc, dev, cls, size, ptr_p);
+    return alloc_small_slow(pool, tc, req, cls, ptr_p);
 }
 
 /* --- big sizes: runs of chunks ------------------------------------------ */
@@ -204,10 +233,14 @@ static void add_run_bytes(struct tcache *tc, int dev, int64_t delta)
                           memory_order_relaxed);
 }
 
-static int alloc_run(ump_pool_t *pool, struct tcache *tc, int dev, size_t n,
-                     size_t size, void **ptr_p)
+static int alloc_run(ump_pool_t *pool, struct tcache *tc,
+                     const struct place_req *pr, void **ptr_p)
 {
-    if (n <= RUN_TCACHE_MAX) {
+    int dev = pr->req.device;
+    size_t n = pr->req.chunks, size = pr->req.size;
+    /* The thread's cached runs are on the requesting device: what "local"
+     * would choose, so only "local" requests take them. */
+    if (n <= RUN_TCACHE_MAX && pr->policy == pool->local_policy) {
         tc_enter(tc);
         struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
         if (bin && bin->count) {
@@ -222,7 +255,7 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc, int dev, size_t n,
     }
     struct run *r;
     pthread_mutex_lock(&pool->lock);
-    int rc = pool_run_alloc(pool, dev, n, &r);
+    int rc = pool_run_alloc(pool, pr, &r);
     pthread_mutex_unlock(&pool->lock);
     if (rc) {
         if (rc == -ENOMEM)
@@ -247,18 +280,26 @@ UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints
     struct tcache *tc = tcache_get(pool);
     if (ump_unlikely(!tc))
         return -ENOMEM;
-    int dev;
-    rc = resolve_device(pool, tc, hints, &dev);
+    struct place_req pr;
+    const char *spec;
+    rc = read_hints(pool, tc, hints, size, &pr, &spec);
     if (rc)
         return rc;
-    if (size <= pool->small_max)
-        return alloc_small(pool, tc, dev, sc_index(size), size, ptr_p);
+    if (ump_unlikely(spec)) { /* a policy by name: check it exists */
+        pthread_mutex_lock(&pool->lock);
+        rc = hinted_policy(pool, spec, &pr);
+        pthread_mutex_unlock(&pool->lock);
+        if (rc)
+            return rc;
+    }
+    if (size <= pool->small_max) /* slabs: near the requesting device */
+        return alloc_small(pool, tc, &pr.req, sc_index(size), ptr_p);
     if (size > pool->vas.size - pool->chunk_size) {
-        oom(pool, size, dev);
+        oom(pool, size, pr.req.device);
         return -ENOMEM;
     }
-    size_t n = (size + pool->chunk_size - 1) >> pool->chunk_shift;
-    return alloc_run(pool, tc, dev, n, size, ptr_p);
+    pr.req.chunks = (size + pool->chunk_size - 1) >> pool->chunk_shift;
+    return alloc_run(pool, tc, &pr, ptr_p);
 }
 
 /* --- frees ------------------------------------------------------------- */

@@ -272,8 +272,8 @@ static int accessors(ump_pool_t *pool, int d, int *devs)
     return n;
 }
 
-int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
-                 size_t n, size_t *start_p)
+int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
+                 size_t nparts, size_t n, size_t *start_p)
 {
     struct vas *v = &pool->vas;
     size_t start;
@@ -292,8 +292,8 @@ int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
     }
     size_t g = start;
     int rc = 0;
-    for (int p = 0; p < nparts; p++) {
-        for (size_t left = parts[p].n; left;) {
+    for (size_t p = 0; p < nparts; p++) {
+        for (size_t left = parts[p].chunks; left;) {
             struct chunk *c;
             rc = get_chunk(pool, parts[p].device, left, &c);
             if (rc)
@@ -315,14 +315,14 @@ int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
     /* One access call per device segment: every device that can reach that
      * device's memory gets read-write access to it. */
     size_t s = start;
-    for (int p = 0; p < nparts; p++) {
+    for (size_t p = 0; p < nparts; p++) {
         int devs[UMP_MAX_DEVICES];
         int nd = accessors(pool, parts[p].device, devs);
         rc = pool->be->set_access(pool->bctx, vas_addr(v, s),
-                                  chunk_bytes(pool, parts[p].n), devs, nd);
+                                  chunk_bytes(pool, parts[p].chunks), devs, nd);
         if (rc)
             goto undo;
-        s += parts[p].n;
+        s += parts[p].chunks;
     }
     *start_p = start;
     return 0;

@@ -27,7 +27,6 @@
 
 #include <stddef.h>
 
-#include "placement.h"
 #include "pool.h"
 
 /* Chunks that device could supply now: room, idle and cached. */
@@ -37,8 +36,8 @@ size_t chunks_available(ump_pool_t *pool, int device);
 int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p);
 /* Maps a new range of n granules as the plan says. On error nothing stays
  * mapped in it and the pool's accounting is as before. */
-int chunks_build(ump_pool_t *pool, const struct plan_part *parts, int nparts,
-                 size_t n, size_t *start_p);
+int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
+                 size_t nparts, size_t n, size_t *start_p);
 /* Mapped granules [start, start+n) become cached blocks (per device,
  * merged with cached neighbours). */
 void chunks_cache(ump_pool_t *pool, size_t start, size_t n);

@@ -49,6 +49,11 @@ const struct ump_conf_entry conf_table[] = {
      "most memory the pool takes from each device, on any backend (0: all "
      "of it; on cuda, what is free when the pool is created)",
      offsetof(struct ump_config, device_mem), 0, 0},
+    {"policy", "local", UMP_CONF_STRING,
+     "local, interleave[=D*W+...], balanced, domain, or a plugin's path "
+     "(shorter than 256 bytes)",
+     "default placement policy of allocations bigger than a slab object",
+     offsetof(struct ump_config, policy), 0, 0},
     {"log_level", "warn", UMP_CONF_ENUM, "error|warn|info|debug",
      "messages at this level and more severe go to stderr",
      offsetof(struct ump_config, log_level), 0, 0},

@@ -24,6 +24,7 @@ struct ump_config {
     size_t sim_device_mem;               /* 0: not set */
     size_t device_mem;                   /* cap per device, 0: none */
     int log_level;                       /* enum ump_log_level */
+    char policy[UMP_CONF_PATH_MAX];      /* default placement policy */
     size_t chunk_size;                   /* bytes of one physical chunk */
     size_t max_chunk;                    /* largest chunk for big runs */
     size_t va_size;                      /* 0: sized from the devices */

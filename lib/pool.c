@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "chunks.h"
+#include "policy.h"
 #include "slab.h"
 #include "tcache.h"
 
@@ -74,53 +75,65 @@ static void run_put(ump_pool_t *pool, struct run *r)
     pool->free_runs = r;
 }
 
-/* Plans and maps n new granules for device. */
-static int run_build(ump_pool_t *pool, int device, size_t n, size_t *start_p,
-                     bool *mixed_p)
+/* Plans (with the request's policy) and maps a new range. */
+static int run_build(ump_pool_t *pool, const struct place_req *pr,
+                     size_t *start_p, bool *mixed_p)
 {
-    size_t avail[UMP_MAX_DEVICES];
-    for (int d = 0; d < pool->ndev; d++)
-        avail[d] = chunks_available(pool, d);
-    struct plan_part parts[UMP_MAX_DEVICES];
-    int np;
-    int rc = placement_plan(&pool->topo, avail, device, n, parts, &np);
+    ump_place_part_t *parts;
+    size_t np;
+    int rc = policy_plan(pool, pr->policy, &pr->req, &parts, &np);
     if (rc)
         return rc;
-    rc = chunks_build(pool, parts, np, n, start_p);
-    if (rc)
-        return rc;
-    *mixed_p = np > 1;
-    for (int p = 0; p < np; p++)
-        pool_note_in_use(pool, parts[p].device);
-    return 0;
+    rc = chunks_build(pool, parts, np, pr->req.chunks, start_p);
+    if (!rc) {
+        *mixed_p = false;
+        for (size_t p = 0; p < np; p++) {
+            *mixed_p |= parts[p].device != parts[0].device;
+            pool_note_in_use(pool, parts[p].device);
+        }
+    }
+    free(parts);
+    return rc;
 }
 
-int pool_run_alloc(ump_pool_t *pool, int device, size_t n, struct run **run_p)
+/* A cached block serves a request only where its policy would put all of
+ * it on the requesting device anyway: "local" without a group. */
+static bool reuse_ok(ump_pool_t *pool, const struct place_req *pr)
+{
+    return pr->policy == pool->local_policy;
+}
+
+int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
+                   struct run **run_p)
 {
     pool_poll_pending(pool, false);
     struct run *r = run_get(pool);
     if (!r)
         return -ENOMEM;
-    size_t start;
+    size_t start, n = pr->req.chunks;
+    int dev = pr->req.device;
     bool mixed = false;
-    int rc = chunks_reuse(pool, device, n, &start);
+    int rc = -ENOENT;
+    if (reuse_ok(pool, pr))
+        rc = chunks_reuse(pool, dev, n, &start);
     if (rc == -ENOENT)
-        rc = run_build(pool, device, n, &start, &mixed);
+        rc = run_build(pool, pr, &start, &mixed);
     if (rc == -ENOMEM) { /* what threads park may make it fit */
         pool_flush_tcaches(pool);
-        rc = chunks_reuse(pool, device, n, &start);
+        rc = reuse_ok(pool, pr) ? chunks_reuse(pool, dev, n, &start)
+                                : -ENOENT;
         if (rc == -ENOENT)
-            rc = run_build(pool, device, n, &start, &mixed);
+            rc = run_build(pool, pr, &start, &mixed);
     }
     if (rc) {
         run_put(pool, r);
         return rc;
     }
-    pool_note_in_use(pool, device);
     r->start = start;
     r->n = n;
     r->mixed = mixed;
     r->device = chunks_device(pool, start);
+    pool_note_in_use(pool, r->device);
     atomic_store_explicit(&r->word, obj_word(OBJ_FREE, 0),
                           memory_order_relaxed);
     vas_set(&pool->vas, start, n, VAS_RUN, r);
@@ -197,7 +210,10 @@ static int pool_setup(ump_pool_t *pool)
      * never make a fitting allocation fail. */
     size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * total;
     va = UMP_ALIGN_UP(va < 2 * chunk ? 2 * chunk : va, chunk);
-    int rc = pool->be->reserve(pool->bctx, va, chunk, &pool->va);
+    int rc = policy_setup(pool);
+    if (rc)
+        return rc;
+    rc = pool->be->reserve(pool->bctx, va, chunk, &pool->va);
     if (rc)
         return rc;
     rc = vas_init(&pool->vas, pool->va, va, chunk);
@@ -250,6 +266,7 @@ static void pool_free_meta(ump_pool_t *pool)
             lists[i] = p->next;
             free(p);
         }
+    policy_free_all(pool);
     vas_fini(&pool->vas);
     free(pool->dev);
     free(pool->folded);

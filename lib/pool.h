@@ -32,6 +32,7 @@
 
 struct slab;
 struct tcache;
+struct policy_inst;
 
 /* A physical chunk: one backend handle of n granules (a power of two, at
  * most max_chunk bytes), mapped at granules [g, g+n) or idle. */
@@ -137,10 +138,22 @@ struct ump_pool {
     struct tcache *tcaches;  /* (L) every thread cache of this pool */
     struct counters *folded; /* (L) counters of thread caches gone, per device */
     struct ump_pool *reg_next; /* registry of live pools (fork.c) */
+    struct policy_inst *policies;       /* (L) instances, by text */
+    struct policy_inst *local_policy;   /* "local" */
+    struct policy_inst *default_policy; /* the config's `policy` */
+    ump_device_props_t *props;          /* the policies' view, per device */
+    ump_link_props_t *links;            /* ... and per pair */
+};
+
+/* What the slow path of an allocation needs to place it. */
+struct place_req {
+    ump_place_request_t req;
+    struct policy_inst *policy;
 };
 
 /* alloc paths shared by alloc.c and tcache.c. Pool lock held for all. */
-int pool_run_alloc(ump_pool_t *pool, int device, size_t n, struct run **run_p);
+int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
+                   struct run **run_p);
 void pool_run_free(ump_pool_t *pool, struct run *run);
 /* Frees what ump_free_async deferred once its event is done; all: wait. */
 void pool_poll_pending(ump_pool_t *pool, bool wait);

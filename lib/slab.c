@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "chunks.h"
-#include "placement.h"
+#include "policy.h"
 #include "slab.h"
 
 static struct slab_list *slab_list_of(ump_pool_t *pool, struct slab *s)
@@ -95,7 +95,7 @@ static struct slab *slab_new(ump_pool_t *pool, unsigned cls, size_t g)
 /* A slab with free objects of class cls on device, or on the nearest device
  * with room when device has none. */
 static int slab_find(ump_pool_t *pool, int device, unsigned cls,
-                     struct slab **s_p)
+                     unsigned flags, struct slab **s_p)
 {
     struct dev_state *ds = &pool->dev[device];
     struct slab *s = ds->partial[cls].head;
@@ -105,13 +105,16 @@ static int slab_find(ump_pool_t *pool, int device, unsigned cls,
         *s_p = s;
         return 0;
     }
-    size_t avail[UMP_MAX_DEVICES];
-    for (int d = 0; d < pool->ndev; d++)
-        avail[d] = chunks_available(pool, d);
-    struct plan_part part;
-    int np, rc = placement_plan(&pool->topo, avail, device, 1, &part, &np);
+    /* Small objects live near the requesting device: "local" placement. */
+    ump_place_request_t req = {.chunks = 1, .chunk_size = pool->chunk_size,
+                               .device = device, .flags = flags};
+    ump_place_part_t *plan;
+    size_t np;
+    int rc = policy_plan(pool, pool->local_policy, &req, &plan, &np);
     if (rc)
         return rc;
+    ump_place_part_t part = plan[0];
+    free(plan);
     if (part.device != device) {
         /* Spilling: use a partly free slab there before a new chunk. */
         struct dev_state *other = &pool->dev[part.device];
@@ -140,11 +143,11 @@ static int slab_find(ump_pool_t *pool, int device, unsigned cls,
     return 0;
 }
 
-int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned max,
-              struct tc_item *out, unsigned *n_p, int *device_p)
+int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
+              unsigned max, struct tc_item *out, unsigned *n_p, int *device_p)
 {
     struct slab *s;
-    int rc = slab_find(pool, device, cls, &s);
+    int rc = slab_find(pool, device, cls, flags, &s);
     if (rc)
         return rc;
     unsigned n = 0;

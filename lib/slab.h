@@ -41,10 +41,12 @@ static inline uint32_t slab_index(const struct slab *s, uint32_t off)
 
 /* Takes up to max free objects of class cls for a request from device,
  * making a slab if needed (on the nearest device with room when device is
- * full). Objects are written to out, all from one device, returned in
- * *device_p. -ENOMEM when no device has room. Pool lock held. */
-int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned max,
-              struct tc_item *out, unsigned *n_p, int *device_p);
+ * full, unless flags has UMP_HINT_NO_SPILL). Objects are written to out,
+ * all from one device, returned in *device_p. -ENOMEM when no device has
+ * room. Pool lock held. */
+int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
+              unsigned max, struct tc_item *out, unsigned *n_p,
+              int *device_p);
 /* Gives back object idx, whose state is already OBJ_FREE. Pool lock held. */
 void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx);
 /* Releases every wholly free slab's chunk to the cached blocks. */

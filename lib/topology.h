@@ -10,7 +10,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#define UMP_MAX_DEVICES 32
 #define UMP_MAX_NUMA 16
 
 #include "umpool.h"

@@ -230,8 +230,11 @@ static void test_alloc_bad_hints(void **state)
     int ndev = ump_device_count(f->pool);
     assert_int_equal(ndev, 2);
     const int bad_devices[] = {ndev, ndev + 1, 1000, -3, -1000};
-    const unsigned bad_flags[] = {1u, 2u, 0x80000000u, ~0u};
-    const char *bad_policies[] = {"", "bogus", "LOCAL", "local,", "interleave"};
+    const unsigned bad_flags[] = {2u, 4u, 0x80000000u, ~0u};
+    const char *bad_policies[] = {"",           "bogus",        "LOCAL",
+                                  "local,",     "interleave=9", "interleave=0+0",
+                                  "domain=x",   "/no/such/plugin.so"};
+    const int bad_access[] = {-1, 3, 1000};
     void *p = SENTINEL;
 
     for (size_t i = 0; i < sizeof(bad_devices) / sizeof(bad_devices[0]);
@@ -253,6 +256,13 @@ static void test_alloc_bad_hints(void **state)
         ump_hints_t h = UMP_HINTS_INIT;
         h.policy = bad_policies[i];
         assert_int_equal(ump_alloc(f->pool, 100, &h, &p), -EINVAL);
+        assert_int_equal(ump_alloc(f->pool, 4 * TU_MIB, &h, &p), -EINVAL);
+        assert_ptr_equal(p, SENTINEL);
+    }
+    for (size_t i = 0; i < sizeof(bad_access) / sizeof(bad_access[0]); i++) {
+        ump_hints_t h = UMP_HINTS_INIT;
+        h.access = bad_access[i];
+        assert_int_equal(ump_alloc(f->pool, 4 * TU_MIB, &h, &p), -EINVAL);
         assert_ptr_equal(p, SENTINEL);
     }
     ump_stats_t after = tu_stats(f->pool, UMP_DEVICE_ALL);

@@ -125,8 +125,8 @@ static void test_table_complete(void **state)
     (void)state;
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
-        "device_mem", "log_level",   "chunk_size",   "max_chunk",
-        "va_size",    "tcache"};
+        "device_mem", "policy",      "log_level",    "chunk_size",
+        "max_chunk",  "va_size",     "tcache"};
     size_t n = 0;
 
     for (const struct ump_conf_entry *e = conf_table; e->key; e++, n++) {
@@ -164,6 +164,7 @@ static void test_defaults_match_table(void **state)
     assert_string_equal(cfg.sim_topology, d.sim_topology);
     assert_int_equal(cfg.sim_device_mem, d.sim_device_mem);
     assert_int_equal(cfg.device_mem, d.device_mem);
+    assert_string_equal(cfg.policy, d.policy);
     assert_int_equal(cfg.log_level, d.log_level);
     assert_int_equal(cfg.chunk_size, d.chunk_size);
     assert_int_equal(cfg.max_chunk, d.max_chunk);
@@ -176,6 +177,7 @@ static void test_defaults_match_table(void **state)
     assert_string_equal(d.sim_topology, "");
     assert_int_equal(d.sim_device_mem, 0);
     assert_int_equal(d.device_mem, 0);
+    assert_string_equal(d.policy, "local");
     assert_int_equal(d.log_level, UMP_LOG_WARN);
     assert_int_equal(d.chunk_size, 2 * MIB);
     assert_int_equal(d.max_chunk, 1024 * MIB);

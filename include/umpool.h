@@ -143,8 +143,9 @@ const char *ump_link_kind_name(int kind);
  * loads a plugin that exports `const ump_policy_t umpool_policy`.
  *
  * A policy never touches memory: it returns a plan, parts in address order,
- * which the pool checks (devices exist, the counts add up and fit in what
- * each device can supply) and carries out. place() runs under the pool's
+ * which the pool checks (devices exist and the requesting device can reach
+ * them, the counts add up and fit in what each device can supply) and
+ * carries out. place() runs under the pool's
  * lock: it must not call back into the pool.
  */
 #define UMP_POLICY_VERSION 1
@@ -180,7 +181,7 @@ typedef struct ump_policy {
     int (*init)(const ump_place_view_t *view, const char *args,
                 void **state_p);
     /* Writes at most cap parts; 0, -ENOMEM when the request does not fit,
-     * or another negative errno. */
+     * or another negative errno (which ump_alloc returns). */
     int (*place)(void *state, const ump_place_request_t *req,
                  const ump_place_view_t *view, ump_place_part_t *parts,
                  size_t cap, size_t *nparts_p);

@@ -507,10 +507,9 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
             pool->spare_pending = p;
         }
         pthread_mutex_unlock(&pool->lock);
-        /* Undo the claim: the allocation stays live, nothing changed. */
+        /* Undo the claim: the allocation stays live, nothing changed (the
+         * backend logged why). */
         set_state(c.word, OBJ_LIVE);
-        ump_log_error("ump_free_async: cannot record an event on stream %p: "
-                      "%s", stream, ump_strerror(rc));
         return rc;
     }
     p->meta = c.slab ? (void *)c.slab : (void *)c.run;

@@ -81,6 +81,11 @@ int policy_get(ump_pool_t *pool, const char *spec, struct policy_inst **inst_p)
                       "balanced, domain, or the path of a plugin)", what);
         rc = -EINVAL;
     }
+    if (!rc && args && !inst->p->init) {
+        ump_log_error("policy '%s': %s takes no arguments", spec,
+                      inst->p->name);
+        rc = -EINVAL;
+    }
     if (!rc && inst->p->init) {
         size_t avail[UMP_MAX_DEVICES];
         ump_place_view_t view;
@@ -165,14 +170,21 @@ static int check_plan(ump_pool_t *pool, const struct policy_inst *inst,
             return bad_plan(inst, "a device out of range");
         if (!parts[i].chunks)
             return bad_plan(inst, "an empty part");
+        /* the requesting device must be able to use every byte */
+        if (d != req->device &&
+            !pool->links[req->device * pool->ndev + d].peer)
+            return bad_plan(inst, "a device the requesting device cannot "
+                                  "reach (no peer access)");
         used[d] += parts[i].chunks;
         total += parts[i].chunks;
-        if (used[d] > avail[d] || total > req->chunks) {
+        if (used[d] > avail[d]) {
             ump_log_error("policy '%s' returned a bad plan: %zu chunks of "
                           "device %d, which can supply %zu", inst->spec,
                           used[d], d, avail[d]);
             return -EINVAL;
         }
+        if (total > req->chunks)
+            return bad_plan(inst, "the parts add up to more than the request");
     }
     if (total != req->chunks)
         return bad_plan(inst, "the parts do not add up to the request");
@@ -192,7 +204,9 @@ int policy_plan(ump_pool_t *pool, struct policy_inst *inst,
         return -ENOMEM;
     size_t np = 0;
     int rc = inst->p->place(inst->state, req, &view, parts, cap, &np);
-    if (!rc)
+    if (!rc && np > cap)
+        rc = bad_plan(inst, "more parts than it was given room for");
+    else if (!rc)
         rc = check_plan(pool, inst, req, parts, np, avail);
     else if (rc != -ENOMEM)
         ump_log_error("policy '%s': %s", inst->spec, ump_strerror(rc));

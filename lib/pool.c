@@ -52,6 +52,10 @@ void pool_trim_locked(ump_pool_t *pool)
     pool_flush_tcaches(pool);
     slab_trim(pool);
     chunks_trim(pool);
+    /* A driver that ran out before the pool's count (another process used
+     * the device) lowered a capacity; trimming is the moment to try again. */
+    for (int d = 0; d < pool->ndev; d++)
+        pool->dev[d].capacity = pool->dev[d].capacity_max;
 }
 
 static struct run *run_get(ump_pool_t *pool)
@@ -198,7 +202,7 @@ static int pool_setup(ump_pool_t *pool)
         size_t mem = pool->topo.dev[d].mem;
         if (pool->cfg.device_mem && pool->cfg.device_mem < mem)
             mem = pool->cfg.device_mem;
-        ds->capacity = mem & ~(chunk - 1);
+        ds->capacity = ds->capacity_max = mem & ~(chunk - 1);
         total += ds->capacity;
         ds->partial = calloc(pool->nsmall, sizeof(*ds->partial));
         ds->full = calloc(pool->nsmall, sizeof(*ds->full));
@@ -381,6 +385,9 @@ UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
         if (pool->dev[d].mapped || pool->dev[d].created)
             ump_log_warn("device %d: %zu bytes still mapped at destroy", d,
                          pool->dev[d].mapped);
+    for (struct pending *p = pool->spare_pending; p; p = p->next)
+        if (p->event)
+            pool->be->event_destroy(pool->bctx, p->event);
     pthread_mutex_unlock(&pool->lock);
     int rc = pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
     if (rc)

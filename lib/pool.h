@@ -83,7 +83,8 @@ struct slab_list {
 
 /* Per device, under pool->lock. */
 struct dev_state {
-    size_t capacity;          /* bytes the device offers */
+    size_t capacity;          /* bytes the device offers ... */
+    size_t capacity_max;      /* ... unless the driver said less */
     size_t created;           /* bytes of chunks created */
     size_t mapped;            /* bytes of chunks mapped */
     size_t cached;            /* bytes in cached blocks */

@@ -2,7 +2,8 @@
  * "balanced": each allocation goes to the device with the most free memory
  * (the requesting device on a tie), for many independent tensors that
  * should spread evenly. What does not fit there continues on the next
- * emptiest devices, unless UMP_HINT_NO_SPILL.
+ * emptiest devices, unless UMP_HINT_NO_SPILL. Only devices the requesting
+ * device can reach (itself and its peers) are considered.
  */
 #include "config.h"
 
@@ -21,7 +22,8 @@ static int balanced_place(void *state, const ump_place_request_t *req,
     memcpy(avail, view->free_chunks, (size_t)view->ndev * sizeof(*avail));
     int order[UMP_MAX_DEVICES], n = 0;
     for (int d = 0; d < view->ndev; d++)
-        order[n++] = d;
+        if (pol_reachable(view, req->device, d))
+            order[n++] = d;
     /* emptiest first; the requesting device, then lower indices, on ties */
     for (int i = 1; i < n; i++) {
         int x = order[i], j = i;

@@ -18,18 +18,24 @@ extern const ump_policy_t policy_interleave;
 extern const ump_policy_t policy_balanced;
 extern const ump_policy_t policy_domain;
 
-/* The built-in policy called name, or NULL. */
-const ump_policy_t *pol_builtin(const char *name);
-
-/* Devices other than dev, nearest first: bandwidth descending, then hops,
- * then index (the order a spill-over follows). Returns their number. */
-int pol_nearest(const ump_place_view_t *view, int dev, int *order);
-
 static inline const ump_link_props_t *pol_link(const ump_place_view_t *view,
                                                int from, int to)
 {
     return &view->links[from * view->ndev + to];
 }
+
+/* The built-in policy called name, or NULL. */
+const ump_policy_t *pol_builtin(const char *name);
+
+/* Can device `from` use memory of device d (itself, or a peer)? The pool
+ * refuses plans with memory the requesting device cannot reach. */
+bool pol_reachable(const ump_place_view_t *view, int from, int d);
+
+/* Devices other than dev that dev can reach, nearest first: bandwidth
+ * descending, then hops, then index (the order a spill-over follows).
+ * Returns their number. */
+int pol_nearest(const ump_place_view_t *view, int dev, int *order);
+
 
 /* Appends n chunks of device to the plan, merging with the last part when
  * it is the same device. -ENOSPC when cap parts are used. */

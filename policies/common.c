@@ -16,11 +16,16 @@ const ump_policy_t *pol_builtin(const char *name)
     return NULL;
 }
 
+bool pol_reachable(const ump_place_view_t *view, int from, int d)
+{
+    return d == from || pol_link(view, from, d)->peer;
+}
+
 int pol_nearest(const ump_place_view_t *view, int dev, int *order)
 {
     int n = 0;
     for (int d = 0; d < view->ndev; d++)
-        if (d != dev)
+        if (d != dev && pol_reachable(view, dev, d))
             order[n++] = d;
     /* insertion sort: a handful of devices */
     for (int i = 1; i < n; i++) {

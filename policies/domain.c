@@ -101,11 +101,12 @@ static int choose_domain(const struct domain *st,
 {
     size_t room[UMP_MAX_DEVICES] = {0};
     for (int d = 0; d < view->ndev; d++)
-        room[st->dom[d]] += view->free_chunks[d];
+        if (pol_reachable(view, req->device, d))
+            room[st->dom[d]] += view->free_chunks[d];
     int mine = st->dom[req->device];
     if (room[mine] >= req->chunks)
         return mine;
-    int best = -1, roomiest = 0;
+    int best = -1, roomiest = mine;
     double best_bw = -1;
     for (int D = 0; D < st->ndom; D++) {
         if (room[D] > room[roomiest])

@@ -6,7 +6,8 @@
  * default every device, weight 1. The stripe is one chunk; each allocation's
  * stripes start at the requesting device when it is in the set, so a
  * one-chunk allocation stays local. A device of the set that is full is
- * skipped; when the whole set is full the allocation fails (-ENOMEM): the
+ * skipped, and so is one the requesting device cannot reach (no peer
+ * access); when the whole set is full the allocation fails (-ENOMEM): the
  * set is what was asked for.
  */
 #include "config.h"
@@ -92,6 +93,8 @@ static int interleave_place(void *state, const ump_place_request_t *req,
         bool progress = false;
         for (int k = 0; k < il->n && left; k++) {
             int i = (first + k) % il->n, d = il->dev[i];
+            if (!pol_reachable(view, req->device, d))
+                continue;
             size_t take = il->weight[i];
             if (take > avail[d])
                 take = avail[d];

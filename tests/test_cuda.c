@@ -1,30 +1,1094 @@
-/* The cuda backend without a GPU: placeholder until the backend lands. */
+/*
+ * The cuda backend without a GPU: its messages and fallback when no driver
+ * is usable, the CUDA error mapping, the sysfs readers on a fake tree, and,
+ * through tests/fake_cuda.c (a fake driver emulating VMM on the CPU, found
+ * through UMPOOL_FAKE_CUDA_LIB or UMPOOL_TEST_PLUGINS), whole pools on
+ * backend:cuda, topology discovery and the driver checks. Without the fake
+ * driver (no cuda.h at configure time) those tests are reported as skipped.
+ */
 #include "config.h"
 
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <setjmp.h>
-#include <cmocka.h>
-#include <errno.h>
+#include <dirent.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 
-#include "umpool.h"
+#include "testutil.h"
 
-static void test_cuda_backend_absent(void **state)
+#include "backend/backend.h"
+#include "backend/cuda_api.h"
+
+#define NO_DRIVER "/nonexistent/libcuda.so.1"
+#ifdef HAVE_CUDA_H
+#define NO_DRIVER_TEXT "no CUDA driver"
+#else
+#define NO_DRIVER_TEXT "built without CUDA headers"
+#endif
+
+/* --- helpers ------------------------------------------------------------ */
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+
+    assert_non_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* Lines of captured text that contain needle. */
+static int count_lines_with(const char *buf, const char *needle)
+{
+    int n = 0;
+
+    for (const char *line = buf; *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char tmp[2048];
+
+        snprintf(tmp, sizeof(tmp), "%.*s", (int)len, line);
+        if (strstr(tmp, needle))
+            n++;
+        if (!nl)
+            break;
+        line = nl + 1;
+    }
+    return n;
+}
+
+/* Creates a pool with stderr captured; returns the result and the text. */
+static int create_captured(const char *conf, ump_pool_t **pool_p, char *buf,
+                           size_t len)
+{
+    struct tu_capture cap;
+    int rc;
+
+    tu_capture_start(&cap);
+    rc = ump_pool_create(conf, pool_p);
+    tu_capture_stop(&cap, buf, len);
+    return rc;
+}
+
+/* The fake driver: UMPOOL_FAKE_CUDA_LIB, else libfakecuda.so among the
+ * test plugins the build exports (UMPOOL_TEST_PLUGINS); NULL when neither. */
+static const char *fake_path(void)
+{
+    static char path[PATH_MAX];
+    const char *p = getenv("UMPOOL_FAKE_CUDA_LIB");
+    const char *dir = getenv("UMPOOL_TEST_PLUGINS");
+
+    if (p && *p)
+        return p;
+    if (!dir || !*dir)
+        return NULL;
+    snprintf(path, sizeof(path), "%s/libfakecuda.so", dir);
+    return path;
+}
+
+static void *fake_handle;
+
+static int group_setup(void **state)
 {
     (void)state;
-    ump_pool_t *pool = NULL;
-    assert_int_equal(ump_pool_create("backend:cuda,log_level:error", &pool), -ENODEV);
-    assert_null(pool);
-    assert_int_equal(ump_pool_create("backend:auto", &pool), 0);
-    assert_string_equal(ump_backend_name(pool), "sim");
-    assert_int_equal(ump_pool_destroy(pool), 0);
+    if (fake_path()) {
+        fake_handle = dlopen(fake_path(), RTLD_NOW | RTLD_LOCAL);
+#ifdef HAVE_CUDA_H
+        if (!fake_handle)
+            fprintf(stderr, "cannot load the fake driver: %s\n", dlerror());
+#endif
+    }
+    return 0;
 }
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    if (fake_handle)
+        dlclose(fake_handle);
+    return 0;
+}
+
+static int test_setup(void **state)
+{
+    (void)state;
+    unsetenv("UMPOOL_FAKE_CUDA");
+    return setenv("UMPOOL_CUDA_DRIVER", NO_DRIVER, 1);
+}
+
+/* --- no driver ------------------------------------------------------------ */
+
+static void test_cuda_no_driver(void **state)
+{
+    (void)state;
+    char buf[4096];
+    ump_pool_t *pool = NULL;
+    int fds = count_fds();
+
+    int rc = create_captured("backend:cuda,log_level:debug", &pool, buf,
+                             sizeof(buf));
+    assert_int_equal(rc, -ENODEV);
+    assert_null(pool);
+    if (tu_count_log_lines(buf) != 1)
+        fail_msg("want one log line, got:\n%s", buf);
+    assert_int_equal(count_lines_with(buf, "umpool: error: backend cuda: "
+                                           NO_DRIVER_TEXT), 1);
+    assert_int_equal(count_fds(), fds);
+    assert_non_null(strstr(cuda_unavailable_reason(), NO_DRIVER_TEXT));
+}
+
+static void test_auto_falls_back(void **state)
+{
+    (void)state;
+    char buf[4096];
+    ump_pool_t *pool = NULL;
+
+    int rc = create_captured("backend:auto,log_level:info", &pool, buf,
+                             sizeof(buf));
+    assert_int_equal(rc, 0);
+    assert_string_equal(ump_backend_name(pool), "sim");
+    if (tu_count_log_lines(buf) != 1)
+        fail_msg("want one log line, got:\n%s", buf);
+    assert_int_equal(count_lines_with(buf, "umpool: info: "), 1);
+    assert_int_equal(count_lines_with(buf, NO_DRIVER_TEXT), 1);
+    tu_pool_destroy(pool);
+
+    /* At the default level (warn) the fallback says nothing. */
+    rc = create_captured("backend:auto", &pool, buf, sizeof(buf));
+    assert_int_equal(rc, 0);
+    assert_int_equal(tu_count_log_lines(buf), 0);
+    tu_pool_destroy(pool);
+}
+
+#ifdef HAVE_CUDA_H
+/* --- error mapping ------------------------------------------------------- */
+
+static void test_errno_mapping(void **state)
+{
+    (void)state;
+    static const struct {
+        CUresult res;
+        int err;
+    } map[] = {
+        {CUDA_SUCCESS, 0},
+        {CUDA_ERROR_OUT_OF_MEMORY, -ENOMEM},
+        {CUDA_ERROR_INVALID_VALUE, -EINVAL},
+        {CUDA_ERROR_INVALID_HANDLE, -EINVAL},
+        {CUDA_ERROR_NOT_SUPPORTED, -ENOTSUP},
+        {CUDA_ERROR_NO_DEVICE, -ENODEV},
+        {CUDA_ERROR_INVALID_DEVICE, -ENODEV},
+        {CUDA_ERROR_NOT_INITIALIZED, -ENODEV},
+        {CUDA_ERROR_DEINITIALIZED, -ENODEV},
+        {CUDA_ERROR_NOT_PERMITTED, -EPERM},
+        {CUDA_ERROR_NOT_READY, -EAGAIN},
+        {CUDA_ERROR_ALREADY_MAPPED, -EEXIST},
+        {CUDA_ERROR_ILLEGAL_ADDRESS, -EIO},
+        {CUDA_ERROR_LAUNCH_FAILED, -EIO},
+        {CUDA_ERROR_ECC_UNCORRECTABLE, -EIO},
+        {CUDA_ERROR_UNKNOWN, -EIO},
+        {(CUresult)12345, -EIO},
+    };
+
+    for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+        if (cuda_errno(map[i].res) != map[i].err)
+            fail_msg("CUresult %d maps to %d, want %d", (int)map[i].res,
+                     cuda_errno(map[i].res), map[i].err);
+}
+
+#else
+static void test_errno_mapping(void **state)
+{
+    (void)state;
+    skip();
+}
+#endif
+
+/* --- sysfs ---------------------------------------------------------------- */
+
+static void test_busid_and_rates(void **state)
+{
+    (void)state;
+    char out[32];
+    double v = 0;
+
+    assert_int_equal(cuda_pci_busid_norm("0000:1A:00.0", out, sizeof(out)),
+                     0);
+    assert_string_equal(out, "0000:1a:00.0");
+    assert_int_equal(cuda_pci_busid_norm("00000000:AB:1F.3", out,
+                                         sizeof(out)), 0);
+    assert_string_equal(out, "0000:ab:1f.3");
+    assert_int_equal(cuda_pci_busid_norm("10000:01:00.0", out, sizeof(out)),
+                     0);
+    assert_string_equal(out, "10000:01:00.0");
+    assert_int_equal(cuda_pci_busid_norm("0000:1A:00", out, sizeof(out)),
+                     -EINVAL);
+    assert_int_equal(cuda_pci_busid_norm("0000:100:00.0", out, sizeof(out)),
+                     -EINVAL);
+    assert_int_equal(cuda_pci_busid_norm("0000:1a:00.0x", out, sizeof(out)),
+                     -EINVAL);
+
+    assert_int_equal(cuda_parse_gts("32.0 GT/s PCIe", &v), 0);
+    assert_true(v == 32.0);
+    assert_int_equal(cuda_parse_gts("2.5 GT/s", &v), 0);
+    assert_true(v == 2.5);
+    assert_int_equal(cuda_parse_gts("8 GT/s", &v), 0);
+    assert_true(v == 8.0);
+    assert_int_equal(cuda_parse_gts("Unknown", &v), -EINVAL);
+    assert_int_equal(cuda_parse_gts("16.0 MB/s", &v), -EINVAL);
+    assert_int_equal(cuda_parse_gts("", &v), -EINVAL);
+
+    /* Gen 5 x16: 32 GT/s x 16 lanes x 128/130 / 8 bits. */
+    assert_float_equal(cuda_pcie_gbs(32, 16), 32.0 * 16 * 128 / 130 / 8,
+                       1e-9);
+    assert_float_equal(cuda_pcie_gbs(16, 8), 16.0 * 8 * 128 / 130 / 8, 1e-9);
+    /* Gen 2 x16: 8b/10b coding. */
+    assert_float_equal(cuda_pcie_gbs(5, 16), 8.0, 1e-9);
+
+    assert_float_equal(cuda_nvlink_link_gbs(1), 20, 0);
+    assert_float_equal(cuda_nvlink_link_gbs(4), 25, 0);
+    assert_float_equal(cuda_nvlink_link_gbs(6), 25, 0); /* NVLink 4.0 */
+    assert_float_equal(cuda_nvlink_link_gbs(7), 50, 0); /* NVLink 5.0 */
+    assert_float_equal(cuda_nvlink_link_gbs(0), 25, 0);
+    /* H100/H200: 18 links of NVLink 4.0. */
+    assert_float_equal(18 * cuda_nvlink_link_gbs(6), 450, 0);
+}
+
+/* A fake /sys for the fake driver's four devices: 0 and 1 behind one PCIe
+ * switch (0's link capped by its switch port), 2 on another root port of
+ * the same host bridge with no NUMA affinity, 3 on the other socket. */
+struct fake_sys {
+    char root[64];
+};
+
+static void put_file(const char *root, const char *rel, const char *text)
+{
+    char path[PATH_MAX];
+    FILE *f;
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void make_dirs(const char *root, const char *rel)
+{
+    char path[PATH_MAX];
+
+    snprintf(path, sizeof(path), "%s/%s", root, rel);
+    for (char *p = path + strlen(root) + 1; *p; p++)
+        if (*p == '/') {
+            *p = '\0';
+            mkdir(path, 0755);
+            *p = '/';
+        }
+    mkdir(path, 0755);
+}
+
+static void put_device(const char *root, const char *dir, const char *busid,
+                       const char *numa)
+{
+    char rel[PATH_MAX], link[PATH_MAX], target[PATH_MAX];
+
+    snprintf(rel, sizeof(rel), "devices/%s", dir);
+    make_dirs(root, rel);
+    snprintf(link, sizeof(link), "%s/bus/pci/devices/%s", root, busid);
+    snprintf(target, sizeof(target), "../../../devices/%s", dir);
+    assert_int_equal(symlink(target, link), 0);
+    snprintf(rel, sizeof(rel), "devices/%s/numa_node", dir);
+    put_file(root, rel, numa);
+}
+
+#define SW0 "pci0000:10/0000:10:01.0/0000:11:00.0"
+#define DEV0 SW0 "/0000:12:00.0/0000:1a:00.0"
+#define DEV1 SW0 "/0000:12:01.0/0000:2a:00.0"
+#define DEV2 "pci0000:10/0000:10:02.0/0000:3a:00.0"
+#define DEV3 "pci0000:80/0000:80:01.0/0000:4a:00.0"
+
+static void fake_sys_make(struct fake_sys *fs)
+{
+    snprintf(fs->root, sizeof(fs->root), "/tmp/umpool-sysfs-XXXXXX");
+    assert_non_null(mkdtemp(fs->root));
+    make_dirs(fs->root, "bus/pci/devices");
+    put_device(fs->root, DEV0, "0000:1a:00.0", "0\n");
+    put_device(fs->root, DEV1, "0000:2a:00.0", "0\n");
+    put_device(fs->root, DEV2, "0000:3a:00.0", "-1\n");
+    put_device(fs->root, DEV3, "0000:4a:00.0", "1\n");
+    put_device(fs->root, "pci0000:80/0000:80:02.0/0000:5a:00.0",
+               "0000:5a:00.0", "node 1\n");
+
+    /* Device 0: a gen 5 card, idle at 2.5 GT/s, behind a gen 4 port. */
+    put_file(fs->root, "devices/" DEV0 "/max_link_speed", "32.0 GT/s PCIe\n");
+    put_file(fs->root, "devices/" DEV0 "/max_link_width", "16\n");
+    put_file(fs->root, "devices/" DEV0 "/current_link_speed",
+             "2.5 GT/s PCIe\n");
+    put_file(fs->root, "devices/" DEV0 "/current_link_width", "16\n");
+    put_file(fs->root, "devices/" SW0 "/0000:12:00.0/max_link_speed",
+             "16.0 GT/s PCIe\n");
+    put_file(fs->root, "devices/" SW0 "/0000:12:00.0/max_link_width", "16\n");
+    /* Device 1: gen 5 on a gen 5 port. */
+    put_file(fs->root, "devices/" DEV1 "/max_link_speed", "32.0 GT/s PCIe\n");
+    put_file(fs->root, "devices/" DEV1 "/max_link_width", "16\n");
+    put_file(fs->root, "devices/" SW0 "/0000:12:01.0/max_link_speed",
+             "32.0 GT/s PCIe\n");
+    /* Device 2: only the current values (gen 3 x8). */
+    put_file(fs->root, "devices/" DEV2 "/current_link_speed",
+             "8.0 GT/s PCIe\n");
+    put_file(fs->root, "devices/" DEV2 "/current_link_width", "8\n");
+    /* Device 3: gen 5 x16, its port says nothing. */
+    put_file(fs->root, "devices/" DEV3 "/max_link_speed", "32.0 GT/s PCIe\n");
+    put_file(fs->root, "devices/" DEV3 "/max_link_width", "16\n");
+}
+
+static void fake_sys_remove(struct fake_sys *fs)
+{
+    char cmd[128];
+
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", fs->root);
+    assert_int_equal(system(cmd), 0);
+}
+
+static const double gen3x8 = 8.0 * 8 * 128 / 130 / 8;
+static const double gen4x16 = 16.0 * 16 * 128 / 130 / 8;
+static const double gen5x16 = 32.0 * 16 * 128 / 130 / 8;
+
+static void test_sysfs_tree(void **state)
+{
+    (void)state;
+    struct fake_sys fs;
+    char a[PATH_MAX], b[PATH_MAX];
+    double gbs = 0;
+
+    fake_sys_make(&fs);
+    assert_int_equal(cuda_sysfs_numa_node(fs.root, "0000:1a:00.0"), 0);
+    assert_int_equal(cuda_sysfs_numa_node(fs.root, "0000:3a:00.0"), 0);
+    assert_int_equal(cuda_sysfs_numa_node(fs.root, "0000:4a:00.0"), 1);
+    assert_int_equal(cuda_sysfs_numa_node(fs.root, "0000:5a:00.0"), -EINVAL);
+    assert_int_equal(cuda_sysfs_numa_node(fs.root, "0000:ff:00.0"), -ENOENT);
+
+    assert_int_equal(cuda_sysfs_link_gbs(fs.root, "0000:1a:00.0", &gbs), 0);
+    assert_float_equal(gbs, gen4x16, 1e-9);
+    assert_int_equal(cuda_sysfs_link_gbs(fs.root, "0000:2a:00.0", &gbs), 0);
+    assert_float_equal(gbs, gen5x16, 1e-9);
+    assert_int_equal(cuda_sysfs_link_gbs(fs.root, "0000:3a:00.0", &gbs), 0);
+    assert_float_equal(gbs, gen3x8, 1e-9);
+    assert_int_equal(cuda_sysfs_link_gbs(fs.root, "0000:4a:00.0", &gbs), 0);
+    assert_float_equal(gbs, gen5x16, 1e-9);
+    assert_int_equal(cuda_sysfs_link_gbs(fs.root, "0000:5a:00.0", &gbs),
+                     -ENOENT);
+
+    assert_int_equal(cuda_sysfs_pci_path(fs.root, "0000:1a:00.0", a,
+                                         sizeof(a)), 0);
+    assert_string_equal(a, DEV0);
+    assert_int_equal(cuda_sysfs_pci_path(fs.root, "0000:2a:00.0", b,
+                                         sizeof(b)), 0);
+    assert_true(cuda_pci_same_switch(a, b));
+    assert_int_equal(cuda_sysfs_pci_path(fs.root, "0000:3a:00.0", b,
+                                         sizeof(b)), 0);
+    assert_false(cuda_pci_same_switch(a, b));
+    assert_int_equal(cuda_sysfs_pci_path(fs.root, "0000:4a:00.0", b,
+                                         sizeof(b)), 0);
+    assert_false(cuda_pci_same_switch(a, b));
+    assert_int_equal(cuda_sysfs_pci_path(fs.root, "0000:ff:00.0", b,
+                                         sizeof(b)), -ENOENT);
+    /* Flat virtual machine buses: no root port in common, no switch. */
+    assert_false(cuda_pci_same_switch("pci0000:00/0000:00:05.0",
+                                      "pci0000:00/0000:00:06.0"));
+    fake_sys_remove(&fs);
+}
+
+#ifdef HAVE_CUDA_H
+/* --- the fake driver: no GPU usable ----------------------------------------*/
+
+/* The fake driver with its mode set, or the test is skipped. */
+static void use_fake(const char *mode)
+{
+    if (!fake_handle)
+        skip();
+    assert_int_equal(setenv("UMPOOL_CUDA_DRIVER", fake_path(), 1), 0);
+    assert_int_equal(setenv("UMPOOL_FAKE_CUDA", mode, 1), 0);
+}
+
+static long fake_count(const char *what)
+{
+    long (*fn)(const char *);
+    void *sym = dlsym(fake_handle, "fake_cuda_count");
+
+    assert_non_null(sym);
+    memcpy(&fn, &sym, sizeof(fn));
+    long n = fn(what);
+    if (n < 0)
+        fail_msg("the fake driver does not count '%s'", what);
+    return n;
+}
+
+/* Nothing of a destroyed pool is left in the driver. */
+static void assert_fake_clean(void)
+{
+    assert_int_equal(fake_count("allocs"), 0);
+    assert_int_equal(fake_count("maps"), 0);
+    assert_int_equal(fake_count("resvs"), 0);
+    assert_int_equal(fake_count("ctx_refs"), 0);
+    assert_int_equal(fake_count("streams"), 0);
+    assert_int_equal(fake_count("events"), 0);
+    assert_int_equal(fake_count("current"), 0);
+    assert_int_equal(fake_count("hostfn_calls"), 0);
+}
+
+
+/* backend:cuda fails with err and one error line holding text; backend:auto
+ * falls back to sim with one info line. Nothing stays in the driver. */
+static void check_unusable(int err, const char *text)
+{
+    char buf[4096];
+    ump_pool_t *pool = NULL;
+
+    int rc = create_captured("backend:cuda,log_level:info", &pool, buf,
+                             sizeof(buf));
+    assert_int_equal(rc, err);
+    assert_null(pool);
+    if (tu_count_log_lines(buf) != 1 || count_lines_with(buf, text) != 1 ||
+        count_lines_with(buf, "umpool: error: backend cuda: ") != 1)
+        fail_msg("want one error line with '%s', got:\n%s", text, buf);
+
+    rc = create_captured("backend:auto,log_level:info", &pool, buf,
+                         sizeof(buf));
+    assert_int_equal(rc, 0);
+    assert_string_equal(ump_backend_name(pool), "sim");
+    if (tu_count_log_lines(buf) != 1 || count_lines_with(buf, text) != 1 ||
+        count_lines_with(buf, "umpool: info: ") != 1)
+        fail_msg("want one info line with '%s', got:\n%s", text, buf);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+static void test_fake_old_driver(void **state)
+{
+    (void)state;
+    use_fake("driver=11020");
+    check_unusable(-ENOTSUP, "CUDA driver 11.2 is too old");
+    use_fake("driver=10010");
+    check_unusable(-ENOTSUP, "CUDA driver 10.1 is too old");
+}
+
+static void test_fake_no_device(void **state)
+{
+    (void)state;
+    use_fake("devices=0");
+    check_unusable(-ENODEV, "no CUDA device");
+}
+
+static void test_fake_no_vmm(void **state)
+{
+    (void)state;
+    use_fake("devices=2,novmm");
+    check_unusable(-ENOTSUP, "device 0 (NVIDIA Fake GPU) does not support "
+                             "virtual memory management");
+}
+
+static void test_not_a_driver(void **state)
+{
+    (void)state;
+    char buf[4096];
+    ump_pool_t *pool = NULL;
+
+    assert_int_equal(setenv("UMPOOL_CUDA_DRIVER", "libm.so.6", 1), 0);
+    int rc = create_captured("backend:cuda", &pool, buf, sizeof(buf));
+    assert_int_equal(rc, -ENODEV);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    assert_int_equal(count_lines_with(buf, "is not a CUDA driver"), 1);
+}
+
+/* --- the fake driver: whole pools --------------------------------------- */
+
+static void test_fake_pool(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    ump_device_props_t props;
+    ump_link_props_t link;
+
+    assert_string_equal(ump_backend_name(pool), "cuda");
+    assert_int_equal(ump_device_count(pool), 2);
+    assert_int_equal(ump_device_props(pool, 1, &props), 0);
+    assert_string_equal(props.model, "Fake-GPU");
+    assert_string_equal(props.pci_bus_id, "0000:2a:00.0");
+    assert_int_equal(props.capacity, 64 * TU_MIB);
+    assert_int_equal(ump_link_props(pool, 0, 1, &link), 0);
+    assert_true(link.peer);
+    assert_int_equal(ump_link_props(pool, 1, 1, &link), 0);
+    assert_int_equal(link.kind, UMP_LINK_SELF);
+    assert_float_equal(link.bandwidth_gbs, 64, 1e-9);
+    /* The 12.0 ABI was asked for, and every chunk is shareable. */
+    assert_int_equal(fake_count("abi"), 12000);
+    assert_int_equal(fake_count("ctx_refs"), 2);
+
+    const size_t sizes[] = {256, 4000, 100 * TU_KIB, 3 * TU_MIB,
+                            20 * TU_MIB};
+    void *p[5];
+    long creates = fake_count("creates"), fds = fake_count("fd_creates");
+    for (int i = 0; i < 5; i++) {
+        p[i] = tu_alloc(pool, sizes[i], i % 2);
+        tu_fill(p[i], sizes[i], 10 + (uint64_t)i);
+        assert_int_equal(tu_info(pool, p[i]).device, i % 2);
+    }
+    for (int i = 0; i < 5; i++)
+        tu_assert_pattern(p[i], sizes[i], 10 + (uint64_t)i);
+    assert_true(fake_count("creates") > creates);
+    assert_int_equal(fake_count("creates") - creates,
+                     fake_count("fd_creates") - fds);
+    assert_int_equal(fake_count("current"), 0);
+    for (int i = 0; i < 5; i++)
+        tu_free(pool, p[i]);
+
+    ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.live_count, 0);
+    assert_int_equal(st.chunks_created, (uint64_t)fake_count("allocs"));
+    assert_int_equal(ump_trim(pool), 0);
+    assert_int_equal(fake_count("allocs"), 0);
+    assert_int_equal(fake_count("maps"), 0);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* More than one device holds: the allocation is stitched from both. */
+static void test_fake_stitch(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=16");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    size_t size = 24 * TU_MIB;
+    void *p = tu_alloc(pool, size, 0);
+    bool dev[2] = {false, false};
+
+    for (size_t off = 0; off < size;) {
+        ump_ptr_info_t info = tu_info(pool, (char *)p + off);
+        assert_in_range(info.device, 0, 1);
+        dev[info.device] = true;
+        off = (size_t)((char *)info.chunk_base - (char *)p) + info.chunk_size;
+    }
+    assert_true(dev[0] && dev[1]);
+    tu_fill(p, size, 77);
+    tu_assert_pattern(p, size, 77);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* Filling the devices ends in -ENOMEM; the pool goes on working. */
+static void test_fake_full(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=16");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    ump_hints_t h = tu_hints(0);
+    void *p[64], *q = NULL;
+    int n = 0, rc;
+
+    while (n < 64 && (rc = ump_alloc(pool, 2 * TU_MIB, &h, &p[n])) == 0)
+        n++;
+    assert_int_equal(rc, -ENOMEM);
+    assert_int_equal(n, 16); /* 32 MiB in 2 MiB pieces */
+    tu_free(pool, p[n - 1]);
+    assert_int_equal(ump_alloc(pool, 2 * TU_MIB, &h, &q), 0);
+    tu_fill(q, 2 * TU_MIB, 5);
+    tu_assert_pattern(q, 2 * TU_MIB, 5);
+    p[n - 1] = q;
+    for (int i = 0; i < n; i++)
+        tu_free(pool, p[i]);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* A driver failure in the middle of growing the pool: the call fails with
+ * the mapped errno and one line naming the driver's error; nothing half
+ * built stays, and the pool keeps working. */
+static void check_fault(const char *mode, const char *name, int err)
+{
+    char buf[8192];
+    struct tu_capture cap;
+    void *p = NULL;
+
+    use_fake(mode);
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    tu_capture_start(&cap);
+    int rc = ump_alloc(pool, 24 * TU_MIB, NULL, &p);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, err);
+    assert_null(p);
+    if (count_lines_with(buf, name) != 1)
+        fail_msg("want one line naming %s, got:\n%s", name, buf);
+    ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.live_count, 0);
+    assert_int_equal(fake_count("map_bytes"), (long)st.mapped_bytes);
+
+    p = tu_alloc(pool, 8 * TU_MIB, 0);
+    tu_fill(p, 8 * TU_MIB, 3);
+    tu_assert_pattern(p, 8 * TU_MIB, 3);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+static void test_fake_faults(void **state)
+{
+    (void)state;
+    /* 24 MiB on two devices of 16: two chunks, two mappings, two access
+     * calls; the second of each fails. */
+    check_fault("devices=2,mem=16,fail=cuMemMap:2:700",
+                "CUDA_ERROR_ILLEGAL_ADDRESS", -EIO);
+    check_fault("devices=2,mem=16,fail=cuMemSetAccess:2:1",
+                "CUDA_ERROR_INVALID_VALUE", -EINVAL);
+    check_fault("devices=2,mem=16,fail=cuMemCreate:2:999", "CUDA error 999",
+                -EIO);
+}
+
+/* Shareable handles advertised but refused: chunks come without them. */
+static void test_fake_no_fd(void **state)
+{
+    (void)state;
+    use_fake("nofd");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    long fds = fake_count("fd_creates");
+    void *p = tu_alloc(pool, 6 * TU_MIB, 0);
+
+    tu_fill(p, 6 * TU_MIB, 9);
+    tu_assert_pattern(p, 6 * TU_MIB, 9);
+    assert_int_equal(fake_count("fd_creates"), fds);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* Without peer access each device gets access to its own memory only, and
+ * stitching still works. */
+static void test_fake_no_peer(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=16,nopeer");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    ump_link_props_t link;
+
+    assert_int_equal(ump_link_props(pool, 0, 1, &link), 0);
+    assert_false(link.peer);
+    /* device 1 cannot reach device 0's memory: nothing spills there */
+    ump_hints_t h = UMP_HINTS_INIT;
+    h.device = 1;
+    void *q = NULL;
+    assert_int_equal(ump_alloc(pool, 24 * TU_MIB, &h, &q), -ENOMEM);
+    assert_null(q);
+    void *p = tu_alloc(pool, 12 * TU_MIB, 1);
+    assert_int_equal(tu_info(pool, p).device, 1);
+    tu_fill(p, 12 * TU_MIB, 4);
+    tu_assert_pattern(p, 12 * TU_MIB, 4);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+static void count_up(void *arg)
+{
+    (*(int *)arg)++;
+}
+
+static void test_fake_streams(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=32,evdelay=2");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    ump_stream_t s1 = NULL;
+    size_t size = 3 * TU_MIB;
+    int calls = 0;
+
+    assert_int_equal(ump_stream_create(pool, 1, &s1), 0);
+    assert_non_null(s1);
+    char *a = tu_alloc(pool, size, 0), *b = tu_alloc(pool, size, 1);
+    char *host = malloc(size);
+    assert_non_null(host);
+    tu_fill(host, size, 21);
+    assert_int_equal(ump_memcpy_async(pool, a, host, size, s1), 0);
+    assert_int_equal(ump_memset_async(pool, b, 0x5a, size, s1), 0);
+    assert_int_equal(ump_memcpy_async(pool, b + 100, a, 1000, NULL), 0);
+    assert_int_equal(ump_launch_host_func(pool, s1, count_up, &calls), 0);
+    assert_int_equal(ump_stream_synchronize(pool, s1), 0);
+    assert_int_equal(ump_stream_synchronize(pool, NULL), 0);
+    assert_int_equal(calls, 1);
+    tu_assert_pattern(a, size, 21);
+    assert_int_equal(memcmp(b + 100, a, 1000), 0);
+    assert_int_equal((unsigned char)b[99], 0x5a);
+    assert_int_equal((unsigned char)b[size - 1], 0x5a);
+
+    /* Deferred frees: recorded on a stream of device 1, then the same
+     * event (reused by the pool) on the default stream of device 0. */
+    assert_int_equal(ump_free_async(pool, a, s1), 0);
+    assert_int_equal(ump_free_async(pool, b, NULL), 0);
+    void *c = tu_alloc(pool, size, 0);
+    tu_fill(c, size, 22);
+    assert_int_equal(ump_free_async(pool, c, s1), 0);
+    assert_int_equal(fake_count("current"), 0);
+
+    /* Only streams the pool made can be destroyed through it. */
+    char buf[4096];
+    struct tu_capture cap;
+    tu_capture_start(&cap);
+    int rc = ump_stream_destroy(pool, (ump_stream_t)host);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    assert_int_equal(count_lines_with(buf, "not created by this pool"), 1);
+    assert_int_equal(ump_stream_destroy(pool, s1), 0);
+    free(host);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* A stream the caller leaves is destroyed at close. */
+static void test_fake_stream_left(void **state)
+{
+    (void)state;
+    use_fake("devices=1");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    ump_stream_t s = NULL;
+
+    assert_int_equal(ump_stream_create(pool, 0, &s), 0);
+    assert_int_equal(fake_count("streams"), 1);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* An event follows its stream's context: recorded on a stream of device 1,
+ * then on the default stream (device 0's context here), then back. */
+static void test_fake_event_contexts(void **state)
+{
+    (void)state;
+    const struct backend_ops *be = &cuda_backend_ops;
+    struct ump_topology *topo = calloc(1, sizeof(*topo));
+    struct ump_config cfg;
+    void *ctx = NULL, *s1 = NULL, *ev = NULL;
+
+    assert_non_null(topo);
+    use_fake("devices=2,evdelay=1");
+    conf_defaults(&cfg);
+    cfg.backend = UMP_BACKEND_CUDA;
+    assert_int_equal(be->open(&cfg, topo, &ctx), 0);
+    assert_int_equal(topo->ndev, 2);
+    assert_int_equal(be->stream_create(ctx, 1, &s1), 0);
+    assert_int_equal(be->event_create(ctx, &ev), 0);
+    assert_int_equal(be->event_query(ctx, ev), 0); /* never recorded */
+    assert_int_equal(fake_count("events"), 0);
+
+    void *streams[3] = {s1, NULL, s1};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(be->event_record(ctx, ev, streams[i]), 0);
+        assert_int_equal(fake_count("events"), 1);
+        assert_int_equal(be->event_query(ctx, ev), -EAGAIN);
+        assert_int_equal(be->event_query(ctx, ev), 0);
+    }
+    /* cudaStreamPerThread and cudaStreamLegacy are default streams too. */
+    assert_int_equal(be->event_record(ctx, ev, CU_STREAM_PER_THREAD), 0);
+    assert_int_equal(be->event_query(ctx, ev), -EAGAIN);
+    assert_int_equal(be->event_record(ctx, ev, CU_STREAM_LEGACY), 0);
+    char byte = 1;
+    assert_int_equal(be->memset_async(ctx, &byte, 0x33, 1,
+                                      CU_STREAM_PER_THREAD), 0);
+    assert_int_equal(be->stream_sync(ctx, CU_STREAM_LEGACY), 0);
+    assert_int_equal(byte, 0x33);
+    assert_int_equal(be->event_sync(ctx, ev), 0);
+    assert_int_equal(be->event_query(ctx, ev), 0);
+    assert_int_equal(fake_count("current"), 0);
+
+    /* Left for close, as the pool leaves its events. */
+    void *ev2 = NULL;
+    assert_int_equal(be->event_create(ctx, &ev2), 0);
+    assert_int_equal(be->event_record(ctx, ev2, s1), 0);
+    assert_int_equal(be->event_destroy(ctx, ev), 0);
+    assert_int_equal(fake_count("events"), 1);
+    assert_int_equal(be->stream_destroy(ctx, s1), 0);
+    be->close(ctx);
+    free(topo);
+    assert_fake_clean();
+}
+
+struct worker {
+    ump_pool_t *pool;
+    uint64_t seed;
+    int failed;
+    long current; /* the thread's current context at its end */
+};
+
+static void *worker_run(void *arg)
+{
+    struct worker *w = arg;
+    uint64_t r = w->seed;
+
+    for (int i = 0; i < 200 && !w->failed; i++) {
+        size_t size = 64 + tu_rand(&r) % (3 * TU_MIB);
+        ump_hints_t h = tu_hints((int)(tu_rand(&r) % 2));
+        void *p = NULL;
+
+        if (ump_alloc(w->pool, size, &h, &p) || !p) {
+            w->failed = 1;
+            break;
+        }
+        tu_fill(p, size < 4096 ? size : 4096, (uint64_t)i);
+        if (tu_check(p, size < 4096 ? size : 4096, (uint64_t)i) !=
+                (size < 4096 ? size : 4096) ||
+            ump_free(w->pool, p))
+            w->failed = 2;
+    }
+    w->current = fake_count("current");
+    return NULL;
+}
+
+/* Threads allocating at once: every driver call finds its context, and
+ * every thread's current context is put back. */
+static void test_fake_threads(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    pthread_t th[4];
+    struct worker w[4];
+
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){pool, 100 + (uint64_t)i, 0, -1};
+        assert_int_equal(pthread_create(&th[i], NULL, worker_run, &w[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(w[i].failed, 0);
+        assert_int_equal(w[i].current, 0);
+    }
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* backend:auto takes the GPU when there is one, silently. */
+static void test_fake_auto(void **state)
+{
+    (void)state;
+    char buf[4096];
+    ump_pool_t *pool = NULL;
+
+    use_fake("devices=1");
+    assert_int_equal(create_captured("backend:auto", &pool, buf, sizeof(buf)),
+                     0);
+    assert_string_equal(ump_backend_name(pool), "cuda");
+    assert_int_equal(tu_count_log_lines(buf), 0);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* In a forked child the inherited pool is dropped without a driver call. */
+static void test_fake_fork(void **state)
+{
+    (void)state;
+    use_fake("devices=2");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    void *p = tu_alloc(pool, 4 * TU_MIB, 0), *q = NULL;
+    int status = 0;
+
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* The refusal below logs a line: not for the test's output. */
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(101);
+        int bad = ump_alloc(pool, 100, NULL, &q) != -ENOTRECOVERABLE;
+        bad |= ump_pool_destroy(pool) != 0;
+        _exit(bad ? 100 : (int)fake_count("child_calls"));
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    tu_fill(p, 4 * TU_MIB, 8);
+    tu_assert_pattern(p, 4 * TU_MIB, 8);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* --- the fake driver: topology discovery -------------------------------- */
+
+struct opened {
+    struct cuda_api api;
+    CUcontext ctx[4];
+    int ndev;
+};
+
+static void open_fake(struct opened *o, const char *mode, int ndev)
+{
+    char why[256];
+
+    use_fake(mode);
+    assert_int_equal(cuda_api_load(fake_path(), &o->api, why, sizeof(why)),
+                     0);
+    assert_int_equal(o->api.cuInit(0), CUDA_SUCCESS);
+    o->ndev = ndev;
+    for (int d = 0; d < ndev; d++)
+        assert_int_equal(o->api.cuDevicePrimaryCtxRetain(&o->ctx[d], d),
+                         CUDA_SUCCESS);
+}
+
+static void close_fake(struct opened *o)
+{
+    for (int d = 0; d < o->ndev; d++)
+        assert_int_equal(o->api.cuDevicePrimaryCtxRelease(d), CUDA_SUCCESS);
+    dlclose(o->api.lib);
+}
+
+static void assert_link(const struct ump_topology *t, int a, int b, int kind,
+                        double gbs)
+{
+    const struct topo_link *l = &t->link[a][b];
+
+    if (l->kind != kind || l->bw_gbs < gbs - 1e-9 || l->bw_gbs > gbs + 1e-9 ||
+        l->hops != kind || !l->peer)
+        fail_msg("link %d -> %d: kind %d at %.3f GB/s, %d hops, peer %d; "
+                 "want kind %d at %.3f GB/s", a, b, l->kind, l->bw_gbs,
+                 l->hops, l->peer, kind, gbs);
+}
+
+static void test_fake_topology_pcie(void **state)
+{
+    (void)state;
+    struct fake_sys fs;
+    struct opened o;
+    struct ump_topology *t = calloc(1, sizeof(*t));
+
+    assert_non_null(t);
+    open_fake(&o, "devices=4,mem=64", 4);
+    fake_sys_make(&fs);
+    assert_int_equal(cuda_topology_discover(&o.api, 4, o.ctx, fs.root,
+                                            "/nonexistent/libnvidia-ml.so.1",
+                                            t), 0);
+    assert_string_equal(t->name, "cuda-4xFake-GPU");
+    assert_string_equal(t->source, "discovered");
+    assert_int_equal(t->ndev, 4);
+    assert_true(t->nnuma >= 2);
+    assert_float_equal(t->local_bw_gbs, 64, 1e-9);
+    const int numa[4] = {0, 0, 0, 1};
+    const char *pci[4] = {"0000:1a:00.0", "0000:2a:00.0", "0000:3a:00.0",
+                          "0000:4a:00.0"};
+    for (int d = 0; d < 4; d++) {
+        assert_string_equal(t->dev[d].model, "Fake-GPU");
+        assert_string_equal(t->dev[d].pci, pci[d]);
+        assert_int_equal(t->dev[d].mem, 64 * TU_MIB);
+        assert_int_equal(t->dev[d].numa, numa[d]);
+        assert_link(t, d, d, UMP_LINK_SELF, 64);
+    }
+    assert_link(t, 0, 1, UMP_LINK_PCIE, gen4x16);
+    assert_link(t, 1, 0, UMP_LINK_PCIE, gen4x16);
+    assert_link(t, 0, 2, UMP_LINK_HOST, gen3x8);
+    assert_link(t, 1, 2, UMP_LINK_HOST, gen3x8);
+    assert_link(t, 0, 3, UMP_LINK_SYS, gen4x16);
+    assert_link(t, 1, 3, UMP_LINK_SYS, gen5x16);
+    assert_link(t, 3, 2, UMP_LINK_SYS, gen3x8);
+    /* What the pool sees is what a topology file gives. */
+    int order[3];
+    assert_int_equal(topo_nearest(t, 1, order), 3);
+    assert_int_equal(order[0], 3); /* 63 GB/s beats 31.5 */
+    fake_sys_remove(&fs);
+    close_fake(&o);
+    free(t);
+    assert_fake_clean();
+}
+
+static void test_fake_topology_nvlink(void **state)
+{
+    (void)state;
+    struct fake_sys fs;
+    struct opened o;
+    struct ump_topology *t = calloc(1, sizeof(*t));
+
+    assert_non_null(t);
+    fake_sys_make(&fs);
+
+    /* Every GPU on an NVSwitch with 18 links of NVLink 4.0: 450 GB/s. */
+    open_fake(&o, "devices=4,nvswitch=18", 4);
+    assert_int_equal(cuda_topology_discover(&o.api, 4, o.ctx, fs.root,
+                                            fake_path(), t), 0);
+    for (int a = 0; a < 4; a++)
+        for (int b = 0; b < 4; b++)
+            if (a != b)
+                assert_link(t, a, b, UMP_LINK_NVLINK, 450);
+    close_fake(&o);
+
+    /* Pairs bridged by 4 links of NVLink 5.0; the rest over PCIe. */
+    open_fake(&o, "devices=4,nvpair=4,nvver=7", 4);
+    assert_int_equal(cuda_topology_discover(&o.api, 4, o.ctx, fs.root,
+                                            fake_path(), t), 0);
+    assert_link(t, 0, 1, UMP_LINK_NVLINK, 200);
+    assert_link(t, 2, 3, UMP_LINK_NVLINK, 200);
+    assert_link(t, 0, 2, UMP_LINK_HOST, gen3x8);
+    assert_link(t, 1, 3, UMP_LINK_SYS, gen5x16);
+    close_fake(&o);
+
+    fake_sys_remove(&fs);
+    free(t);
+    assert_fake_clean();
+}
+
+#else /* without cuda.h there is no fake driver */
+#define NO_FAKE(name)                                                          \
+    static void name(void **state)                                             \
+    {                                                                          \
+        (void)state;                                                           \
+        skip();                                                                \
+    }
+NO_FAKE(test_not_a_driver)
+NO_FAKE(test_fake_old_driver)
+NO_FAKE(test_fake_no_device)
+NO_FAKE(test_fake_no_vmm)
+NO_FAKE(test_fake_pool)
+NO_FAKE(test_fake_stitch)
+NO_FAKE(test_fake_full)
+NO_FAKE(test_fake_faults)
+NO_FAKE(test_fake_no_fd)
+NO_FAKE(test_fake_no_peer)
+NO_FAKE(test_fake_streams)
+NO_FAKE(test_fake_stream_left)
+NO_FAKE(test_fake_event_contexts)
+NO_FAKE(test_fake_threads)
+NO_FAKE(test_fake_auto)
+NO_FAKE(test_fake_fork)
+NO_FAKE(test_fake_topology_pcie)
+NO_FAKE(test_fake_topology_nvlink)
+#endif /* HAVE_CUDA_H */
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cuda_backend_absent),
+        cmocka_unit_test_setup(test_cuda_no_driver, test_setup),
+        cmocka_unit_test_setup(test_auto_falls_back, test_setup),
+        cmocka_unit_test(test_errno_mapping),
+        cmocka_unit_test(test_busid_and_rates),
+        cmocka_unit_test(test_sysfs_tree),
+        cmocka_unit_test_setup(test_not_a_driver, test_setup),
+        cmocka_unit_test_setup(test_fake_old_driver, test_setup),
+        cmocka_unit_test_setup(test_fake_no_device, test_setup),
+        cmocka_unit_test_setup(test_fake_no_vmm, test_setup),
+        cmocka_unit_test_setup(test_fake_pool, test_setup),
+        cmocka_unit_test_setup(test_fake_stitch, test_setup),
+        cmocka_unit_test_setup(test_fake_full, test_setup),
+        cmocka_unit_test_setup(test_fake_faults, test_setup),
+        cmocka_unit_test_setup(test_fake_no_fd, test_setup),
+        cmocka_unit_test_setup(test_fake_no_peer, test_setup),
+        cmocka_unit_test_setup(test_fake_streams, test_setup),
+        cmocka_unit_test_setup(test_fake_stream_left, test_setup),
+        cmocka_unit_test_setup(test_fake_event_contexts, test_setup),
+        cmocka_unit_test_setup(test_fake_threads, test_setup),
+        cmocka_unit_test_setup(test_fake_auto, test_setup),
+        cmocka_unit_test_setup(test_fake_fork, test_setup),
+        cmocka_unit_test_setup(test_fake_topology_pcie, test_setup),
+        cmocka_unit_test_setup(test_fake_topology_nvlink, test_setup),
     };
-    return cmocka_run_group_tests_name("cuda", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("cuda", tests, group_setup,
+                                       group_teardown);
 }

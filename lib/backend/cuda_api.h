@@ -35,7 +35,7 @@ double cuda_pcie_gbs(double gts, int width);
 /* The bandwidth of the device's PCIe link, GB/s per direction. */
 int cuda_sysfs_link_gbs(const char *root, const char *busid, double *gbs_p);
 /* GB/s per direction of one NVLink link of an NVML version (an enum, not
- * the marketing number: 6 is NVLink 4.0); 0 for an unknown version. */
+ * the marketing number: 6 is NVLink 4.0); unknown versions get 25. */
 double cuda_nvlink_link_gbs(unsigned nvml_version);
 
 #ifdef HAVE_CUDA_H

@@ -1,0 +1,1146 @@
+/*
+ * A fake CUDA driver (and the few NVML calls the topology uses), built as a
+ * shared library for tests/test_cuda only and loaded by the cuda backend
+ * through UMPOOL_CUDA_DRIVER. It exports what libcuda exports for the
+ * backend to find (cuDriverGetVersion, cuGetProcAddress_v2) and hands out
+ * the rest through cuGetProcAddress, so the backend's loading code runs as
+ * it would on a GPU host.
+ *
+ * Memory is emulated on the CPU as the sim backend does: a reservation is
+ * PROT_NONE memory, an allocation a memfd, a mapping that memfd MAP_FIXED
+ * (still PROT_NONE), access an mprotect. Streams run their work before the
+ * call returns. It checks what the real driver checks, strictly: a current
+ * context where one is needed, events and streams of one context, exact
+ * mappings, live handles, and no calls from a forked child or from inside
+ * a host function (those are counted, see fake_cuda_count).
+ *
+ * UMPOOL_FAKE_CUDA, read by cuDriverGetVersion and cuInit (so each pool
+ * the backend opens sees the current value), is a comma-separated list:
+ *   driver=N      driver version (default 13000)
+ *   devices=N     device count, 0..8 (default 1; 0: cuInit finds none)
+ *   mem=N         MiB per device (default 64)
+ *   novmm         devices say they do not support VMM
+ *   nofd          devices advertise file descriptor handles, cuMemCreate
+ *                 refuses them
+ *   nopeer        no peer access between devices
+ *   fail=CALL:N:CODE  the Nth call of CALL ("cuMemMap") from now fails
+ *                 with CUresult CODE
+ *   evdelay=N     a recorded event is not ready for its first N queries
+ *   nvswitch=N    NVML: N active links from every device to an NVSwitch
+ *   nvpair=N      NVML: N links between devices 2k and 2k+1
+ *   nvver=N       NVML: the links' version (default 6, NVLink 4.0)
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cuda.h>
+
+#define FAKE_MAX_DEV 8
+#define FAKE_GRAN ((size_t)2 << 20)
+#define FAKE_NVLINKS 18
+
+/* --- configuration ------------------------------------------------------ */
+
+static struct fake_config {
+    int driver, devices;
+    size_t mem;
+    bool novmm, nofd, nopeer;
+    char fail_call[64];
+    int fail_nth, fail_code;
+    int evdelay;
+    int nvswitch, nvpair;
+    unsigned nvver;
+} cfg;
+
+static void load_config(void)
+{
+    const char *env = getenv("UMPOOL_FAKE_CUDA");
+    char buf[512], *save = NULL;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.driver = 13000;
+    cfg.devices = 1;
+    cfg.mem = (size_t)64 << 20;
+    cfg.nvver = 6;
+    snprintf(buf, sizeof(buf), "%s", env ? env : "");
+    for (char *w = strtok_r(buf, ",", &save); w;
+         w = strtok_r(NULL, ",", &save)) {
+        char call[64];
+        int n = 0, code = 0;
+
+        if (sscanf(w, "driver=%d", &cfg.driver) == 1 ||
+            sscanf(w, "evdelay=%d", &cfg.evdelay) == 1 ||
+            sscanf(w, "nvswitch=%d", &cfg.nvswitch) == 1 ||
+            sscanf(w, "nvpair=%d", &cfg.nvpair) == 1 ||
+            sscanf(w, "nvver=%u", &cfg.nvver) == 1)
+            continue;
+        if (sscanf(w, "devices=%d", &cfg.devices) == 1) {
+            if (cfg.devices > FAKE_MAX_DEV)
+                cfg.devices = FAKE_MAX_DEV;
+        } else if (sscanf(w, "mem=%d", &n) == 1) {
+            cfg.mem = (size_t)n << 20;
+        } else if (sscanf(w, "fail=%63[^:]:%d:%d", call, &n, &code) == 3) {
+            snprintf(cfg.fail_call, sizeof(cfg.fail_call), "%s", call);
+            cfg.fail_nth = n;
+            cfg.fail_code = code;
+        } else if (strcmp(w, "novmm") == 0) {
+            cfg.novmm = true;
+        } else if (strcmp(w, "nofd") == 0) {
+            cfg.nofd = true;
+        } else if (strcmp(w, "nopeer") == 0) {
+            cfg.nopeer = true;
+        } else {
+            fprintf(stderr, "fake_cuda: unknown setting '%s'\n", w);
+        }
+    }
+}
+
+/* --- objects ------------------------------------------------------------ */
+
+/* The driver's opaque types, completed here. */
+struct CUctx_st {
+    int dev;
+    int refs;
+};
+
+struct CUstream_st {
+    struct CUctx_st *ctx;
+    struct CUstream_st *next;
+};
+
+struct CUevent_st {
+    struct CUctx_st *ctx;
+    int pending; /* queries left that answer "not ready" */
+    struct CUevent_st *next;
+};
+
+struct fake_alloc {
+    int dev, fd, refs; /* refs: the handle and each mapping */
+    size_t size;
+    bool released;
+    struct fake_alloc *next;
+};
+
+struct fake_resv {
+    uintptr_t va;
+    size_t size;
+    struct fake_resv *next;
+};
+
+struct fake_map {
+    uintptr_t va;
+    size_t size;
+    struct fake_alloc *a;
+    bool access;
+    struct fake_map *next;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct CUctx_st ctxs[FAKE_MAX_DEV];
+static struct CUstream_st *streams;
+static struct CUevent_st *events;
+static struct fake_alloc *allocs;
+static struct fake_resv *resvs;
+static struct fake_map *maps;
+static size_t used[FAKE_MAX_DEV];
+static bool initialized;
+static pid_t init_pid;
+static long n_child_calls, n_hostfn_calls, n_creates, n_fd_creates, n_abi;
+static _Thread_local struct CUctx_st *current;
+static _Thread_local bool in_host_func;
+
+/* Every entry point but the version and error-name queries starts here:
+ * takes the lock on success. */
+static CUresult begin(void)
+{
+    if (in_host_func) {
+        __atomic_add_fetch(&n_hostfn_calls, 1, __ATOMIC_RELAXED);
+        return CUDA_ERROR_NOT_PERMITTED;
+    }
+    if (initialized && getpid() != init_pid) {
+        __atomic_add_fetch(&n_child_calls, 1, __ATOMIC_RELAXED);
+        return CUDA_ERROR_NOT_INITIALIZED;
+    }
+    if (!initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    pthread_mutex_lock(&lock);
+    return CUDA_SUCCESS;
+}
+
+static CUresult end(CUresult res)
+{
+    pthread_mutex_unlock(&lock);
+    return res;
+}
+
+#define BEGIN()                                                                \
+    do {                                                                       \
+        CUresult begin_res_ = begin();                                         \
+        if (begin_res_ != CUDA_SUCCESS)                                        \
+            return begin_res_;                                                 \
+    } while (0)
+
+/* The injected failure of call, when it is due. Lock held. */
+static CUresult injected(const char *call)
+{
+    if (cfg.fail_nth <= 0 || strcmp(call, cfg.fail_call) != 0)
+        return CUDA_SUCCESS;
+    return --cfg.fail_nth == 0 ? (CUresult)cfg.fail_code : CUDA_SUCCESS;
+}
+
+static bool dev_ok(int dev)
+{
+    return dev >= 0 && dev < cfg.devices;
+}
+
+static bool stream_ok(CUstream s)
+{
+    for (struct CUstream_st *p = streams; p; p = p->next)
+        if (p == s)
+            return true;
+    return false;
+}
+
+static bool event_ok(CUevent e)
+{
+    for (struct CUevent_st *p = events; p; p = p->next)
+        if (p == e)
+            return true;
+    return false;
+}
+
+static struct fake_alloc *alloc_of(CUmemGenericAllocationHandle h)
+{
+    for (struct fake_alloc *a = allocs; a; a = a->next)
+        if ((uintptr_t)a == (uintptr_t)h && !a->released)
+            return a;
+    return NULL;
+}
+
+static struct fake_resv *resv_holding(uintptr_t va, size_t size)
+{
+    for (struct fake_resv *r = resvs; r; r = r->next)
+        if (va >= r->va && va + size <= r->va + r->size)
+            return r;
+    return NULL;
+}
+
+static struct fake_map *map_at(uintptr_t va)
+{
+    for (struct fake_map *m = maps; m; m = m->next)
+        if (va >= m->va && va < m->va + m->size)
+            return m;
+    return NULL;
+}
+
+/* [va, va + size) is wholly mapped (and accessible, if asked). */
+static bool range_mapped(uintptr_t va, size_t size, bool need_access)
+{
+    for (uintptr_t p = va; p < va + size;) {
+        struct fake_map *m = map_at(p);
+
+        if (!m || (need_access && !m->access))
+            return false;
+        p = m->va + m->size;
+    }
+    return true;
+}
+
+/* Memory the CPU may touch for a copy: outside every reservation, or
+ * mapped with access. */
+static bool range_usable(uintptr_t p, size_t n)
+{
+    for (struct fake_resv *r = resvs; r; r = r->next) {
+        uintptr_t lo = p > r->va ? p : r->va;
+        uintptr_t hi = p + n < r->va + r->size ? p + n : r->va + r->size;
+
+        if (lo < hi && !range_mapped(lo, hi - lo, true))
+            return false;
+    }
+    return true;
+}
+
+static void alloc_put(struct fake_alloc *a)
+{
+    if (--a->refs > 0)
+        return;
+    for (struct fake_alloc **pp = &allocs; *pp; pp = &(*pp)->next)
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
+    used[a->dev] -= a->size;
+    close(a->fd);
+    free(a);
+}
+
+/* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current context's. */
+static bool default_stream(CUstream s)
+{
+    return (uintptr_t)s <= (uintptr_t)CU_STREAM_PER_THREAD;
+}
+
+/* The context a stream's work runs in; NULL when there is none. */
+static struct CUctx_st *stream_ctx(CUstream s)
+{
+    return default_stream(s) ? current : s->ctx;
+}
+
+/* A stream given to an operation: live, and its context current (a
+ * default stream needs a current context). Lock held. */
+static CUresult stream_check(CUstream s)
+{
+    if (!default_stream(s) && !stream_ok(s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!current || stream_ctx(s) != current)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return CUDA_SUCCESS;
+}
+
+/* --- initialisation, devices, errors ------------------------------------ */
+
+static CUresult fake_cuInit(unsigned flags)
+{
+    if (in_host_func)
+        return CUDA_ERROR_NOT_PERMITTED;
+    load_config();
+    if (flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (cfg.devices <= 0)
+        return CUDA_ERROR_NO_DEVICE;
+    if (!initialized) {
+        initialized = true;
+        init_pid = getpid();
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *version)
+{
+    load_config();
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = cfg.driver;
+    return CUDA_SUCCESS;
+}
+
+static const struct {
+    CUresult res;
+    const char *name, *text;
+} errors[] = {
+    {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+    {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+    {CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED",
+     "initialization error"},
+    {CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE",
+     "no CUDA-capable device is detected"},
+    {CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE",
+     "invalid device ordinal"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT",
+     "invalid device context"},
+    {CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE",
+     "invalid resource handle"},
+    {CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED",
+     "resource already mapped"},
+    {CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+    {CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS",
+     "an illegal memory access was encountered"},
+    {CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED",
+     "operation not permitted"},
+    {CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED",
+     "operation not supported"},
+};
+
+static CUresult fake_cuGetErrorName(CUresult res, const char **name)
+{
+    for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+        if (errors[i].res == res) {
+            *name = errors[i].name;
+            return CUDA_SUCCESS;
+        }
+    *name = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_cuGetErrorString(CUresult res, const char **text)
+{
+    for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+        if (errors[i].res == res) {
+            *text = errors[i].text;
+            return CUDA_SUCCESS;
+        }
+    *text = NULL;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_cuDeviceGetCount(int *count)
+{
+    BEGIN();
+    *count = cfg.devices;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuDeviceGet(CUdevice *dev, int ordinal)
+{
+    BEGIN();
+    if (!dev_ok(ordinal))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    *dev = ordinal;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute attr,
+                                          CUdevice dev)
+{
+    BEGIN();
+    if (!dev_ok(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        *v = !cfg.novmm;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+        *v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE:
+        *v = 1000000; /* kHz */
+        break;
+    case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
+        *v = 256; /* with the clock: 64 GB/s */
+        break;
+    default:
+        return end(CUDA_ERROR_INVALID_VALUE);
+    }
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    BEGIN();
+    if (!dev_ok(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    snprintf(name, (size_t)len, "NVIDIA Fake GPU");
+    return end(CUDA_SUCCESS);
+}
+
+/* Buses 0x1a, 0x2a, ...: upper case, as the driver writes them. */
+static unsigned fake_bus(int dev)
+{
+    return 0x1a + 0x10 * (unsigned)dev;
+}
+
+static CUresult fake_cuDeviceGetPCIBusId(char *bus, int len, CUdevice dev)
+{
+    BEGIN();
+    if (!dev_ok(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    snprintf(bus, (size_t)len, "0000:%02X:00.0", fake_bus(dev));
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuDeviceCanAccessPeer(int *can, CUdevice dev,
+                                           CUdevice peer)
+{
+    BEGIN();
+    if (!dev_ok(dev) || !dev_ok(peer))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    *can = !cfg.nopeer && dev != peer;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuDeviceGetP2PAttribute(int *v,
+                                             CUdevice_P2PAttribute attr,
+                                             CUdevice src, CUdevice dst)
+{
+    BEGIN();
+    if (!dev_ok(src) || !dev_ok(dst) || src == dst)
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    if (attr == CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)
+        *v = 0;
+    else if (attr == CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)
+        *v = !cfg.nopeer;
+    else
+        return end(CUDA_ERROR_INVALID_VALUE);
+    return end(CUDA_SUCCESS);
+}
+
+/* --- contexts ------------------------------------------------------------ */
+
+static CUresult fake_cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev)
+{
+    BEGIN();
+    if (!dev_ok(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    ctxs[dev].dev = dev;
+    ctxs[dev].refs++;
+    *ctx = &ctxs[dev];
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+    BEGIN();
+    if (!dev_ok(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    if (ctxs[dev].refs <= 0)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    ctxs[dev].refs--;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuCtxGetCurrent(CUcontext *ctx)
+{
+    BEGIN();
+    *ctx = current;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuCtxSetCurrent(CUcontext ctx)
+{
+    BEGIN();
+    if (ctx && (ctx < &ctxs[0] || ctx >= &ctxs[FAKE_MAX_DEV] ||
+                ctx->refs <= 0))
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    current = ctx;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    *free_b = cfg.mem - used[current->dev];
+    *total_b = cfg.mem;
+    return end(CUDA_SUCCESS);
+}
+
+/* --- virtual memory management ------------------------------------------- */
+
+static CUresult fake_cuMemGetAllocationGranularity(
+    size_t *gran, const CUmemAllocationProp *prop,
+    CUmemAllocationGranularity_flags flags)
+{
+    BEGIN();
+    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        !dev_ok(prop->location.id) ||
+        flags > CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    *gran = FAKE_GRAN;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
+                                         size_t align, CUdeviceptr addr,
+                                         unsigned long long flags)
+{
+    struct fake_resv *r;
+    uintptr_t raw, va;
+    void *p;
+
+    BEGIN();
+    if (!size || size % FAKE_GRAN || addr || flags ||
+        (align & (align - 1)))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (align < FAKE_GRAN)
+        align = FAKE_GRAN;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    p = mmap(NULL, size + align, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED) {
+        free(r);
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    raw = (uintptr_t)p;
+    va = (raw + align - 1) & ~(uintptr_t)(align - 1);
+    if (va > raw)
+        munmap(p, va - raw);
+    if (raw + align > va)
+        munmap((void *)(va + size), raw + align - va);
+    r->va = va;
+    r->size = size;
+    r->next = resvs;
+    resvs = r;
+    *ptr = (CUdeviceptr)va;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemAddressFree(CUdeviceptr ptr, size_t size)
+{
+    BEGIN();
+    for (struct fake_resv **pp = &resvs, *r; (r = *pp); pp = &r->next) {
+        if (r->va != (uintptr_t)ptr)
+            continue;
+        if (r->size != size)
+            return end(CUDA_ERROR_INVALID_VALUE);
+        for (struct fake_map *m = maps; m; m = m->next)
+            if (m->va >= r->va && m->va < r->va + r->size)
+                return end(CUDA_ERROR_INVALID_VALUE);
+        *pp = r->next;
+        munmap((void *)r->va, r->size);
+        free(r);
+        return end(CUDA_SUCCESS);
+    }
+    return end(CUDA_ERROR_INVALID_VALUE);
+}
+
+static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                                 const CUmemAllocationProp *prop,
+                                 unsigned long long flags)
+{
+    struct fake_alloc *a;
+    CUresult res;
+    int dev;
+
+    BEGIN();
+    res = injected("cuMemCreate");
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    if (!prop || flags || !size || size % FAKE_GRAN ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
+         prop->requestedHandleTypes !=
+             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    dev = prop->location.id;
+    if (!dev_ok(dev))
+        return end(CUDA_ERROR_INVALID_DEVICE);
+    if (prop->requestedHandleTypes && cfg.nofd)
+        return end(CUDA_ERROR_NOT_SUPPORTED);
+    if (size > cfg.mem - used[dev])
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    a = calloc(1, sizeof(*a));
+    if (!a)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    a->fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+    if (a->fd < 0 || ftruncate(a->fd, (off_t)size) != 0) {
+        if (a->fd >= 0)
+            close(a->fd);
+        free(a);
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    a->dev = dev;
+    a->size = size;
+    a->refs = 1;
+    a->next = allocs;
+    allocs = a;
+    used[dev] += size;
+    n_creates++;
+    if (prop->requestedHandleTypes)
+        n_fd_creates++;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    struct fake_alloc *a;
+
+    BEGIN();
+    a = alloc_of(h);
+    if (!a)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    a->released = true;
+    alloc_put(a);
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                              CUmemGenericAllocationHandle h,
+                              unsigned long long flags)
+{
+    uintptr_t va = (uintptr_t)ptr;
+    struct fake_alloc *a;
+    struct fake_map *m;
+    CUresult res;
+
+    BEGIN();
+    res = injected("cuMemMap");
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    a = alloc_of(h);
+    if (!a || offset || flags || size != a->size || va % FAKE_GRAN ||
+        !resv_holding(va, size))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    for (m = maps; m; m = m->next)
+        if (va < m->va + m->size && m->va < va + size)
+            return end(CUDA_ERROR_ALREADY_MAPPED);
+    m = calloc(1, sizeof(*m));
+    if (!m)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    if (mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, a->fd, 0) ==
+        MAP_FAILED) {
+        free(m);
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    m->va = va;
+    m->size = size;
+    m->a = a;
+    m->next = maps;
+    maps = m;
+    a->refs++;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    uintptr_t va = (uintptr_t)ptr;
+    CUresult res;
+
+    BEGIN();
+    res = injected("cuMemUnmap");
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    if (!size || !range_mapped(va, size, false))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    /* Whole mappings only. */
+    for (struct fake_map *m = maps; m; m = m->next)
+        if (va < m->va + m->size && m->va < va + size &&
+            (m->va < va || m->va + m->size > va + size))
+            return end(CUDA_ERROR_INVALID_VALUE);
+    if (mmap((void *)va, size, PROT_NONE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+             0) == MAP_FAILED)
+        return end(CUDA_ERROR_UNKNOWN);
+    for (struct fake_map **pp = &maps, *m; (m = *pp);) {
+        if (m->va >= va && m->va < va + size) {
+            *pp = m->next;
+            alloc_put(m->a);
+            free(m);
+        } else {
+            pp = &m->next;
+        }
+    }
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
+                                    const CUmemAccessDesc *desc, size_t count)
+{
+    uintptr_t va = (uintptr_t)ptr;
+    CUresult res;
+
+    BEGIN();
+    res = injected("cuMemSetAccess");
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    if (!desc || !count || !size || !range_mapped(va, size, false))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+            desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            return end(CUDA_ERROR_INVALID_VALUE);
+        if (!dev_ok(desc[i].location.id))
+            return end(CUDA_ERROR_INVALID_DEVICE);
+        /* Without peer access a device may reach its own memory only. */
+        for (uintptr_t p = va; p < va + size;) {
+            struct fake_map *m = map_at(p);
+
+            if (cfg.nopeer && m->a->dev != desc[i].location.id)
+                return end(CUDA_ERROR_INVALID_DEVICE);
+            p = m->va + m->size;
+        }
+    }
+    if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
+        return end(CUDA_ERROR_UNKNOWN);
+    for (uintptr_t p = va; p < va + size;) {
+        struct fake_map *m = map_at(p);
+
+        m->access = true;
+        p = m->va + m->size;
+    }
+    return end(CUDA_SUCCESS);
+}
+
+/* --- streams, copies, events --------------------------------------------- */
+
+static CUresult fake_cuStreamCreate(CUstream *s, unsigned flags)
+{
+    struct CUstream_st *st;
+
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (flags & ~(unsigned)CU_STREAM_NON_BLOCKING)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    st = calloc(1, sizeof(*st));
+    if (!st)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    st->ctx = current;
+    st->next = streams;
+    streams = st;
+    *s = st;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuStreamDestroy(CUstream s)
+{
+    BEGIN();
+    for (struct CUstream_st **pp = &streams; *pp; pp = &(*pp)->next)
+        if (*pp == s) {
+            *pp = s->next;
+            free(s);
+            return end(CUDA_SUCCESS);
+        }
+    return end(CUDA_ERROR_INVALID_HANDLE);
+}
+
+static CUresult fake_cuStreamSynchronize(CUstream s)
+{
+    BEGIN();
+    return end(stream_check(s));
+}
+
+static CUresult fake_cuStreamGetCtx(CUstream s, CUcontext *ctx)
+{
+    BEGIN();
+    if (!default_stream(s) && !stream_ok(s))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (!stream_ctx(s))
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    *ctx = stream_ctx(s);
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src,
+                                   size_t n, CUstream s)
+{
+    CUresult res;
+
+    BEGIN();
+    res = stream_check(s);
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    if (!range_usable((uintptr_t)dst, n) || !range_usable((uintptr_t)src, n))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemsetD8Async(CUdeviceptr dst, unsigned char v,
+                                     size_t n, CUstream s)
+{
+    CUresult res;
+
+    BEGIN();
+    res = stream_check(s);
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    if (!range_usable((uintptr_t)dst, n))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    memset((void *)(uintptr_t)dst, v, n);
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuLaunchHostFunc(CUstream s, CUhostFn fn, void *arg)
+{
+    CUresult res;
+
+    BEGIN();
+    res = stream_check(s);
+    if (res == CUDA_SUCCESS && !fn)
+        res = CUDA_ERROR_INVALID_VALUE;
+    end(res);
+    if (res != CUDA_SUCCESS)
+        return res;
+    in_host_func = true;
+    fn(arg);
+    in_host_func = false;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuEventCreate(CUevent *e, unsigned flags)
+{
+    struct CUevent_st *ev;
+
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (flags & ~(unsigned)CU_EVENT_DISABLE_TIMING)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    ev = calloc(1, sizeof(*ev));
+    if (!ev)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    ev->ctx = current;
+    ev->next = events;
+    events = ev;
+    *e = ev;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuEventRecord(CUevent e, CUstream s)
+{
+    CUresult res;
+
+    BEGIN();
+    if (!event_ok(e))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    res = stream_check(s);
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    /* cuda.h: the event and the stream must be of one context. */
+    if (stream_ctx(s) != e->ctx)
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    e->pending = cfg.evdelay;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuEventQuery(CUevent e)
+{
+    BEGIN();
+    if (!event_ok(e))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (e->pending > 0) {
+        e->pending--;
+        return end(CUDA_ERROR_NOT_READY);
+    }
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuEventSynchronize(CUevent e)
+{
+    BEGIN();
+    if (!event_ok(e))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    e->pending = 0;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuEventDestroy(CUevent e)
+{
+    BEGIN();
+    for (struct CUevent_st **pp = &events; *pp; pp = &(*pp)->next)
+        if (*pp == e) {
+            *pp = e->next;
+            free(e);
+            return end(CUDA_SUCCESS);
+        }
+    return end(CUDA_ERROR_INVALID_HANDLE);
+}
+
+/* --- cuGetProcAddress ---------------------------------------------------- */
+
+#define FAKE_ENTRY(name) {#name, (void *)fake_##name}
+static const struct {
+    const char *name;
+    void *fn;
+} entries[] = {
+    FAKE_ENTRY(cuInit),
+    {"cuDriverGetVersion", (void *)cuDriverGetVersion},
+    FAKE_ENTRY(cuGetErrorName),
+    FAKE_ENTRY(cuGetErrorString),
+    FAKE_ENTRY(cuDeviceGetCount),
+    FAKE_ENTRY(cuDeviceGet),
+    FAKE_ENTRY(cuDeviceGetAttribute),
+    FAKE_ENTRY(cuDeviceGetName),
+    FAKE_ENTRY(cuDeviceGetPCIBusId),
+    FAKE_ENTRY(cuDeviceCanAccessPeer),
+    FAKE_ENTRY(cuDeviceGetP2PAttribute),
+    FAKE_ENTRY(cuDevicePrimaryCtxRetain),
+    FAKE_ENTRY(cuDevicePrimaryCtxRelease),
+    FAKE_ENTRY(cuCtxGetCurrent),
+    FAKE_ENTRY(cuCtxSetCurrent),
+    FAKE_ENTRY(cuMemGetInfo),
+    FAKE_ENTRY(cuMemGetAllocationGranularity),
+    FAKE_ENTRY(cuMemAddressReserve),
+    FAKE_ENTRY(cuMemAddressFree),
+    FAKE_ENTRY(cuMemCreate),
+    FAKE_ENTRY(cuMemRelease),
+    FAKE_ENTRY(cuMemMap),
+    FAKE_ENTRY(cuMemUnmap),
+    FAKE_ENTRY(cuMemSetAccess),
+    FAKE_ENTRY(cuStreamCreate),
+    FAKE_ENTRY(cuStreamDestroy),
+    FAKE_ENTRY(cuStreamSynchronize),
+    FAKE_ENTRY(cuStreamGetCtx),
+    FAKE_ENTRY(cuMemcpyAsync),
+    FAKE_ENTRY(cuMemsetD8Async),
+    FAKE_ENTRY(cuLaunchHostFunc),
+    FAKE_ENTRY(cuEventCreate),
+    FAKE_ENTRY(cuEventRecord),
+    FAKE_ENTRY(cuEventQuery),
+    FAKE_ENTRY(cuEventSynchronize),
+    FAKE_ENTRY(cuEventDestroy),
+};
+
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn,
+                                     int version, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *status)
+{
+    if (!symbol || !pfn || version > cfg.driver ||
+        flags != CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+        return CUDA_ERROR_INVALID_VALUE;
+    n_abi = version;
+    for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++)
+        if (strcmp(entries[i].name, symbol) == 0) {
+            *pfn = entries[i].fn;
+            if (status)
+                *status = CU_GET_PROC_ADDRESS_SUCCESS;
+            return CUDA_SUCCESS;
+        }
+    *pfn = NULL;
+    if (status)
+        *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_SUCCESS;
+}
+
+/* --- NVML ---------------------------------------------------------------- */
+
+typedef int *nvmlDevice_t;
+struct nvml_pci_info {
+    char bus_id_legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+};
+static int nvml_devs[FAKE_MAX_DEV];
+
+int nvmlInit_v2(void);
+int nvmlShutdown(void);
+int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, nvmlDevice_t *h);
+int nvmlDeviceGetNvLinkState(nvmlDevice_t h, unsigned link, int *active);
+int nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t h, unsigned link,
+                                        struct nvml_pci_info *pci);
+int nvmlDeviceGetNvLinkVersion(nvmlDevice_t h, unsigned link,
+                               unsigned *version);
+int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t h, unsigned link,
+                                        int *type);
+long fake_cuda_count(const char *what);
+
+int nvmlInit_v2(void)
+{
+    return 0;
+}
+
+int nvmlShutdown(void)
+{
+    return 0;
+}
+
+int nvmlDeviceGetHandleByPciBusId_v2(const char *bus, nvmlDevice_t *h)
+{
+    unsigned dom, b, d, f;
+
+    if (sscanf(bus, "%x:%x:%x.%x", &dom, &b, &d, &f) != 4)
+        return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+    for (int i = 0; i < cfg.devices; i++)
+        if (dom == 0 && b == fake_bus(i) && d == 0) {
+            nvml_devs[i] = i;
+            *h = &nvml_devs[i];
+            return 0;
+        }
+    return 6; /* NVML_ERROR_NOT_FOUND */
+}
+
+/* Where link l of device d goes: another device, or -1 for the switch, or
+ * -2 when the link is down. */
+static int link_peer(int d, unsigned l)
+{
+    if ((int)l < cfg.nvpair && (d ^ 1) < cfg.devices)
+        return d ^ 1;
+    if ((int)l < cfg.nvswitch)
+        return -1;
+    return -2;
+}
+
+int nvmlDeviceGetNvLinkState(nvmlDevice_t h, unsigned link, int *active)
+{
+    if (link >= FAKE_NVLINKS)
+        return 2;
+    *active = link_peer(*h, link) != -2;
+    return 0;
+}
+
+int nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t h, unsigned link,
+                                        struct nvml_pci_info *pci)
+{
+    int peer;
+
+    if (link >= FAKE_NVLINKS)
+        return 2;
+    peer = link_peer(*h, link);
+    memset(pci, 0, sizeof(*pci));
+    pci->bus = peer >= 0 ? fake_bus(peer) : 0xf0 + link % 4;
+    snprintf(pci->bus_id, sizeof(pci->bus_id), "00000000:%02X:00.0",
+             pci->bus);
+    return 0;
+}
+
+int nvmlDeviceGetNvLinkVersion(nvmlDevice_t h, unsigned link,
+                               unsigned *version)
+{
+    (void)h;
+    if (link >= FAKE_NVLINKS)
+        return 2;
+    *version = cfg.nvver;
+    return 0;
+}
+
+int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t h, unsigned link,
+                                        int *type)
+{
+    if (link >= FAKE_NVLINKS)
+        return 2;
+    *type = link_peer(*h, link) >= 0 ? 0 : 2; /* GPU : SWITCH */
+    return 0;
+}
+
+/* --- what the tests read ------------------------------------------------- */
+
+/* Live objects and counted events by name; -1 for an unknown name. */
+long fake_cuda_count(const char *what)
+{
+    long n = 0;
+
+    pthread_mutex_lock(&lock);
+    if (strcmp(what, "allocs") == 0) {
+        for (struct fake_alloc *a = allocs; a; a = a->next)
+            n++;
+    } else if (strcmp(what, "maps") == 0) {
+        for (struct fake_map *m = maps; m; m = m->next)
+            n++;
+    } else if (strcmp(what, "map_bytes") == 0) {
+        for (struct fake_map *m = maps; m; m = m->next)
+            n += (long)m->size;
+    } else if (strcmp(what, "resvs") == 0) {
+        for (struct fake_resv *r = resvs; r; r = r->next)
+            n++;
+    } else if (strcmp(what, "ctx_refs") == 0) {
+        for (int d = 0; d < FAKE_MAX_DEV; d++)
+            n += ctxs[d].refs;
+    } else if (strcmp(what, "streams") == 0) {
+        for (struct CUstream_st *s = streams; s; s = s->next)
+            n++;
+    } else if (strcmp(what, "events") == 0) {
+        for (struct CUevent_st *e = events; e; e = e->next)
+            n++;
+    } else if (strcmp(what, "current") == 0) {
+        n = current ? current->dev + 1 : 0;
+    } else if (strcmp(what, "child_calls") == 0) {
+        n = __atomic_load_n(&n_child_calls, __ATOMIC_RELAXED);
+    } else if (strcmp(what, "hostfn_calls") == 0) {
+        n = __atomic_load_n(&n_hostfn_calls, __ATOMIC_RELAXED);
+    } else if (strcmp(what, "creates") == 0) {
+        n = n_creates;
+    } else if (strcmp(what, "fd_creates") == 0) {
+        n = n_fd_creates;
+    } else if (strcmp(what, "abi") == 0) {
+        n = n_abi;
+    } else {
+        n = -1;
+    }
+    pthread_mutex_unlock(&lock);
+    return n;
+}

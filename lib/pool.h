@@ -27,6 +27,8 @@
 
 /* Runs of up to this many chunks are cached per thread (64 MiB at 2 MiB). */
 #define RUN_TCACHE_MAX 32
+/* Freed runs parked per device, whole, for the next allocation of a size. */
+#define RUN_PARK_MAX 8
 /* Fully free slabs kept per device and class before their chunk goes back. */
 #define SLAB_EMPTY_KEEP 1
 
@@ -93,6 +95,8 @@ struct dev_state {
     struct chunk *idle;       /* created, not mapped */
     struct block *blocks;     /* cached blocks, most recently freed first */
     struct block *blocks_tail; /* ... and the least recently freed */
+    struct run *runs;         /* freed runs parked whole (pool_run_free) */
+    size_t nruns, parked;     /* how many, and their bytes */
     uint64_t chunks_created, chunks_released;
     /* slabs by class: with free objects, without, and wholly free */
     struct slab_list *partial, *full, *empty;
@@ -158,7 +162,8 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
 void pool_run_free(ump_pool_t *pool, struct run *run);
 /* Frees what ump_free_async deferred once its event is done; all: wait. */
 void pool_poll_pending(ump_pool_t *pool, bool wait);
-/* Everything parked in thread caches goes back to the pool. */
+/* Everything parked (thread caches, parked runs) goes back to the pool's
+ * slabs and cached blocks. */
 void pool_flush_tcaches(ump_pool_t *pool);
 /* Gives cached physical memory back (ump_trim); thread caches flushed. */
 void pool_trim_locked(ump_pool_t *pool);

@@ -25,7 +25,8 @@ static void device_stats(ump_pool_t *pool, int d, ump_stats_t *st)
     st->live_bytes = live > 0 ? (size_t)live : 0;
     st->mapped_bytes = ds->mapped;
     st->cached_bytes = ds->cached + (ds->idle_n << pool->chunk_shift) +
-                       (empty_slabs << pool->chunk_shift) + parked;
+                       (empty_slabs << pool->chunk_shift) + parked +
+                       ds->parked;
     st->peak_bytes = ds->peak;
     st->alloc_count = allocs;
     st->free_count = frees;

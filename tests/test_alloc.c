@@ -1,10 +1,15 @@
-/* Basic allocation through the public API on the sim backend. */
+/* Basic allocation through the public API (sim; cuda with
+ * UMPOOL_TEST_BACKEND=cuda, see testutil.h). */
 #include "config.h"
 
 #include <pthread.h>
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
+/* One device where the test needs no more, so that it runs on a one-GPU
+ * machine under UMPOOL_TEST_BACKEND=cuda too. */
+#define CONF1 "backend:sim,sim_devices:1,sim_device_mem:256M"
 #define CONF4 "backend:sim,sim_devices:4,sim_device_mem:64M"
 
 static const size_t sizes[] = {
@@ -39,18 +44,18 @@ static void test_strerror(void **state)
 static void test_sizes_rw(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(CONF4);
+    ump_pool_t *pool = tu_pool_create(CONF1);
     const size_t n = sizeof(sizes) / sizeof(sizes[0]);
     void *ptrs[sizeof(sizes) / sizeof(sizes[0])];
 
     for (size_t i = 0; i < n; i++) {
         ptrs[i] = tu_alloc(pool, sizes[i], UMP_DEVICE_CURRENT);
-        tu_fill(ptrs[i], sizes[i], i + 1);
+        tu_pool_write(pool, ptrs[i], sizes[i], i + 1);
     }
     /* Checked only after every allocation is made, so that an overlap
      * between any two would show. */
     for (size_t i = 0; i < n; i++) {
-        tu_assert_pattern(ptrs[i], sizes[i], i + 1);
+        tu_assert_pool_pattern(pool, ptrs[i], sizes[i], i + 1);
         ump_ptr_info_t info = tu_info(pool, ptrs[i]);
         assert_ptr_equal(info.base, ptrs[i]);
         assert_int_equal(info.size, sizes[i]);
@@ -66,7 +71,7 @@ static void test_sizes_rw(void **state)
 static void test_many_small_disjoint(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(CONF4);
+    ump_pool_t *pool = tu_pool_create(CONF1);
     enum { N = 2000 };
     static void *ptr[N];
     static size_t size[N];
@@ -75,21 +80,21 @@ static void test_many_small_disjoint(void **state)
     for (int i = 0; i < N; i++) {
         size[i] = 1 + tu_rand(&rng) % 8192;
         ptr[i] = tu_alloc(pool, size[i], UMP_DEVICE_CURRENT);
-        tu_fill(ptr[i], size[i], 1000 + (uint64_t)i);
+        tu_pool_write(pool, ptr[i], size[i], 1000 + (uint64_t)i);
     }
     for (int i = 0; i < N; i++)
-        tu_assert_pattern(ptr[i], size[i], 1000 + (uint64_t)i);
+        tu_assert_pool_pattern(pool, ptr[i], size[i], 1000 + (uint64_t)i);
     /* Free every third, reallocate, and check that the survivors did not
      * move or change. */
     for (int i = 0; i < N; i += 3)
         tu_free(pool, ptr[i]);
     for (int i = 0; i < N; i += 3) {
         ptr[i] = tu_alloc(pool, size[i], UMP_DEVICE_CURRENT);
-        tu_fill(ptr[i], size[i], 5000 + (uint64_t)i);
+        tu_pool_write(pool, ptr[i], size[i], 5000 + (uint64_t)i);
     }
     for (int i = 0; i < N; i++)
-        tu_assert_pattern(ptr[i], size[i],
-                          (i % 3 ? 1000 : 5000) + (uint64_t)i);
+        tu_assert_pool_pattern(pool, ptr[i], size[i],
+                               (i % 3 ? 1000 : 5000) + (uint64_t)i);
     for (int i = 0; i < N; i++)
         tu_free(pool, ptr[i]);
     tu_pool_destroy(pool);
@@ -100,7 +105,7 @@ static void test_many_small_disjoint(void **state)
 static void test_ptr_info_interior(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(CONF4);
+    ump_pool_t *pool = tu_pool_create(CONF1);
     const size_t n = sizeof(sizes) / sizeof(sizes[0]);
 
     for (size_t i = 0; i < n; i++) {
@@ -130,16 +135,16 @@ static void test_ptr_info_interior(void **state)
 static void test_ptr_info_walk(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(CONF4);
+    ump_pool_t *pool = tu_pool_create(CONF1);
     const size_t sz = 21 * TU_MIB + 12345;
-    char *p = tu_alloc(pool, sz, 1);
+    char *p = tu_alloc(pool, sz, 0);
     char *q = p;
     size_t steps = 0;
 
     while (q < p + sz) {
         ump_ptr_info_t info = tu_info(pool, q);
         assert_ptr_equal(info.base, p);
-        assert_int_equal(info.device, 1);
+        assert_int_equal(info.device, 0);
         tu_assert_chunk_size(info.chunk_size);
         char *next = (char *)info.chunk_base + info.chunk_size;
         assert_true(next > q);
@@ -169,8 +174,8 @@ static void test_hints_device(void **state)
         assert_int_equal(tu_info(pool, big).device, d);
         assert_int_equal(tu_info(pool, (char *)big + 3 * TU_MIB - 1).device,
                          d);
-        tu_fill(big, 3 * TU_MIB, (uint64_t)d);
-        tu_assert_pattern(big, 3 * TU_MIB, (uint64_t)d);
+        tu_pool_write(pool, big, 3 * TU_MIB, (uint64_t)d);
+        tu_assert_pool_pattern(pool, big, 3 * TU_MIB, (uint64_t)d);
         tu_free(pool, small);
         tu_free(pool, big);
     }
@@ -318,8 +323,8 @@ static void test_device_count(void **state)
         assert_int_equal(tu_stats(pool, d).capacity, d0.capacity);
     void *p = tu_alloc(pool, 6 * TU_MIB, 7);
     assert_int_equal(tu_info(pool, p).device, 7);
-    tu_fill(p, 6 * TU_MIB, 7);
-    tu_assert_pattern(p, 6 * TU_MIB, 7);
+    tu_pool_write(pool, p, 6 * TU_MIB, 7);
+    tu_assert_pool_pattern(pool, p, 6 * TU_MIB, 7);
     tu_free(pool, p);
     tu_pool_destroy(pool);
 }
@@ -342,7 +347,8 @@ static void *alloc_thread(void *arg)
             x->failures++;
             continue;
         }
-        tu_fill(x->ptrs[i], x->sizes[i], (uint64_t)i);
+        if (tu_pool_fill(x->pool, x->ptrs[i], x->sizes[i], (uint64_t)i) != 0)
+            x->failures++;
     }
     return NULL;
 }
@@ -351,7 +357,7 @@ static void *alloc_thread(void *arg)
 static void test_cross_thread_free(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(CONF4);
+    ump_pool_t *pool = tu_pool_create(CONF1);
     enum { N = 300 };
     static void *ptrs[N];
     static size_t szs[N];
@@ -362,7 +368,7 @@ static void test_cross_thread_free(void **state)
     assert_int_equal(pthread_join(t, NULL), 0);
     assert_int_equal(x.failures, 0);
     for (int i = 0; i < N; i++) {
-        tu_assert_pattern(ptrs[i], szs[i], (uint64_t)i);
+        tu_assert_pool_pattern(pool, ptrs[i], szs[i], (uint64_t)i);
         tu_free(pool, ptrs[i]);
     }
     ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
@@ -377,7 +383,7 @@ static void test_cross_thread_free(void **state)
 static void test_reuse(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(CONF4);
+    ump_pool_t *pool = tu_pool_create(CONF1);
     const size_t szs[] = {100, 5000, 300000, 3 * TU_MIB};
     void *p[4];
 
@@ -399,6 +405,7 @@ static void test_reuse(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_alloc");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_strerror),
@@ -414,5 +421,6 @@ int main(void)
         cmocka_unit_test(test_cross_thread_free),
         cmocka_unit_test(test_reuse),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

@@ -4,6 +4,7 @@
  */
 #include "config.h"
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
 #define CONF "backend:sim,sim_devices:2,sim_device_mem:64M"
@@ -20,20 +21,24 @@ struct fixture {
 
 static const size_t small_size = 4096, big_size = 5 * TU_MIB;
 
+/* CONF for the backend the tests run on (set by main). */
+static const char *conf;
+
 static int setup(void **state)
 {
     static struct fixture f;
     memset(&f, 0, sizeof(f));
-    if (ump_pool_create(CONF, &f.pool) != 0 ||
-        ump_pool_create(CONF, &f.other) != 0)
+    if (ump_pool_create(conf, &f.pool) != 0 ||
+        ump_pool_create(conf, &f.other) != 0)
         return -1;
     if (ump_alloc(f.pool, small_size, NULL, &f.small) != 0 ||
         ump_alloc(f.pool, big_size, NULL, &f.big) != 0 ||
         ump_alloc(f.other, small_size, NULL, &f.other_ptr) != 0)
         return -1;
-    tu_fill(f.small, small_size, 1);
-    tu_fill(f.big, big_size, 2);
-    tu_fill(f.other_ptr, small_size, 3);
+    if (tu_pool_fill(f.pool, f.small, small_size, 1) != 0 ||
+        tu_pool_fill(f.pool, f.big, big_size, 2) != 0 ||
+        tu_pool_fill(f.other, f.other_ptr, small_size, 3) != 0)
+        return -1;
     *state = &f;
     return 0;
 }
@@ -52,9 +57,9 @@ static int teardown(void **state)
 
 static void check_intact(const struct fixture *f)
 {
-    tu_assert_pattern(f->small, small_size, 1);
-    tu_assert_pattern(f->big, big_size, 2);
-    tu_assert_pattern(f->other_ptr, small_size, 3);
+    tu_assert_pool_pattern(f->pool, f->small, small_size, 1);
+    tu_assert_pool_pattern(f->pool, f->big, big_size, 2);
+    tu_assert_pool_pattern(f->other, f->other_ptr, small_size, 3);
     ump_ptr_info_t info = tu_info(f->pool, f->big);
     assert_ptr_equal(info.base, f->big);
     assert_int_equal(info.size, big_size);
@@ -402,19 +407,19 @@ static void test_destroy_busy(void **state)
     ump_pool_t *pool = tu_pool_create(CONF);
     void *a = tu_alloc(pool, 100, 0);
     void *b = tu_alloc(pool, 3 * TU_MIB, 1);
-    tu_fill(a, 100, 10);
-    tu_fill(b, 3 * TU_MIB, 11);
+    tu_pool_write(pool, a, 100, 10);
+    tu_pool_write(pool, b, 3 * TU_MIB, 11);
 
     assert_int_equal(ump_pool_destroy(pool), -EBUSY);
-    tu_assert_pattern(a, 100, 10);
-    tu_assert_pattern(b, 3 * TU_MIB, 11);
+    tu_assert_pool_pattern(pool, a, 100, 10);
+    tu_assert_pool_pattern(pool, b, 3 * TU_MIB, 11);
     void *c = tu_alloc(pool, 5000, 0);
-    tu_fill(c, 5000, 12);
+    tu_pool_write(pool, c, 5000, 12);
     tu_free(pool, a);
     assert_int_equal(ump_pool_destroy(pool), -EBUSY);
     tu_free(pool, b);
     assert_int_equal(ump_pool_destroy(pool), -EBUSY);
-    tu_assert_pattern(c, 5000, 12);
+    tu_assert_pool_pattern(pool, c, 5000, 12);
     ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
     assert_int_equal(st.live_count, 1);
     tu_free(pool, c);
@@ -423,6 +428,11 @@ static void test_destroy_busy(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_bad_input");
+    char buf[512];
+    /* Every fixture needs the two devices: on cuda the whole program runs
+     * or skips. */
+    conf = tu_config_or_exit("test_bad_input", CONF, buf, sizeof(buf));
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_free_null),
@@ -446,5 +456,6 @@ int main(void)
         cmocka_unit_test(test_destroy_busy),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

@@ -66,6 +66,32 @@ else
     echo "  python3 not found: checked the scenario key only"
 fi
 
+echo "check: placement gives a row per machine and policy"
+"$bench" placement >"$tmp/place.out" || fail "placement exited non-zero"
+for t in dgx-h200 pcie-4gpu nvlink-pairs-4gpu; do
+    for p in local interleave balanced domain; do
+        grep -Eq "^$t +$p +\|" "$tmp/place.out" || fail "no row for $t $p"
+    done
+done
+if command -v python3 >/dev/null 2>&1; then
+    "$bench" --json placement >"$tmp/place.json" || fail "--json placement"
+    python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+assert len(r) == 12, "%d results, not 12" % len(r)
+for x in r:
+    # the workload is the same for every policy: 12 GiB + 2 x 256 MiB +
+    # 3 x 512 MiB per device
+    n = len(x["gib_per_device"])
+    want = 12 + 0.5 + 1.5 * n
+    got = sum(x["gib_per_device"])
+    assert abs(got - want) < 0.01, "%s/%s: %.2f GiB, not %.2f" % (
+        x["topology"], x["policy"], got, want)
+    assert x["enomem"] == 0
+' "$tmp/place.json" || fail "--json placement results are wrong"
+fi
+echo "  12 rows, each holding the whole workload"
+
 echo "check: an unknown scenario exits 2 with a usage message"
 rc=0
 "$bench" no-such-scenario >"$tmp/usage.out" 2>&1 || rc=$?

@@ -59,29 +59,65 @@ static void test_max_chunk(void **state)
     assert_null(bad);
 }
 
-/* A cached block is cut only at a chunk boundary: a freed 6 MiB run (a
- * 4 MiB and a 2 MiB chunk) serves 4 MiB and then 2 MiB with no new chunk,
- * but not 2 MiB from its start, which is inside the 4 MiB chunk. */
+/* A cached block is cut only at a chunk boundary. A freed 6 MiB run (a
+ * 4 MiB and a 2 MiB chunk) is parked whole; under pressure it becomes a
+ * cached block that serves 4 MiB from its first chunk and 2 MiB from its
+ * second with no new chunk, but 2 MiB is never cut out of the 4 MiB chunk. */
 static void test_reuse_at_chunk_boundaries(void **state)
 {
     (void)state;
     ump_pool_t *pool = tu_pool_create(
-        "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false");
+        "backend:sim,sim_devices:1,sim_device_mem:8M,tcache:false");
     char *p = tu_alloc(pool, 6 * TU_MIB, 0);
     assert_int_equal(chunks_of(pool, p, 6 * TU_MIB), 2);
-    assert_int_equal(tu_stats(pool, 0).chunks_created, 2);
-    tu_free(pool, p);
-    char *a = tu_alloc(pool, 4 * TU_MIB, 0);
-    char *b = tu_alloc(pool, 2 * TU_MIB, 0);
+    tu_free(pool, p);                        /* parked as a 6 MiB run */
+    char *a = tu_alloc(pool, 4 * TU_MIB, 0); /* no room: the run is cut */
     assert_ptr_equal(a, p);
-    assert_ptr_equal(b, p + 4 * TU_MIB);
     assert_int_equal(tu_stats(pool, 0).chunks_created, 2);
-    tu_free(pool, a);
-    tu_free(pool, b);
-    char *c = tu_alloc(pool, 2 * TU_MIB, 0);
+    tu_free(pool, a);                        /* parked as a 4 MiB run */
+    char *x = tu_alloc(pool, 2 * TU_MIB, 0); /* the 2 MiB chunk's block */
+    assert_ptr_equal(x, p + 4 * TU_MIB);
+    assert_int_equal(tu_stats(pool, 0).chunks_created, 2);
+    char *y = tu_alloc(pool, 2 * TU_MIB, 0); /* new: not inside a's chunk */
     assert_int_equal(tu_stats(pool, 0).chunks_created, 3);
-    assert_true(c < p || c >= p + 6 * TU_MIB);
-    tu_free(pool, c);
+    assert_true(y < p || y >= p + 6 * TU_MIB);
+    /* the device is full: the parked 4 MiB chunk is released so that a
+     * 2 MiB one can be made in its place */
+    char *z = tu_alloc(pool, 2 * TU_MIB, 0);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.chunks_released, 1);
+    assert_int_equal(st.chunks_created, 4);
+    assert_int_equal(st.mapped_bytes, 6 * TU_MIB);
+    tu_free(pool, z);
+    tu_free(pool, x);
+    tu_free(pool, y);
+    tu_pool_destroy(pool);
+}
+
+/* A freed run is parked whole and taken back by the next allocation of its
+ * size on its device, with no new chunk, as it was. */
+static void test_parked_run_reused(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(
+        "backend:sim,sim_devices:1,sim_device_mem:4G,tcache:false");
+    char *p = tu_alloc(pool, GIB, 0);
+    tu_free(pool, p);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.cached_bytes, GIB); /* parked counts as cached */
+    assert_int_equal(st.live_bytes, 0);
+    ump_ptr_info_t info;
+    assert_int_equal(ump_ptr_info(pool, p, &info), -EINVAL);
+    assert_int_equal(ump_free(pool, p), -EINVAL); /* parked: freed already */
+    char *q = tu_alloc(pool, GIB, 0);
+    assert_ptr_equal(q, p);
+    assert_int_equal(tu_stats(pool, 0).chunks_created, 1);
+    q[GIB - 1] = 1;
+    tu_free(pool, q);
+    assert_int_equal(ump_trim(pool), 0);
+    st = tu_stats(pool, 0);
+    assert_int_equal(st.cached_bytes, 0);
+    assert_int_equal(st.mapped_bytes, 0);
     tu_pool_destroy(pool);
 }
 
@@ -174,6 +210,7 @@ int main(void)
         cmocka_unit_test(test_cold_gib_is_one_chunk),
         cmocka_unit_test(test_max_chunk),
         cmocka_unit_test(test_reuse_at_chunk_boundaries),
+        cmocka_unit_test(test_parked_run_reused),
         cmocka_unit_test(test_big_idle_chunk_released_for_small),
         cmocka_unit_test(test_fault_map),
         cmocka_unit_test(test_fault_set_access),

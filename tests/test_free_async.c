@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
 #define CONF "backend:sim,sim_devices:1,sim_device_mem:64M"
@@ -65,10 +66,13 @@ struct fixture {
     ump_stream_t s;
 };
 
+/* CONF for the backend the tests run on (set by main). */
+static const char *conf;
+
 static int setup(void **state)
 {
     static struct fixture f;
-    if (ump_pool_create(CONF, &f.pool) != 0)
+    if (ump_pool_create(conf, &f.pool) != 0)
         return -1;
     if (ump_stream_create(f.pool, 0, &f.s) != 0)
         return -1;
@@ -119,7 +123,7 @@ static void held_free(struct fixture *f, size_t size)
                              100000};
     int n = 0;
     char *ptr = tu_alloc(f->pool, size, 0);
-    tu_fill(ptr, size, 1);
+    tu_pool_write(f->pool, ptr, size, 1);
 
     gate_close();
     assert_int_equal(ump_launch_host_func(f->pool, f->s, gate_fn, &gate), 0);
@@ -140,7 +144,7 @@ static void held_free(struct fixture *f, size_t size)
         size_t sz = i < N ? others[i % 4] : 3 * TU_MIB;
         void *q = tu_alloc(f->pool, sz, 0);
         assert_false(overlaps(q, sz, ptr, size));
-        tu_fill(q, sz, 100 + (uint64_t)i);
+        tu_pool_write(f->pool, q, sz, 100 + (uint64_t)i);
         live[n] = q;
         lsize[n] = sz;
         n++;
@@ -152,7 +156,8 @@ static void held_free(struct fixture *f, size_t size)
     assert_int_equal(ump_stream_synchronize(f->pool, f->s), 0);
     /* The memset ran on memory no one else held. */
     for (int i = 0; i < n; i++)
-        tu_assert_pattern(live[i], lsize[i], 100 + (uint64_t)i);
+        tu_assert_pool_pattern(f->pool, live[i], lsize[i],
+                               100 + (uint64_t)i);
     for (int i = 0; i < n; i++)
         tu_free(f->pool, live[i]);
     expect_empty_after_trim(f->pool);
@@ -220,8 +225,8 @@ static void test_null_stream(void **state)
     assert_int_equal(after.free_count, before.free_count + 1);
     assert_int_equal(after.live_count, before.live_count - 1);
     p[5] = tu_alloc(f->pool, sz, 0);
-    tu_fill(p[5], sz, 5);
-    tu_assert_pattern(p[5], sz, 5);
+    tu_pool_write(f->pool, p[5], sz, 5);
+    tu_assert_pool_pattern(f->pool, p[5], sz, 5);
     assert_int_equal(ump_free_async(f->pool, p[5], NULL), 0);
     assert_int_equal(ump_free_async(f->pool, p[5], NULL), -EINVAL);
     for (int i = 0; i < n; i++)
@@ -347,7 +352,7 @@ static void test_other_thread(void **state)
     void *p[N];
     for (int i = 0; i < N; i++) {
         p[i] = tu_alloc(f->pool, SIZE_OF(i), 0);
-        tu_fill(p[i], SIZE_OF(i), (uint64_t)i);
+        tu_pool_write(f->pool, p[i], SIZE_OF(i), (uint64_t)i);
     }
     gate_close();
     assert_int_equal(ump_launch_host_func(f->pool, f->s, gate_fn, &gate), 0);
@@ -369,6 +374,9 @@ static void test_other_thread(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_free_async");
+    char buf[512];
+    conf = tu_config_or_exit("test_free_async", CONF, buf, sizeof(buf));
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
     const struct CMUnitTest tests[] = {
         T(test_held_small),
@@ -382,5 +390,6 @@ int main(void)
         T(test_other_thread),
     };
 #undef T
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

@@ -4,9 +4,13 @@
  */
 #include "config.h"
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
 #define CONF4 "backend:sim,sim_devices:4,sim_device_mem:64M"
+/* Why the placement orders below hold on sim only: sim_devices makes every
+ * link alike, so that the nearest device is the next index. */
+#define SIM_ORDER "expects the placement order of identical links"
 #define MAXSEG 16
 
 /* The devices holding an allocation, in address order, as runs of chunks. */
@@ -70,18 +74,19 @@ static size_t chunks_of_device(ump_pool_t *pool, int d)
 static void test_span_all_devices(void **state)
 {
     (void)state;
+    tu_sim_only(SIM_ORDER);
     ump_pool_t *pool = tu_pool_create(CONF4);
     const size_t size = 200 * TU_MIB;
     size_t per = chunks_of_device(pool, 0);
     assert_int_equal(per * TU_CHUNK, 64 * TU_MIB);
 
     char *p = tu_alloc(pool, size, 0);
-    tu_fill(p, size, 77);
+    tu_pool_write(pool, p, size, 77);
     struct layout l = layout_of(pool, p, size);
     const int order[] = {0, 1, 2, 3};
     const size_t want[] = {per, per, per, size / TU_CHUNK - 3 * per};
     expect_layout(&l, order, want, 4);
-    tu_assert_pattern(p, size, 77);
+    tu_assert_pool_pattern(pool, p, size, 77);
 
     /* Per-device statistics see their share. */
     for (int d = 0; d < 4; d++) {
@@ -99,18 +104,19 @@ static void test_span_all_devices(void **state)
 static void test_span_from_other_device(void **state)
 {
     (void)state;
+    tu_sim_only(SIM_ORDER);
     ump_pool_t *pool = tu_pool_create(CONF4);
     size_t per = chunks_of_device(pool, 0);
     const size_t size = (3 * per + 1) * TU_CHUNK - 1000;
 
     assert_int_equal(ump_set_device(pool, 2), 0);
     char *p = tu_alloc(pool, size, UMP_DEVICE_CURRENT);
-    tu_fill(p, size, 5);
+    tu_pool_write(pool, p, size, 5);
     struct layout l = layout_of(pool, p, size);
     const int order[] = {2, 0, 1, 3};
     const size_t want[] = {per, per, per, 1};
     expect_layout(&l, order, want, 4);
-    tu_assert_pattern(p, size, 5);
+    tu_assert_pool_pattern(pool, p, size, 5);
     tu_free(pool, p);
     tu_pool_destroy(pool);
 }
@@ -132,14 +138,14 @@ static void test_exact_capacity(void **state)
     tu_assert_stats_equal(&before, &after);
 
     char *p = tu_alloc(pool, all.capacity, 1);
-    tu_fill(p, all.capacity, 9);
+    tu_pool_write(pool, p, all.capacity, 9);
     before = tu_stats(pool, UMP_DEVICE_ALL);
     assert_int_equal(ump_alloc(pool, 1, NULL, &q), -ENOMEM);
     assert_int_equal(ump_alloc(pool, TU_CHUNK, NULL, &q), -ENOMEM);
     assert_ptr_equal(q, (void *)0x1);
     after = tu_stats(pool, UMP_DEVICE_ALL);
     tu_assert_stats_equal(&before, &after);
-    tu_assert_pattern(p, all.capacity, 9);
+    tu_assert_pool_pattern(pool, p, all.capacity, 9);
     tu_free(pool, p);
 
     /* Freed: the whole capacity is there again, without new chunks. */
@@ -154,13 +160,14 @@ static void test_exact_capacity(void **state)
 static void test_enomem_keeps_pool(void **state)
 {
     (void)state;
+    tu_sim_only(SIM_ORDER);
     ump_pool_t *pool = tu_pool_create(CONF4);
     enum { N = 8 };
     char *p[N];
     size_t sz = 30 * TU_MIB;
     for (int i = 0; i < N; i++) {
         p[i] = tu_alloc(pool, sz, i % 4);
-        tu_fill(p[i], sz, (uint64_t)i);
+        tu_pool_write(pool, p[i], sz, (uint64_t)i);
     }
     /* 240 MiB live out of 256: 16 MiB spread in pieces remain. */
     ump_stats_t before = tu_stats(pool, UMP_DEVICE_ALL);
@@ -169,7 +176,7 @@ static void test_enomem_keeps_pool(void **state)
     ump_stats_t after = tu_stats(pool, UMP_DEVICE_ALL);
     tu_assert_stats_equal(&before, &after);
     for (int i = 0; i < N; i++)
-        tu_assert_pattern(p[i], sz, (uint64_t)i);
+        tu_assert_pool_pattern(pool, p[i], sz, (uint64_t)i);
 
     /* The rest, 2 chunks at the end of each device, still fits: one
      * allocation over four devices, the requesting one first. */
@@ -178,10 +185,10 @@ static void test_enomem_keeps_pool(void **state)
     const int order[] = {3, 0, 1, 2};
     const size_t want[] = {2, 2, 2, 2};
     expect_layout(&l, order, want, 4);
-    tu_fill(q, 16 * TU_MIB, 99);
+    tu_pool_write(pool, q, 16 * TU_MIB, 99);
     for (int i = 0; i < N; i++)
-        tu_assert_pattern(p[i], sz, (uint64_t)i);
-    tu_assert_pattern(q, 16 * TU_MIB, 99);
+        tu_assert_pool_pattern(pool, p[i], sz, (uint64_t)i);
+    tu_assert_pool_pattern(pool, q, 16 * TU_MIB, 99);
     tu_free(pool, q);
     for (int i = 0; i < N; i++)
         tu_free(pool, p[i]);
@@ -193,6 +200,7 @@ static void test_enomem_keeps_pool(void **state)
 static void test_small_spill(void **state)
 {
     (void)state;
+    tu_sim_only(SIM_ORDER);
     ump_pool_t *pool = tu_pool_create(CONF4);
     size_t cap0 = tu_stats(pool, 0).capacity;
     void *fill = tu_alloc(pool, cap0, 0);
@@ -200,8 +208,8 @@ static void test_small_spill(void **state)
 
     void *s = tu_alloc(pool, 4096, 0);
     assert_int_equal(tu_info(pool, s).device, 1);
-    tu_fill(s, 4096, 3);
-    tu_assert_pattern(s, 4096, 3);
+    tu_pool_write(pool, s, 4096, 3);
+    tu_assert_pool_pattern(pool, s, 4096, 3);
     tu_free(pool, s);
     tu_free(pool, fill);
     tu_pool_destroy(pool);
@@ -228,8 +236,8 @@ static void test_nvlink_pairs(void **state)
     assert_int_equal(l.chunks[1], per);
     assert_true(l.device[2] == 2 || l.device[2] == 3);
     assert_int_equal(l.chunks[2], 3);
-    tu_fill(p, size, 1);
-    tu_assert_pattern(p, size, 1);
+    tu_pool_write(pool, p, size, 1);
+    tu_assert_pool_pattern(pool, p, size, 1);
     tu_free(pool, p);
 
     /* From device 3: 3, then 2, then the other pair. */
@@ -245,27 +253,38 @@ static void test_nvlink_pairs(void **state)
     tu_pool_destroy(pool);
 }
 
-/* Each device appears in one contiguous piece, the requesting one first,
- * whatever the topology. */
+/* Each device the requesting one reaches (itself, its peers) appears in one
+ * contiguous piece, the requesting one first, whatever the topology; the
+ * others hold nothing. */
 static void check_blocks(const char *config, int from)
 {
     ump_pool_t *pool = tu_pool_create(config);
-    int ndev = ump_device_count(pool);
-    assert_true(ndev > 1);
+    int ndev = ump_device_count(pool), nreach = 0;
+    bool reach[64] = {false};
+    assert_true(ndev > 1 && ndev <= 64);
+    for (int d = 0; d < ndev; d++) {
+        ump_link_props_t lp;
+        assert_int_equal(ump_link_props(pool, from, d, &lp), 0);
+        reach[d] = d == from || lp.peer;
+        nreach += reach[d];
+    }
+    assert_true(nreach > 1);
     size_t per = chunks_of_device(pool, 0);
-    size_t size = (per * (size_t)(ndev - 1) + 1) * TU_CHUNK;
+    size_t size = (per * (size_t)(nreach - 1) + 1) * TU_CHUNK;
     char *p = tu_alloc(pool, size, from);
     struct layout l = layout_of(pool, p, size);
-    assert_int_equal(l.nseg, ndev);
+    assert_int_equal(l.nseg, nreach);
     assert_int_equal(l.device[0], from);
-    for (int i = 0; i < l.nseg; i++)
+    for (int i = 0; i < l.nseg; i++) {
+        assert_true(reach[l.device[i]]);
         for (int j = i + 1; j < l.nseg; j++)
             assert_int_not_equal(l.device[i], l.device[j]);
-    for (int i = 0; i < ndev - 1; i++)
+    }
+    for (int i = 0; i < nreach - 1; i++)
         assert_int_equal(l.chunks[i], per);
-    assert_int_equal(l.chunks[ndev - 1], 1);
-    tu_fill(p, size, (uint64_t)from);
-    tu_assert_pattern(p, size, (uint64_t)from);
+    assert_int_equal(l.chunks[nreach - 1], 1);
+    tu_pool_write(pool, p, size, (uint64_t)from);
+    tu_assert_pool_pattern(pool, p, size, (uint64_t)from);
     tu_free(pool, p);
     tu_pool_destroy(pool);
 }
@@ -276,7 +295,8 @@ static void test_pcie_blocks(void **state)
     const char *conf = "backend:sim,sim_topology:pcie-4gpu,sim_device_mem:32M";
     check_blocks(conf, 0);
     check_blocks(conf, 3);
-    /* The PCIe switch pair comes before the other socket. */
+    /* Device 2 spills to its PCIe switch pair (the other socket has no peer
+     * access). */
     ump_pool_t *pool = tu_pool_create(conf);
     size_t size = tu_stats(pool, 0).capacity + TU_CHUNK;
     char *p = tu_alloc(pool, size, 2);
@@ -295,6 +315,7 @@ static void test_dgx_blocks(void **state)
 static void test_span_stats(void **state)
 {
     (void)state;
+    tu_sim_only(SIM_ORDER);
     ump_pool_t *pool = tu_pool_create(CONF4);
     void *a = tu_alloc(pool, 100 * TU_MIB, 1);
     void *b = tu_alloc(pool, 1000, 3);
@@ -321,6 +342,7 @@ static void test_span_stats(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_pooling");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_span_all_devices),
         cmocka_unit_test(test_span_from_other_device),
@@ -332,5 +354,6 @@ int main(void)
         cmocka_unit_test(test_dgx_blocks),
         cmocka_unit_test(test_span_stats),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
 #define NDEV 3
@@ -245,8 +246,8 @@ static void test_cache_and_trim(void **state)
     size_t peak[NDEV + 1] = {0};
     void *keep_small = tu_alloc(pool, 2000, 1);
     void *keep_big = tu_alloc(pool, 6 * TU_MIB, 2);
-    tu_fill(keep_small, 2000, 1);
-    tu_fill(keep_big, 6 * TU_MIB, 2);
+    tu_pool_write(pool, keep_small, 2000, 1);
+    tu_pool_write(pool, keep_big, 6 * TU_MIB, 2);
 
     void *big = tu_alloc(pool, 10 * TU_MIB, 0);
     ump_stats_t with = tu_stats(pool, 0);
@@ -270,8 +271,8 @@ static void test_cache_and_trim(void **state)
     for (int d = 0; d < NDEV; d++)
         assert_int_equal(tu_stats(pool, d).cached_bytes, 0);
     check_invariants(pool, peak);
-    tu_assert_pattern(keep_small, 2000, 1);
-    tu_assert_pattern(keep_big, 6 * TU_MIB, 2);
+    tu_assert_pool_pattern(pool, keep_small, 2000, 1);
+    tu_assert_pool_pattern(pool, keep_big, 6 * TU_MIB, 2);
 
     /* A second trim has nothing to do. */
     assert_int_equal(ump_trim(pool), 0);
@@ -391,6 +392,7 @@ static void test_threads(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_stats");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fresh),
         cmocka_unit_test(test_one_alloc),
@@ -401,5 +403,6 @@ int main(void)
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_threads),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

@@ -5,6 +5,7 @@
  */
 #include "config.h"
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
 #define CONF1 "backend:sim,sim_devices:1,sim_device_mem:64M"
@@ -34,7 +35,7 @@ static void fill_device(struct filled *f, const size_t *sizes, int nsizes,
             break;
         assert_int_equal(rc, 0);
         assert_int_equal(tu_info(f->pool, p).device, dev);
-        tu_fill(p, sz, (uint64_t)f->n);
+        tu_pool_write(f->pool, p, sz, (uint64_t)f->n);
         f->p[f->n] = p;
         f->size[f->n] = sz;
         f->live[f->n] = true;
@@ -46,7 +47,8 @@ static void check_live(const struct filled *f)
 {
     for (int i = 0; i < f->n; i++)
         if (f->live[i])
-            tu_assert_pattern(f->p[i], f->size[i], (uint64_t)i);
+            tu_assert_pool_pattern(f->pool, f->p[i], f->size[i],
+                                   (uint64_t)i);
 }
 
 static void free_live(struct filled *f)
@@ -91,9 +93,9 @@ static void test_stitch_2m_holes(void **state)
                      created);
     for (size_t off = 0; off < big; off += TU_CHUNK)
         assert_int_equal(tu_info(f.pool, p + off).device, 0);
-    tu_fill(p, big, 1000);
+    tu_pool_write(f.pool, p, big, 1000);
     check_live(&f);
-    tu_assert_pattern(p, big, 1000);
+    tu_assert_pool_pattern(f.pool, p, big, 1000);
 
     /* Full again. */
     expect_enomem(f.pool, TU_CHUNK, 0);
@@ -130,9 +132,9 @@ static void test_stitch_mixed_holes(void **state)
     char *p = tu_alloc(f.pool, holes, 0);
     assert_int_equal(tu_stats(f.pool, UMP_DEVICE_ALL).chunks_created,
                      created);
-    tu_fill(p, holes, 2000);
+    tu_pool_write(f.pool, p, holes, 2000);
     check_live(&f);
-    tu_assert_pattern(p, holes, 2000);
+    tu_assert_pool_pattern(f.pool, p, holes, 2000);
     expect_enomem(f.pool, TU_CHUNK, 0);
     tu_free(f.pool, p);
     free_live(&f);
@@ -166,11 +168,11 @@ static void test_stitch_partial(void **state)
     char *b = tu_alloc(f.pool, b_size, 0);
     assert_int_equal(tu_stats(f.pool, UMP_DEVICE_ALL).chunks_created,
                      created);
-    tu_fill(a, a_size, 31);
-    tu_fill(b, b_size, 32);
+    tu_pool_write(f.pool, a, a_size, 31);
+    tu_pool_write(f.pool, b, b_size, 32);
     check_live(&f);
-    tu_assert_pattern(a, a_size, 31);
-    tu_assert_pattern(b, b_size, 32);
+    tu_assert_pool_pattern(f.pool, a, a_size, 31);
+    tu_assert_pool_pattern(f.pool, b, b_size, 32);
     expect_enomem(f.pool, TU_CHUNK, 0);
     tu_free(f.pool, a);
     tu_free(f.pool, b);
@@ -200,10 +202,18 @@ static void test_stitch_after_trim(void **state)
 
     char *p = tu_alloc(f.pool, 32 * TU_MIB, 0);
     ump_stats_t now = tu_stats(f.pool, UMP_DEVICE_ALL);
-    assert_int_equal(now.chunks_created - after.chunks_created, 16);
-    tu_fill(p, 32 * TU_MIB, 3);
+    uint64_t made = now.chunks_created - after.chunks_created;
+    /* The sim device's memory fragments like a file: the freed 2 MiB holes
+     * are its only room, one chunk each. A driver finds the 32 MiB in one
+     * piece, or in a few. */
+    if (tu_on_cuda())
+        assert_true(made >= 1 && made <= 16);
+    else
+        assert_int_equal(made, 16);
+    assert_int_equal(now.mapped_bytes, 64 * TU_MIB);
+    tu_pool_write(f.pool, p, 32 * TU_MIB, 3);
     check_live(&f);
-    tu_assert_pattern(p, 32 * TU_MIB, 3);
+    tu_assert_pool_pattern(f.pool, p, 32 * TU_MIB, 3);
     tu_free(f.pool, p);
     free_live(&f);
     tu_pool_destroy(f.pool);
@@ -235,9 +245,9 @@ static void test_stitch_two_devices(void **state)
     for (size_t k = 0; k < 32; k++)
         assert_int_equal(tu_info(f.pool, p + k * TU_CHUNK).device,
                          k < 16 ? 1 : 0);
-    tu_fill(p, 64 * TU_MIB, 64);
+    tu_pool_write(f.pool, p, 64 * TU_MIB, 64);
     check_live(&f);
-    tu_assert_pattern(p, 64 * TU_MIB, 64);
+    tu_assert_pool_pattern(f.pool, p, 64 * TU_MIB, 64);
     tu_free(f.pool, p);
     free_live(&f);
     tu_pool_destroy(f.pool);
@@ -261,13 +271,13 @@ static void test_stitched_then_split(void **state)
     void *q[8];
     for (int i = 0; i < 8; i++) {
         q[i] = tu_alloc(f.pool, 4 * TU_MIB, 0);
-        tu_fill(q[i], 4 * TU_MIB, 500 + (uint64_t)i);
+        tu_pool_write(f.pool, q[i], 4 * TU_MIB, 500 + (uint64_t)i);
     }
     assert_int_equal(tu_stats(f.pool, UMP_DEVICE_ALL).chunks_created,
                      created);
     expect_enomem(f.pool, TU_CHUNK, 0);
     for (int i = 0; i < 8; i++)
-        tu_assert_pattern(q[i], 4 * TU_MIB, 500 + (uint64_t)i);
+        tu_assert_pool_pattern(f.pool, q[i], 4 * TU_MIB, 500 + (uint64_t)i);
     check_live(&f);
     for (int i = 0; i < 8; i++)
         tu_free(f.pool, q[i]);
@@ -277,6 +287,7 @@ static void test_stitched_then_split(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_stitch");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stitch_2m_holes),
         cmocka_unit_test(test_stitch_mixed_holes),
@@ -285,5 +296,6 @@ int main(void)
         cmocka_unit_test(test_stitch_two_devices),
         cmocka_unit_test(test_stitched_then_split),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

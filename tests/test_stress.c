@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#define TU_CUDA_AWARE 1
 #include "testutil.h"
 
 #define NTHREADS 4
@@ -67,7 +68,7 @@ static void report(struct run_state *rs, const char *what, int rc,
 /* Checks a buffer's data and the pool's view of it, then frees it. */
 static void check_and_free(struct run_state *rs, const struct item *it)
 {
-    if (tu_check(it->p, it->size, it->seed) != it->size)
+    if (tu_pool_check(rs->pool, it->p, it->size, it->seed) != it->size)
         report(rs, "pattern broken", 0, it->p);
     ump_ptr_info_t info;
     int rc = ump_ptr_info(rs->pool, (char *)it->p + it->size / 2, &info);
@@ -187,7 +188,9 @@ static void *worker_thread(void *arg)
         slot->p = p;
         slot->size = size;
         slot->seed = ((uint64_t)w->id << 48) ^ ++serial;
-        tu_fill(p, size, slot->seed);
+        rc = tu_pool_fill(rs->pool, p, size, slot->seed);
+        if (rc != 0)
+            report(rs, "writing a buffer", rc, p);
     }
     for (int i = 0; i < SLOTS; i++)
         if (items[i].p)
@@ -255,6 +258,14 @@ static void test_stress_mixed(void **state)
     run_stress("backend:sim,sim_devices:2,sim_device_mem:128M", 2.5, 12);
 }
 
+/* One device, so that it runs on a one-GPU machine under
+ * UMPOOL_TEST_BACKEND=cuda too. */
+static void test_stress_one_device(void **state)
+{
+    (void)state;
+    run_stress("backend:sim,sim_devices:1,sim_device_mem:128M", 1.5, 12);
+}
+
 /* Devices so small that the pool is often full. */
 static void test_stress_tight(void **state)
 {
@@ -279,7 +290,8 @@ static void *producer(void *arg)
             pp->errors++;
             continue;
         }
-        tu_fill(it.p, it.size, it.seed);
+        if (tu_pool_fill(pp->pool, it.p, it.size, it.seed) != 0)
+            pp->errors++;
         while (!inbox_push(pp->box, &it))
             sched_yield();
     }
@@ -289,7 +301,7 @@ static void *producer(void *arg)
 
 static void consume(struct pingpong *pp, const struct item *it)
 {
-    if (tu_check(it->p, it->size, it->seed) != it->size)
+    if (tu_pool_check(pp->pool, it->p, it->size, it->seed) != it->size)
         pp->errors++;
     if (ump_free(pp->pool, it->p) != 0)
         pp->errors++;
@@ -361,10 +373,13 @@ static void test_cross_thread_pingpong(void **state)
 
 int main(void)
 {
+    tu_main_begin("test_stress");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stress_mixed),
+        cmocka_unit_test(test_stress_one_device),
         cmocka_unit_test(test_stress_tight),
         cmocka_unit_test(test_cross_thread_pingpong),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));
 }

@@ -1,7 +1,17 @@
 /*
- * Helpers shared by the cmocka tests of the public API (sim backend).
- * Include after config.h; everything is static inline so that a test uses
- * what it needs without unused-function warnings.
+ * Helpers shared by the cmocka tests of the public API. Include after
+ * config.h; everything is static inline so that a test uses what it needs
+ * without unused-function warnings.
+ *
+ * The tests are written for the sim backend. UMPOOL_TEST_BACKEND=cuda runs
+ * the black-box ones (those that define TU_CUDA_AWARE before including this
+ * file: audited to reach pool memory only through the helpers below) on
+ * the cuda backend instead: tu_pool_create (and
+ * tu_config) turn the sim configuration into a cuda one or skip the test,
+ * and pool memory, which the CPU cannot reach on cuda, is written and
+ * checked only through tu_pool_fill / tu_pool_check / tu_pool_write /
+ * tu_assert_pool_pattern (copies through a host buffer). Without the
+ * variable nothing changes: those helpers then touch the memory directly.
  */
 #ifndef UMP_TESTUTIL_H
 #define UMP_TESTUTIL_H
@@ -39,10 +49,188 @@
 
 #define TU_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 
-/* Creates a pool or fails the test, printing the configuration and error. */
+/* ---- the backend the tests run on -------------------------------------- */
+
+/* true under UMPOOL_TEST_BACKEND=cuda in a TU_CUDA_AWARE program. */
+static inline bool tu_on_cuda(void)
+{
+#ifdef TU_CUDA_AWARE
+    const char *b = getenv("UMPOOL_TEST_BACKEND");
+    return b && strcmp(b, "cuda") == 0;
+#else
+    return false;
+#endif
+}
+
+/* Tests skipped so far by tu_config and tu_sim_only. */
+static inline int *tu_skip_count(void)
+{
+    static int n;
+    return &n;
+}
+
+/* Devices of a cuda pool on this machine, asked once; a negative errno
+ * when the cuda backend cannot run here. */
+static inline int tu_cuda_devices(void)
+{
+    static int count;
+    if (count == 0) {
+        ump_pool_t *pool = NULL;
+        count = ump_pool_create("backend:cuda,device_mem:64M", &pool);
+        if (count == 0) {
+            count = ump_device_count(pool);
+            ump_pool_destroy(pool);
+        }
+        if (count == 0)
+            count = -ENODEV;
+    }
+    return count;
+}
+
+/*
+ * Writes into buf the cuda form of a sim configuration: backend:cuda,
+ * device_mem from sim_device_mem (a device_mem given wins), sim_devices
+ * dropped, every other key kept. false, with why, where the test cannot run
+ * on cuda here: no usable GPU, a sim_topology, another device count than
+ * the machine's, or a configuration too long for buf.
+ */
+static inline bool tu_cuda_config(const char *config, char *buf, size_t len,
+                                  char *why, size_t wlen)
+{
+    char tmp[512], mem[64] = "";
+    bool has_device_mem = false;
+    int want = 1, have = tu_cuda_devices();
+    size_t used;
+
+    if (have < 0) {
+        snprintf(why, wlen, "no usable GPU (backend:cuda gives %s)",
+                 ump_strerror(have));
+        return false;
+    }
+    if (strlen(config) >= sizeof(tmp)) {
+        snprintf(why, wlen, "configuration too long");
+        return false;
+    }
+    strcpy(tmp, config);
+    used = (size_t)snprintf(buf, len, "backend:cuda");
+    char *save = NULL;
+    for (char *kv = strtok_r(tmp, ",", &save); kv;
+         kv = strtok_r(NULL, ",", &save)) {
+        const char *colon = strchr(kv, ':');
+        const char *val = colon ? colon + 1 : "";
+        size_t klen = colon ? (size_t)(colon - kv) : strlen(kv);
+#define TU_KEY(k) (klen == strlen(k) && strncmp(kv, k, klen) == 0)
+        if (TU_KEY("backend"))
+            continue;
+        if (TU_KEY("sim_topology")) {
+            snprintf(why, wlen, "needs the simulated machine %s", val);
+            return false;
+        }
+        if (TU_KEY("sim_devices")) {
+            want = atoi(val) > 0 ? atoi(val) : 1;
+            continue;
+        }
+        if (TU_KEY("sim_device_mem")) {
+            snprintf(mem, sizeof(mem), "%s", val);
+            continue;
+        }
+        if (TU_KEY("device_mem"))
+            has_device_mem = true;
+#undef TU_KEY
+        if (used < len)
+            used += (size_t)snprintf(buf + used, len - used, ",%s", kv);
+    }
+    if (!has_device_mem && mem[0] && used < len)
+        used += (size_t)snprintf(buf + used, len - used, ",device_mem:%s",
+                                 mem);
+    if (used >= len) {
+        snprintf(why, wlen, "configuration too long");
+        return false;
+    }
+    /* Exactly: a cuda pool takes every device, and a test written for N
+     * devices may count on spilling to them, or on failing when they are
+     * full. */
+    if (want != have) {
+        snprintf(why, wlen, "needs %d device%s, the machine has %d (see "
+                 "CUDA_VISIBLE_DEVICES)", want, want == 1 ? "" : "s", have);
+        return false;
+    }
+    return true;
+}
+
+/* The configuration for the backend the tests run on (buf holds it on
+ * cuda); skips the test (cmocka skip()) where it cannot run on cuda here.
+ * Call it from a test's body: a skip in a setup would count as an error. */
+static inline const char *tu_config(const char *config, char *buf, size_t len)
+{
+    char why[256];
+    if (!tu_on_cuda())
+        return config;
+    if (!tu_cuda_config(config, buf, len, why, sizeof(why))) {
+        print_message("skipped on cuda: %s (\"%s\")\n", why, config);
+        (*tu_skip_count())++;
+        skip();
+    }
+    return buf;
+}
+
+/* Skips the test on cuda, saying why: for what only a simulated machine
+ * gives (a known topology, links of equal speed). */
+static inline void tu_sim_only(const char *why)
+{
+    if (tu_on_cuda()) {
+        print_message("skipped on cuda: %s\n", why);
+        (*tu_skip_count())++;
+        skip();
+    }
+}
+
+/* Like tu_config, for a whole program (group fixtures, main): exits with
+ * 77 (SKIP) and a line saying why. */
+static inline const char *tu_config_or_exit(const char *prog,
+                                            const char *config, char *buf,
+                                            size_t len)
+{
+    char why[256];
+    if (!tu_on_cuda())
+        return config;
+    if (!tu_cuda_config(config, buf, len, why, sizeof(why))) {
+        printf("SKIP: %s on cuda: %s\n", prog, why);
+        exit(77);
+    }
+    return buf;
+}
+
+/* First in main: on cuda without a usable GPU, exits with 77 (SKIP) and a
+ * line saying why, rather than skipping test by test. */
+static inline void tu_main_begin(const char *prog)
+{
+    if (tu_on_cuda() && tu_cuda_devices() < 0) {
+        printf("SKIP: %s on cuda: no usable GPU (backend:cuda gives %s)\n",
+               prog, ump_strerror(tu_cuda_devices()));
+        exit(77);
+    }
+}
+
+/* What main returns after cmocka_run_group_tests(n tests) returned failed:
+ * 77 (SKIP) when every test skipped, so that a run that tested nothing is
+ * not counted as a pass. */
+static inline int tu_main_end(int failed, size_t n)
+{
+    if (failed == 0 && n > 0 && (size_t)*tu_skip_count() == n) {
+        printf("SKIP: all %zu tests skipped\n", n);
+        return 77;
+    }
+    return failed;
+}
+
+/* Creates a pool for the backend the tests run on (see tu_config) or fails
+ * the test, printing the configuration and error. */
 static inline ump_pool_t *tu_pool_create(const char *config)
 {
+    char buf[512];
     ump_pool_t *pool = NULL;
+    config = tu_config(config, buf, sizeof(buf));
     int rc = ump_pool_create(config, &pool);
     if (rc != 0)
         fail_msg("ump_pool_create(\"%s\") = %d (%s)", config, rc,
@@ -199,6 +387,74 @@ static inline size_t tu_check(const void *p, size_t n, uint64_t seed)
     do {                                                                       \
         size_t tu_n_ = (n);                                                    \
         size_t tu_bad_ = tu_check((p), tu_n_, (seed));                         \
+        if (tu_bad_ != tu_n_)                                                  \
+            fail_msg("pattern broken at offset %zu of %zu (buffer %p)",       \
+                     tu_bad_, tu_n_, (const void *)(p));                       \
+    } while (0)
+
+/* ---- pool memory, on either backend ------------------------------------ */
+
+/* Copies n bytes between pool and host memory (either way) on the default
+ * stream and waits; 0 or a negative errno. */
+static inline int tu_pool_copy(ump_pool_t *pool, void *dst, const void *src,
+                               size_t n)
+{
+    int rc = ump_memcpy_async(pool, dst, src, n, NULL);
+    return rc ? rc : ump_stream_synchronize(pool, NULL);
+}
+
+/* tu_fill on pool memory: directly on sim, through a host buffer and a copy
+ * on cuda. 0 or a negative errno; no cmocka call, so threads may use it. */
+static inline int tu_pool_fill(ump_pool_t *pool, void *p, size_t n,
+                               uint64_t seed)
+{
+    if (!tu_on_cuda()) {
+        tu_fill(p, n, seed);
+        return 0;
+    }
+    void *buf = malloc(n ? n : 1);
+    if (!buf)
+        return -ENOMEM;
+    tu_fill(buf, n, seed);
+    int rc = tu_pool_copy(pool, p, buf, n);
+    free(buf);
+    return rc;
+}
+
+/* tu_check on pool memory: the offset of the first byte that differs, n
+ * when all match, SIZE_MAX when the memory could not be read. No cmocka
+ * call, so threads may use it. */
+static inline size_t tu_pool_check(ump_pool_t *pool, const void *p, size_t n,
+                                   uint64_t seed)
+{
+    if (!tu_on_cuda())
+        return tu_check(p, n, seed);
+    void *buf = malloc(n ? n : 1);
+    if (!buf)
+        return SIZE_MAX;
+    size_t bad = tu_pool_copy(pool, buf, p, n) ? SIZE_MAX
+                                               : tu_check(buf, n, seed);
+    free(buf);
+    return bad;
+}
+
+/* tu_pool_fill or fail the test. */
+static inline void tu_pool_write(ump_pool_t *pool, void *p, size_t n,
+                                 uint64_t seed)
+{
+    int rc = tu_pool_fill(pool, p, n, seed);
+    if (rc != 0)
+        fail_msg("writing %zu bytes at %p: %d (%s)", n, p, rc,
+                 ump_strerror(rc));
+}
+
+#define tu_assert_pool_pattern(pool, p, n, seed)                               \
+    do {                                                                       \
+        size_t tu_n_ = (n);                                                    \
+        size_t tu_bad_ = tu_pool_check((pool), (p), tu_n_, (seed));            \
+        if (tu_bad_ == SIZE_MAX)                                               \
+            fail_msg("could not read %zu bytes at %p", tu_n_,                 \
+                     (const void *)(p));                                       \
         if (tu_bad_ != tu_n_)                                                  \
             fail_msg("pattern broken at offset %zu of %zu (buffer %p)",       \
                      tu_bad_, tu_n_, (const void *)(p));                       \

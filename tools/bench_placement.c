@@ -6,11 +6,11 @@
  *   - device 0 allocates shared tensors (2 x 256 MiB, group 1, read by all);
  *   - device 0 allocates one large tensor (1.5 x a device's memory, read by
  *     every device: too big for one device, it must be spread).
- * Each device offers 4 GiB (sim_device_mem), so the large tensor and the
- * private ones compete for room. The table gives, per policy, the GiB each
- * device holds and the modeled read bandwidth (ump_model_read_bw, see the
- * cost model in README): the private tensors read by their owners, the
- * shared ones by every device (worst and mean), the large one by every
+ * Each device offers 8 GiB (sim_device_mem), so the large tensor (12 GiB)
+ * and the private ones compete for room. The table gives, per policy, the
+ * GiB each device holds and the modeled read bandwidth (ump_model_read_bw,
+ * see the cost model in README): the private tensors read by their owners,
+ * the shared ones by every device (worst and mean), the large one by every
  * device (worst and mean).
  */
 #include "config.h"
@@ -24,7 +24,7 @@
 
 #define GIB ((size_t)1 << 30)
 #define MIB ((size_t)1 << 20)
-#define DEV_MEM "4G"
+#define DEV_MEM "8G"
 #define NPRIV 3
 #define NSHARED 2
 
@@ -99,7 +99,7 @@ static int run_one(const char *topo, const char *policy, struct result *res)
     struct stat priv = {0}, shared = {0}, big = {0};
 
     /* the large tensor first: the policy decides how it is spread */
-    void *large = alloc_on(pool, 6 * GIB, 0, 2, UMP_ACCESS_SHARED,
+    void *large = alloc_on(pool, 12 * GIB, 0, 2, UMP_ACCESS_SHARED,
                            &res->failed);
     ptrs[np++] = large;
     for (int s = 0; s < NSHARED; s++)
@@ -183,7 +183,7 @@ int bench_placement(const char *topologies, const char *policies, bool json)
     else
         printf("umpool-bench placement: per device %s; workload: %d x 512 MiB "
                "private per device,\n  %d x 256 MiB shared (group 1) and one "
-               "6 GiB tensor read by all, from device 0.\n  Bandwidth: "
+               "12 GiB tensor read by all, from device 0.\n  Bandwidth: "
                "modeled read GB/s (ump_model_read_bw).\n\n"
                "%-18s %-11s | %-40s | %7s | %15s | %15s | %s\n",
                DEV_MEM, NPRIV, NSHARED, "topology", "policy",

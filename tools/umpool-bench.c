@@ -2,9 +2,15 @@
  * umpool-bench: timings and a narrated demo, on the public API only.
  *
  *   alloc  alloc+free latency of a cached size: ump_alloc/ump_free next to
- *          glibc malloc/free and jemalloc mallocx/dallocx, 1 and N threads.
+ *          glibc malloc/free and jemalloc mallocx/dallocx, 1 and N threads;
+ *          on the cuda backend also next to cudaMalloc/cudaFree and
+ *          cudaMallocAsync/cudaFreeAsync, and the cold first allocation of
+ *          each size next to the raw driver VMM sequence.
  *   demo   a short narrated tour of a simulated 8-GPU node: placement, a
  *          tensor spanning GPUs, stitching, statistics, trim.
+ *   placement  each policy on each simulated machine: where a synthetic
+ *          multi-GPU workload lands and its modeled bandwidth
+ *          (bench_placement.c).
  */
 #include "config.h"
 
@@ -21,7 +27,19 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench.h"
 #include "umpool.h"
+
+/* The CUDA baselines need the toolkit's headers at build time only: the
+ * runtime and the driver are loaded at run time (dlopen), so the tool runs
+ * where neither is installed and shows n/a. */
+#if defined(HAVE_CUDA_H) && defined(__has_include)
+#if __has_include(<cuda.h>) && __has_include(<cuda_runtime_api.h>)
+#define BENCH_CUDA 1
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#endif
+#endif
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -41,6 +59,9 @@
  * default run stays short; the pair count actually timed is reported. */
 #define CELL_MAX_NS 500000000ull
 
+/* Cold allocations: the median of this many, each after ump_trim. */
+#define COLD_REPEATS 7
+
 #define ALLOC_CONFIG "backend:sim,sim_devices:1,sim_device_mem:8G"
 #define DEMO_CONFIG "backend:sim,sim_topology:dgx-h200,sim_device_mem:2G"
 #define STITCH_CONFIG "backend:sim,sim_devices:1,sim_device_mem:256M"
@@ -51,6 +72,7 @@ struct opts {
     const char *scenario;
     size_t sizes[MAX_SIZES];
     int nsizes;
+    bool sizes_set; /* --sizes given: no backend-dependent default */
     int threads;
     uint64_t iters;
     bool alloc_opts; /* an alloc-only option was given */
@@ -68,11 +90,18 @@ static void usage(FILE *f)
             "  alloc   alloc+free latency of a cached size: ump_alloc/\n"
             "          ump_free, glibc malloc/free and jemalloc mallocx/\n"
             "          dallocx (loaded with dlopen), with 1 and N threads\n"
+            "          on the cuda backend also cudaMalloc/cudaFree and\n"
+            "          cudaMallocAsync/cudaFreeAsync (libcudart, dlopen), and\n"
+            "          the first allocation after ump_trim next to raw\n"
+            "          cuMemCreate+cuMemMap+cuMemSetAccess (libcuda, dlopen)\n"
             "    --sizes LIST   comma-separated sizes, K/M/G suffixes\n"
-            "                   (default 256,64K,1M,64M)\n"
+            "                   (default 256,64K,1M,64M; on cuda also 1G)\n"
             "    --threads N    threads of the second run (default 2)\n"
             "    --iters N      timed pairs per thread and cell (default %d)\n"
             "  demo    narrated run over a simulated 8-GPU node\n"
+            "  placement  each placement policy on each simulated machine:\n"
+            "          a synthetic workload's spread over the devices and its\n"
+            "          modeled read bandwidth\n"
             "\n"
             "options:\n"
             "  --json         one JSON object on stdout instead of text\n"
@@ -97,7 +126,8 @@ static void usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
-          "scenarios: alloc, demo; see umpool-bench --help\n", stderr);
+          "scenarios: alloc, demo, placement; see umpool-bench --help\n",
+          stderr);
 }
 
 static uint64_t now_ns(void)
@@ -276,6 +306,7 @@ static int parse_args(int argc, char **argv, struct opts *o)
                             "at most %d)", val, MAX_SIZES);
                 return EXIT_USAGE;
             }
+            o->sizes_set = true;
             o->alloc_opts = true;
         } else if (!strcmp(name, "--threads")) {
             uint64_t v;
@@ -306,14 +337,82 @@ static int parse_args(int argc, char **argv, struct opts *o)
 
 /* ---- alloc: the allocators ---------------------------------------------- */
 
-enum alloc_kind { A_UMP, A_MALLOC, A_JEMALLOC, A_COUNT };
-static const char *const kind_name[A_COUNT] = {"ump", "malloc", "jemalloc"};
-static const char *const kind_calls[A_COUNT] = {"ump_alloc/ump_free",
-                                                "malloc/free",
-                                                "mallocx/dallocx"};
+/* The CUDA kinds run only when the pool's backend is cuda. */
+enum alloc_kind {
+    A_UMP,
+    A_MALLOC,
+    A_JEMALLOC,
+    A_CUDA_MALLOC,
+    A_CUDA_ASYNC,
+    A_COUNT
+};
+#define A_HOST_COUNT (A_JEMALLOC + 1)
+static const char *const kind_name[A_COUNT] = {
+    "ump", "malloc", "jemalloc", "cuda_malloc", "cuda_malloc_async"};
+static const char *const kind_calls[A_COUNT] = {
+    "ump_alloc/ump_free", "malloc/free", "mallocx/dallocx",
+    "cudaMalloc/cudaFree", "cudaMallocAsync/cudaFreeAsync"};
 
 typedef void *(*mallocx_fn)(size_t size, int flags);
 typedef void (*dallocx_fn)(void *ptr, int flags);
+
+/* The CUDA runtime, for the cudaMalloc and cudaMallocAsync baselines. */
+struct cuda_rt {
+    void *handle; /* NULL: not available, see why */
+    char lib[512];
+    char why[1024];
+    int version;
+#ifdef BENCH_CUDA
+    cudaError_t (*malloc_fn)(void **ptr, size_t size);
+    cudaError_t (*free_fn)(void *ptr);
+    cudaError_t (*malloc_async)(void **ptr, size_t size, cudaStream_t s);
+    cudaError_t (*free_async)(void *ptr, cudaStream_t s);
+    cudaError_t (*stream_create)(cudaStream_t *s, unsigned int flags);
+    cudaError_t (*stream_sync)(cudaStream_t s);
+    cudaError_t (*stream_destroy)(cudaStream_t s);
+    cudaError_t (*set_device)(int device);
+    cudaError_t (*default_pool)(cudaMemPool_t *pool, int device);
+    cudaError_t (*pool_set_attr)(cudaMemPool_t pool, enum cudaMemPoolAttr a,
+                                 void *value);
+    cudaError_t (*pool_trim)(cudaMemPool_t pool, size_t keep);
+    cudaError_t (*runtime_version)(int *version);
+    const char *(*error_string)(cudaError_t err);
+    cudaMemPool_t mempool;
+#endif
+};
+
+/* The driver's VMM calls, for the raw cold column. */
+struct raw_vmm {
+    void *handle; /* NULL: not available, see why */
+    char why[1024];
+    size_t gran; /* minimum granularity of device 0 */
+#ifdef BENCH_CUDA
+    CUresult (*init)(unsigned int flags);
+    CUresult (*device_get)(CUdevice *dev, int ordinal);
+    CUresult (*ctx_retain)(CUcontext *ctx, CUdevice dev);
+    CUresult (*ctx_release)(CUdevice dev);
+    CUresult (*ctx_set_current)(CUcontext ctx);
+    CUresult (*granularity)(size_t *gran, const CUmemAllocationProp *prop,
+                            CUmemAllocationGranularity_flags flags);
+    CUresult (*reserve)(CUdeviceptr *va, size_t size, size_t align,
+                        CUdeviceptr addr, unsigned long long flags);
+    CUresult (*unreserve)(CUdeviceptr va, size_t size);
+    CUresult (*create)(CUmemGenericAllocationHandle *h, size_t size,
+                       const CUmemAllocationProp *prop,
+                       unsigned long long flags);
+    CUresult (*map)(CUdeviceptr va, size_t size, size_t offset,
+                    CUmemGenericAllocationHandle h, unsigned long long flags);
+    CUresult (*set_access)(CUdeviceptr va, size_t size,
+                           const CUmemAccessDesc *desc, size_t count);
+    CUresult (*unmap)(CUdeviceptr va, size_t size);
+    CUresult (*release)(CUmemGenericAllocationHandle h);
+    CUresult (*error_name)(CUresult err, const char **name);
+    CUdevice dev;
+    bool retained; /* holds device 0's primary context */
+    CUmemAllocationProp prop;
+    CUmemAccessDesc access;
+#endif
+};
 
 struct bench_ctx {
     ump_pool_t *pool;
@@ -321,6 +420,10 @@ struct bench_ctx {
     mallocx_fn je_mallocx;
     dallocx_fn je_dallocx;
     char je_why[512];
+    bool cuda_cols; /* the pool runs on cuda: CUDA baselines shown */
+    int nkinds;     /* A_HOST_COUNT, or A_COUNT with cuda_cols */
+    struct cuda_rt rt;
+    struct raw_vmm vmm;
 };
 
 #define REEXEC_ENV "UMPOOL_BENCH_STATIC_TLS"
@@ -393,13 +496,390 @@ static void jemalloc_load(struct bench_ctx *ctx, char **argv)
     ctx->je_handle = h;
 }
 
+/* ---- alloc: CUDA baselines, loaded at run time -------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* Sorts v in place; n > 0. */
+static double median(double *v, size_t n)
+{
+    qsort(v, n, sizeof(*v), cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+#ifdef BENCH_CUDA
+/* A function pointer of a struct, filled by name. */
+struct sym {
+    const char *name;
+    size_t off;
+};
+
+typedef void *(*lookup_fn)(void *arg, const char *name);
+
+/* Fills obj's function pointers listed in syms; NULL, or the name that was
+ * not found. memcpy: POSIX makes data and function pointers the same size,
+ * and this keeps the compiler from seeing a cast between them. */
+static const char *load_syms(void *obj, const struct sym *syms, size_t n,
+                             lookup_fn lookup, void *arg)
+{
+    for (size_t i = 0; i < n; i++) {
+        void *fn = lookup(arg, syms[i].name);
+
+        if (!fn)
+            return syms[i].name;
+        memcpy((char *)obj + syms[i].off, &fn, sizeof(fn));
+    }
+    return NULL;
+}
+
+static void *dlsym_lookup(void *handle, const char *name)
+{
+    return dlsym(handle, name);
+}
+
+#define RT_SYM(name, field) {name, offsetof(struct cuda_rt, field)}
+static const struct sym cudart_syms[] = {
+    RT_SYM("cudaMalloc", malloc_fn),
+    RT_SYM("cudaFree", free_fn),
+    RT_SYM("cudaMallocAsync", malloc_async),
+    RT_SYM("cudaFreeAsync", free_async),
+    RT_SYM("cudaStreamCreateWithFlags", stream_create),
+    RT_SYM("cudaStreamSynchronize", stream_sync),
+    RT_SYM("cudaStreamDestroy", stream_destroy),
+    RT_SYM("cudaSetDevice", set_device),
+    RT_SYM("cudaDeviceGetDefaultMemPool", default_pool),
+    RT_SYM("cudaMemPoolSetAttribute", pool_set_attr),
+    RT_SYM("cudaMemPoolTrimTo", pool_trim),
+    RT_SYM("cudaRuntimeGetVersion", runtime_version),
+    RT_SYM("cudaGetErrorString", error_string),
+};
+#undef RT_SYM
+
+/* The runtime's sonames on the loader's path, then in the toolkit's
+ * directory, which the path often lacks. */
+static void *cudart_open(char *lib, size_t len)
+{
+    static const char *const names[] = {"libcudart.so.13", "libcudart.so.12",
+                                        "libcudart.so"};
+    const char *dirs[] = {NULL, getenv("CUDA_HOME"), "/usr/local/cuda"};
+
+    for (size_t d = 0; d < sizeof(dirs) / sizeof(dirs[0]); d++) {
+        if (d > 0 && (!dirs[d] || !*dirs[d]))
+            continue;
+        for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+            char path[512];
+            void *h;
+
+            if (d == 0)
+                snprintf(path, sizeof(path), "%s", names[i]);
+            else
+                snprintf(path, sizeof(path), "%s/lib64/%s", dirs[d],
+                         names[i]);
+            h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+            if (h) {
+                snprintf(lib, len, "%s", path);
+                return h;
+            }
+        }
+    }
+    return NULL;
+}
+
 /*
- * Runs n alloc+free pairs; 0 or a negative errno. The pointer goes to a
- * volatile local so that the compiler keeps every call, and stays in this
- * thread's stack so that threads share no cache line.
+ * Loads the runtime and readies device 0's default mempool with its release
+ * threshold at UINT64_MAX, so that cudaFreeAsync keeps the memory for the
+ * next cudaMallocAsync (the pool's best case). The library stays loaded:
+ * the runtime tears itself down at exit.
+ */
+static void cudart_load(struct cuda_rt *rt)
+{
+    uint64_t threshold = UINT64_MAX;
+    const char *missing;
+    cudaError_t e;
+    void *h = cudart_open(rt->lib, sizeof(rt->lib));
+
+    if (!h) {
+        snprintf(rt->why, sizeof(rt->why), "no libcudart.so.13, .so.12 or "
+                 ".so could be loaded");
+        return;
+    }
+    missing = load_syms(rt, cudart_syms,
+                        sizeof(cudart_syms) / sizeof(cudart_syms[0]),
+                        dlsym_lookup, h);
+    if (missing) {
+        snprintf(rt->why, sizeof(rt->why), "%s has no %s", rt->lib, missing);
+        return;
+    }
+    if ((e = rt->set_device(0)) != cudaSuccess ||
+        (e = rt->default_pool(&rt->mempool, 0)) != cudaSuccess ||
+        (e = rt->pool_set_attr(rt->mempool, cudaMemPoolAttrReleaseThreshold,
+                               &threshold)) != cudaSuccess) {
+        snprintf(rt->why, sizeof(rt->why), "%s: %s", rt->lib,
+                 rt->error_string(e));
+        return;
+    }
+    if (rt->runtime_version(&rt->version) != cudaSuccess)
+        rt->version = 0;
+    rt->handle = h;
+}
+
+/* Gives the mempool's memory back to the device (the threshold keeps it). */
+static void cudart_trim(struct cuda_rt *rt)
+{
+    if (rt->handle)
+        rt->pool_trim(rt->mempool, 0);
+}
+
+typedef CUresult (*getproc_v2_fn)(const char *symbol, void **fn, int version,
+                                  cuuint64_t flags,
+                                  CUdriverProcAddressQueryResult *status);
+typedef CUresult (*getproc_v1_fn)(const char *symbol, void **fn, int version,
+                                  cuuint64_t flags);
+
+struct getproc {
+    getproc_v2_fn v2;
+    getproc_v1_fn v1;
+};
+
+/* The VMM entry points as of CUDA 12.0: none has changed since, and older
+ * 12.x drivers know that version. */
+#define VMM_API_VERSION 12000
+
+static void *driver_lookup(void *arg, const char *name)
+{
+    const struct getproc *gp = arg;
+    CUdriverProcAddressQueryResult status;
+    void *fn = NULL;
+    CUresult r;
+
+    if (gp->v2)
+        r = gp->v2(name, &fn, VMM_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
+                   &status);
+    else
+        r = gp->v1(name, &fn, VMM_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+    return r == CUDA_SUCCESS ? fn : NULL;
+}
+
+#define VMM_SYM(name, field) {name, offsetof(struct raw_vmm, field)}
+static const struct sym vmm_syms[] = {
+    VMM_SYM("cuGetErrorName", error_name),
+    VMM_SYM("cuInit", init),
+    VMM_SYM("cuDeviceGet", device_get),
+    VMM_SYM("cuDevicePrimaryCtxRetain", ctx_retain),
+    VMM_SYM("cuDevicePrimaryCtxRelease", ctx_release),
+    VMM_SYM("cuCtxSetCurrent", ctx_set_current),
+    VMM_SYM("cuMemGetAllocationGranularity", granularity),
+    VMM_SYM("cuMemAddressReserve", reserve),
+    VMM_SYM("cuMemAddressFree", unreserve),
+    VMM_SYM("cuMemCreate", create),
+    VMM_SYM("cuMemMap", map),
+    VMM_SYM("cuMemSetAccess", set_access),
+    VMM_SYM("cuMemUnmap", unmap),
+    VMM_SYM("cuMemRelease", release),
+};
+#undef VMM_SYM
+
+static const char *vmm_err(const struct raw_vmm *v, CUresult r)
+{
+    const char *name = NULL;
+
+    if (v->error_name && v->error_name(r, &name) == CUDA_SUCCESS && name)
+        return name;
+    return "unknown CUDA error";
+}
+
+/*
+ * Loads the driver (dlopen libcuda.so.1, entry points by cuGetProcAddress)
+ * and readies device 0: its primary context current on this thread (the one
+ * the pool and the runtime use too) and the properties of a plain pinned
+ * device allocation. The library stays loaded; raw_vmm_unload releases the
+ * context.
+ */
+static void raw_vmm_load(struct raw_vmm *v)
+{
+    struct getproc gp;
+    const char *missing, *what;
+    CUcontext cuctx;
+    CUresult r;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+    if (!h) {
+        snprintf(v->why, sizeof(v->why), "libcuda.so.1 could not be loaded");
+        return;
+    }
+    gp.v2 = (getproc_v2_fn)dlsym(h, "cuGetProcAddress_v2");
+    gp.v1 = (getproc_v1_fn)dlsym(h, "cuGetProcAddress");
+    if (!gp.v2 && !gp.v1) {
+        snprintf(v->why, sizeof(v->why), "libcuda.so.1 has no "
+                 "cuGetProcAddress (driver too old)");
+        return;
+    }
+    missing = load_syms(v, vmm_syms, sizeof(vmm_syms) / sizeof(vmm_syms[0]),
+                        driver_lookup, &gp);
+    if (missing) {
+        snprintf(v->why, sizeof(v->why), "libcuda.so.1 has no %s", missing);
+        v->error_name = NULL;
+        return;
+    }
+    if ((r = v->init(0)) != CUDA_SUCCESS) {
+        what = "cuInit";
+        goto fail;
+    }
+    if ((r = v->device_get(&v->dev, 0)) != CUDA_SUCCESS) {
+        what = "cuDeviceGet";
+        goto fail;
+    }
+    if ((r = v->ctx_retain(&cuctx, v->dev)) != CUDA_SUCCESS) {
+        what = "cuDevicePrimaryCtxRetain";
+        goto fail;
+    }
+    v->retained = true;
+    if ((r = v->ctx_set_current(cuctx)) != CUDA_SUCCESS) {
+        what = "cuCtxSetCurrent";
+        goto fail_ctx;
+    }
+    memset(&v->prop, 0, sizeof(v->prop));
+    v->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    v->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    v->prop.location.id = v->dev;
+    memset(&v->access, 0, sizeof(v->access));
+    v->access.location = v->prop.location;
+    v->access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if ((r = v->granularity(&v->gran, &v->prop,
+                            CU_MEM_ALLOC_GRANULARITY_MINIMUM)) !=
+        CUDA_SUCCESS) {
+        what = "cuMemGetAllocationGranularity";
+        goto fail_ctx;
+    }
+    v->handle = h;
+    return;
+fail_ctx:
+    v->ctx_release(v->dev);
+    v->retained = false;
+fail:
+    snprintf(v->why, sizeof(v->why), "%s: %s", what, vmm_err(v, r));
+}
+
+static void raw_vmm_unload(struct raw_vmm *v)
+{
+    if (v->retained)
+        v->ctx_release(v->dev);
+    v->retained = false;
+}
+
+/*
+ * The raw driver sequence behind one cold allocation of size bytes (rounded
+ * to the granularity): cuMemCreate + cuMemMap + cuMemSetAccess on a range
+ * reserved beforehand, timed like ump's cold allocation, then unmapped and
+ * released. Writes the median and the bytes; 0 or -EIO with why set.
+ */
+static int raw_vmm_cold(struct raw_vmm *v, size_t size, double *med_ns_p,
+                        size_t *bytes_p)
+{
+    size_t bytes = (size + v->gran - 1) / v->gran * v->gran;
+    double ns[COLD_REPEATS];
+    const char *what = "cuMemAddressReserve";
+    CUdeviceptr va;
+    CUresult r;
+    int i;
+
+    r = v->reserve(&va, bytes, 0, 0, 0);
+    if (r != CUDA_SUCCESS)
+        goto fail;
+    for (i = 0; i < COLD_REPEATS; i++) {
+        CUmemGenericAllocationHandle h;
+        uint64_t t0 = now_ns(), t1;
+
+        if ((r = v->create(&h, bytes, &v->prop, 0)) != CUDA_SUCCESS) {
+            what = "cuMemCreate";
+            break;
+        }
+        if ((r = v->map(va, bytes, 0, h, 0)) != CUDA_SUCCESS) {
+            what = "cuMemMap";
+            v->release(h);
+            break;
+        }
+        if ((r = v->set_access(va, bytes, &v->access, 1)) != CUDA_SUCCESS)
+            what = "cuMemSetAccess";
+        t1 = now_ns();
+        ns[i] = (double)(t1 - t0);
+        v->unmap(va, bytes);
+        v->release(h);
+        if (r != CUDA_SUCCESS)
+            break;
+    }
+    v->unreserve(va, bytes);
+    if (r != CUDA_SUCCESS)
+        goto fail;
+    *med_ns_p = median(ns, COLD_REPEATS);
+    *bytes_p = bytes;
+    return 0;
+fail:
+    snprintf(v->why, sizeof(v->why), "%s of %zu bytes: %s", what, bytes,
+             vmm_err(v, r));
+    return -EIO;
+}
+#endif /* BENCH_CUDA */
+
+/*
+ * The CUDA baselines, when the pool runs on cuda: the runtime for the
+ * cudaMalloc columns, the driver for the raw cold column. What cannot be
+ * loaded shows as n/a with the reason.
+ */
+static void cuda_load(struct bench_ctx *ctx)
+{
+    const char *be = ump_backend_name(ctx->pool);
+
+    ctx->cuda_cols = be && !strcmp(be, "cuda");
+    ctx->nkinds = ctx->cuda_cols ? A_COUNT : A_HOST_COUNT;
+    if (!ctx->cuda_cols) {
+        snprintf(ctx->vmm.why, sizeof(ctx->vmm.why), "the %s backend has no "
+                 "driver VMM", be ? be : "pool's");
+        return;
+    }
+#ifdef BENCH_CUDA
+    cudart_load(&ctx->rt);
+    raw_vmm_load(&ctx->vmm);
+#else
+    snprintf(ctx->rt.why, sizeof(ctx->rt.why), "umpool-bench was built "
+             "without cuda.h");
+    snprintf(ctx->vmm.why, sizeof(ctx->vmm.why), "umpool-bench was built "
+             "without cuda.h");
+#endif
+}
+
+static void cuda_unload(struct bench_ctx *ctx)
+{
+#ifdef BENCH_CUDA
+    cudart_trim(&ctx->rt);
+    raw_vmm_unload(&ctx->vmm);
+#else
+    (void)ctx;
+#endif
+}
+
+#ifdef BENCH_CUDA
+/* A runtime error as a negative errno; its code goes to *cuda_err_p. */
+static int cuda_fail(cudaError_t e, int *cuda_err_p)
+{
+    *cuda_err_p = (int)e;
+    return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+#endif
+
+/*
+ * Runs n alloc+free pairs; 0 or a negative errno (for the CUDA kinds, with
+ * the runtime's error in *cuda_err_p). The pointer goes to a volatile local
+ * so that the compiler keeps every call, and stays in this thread's stack so
+ * that threads share no cache line. stream: cudaMallocAsync's, per thread.
  */
 static int run_pairs(const struct bench_ctx *ctx, enum alloc_kind kind,
-                     size_t size, uint64_t n)
+                     size_t size, uint64_t n, void *stream, int *cuda_err_p)
 {
     void *volatile sink = NULL;
 
@@ -437,7 +917,39 @@ static int run_pairs(const struct bench_ctx *ctx, enum alloc_kind kind,
             ctx->je_dallocx(p, 0);
         }
         break;
+#ifdef BENCH_CUDA
+    case A_CUDA_MALLOC:
+        for (uint64_t i = 0; i < n; i++) {
+            void *p;
+            cudaError_t e = ctx->rt.malloc_fn(&p, size);
+
+            if (e != cudaSuccess)
+                return cuda_fail(e, cuda_err_p);
+            sink = p;
+            e = ctx->rt.free_fn(p);
+            if (e != cudaSuccess)
+                return cuda_fail(e, cuda_err_p);
+        }
+        break;
+    case A_CUDA_ASYNC:
+        /* Same stream: the pool hands the block back at once, without
+         * waiting for the GPU (nothing runs on the stream). */
+        for (uint64_t i = 0; i < n; i++) {
+            void *p;
+            cudaError_t e = ctx->rt.malloc_async(&p, size, stream);
+
+            if (e != cudaSuccess)
+                return cuda_fail(e, cuda_err_p);
+            sink = p;
+            e = ctx->rt.free_async(p, stream);
+            if (e != cudaSuccess)
+                return cuda_fail(e, cuda_err_p);
+        }
+        break;
+#endif
     default:
+        (void)stream;
+        (void)cuda_err_p;
         return -EINVAL;
     }
     (void)sink;
@@ -464,6 +976,8 @@ struct worker {
     uint64_t done;
     uint64_t t_start, t_end;
     int err;
+    void *stream; /* A_CUDA_ASYNC: this thread's stream */
+    int cuda_err; /* the runtime's error behind err, or 0 */
 };
 
 /*
@@ -479,7 +993,7 @@ static int warm_up(struct worker *w)
     int rc;
 
     while (n < WARMUP_PAIRS && t1 < deadline) {
-        rc = run_pairs(w->ctx, w->kind, w->size, 1);
+        rc = run_pairs(w->ctx, w->kind, w->size, 1, w->stream, &w->cuda_err);
         if (rc)
             return rc;
         /* The first pair fills caches: not a sample of the steady state. */
@@ -494,13 +1008,47 @@ static int warm_up(struct worker *w)
     return 0;
 }
 
+/* Each cudaMallocAsync thread gets its own stream, as a real one would. */
+static int stream_open(struct worker *w)
+{
+#ifdef BENCH_CUDA
+    if (w->kind == A_CUDA_ASYNC) {
+        cudaStream_t s;
+        cudaError_t e =
+            w->ctx->rt.stream_create(&s, cudaStreamNonBlocking);
+
+        if (e != cudaSuccess)
+            return cuda_fail(e, &w->cuda_err);
+        w->stream = s;
+    }
+#else
+    (void)w;
+#endif
+    return 0;
+}
+
+static void stream_close(struct worker *w)
+{
+#ifdef BENCH_CUDA
+    if (w->stream) {
+        w->ctx->rt.stream_sync(w->stream);
+        w->ctx->rt.stream_destroy(w->stream);
+        w->stream = NULL;
+    }
+#else
+    (void)w;
+#endif
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
     uint64_t left = w->pairs, deadline;
     size_t nb = 0;
 
-    w->err = warm_up(w);
+    w->err = stream_open(w);
+    if (!w->err)
+        w->err = warm_up(w);
     if (!w->err) {
         w->batch_ns = malloc((size_t)((w->pairs + w->batch - 1) / w->batch) *
                              sizeof(*w->batch_ns));
@@ -519,7 +1067,8 @@ static void *worker_main(void *arg)
     while (!w->err && left) {
         uint64_t n = left < w->batch ? left : w->batch;
         uint64_t b0 = now_ns();
-        int rc = run_pairs(w->ctx, w->kind, w->size, n);
+        int rc = run_pairs(w->ctx, w->kind, w->size, n, w->stream,
+                           &w->cuda_err);
         uint64_t b1 = now_ns();
 
         if (rc) {
@@ -532,6 +1081,7 @@ static void *worker_main(void *arg)
             break;
     }
     w->t_end = now_ns();
+    stream_close(w);
     w->nbatches = nb;
     w->done = w->pairs - left;
     return NULL;
@@ -546,13 +1096,6 @@ struct cell {
     uint64_t batch_pairs; /* smallest batch of the cell's threads */
     bool capped;     /* stopped by CELL_MAX_NS before --iters pairs */
 };
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
 
 static int gate_init(struct gate *g)
 {
@@ -587,9 +1130,11 @@ static void gate_open(struct gate *g, int started)
     pthread_mutex_unlock(&g->lock);
 }
 
-/* One allocator, one size, nthreads threads; fills *c. 0 or negative errno. */
+/* One allocator, one size, nthreads threads; fills *c. 0 or negative errno,
+ * with the CUDA runtime's error in *cuda_err_p when it came from there. */
 static int run_cell(const struct bench_ctx *ctx, enum alloc_kind kind,
-                    size_t size, int nthreads, uint64_t pairs, struct cell *c)
+                    size_t size, int nthreads, uint64_t pairs, struct cell *c,
+                    int *cuda_err_p)
 {
     struct worker *w;
     pthread_t *tid;
@@ -624,6 +1169,7 @@ static int run_cell(const struct bench_ctx *ctx, enum alloc_kind kind,
     gate_destroy(&gate);
     for (int i = 0; !rc && i < started; i++) {
         rc = w[i].err;
+        *cuda_err_p = w[i].cuda_err;
         nb += w[i].nbatches;
     }
     if (rc)
@@ -644,9 +1190,8 @@ static int run_cell(const struct bench_ctx *ctx, enum alloc_kind kind,
         t1 = w[i].t_end > t1 ? w[i].t_end : t1;
         batch = w[i].batch < batch ? w[i].batch : batch;
     }
-    qsort(all, nb, sizeof(*all), cmp_double);
     c->valid = true;
-    c->med_ns = nb % 2 ? all[nb / 2] : (all[nb / 2 - 1] + all[nb / 2]) / 2;
+    c->med_ns = median(all, nb);
     /* Nearest rank: the smallest batch time at or above 99 % of batches. */
     c->p99_ns = all[(nb * 99 + 99) / 100 - 1];
     c->mpairs_s = t1 > t0 ? (double)done * 1e3 / (double)(t1 - t0) : 0;
@@ -672,12 +1217,40 @@ struct alloc_row {
     struct cell cell[A_COUNT];
 };
 
+/* The first allocation of one size with nothing cached. */
+struct cold_row {
+    size_t size;
+    bool ump_ok, raw_ok;
+    double ump_ns, raw_ns; /* medians */
+    size_t raw_bytes;      /* the size rounded to the driver's granularity */
+};
+
+static const size_t cuda_default_sizes[] = {256, 64 * KiB, 1 * MiB, 64 * MiB,
+                                            1024 * MiB};
+
 static void print_num_or_na(double v, bool ok, int width, int prec)
 {
     if (ok)
         printf(" %*.*f", width, prec, v);
     else
         printf(" %*s", width, "n/a");
+}
+
+/* a's median over b's, or n/a. */
+static void print_ratio(const struct cell *a, const struct cell *b, int width)
+{
+    if (a->valid && b->valid && b->med_ns > 0)
+        printf(" %#*.3g", width, a->med_ns / b->med_ns);
+    else
+        printf(" %*s", width, "n/a");
+}
+
+static void json_ratio(double num, double den, bool ok)
+{
+    if (ok && den > 0)
+        printf("%.3g", num / den);
+    else
+        printf("null");
 }
 
 static void json_cell(const struct cell *c, const struct cell *one)
@@ -696,14 +1269,57 @@ static void json_cell(const struct cell *c, const struct cell *one)
     printf("}");
 }
 
+static void json_reason(const char *why)
+{
+    printf(", \"reason\": ");
+    json_string(stdout, why);
+}
+
+static void json_cold(const struct bench_ctx *ctx, const struct cold_row *cold,
+                      int ncold)
+{
+    printf(", \"cold\": {\"repeats\": %d, \"method\": \"ump: ump_trim, then "
+           "one ump_alloc timed; raw_vmm: cuMemCreate + cuMemMap + "
+           "cuMemSetAccess of the size rounded to the granularity on a "
+           "reserved range; medians\", \"raw_vmm\": {\"available\": %s",
+           COLD_REPEATS, ctx->vmm.handle ? "true" : "false");
+    if (ctx->vmm.handle)
+        printf(", \"granularity\": %zu", ctx->vmm.gran);
+    else
+        json_reason(ctx->vmm.why);
+    printf("}, \"results\": [");
+    for (int i = 0; i < ncold; i++) {
+        const struct cold_row *c = &cold[i];
+
+        printf("%s\n  {\"size\": %zu, \"ump_median_ns\": ", i ? "," : "",
+               c->size);
+        if (c->ump_ok)
+            printf("%.1f", c->ump_ns);
+        else
+            printf("null");
+        printf(", \"raw_vmm_median_ns\": ");
+        if (c->raw_ok)
+            printf("%.1f, \"raw_vmm_bytes\": %zu", c->raw_ns, c->raw_bytes);
+        else
+            printf("null, \"raw_vmm_bytes\": null");
+        printf(", \"ump_over_raw_vmm\": ");
+        json_ratio(c->ump_ns, c->raw_ns, c->ump_ok && c->raw_ok);
+        printf("}");
+    }
+    printf("\n]}");
+}
+
 static void alloc_print_json(const struct opts *o, const char *config,
                              const struct bench_ctx *ctx,
-                             const struct alloc_row *rows, int nrows)
+                             const struct alloc_row *rows, int nrows,
+                             const struct cold_row *cold, int ncold)
 {
     printf("{\"scenario\": \"alloc\", \"umpool_version\": ");
     json_string(stdout, ump_version_string());
     printf(", \"config\": ");
     json_string(stdout, config);
+    printf(", \"backend\": ");
+    json_string(stdout, ump_backend_name(ctx->pool));
     printf(", \"method\": {\"warmup_pairs\": %d, \"warmup_max_s\": %.2f, "
            "\"batch_pairs\": %d, \"batch_max_s\": %.3f, \"iters\": %" PRIu64
            ", \"cell_max_s\": %.1f, \"clock\": \"CLOCK_MONOTONIC\", "
@@ -713,42 +1329,134 @@ static void alloc_print_json(const struct opts *o, const char *config,
     printf(", \"threads\": %d, \"jemalloc\": {\"available\": %s",
            o->threads, ctx->je_handle ? "true" : "false");
     if (!ctx->je_handle) {
-        printf(", \"reason\": ");
-        json_string(stdout, ctx->je_why);
+        json_reason(ctx->je_why);
     } else if (getenv(REEXEC_ENV)) {
         printf(", \"glibc_tunables\": \"" TLS_TUNABLE "\"");
     }
-    printf("}, \"results\": [");
+    printf("}");
+    if (ctx->cuda_cols) {
+        printf(", \"cuda_runtime\": {\"available\": %s",
+               ctx->rt.handle ? "true" : "false");
+        if (ctx->rt.handle) {
+            printf(", \"library\": ");
+            json_string(stdout, ctx->rt.lib);
+            printf(", \"version\": %d, \"device\": 0, "
+                   "\"mempool_release_threshold\": \"UINT64_MAX\"",
+                   ctx->rt.version);
+        } else {
+            json_reason(ctx->rt.why);
+        }
+        printf("}");
+    }
+    printf(", \"results\": [");
     for (int r = 0; r < nrows; r++) {
         const struct alloc_row *row = &rows[r];
         const struct alloc_row *one = row->threads > 1 ? &rows[r - 1] : NULL;
-        const struct cell *u = &row->cell[A_UMP], *j = &row->cell[A_JEMALLOC];
+        const struct cell *u = &row->cell[A_UMP];
 
         printf("%s\n  {\"size\": %zu, \"threads\": %d", r ? "," : "",
                row->size, row->threads);
-        for (int k = 0; k < A_COUNT; k++) {
+        for (int k = 0; k < ctx->nkinds; k++) {
             printf(", \"%s\": ", kind_name[k]);
             json_cell(&row->cell[k], one ? &one->cell[k] : NULL);
         }
-        printf(", \"ump_over_jemalloc\": ");
-        if (u->valid && j->valid && j->med_ns > 0)
-            printf("%.3g", u->med_ns / j->med_ns);
-        else
-            printf("null");
+        for (int k = A_JEMALLOC; k < ctx->nkinds; k++) {
+            const struct cell *c = &row->cell[k];
+
+            printf(", \"ump_over_%s\": ", kind_name[k]);
+            json_ratio(u->med_ns, c->med_ns, u->valid && c->valid);
+        }
         printf("}");
     }
-    printf("\n]}\n");
+    printf("\n]");
+    json_cold(ctx, cold, ncold);
+    printf("}\n");
+}
+
+/* The CUDA baselines of the same run, next to ump's median. */
+static void print_cuda_table(const struct bench_ctx *ctx,
+                             const struct alloc_row *rows, int nrows)
+{
+    const struct cuda_rt *rt = &ctx->rt;
+    char sz[32];
+
+    if (rt->handle)
+        printf("\nCUDA baselines on device 0, from %s (runtime %d.%d): "
+               "cudaMalloc/cudaFree, and\ncudaMallocAsync/cudaFreeAsync on "
+               "one stream per thread from the device's default\nmempool, "
+               "its release threshold at UINT64_MAX (freed memory is kept)"
+               "\n", rt->lib, rt->version / 1000, rt->version % 1000 / 10);
+    else
+        printf("\nCUDA baselines: n/a (%s)\n", rt->why);
+    printf("%10s %3s | %10s | %14s %10s | %15s %10s | %14s %10s\n", "size",
+           "thr", "ump med", "cudaMalloc med", "p99", "cudaMallocAsync",
+           "p99", "ump/cudaMalloc", "ump/async");
+    for (int r = 0; r < nrows; r++) {
+        const struct alloc_row *row = &rows[r];
+        const struct cell *u = &row->cell[A_UMP];
+        const struct cell *m = &row->cell[A_CUDA_MALLOC];
+        const struct cell *a = &row->cell[A_CUDA_ASYNC];
+
+        printf("%10s %3d |", fmt_size(row->size, sz, sizeof(sz)),
+               row->threads);
+        print_num_or_na(u->med_ns, u->valid, 10, 1);
+        printf(" |");
+        print_num_or_na(m->med_ns, m->valid, 14, 1);
+        print_num_or_na(m->p99_ns, m->valid, 10, 1);
+        printf(" |");
+        print_num_or_na(a->med_ns, a->valid, 15, 1);
+        print_num_or_na(a->p99_ns, a->valid, 10, 1);
+        printf(" |");
+        print_ratio(u, m, 14);
+        print_ratio(u, a, 10);
+        printf("\n");
+    }
+}
+
+static void print_cold_table(const struct bench_ctx *ctx,
+                             const struct cold_row *cold, int ncold)
+{
+    char sz[32], gran[32];
+
+    printf("\ncold: the first allocation of a size with nothing cached "
+           "(ump_trim, then one\nump_alloc timed), median of %d", COLD_REPEATS);
+    if (ctx->vmm.handle)
+        printf("; raw VMM: cuMemCreate + cuMemMap + cuMemSetAccess\nof the "
+               "size rounded up to %s on a range reserved beforehand, "
+               "median of %d\n", fmt_size(ctx->vmm.gran, gran, sizeof(gran)),
+               COLD_REPEATS);
+    else
+        printf("; raw VMM: n/a (%s)\n", ctx->vmm.why);
+    printf("%10s | %12s | %12s %10s | %8s\n", "size", "ump cold us",
+           "raw VMM us", "raw bytes", "ump/raw");
+    for (int i = 0; i < ncold; i++) {
+        const struct cold_row *c = &cold[i];
+
+        printf("%10s |", fmt_size(c->size, sz, sizeof(sz)));
+        print_num_or_na(c->ump_ns / 1e3, c->ump_ok, 12, 1);
+        printf(" |");
+        print_num_or_na(c->raw_ns / 1e3, c->raw_ok, 12, 1);
+        if (c->raw_ok)
+            printf(" %10s |", fmt_size(c->raw_bytes, sz, sizeof(sz)));
+        else
+            printf(" %10s |", "n/a");
+        if (c->ump_ok && c->raw_ok && c->raw_ns > 0)
+            printf(" %#8.3g\n", c->ump_ns / c->raw_ns);
+        else
+            printf(" %8s\n", "n/a");
+    }
 }
 
 static void alloc_print_table(const struct opts *o, const char *config,
                               const struct bench_ctx *ctx,
-                              const struct alloc_row *rows, int nrows)
+                              const struct alloc_row *rows, int nrows,
+                              const struct cold_row *cold, int ncold)
 {
     char sz[32];
     bool capped = false, multi = o->threads > 1;
 
-    printf("umpool-bench alloc (umpool %s): pool config \"%s\"\n",
-           ump_version_string(), config);
+    printf("umpool-bench alloc (umpool %s): pool config \"%s\", backend %s\n",
+           ump_version_string(), config, ump_backend_name(ctx->pool));
     printf("method: per cell and thread, %d warm-up pairs (at most %.2f s), "
            "then %" PRIu64 " alloc+free\n"
            "  pairs timed in batches of %d with "
@@ -789,19 +1497,19 @@ static void alloc_print_table(const struct opts *o, const char *config,
         print_num_or_na(j->med_ns, j->valid, 12, 1);
         print_num_or_na(j->p99_ns, j->valid, 10, 1);
         printf(" |");
-        if (u->valid && j->valid && j->med_ns > 0)
-            printf(" %#12.3g\n", u->med_ns / j->med_ns);
-        else
-            printf(" %12s\n", "n/a");
-        for (int k = 0; k < A_COUNT; k++)
+        print_ratio(u, j, 12);
+        printf("\n");
+        for (int k = 0; k < ctx->nkinds; k++)
             capped |= row->cell[k].capped;
     }
+    if (ctx->cuda_cols)
+        print_cuda_table(ctx, rows, nrows);
 
     printf("\nthroughput, M pairs/s (all threads)");
     if (multi)
         printf("; scaling = %d-thread / 1-thread", o->threads);
     printf("\n%10s |", "size");
-    for (int k = 0; k < A_COUNT; k++) {
+    for (int k = 0; k < ctx->nkinds; k++) {
         printf(" %8s 1T", kind_name[k]);
         if (multi)
             printf(" %6dT %7s", o->threads, "scaling");
@@ -815,12 +1523,13 @@ static void alloc_print_table(const struct opts *o, const char *config,
         if (one->threads != 1)
             continue;
         printf("%10s |", fmt_size(one->size, sz, sizeof(sz)));
-        for (int k = 0; k < A_COUNT; k++) {
+        for (int k = 0; k < ctx->nkinds; k++) {
             const struct cell *c1 = &one->cell[k];
             const struct cell *cn = many ? &many->cell[k] : NULL;
             bool ok = c1->valid && cn && cn->valid && c1->mpairs_s > 0;
+            int w = (int)strlen(kind_name[k]) + 3;
 
-            print_num_or_na(c1->mpairs_s, c1->valid, 11, 3);
+            print_num_or_na(c1->mpairs_s, c1->valid, w < 11 ? 11 : w, 3);
             if (multi) {
                 print_num_or_na(cn->mpairs_s, cn->valid, 7, 3);
                 print_num_or_na(ok ? cn->mpairs_s / c1->mpairs_s : 0, ok, 7,
@@ -830,27 +1539,141 @@ static void alloc_print_table(const struct opts *o, const char *config,
         }
         printf("\n");
     }
+    print_cold_table(ctx, cold, ncold);
     if (capped)
         printf("\nnote: some cells hit the %.1f s limit before %" PRIu64
                " pairs per thread;\n      --json shows the pairs timed.\n",
                (double)CELL_MAX_NS / 1e9, o->iters);
 }
 
+/*
+ * The first allocation of size with nothing cached: ump_trim, then one
+ * ump_alloc timed; the median of COLD_REPEATS. 0 or a negative errno.
+ */
+static int ump_cold(ump_pool_t *pool, size_t size, double *med_ns_p)
+{
+    double ns[COLD_REPEATS];
+
+    for (int i = 0; i < COLD_REPEATS; i++) {
+        uint64_t t0, t1;
+        void *p;
+        int rc = ump_trim(pool);
+
+        if (rc)
+            return rc;
+        t0 = now_ns();
+        rc = ump_alloc(pool, size, NULL, &p);
+        t1 = now_ns();
+        if (rc)
+            return rc;
+        ns[i] = (double)(t1 - t0);
+        rc = ump_free(pool, p);
+        if (rc)
+            return rc;
+    }
+    *med_ns_p = median(ns, COLD_REPEATS);
+    return 0;
+}
+
+/* The text of a cell's failure. */
+static const char *cell_error(const struct bench_ctx *ctx, int kind, int rc,
+                              int cuda_err)
+{
+    if (kind == A_UMP)
+        return ump_strerror(rc);
+#ifdef BENCH_CUDA
+    if (cuda_err)
+        return ctx->rt.error_string((cudaError_t)cuda_err);
+#else
+    (void)ctx;
+    (void)cuda_err;
+#endif
+    return strerror(-rc);
+}
+
+/* Runs every latency cell; 0, or 1 after printing why ump (or a host
+ * allocator) failed. A failing CUDA baseline only leaves its cell n/a. */
+static int alloc_cells(const struct opts *o, const struct bench_ctx *ctx,
+                       struct alloc_row *rows, const size_t *sizes,
+                       int nsizes, int nthr)
+{
+    char sz[32];
+
+    for (int s = 0; s < nsizes; s++) {
+        for (int t = 0; t < nthr; t++) {
+            struct alloc_row *row = &rows[s * nthr + t];
+
+            row->size = sizes[s];
+            row->threads = t ? o->threads : 1;
+            /* The allocators take turns at each size and thread count, so
+             * that a noisy moment hurts one cell, not one column. */
+            for (int k = 0; k < ctx->nkinds; k++) {
+                int cuda_err = 0, rc;
+
+                if (k == A_JEMALLOC && !ctx->je_handle)
+                    continue;
+                if (k >= A_CUDA_MALLOC && !ctx->rt.handle)
+                    continue;
+                rc = run_cell(ctx, (enum alloc_kind)k, row->size,
+                              row->threads, o->iters, &row->cell[k],
+                              &cuda_err);
+                if (!rc)
+                    continue;
+                fprintf(stderr, "umpool-bench: alloc: %s of %s with %d "
+                        "thread(s): %s\n", kind_calls[k],
+                        fmt_size(row->size, sz, sizeof(sz)), row->threads,
+                        cell_error(ctx, k, rc, cuda_err));
+                if (k < A_CUDA_MALLOC)
+                    return 1;
+                fprintf(stderr, "umpool-bench: alloc: (shown as n/a)\n");
+            }
+        }
+    }
+    return 0;
+}
+
+/* The cold column of every size; 0, or 1 after printing why ump failed. */
+static int alloc_cold(struct bench_ctx *ctx, struct cold_row *cold,
+                      const size_t *sizes, int nsizes)
+{
+    char sz[32];
+
+    for (int s = 0; s < nsizes; s++) {
+        struct cold_row *c = &cold[s];
+        int rc;
+
+        c->size = sizes[s];
+        rc = ump_cold(ctx->pool, c->size, &c->ump_ns);
+        if (rc) {
+            fprintf(stderr, "umpool-bench: alloc: cold ump_alloc of %s: %s\n",
+                    fmt_size(c->size, sz, sizeof(sz)), ump_strerror(rc));
+            return 1;
+        }
+        c->ump_ok = true;
+#ifdef BENCH_CUDA
+        if (ctx->vmm.handle) {
+            rc = raw_vmm_cold(&ctx->vmm, c->size, &c->raw_ns, &c->raw_bytes);
+            if (rc)
+                fprintf(stderr, "umpool-bench: alloc: raw VMM: %s (shown as "
+                        "n/a)\n", ctx->vmm.why);
+            c->raw_ok = rc == 0;
+        }
+#endif
+    }
+    return 0;
+}
+
 static int scenario_alloc(const struct opts *o, char **argv)
 {
     const char *config = o->config ? o->config : ALLOC_CONFIG;
     int nthr = o->threads > 1 ? 2 : 1;
-    int nrows = o->nsizes * nthr, ret = 1, rc;
+    int nsizes = o->nsizes, nrows, ret = 1, rc;
+    const size_t *sizes = o->sizes;
     struct bench_ctx ctx;
-    struct alloc_row *rows;
-    char sz[32];
+    struct alloc_row *rows = NULL;
+    struct cold_row *cold = NULL;
 
     memset(&ctx, 0, sizeof(ctx));
-    rows = calloc((size_t)nrows, sizeof(*rows));
-    if (!rows) {
-        fprintf(stderr, "umpool-bench: out of memory\n");
-        return 1;
-    }
     jemalloc_load(&ctx, argv);
     rc = ump_pool_create(config, &ctx.pool);
     if (rc) {
@@ -858,36 +1681,36 @@ static int scenario_alloc(const struct opts *o, char **argv)
                 ump_strerror(rc));
         goto out_je;
     }
-
-    for (int s = 0; s < o->nsizes; s++) {
-        for (int t = 0; t < nthr; t++) {
-            struct alloc_row *row = &rows[s * nthr + t];
-
-            row->size = o->sizes[s];
-            row->threads = t ? o->threads : 1;
-            /* The allocators take turns at each size and thread count, so
-             * that a noisy moment hurts one cell, not one column. */
-            for (int k = 0; k < A_COUNT; k++) {
-                if (k == A_JEMALLOC && !ctx.je_handle)
-                    continue;
-                rc = run_cell(&ctx, (enum alloc_kind)k, row->size,
-                              row->threads, o->iters, &row->cell[k]);
-                if (rc) {
-                    fprintf(stderr, "umpool-bench: alloc: %s of %s with %d "
-                            "thread(s): %s\n", kind_calls[k],
-                            fmt_size(row->size, sz, sizeof(sz)), row->threads,
-                            k == A_UMP ? ump_strerror(rc) : strerror(-rc));
-                    goto out_pool;
-                }
-            }
-        }
+    cuda_load(&ctx);
+    if (ctx.cuda_cols && !o->sizes_set) {
+        sizes = cuda_default_sizes;
+        nsizes = (int)(sizeof(cuda_default_sizes) /
+                       sizeof(cuda_default_sizes[0]));
     }
+    nrows = nsizes * nthr;
+    rows = calloc((size_t)nrows, sizeof(*rows));
+    cold = calloc((size_t)nsizes, sizeof(*cold));
+    if (!rows || !cold) {
+        fprintf(stderr, "umpool-bench: out of memory\n");
+        goto out_cuda;
+    }
+    if (alloc_cells(o, &ctx, rows, sizes, nsizes, nthr))
+        goto out_cuda;
+#ifdef BENCH_CUDA
+    /* What the baselines keep cached is the device's again. */
+    cudart_trim(&ctx.rt);
+#endif
+    if (alloc_cold(&ctx, cold, sizes, nsizes))
+        goto out_cuda;
     if (o->json)
-        alloc_print_json(o, config, &ctx, rows, nrows);
+        alloc_print_json(o, config, &ctx, rows, nrows, cold, nsizes);
     else
-        alloc_print_table(o, config, &ctx, rows, nrows);
+        alloc_print_table(o, config, &ctx, rows, nrows, cold, nsizes);
     ret = 0;
-out_pool:
+out_cuda:
+    cuda_unload(&ctx);
+    free(cold);
+    free(rows);
     rc = ump_pool_destroy(ctx.pool);
     if (rc) {
         fprintf(stderr, "umpool-bench: ump_pool_destroy: %s\n",
@@ -897,7 +1720,6 @@ out_pool:
 out_je:
     if (ctx.je_handle)
         dlclose(ctx.je_handle);
-    free(rows);
     return ret;
 }
 
@@ -1044,21 +1866,44 @@ static void demo_run(const struct demo *d, size_t start, size_t end, int dev,
     say(d, " (%u chunk%s)\n", chunks, chunks == 1 ? "" : "s");
 }
 
-/* Writes a pattern across [lo, hi) of the big tensor from the CPU and reads
- * it back; 0 when every byte came back. */
+/* Copies a pattern from the host across [lo, hi) of the big tensor and back
+ * (copies on a stream, not the CPU: pool memory is not CPU-accessible on
+ * cuda); 0 when every byte came back. */
 static int demo_pattern(struct demo *d, size_t lo, size_t hi)
 {
     size_t len = hi - lo, n = len / sizeof(uint64_t);
-    uint64_t *buf = malloc(len);
-    int ret = 0;
+    uint64_t *buf = malloc(len), *back = malloc(len);
+    ump_stream_t s;
+    int ret = 0, rc;
 
-    if (!buf)
-        return demo_fail("malloc", -ENOMEM);
+    if (!buf || !back) {
+        ret = demo_fail("malloc", -ENOMEM);
+        goto out;
+    }
+    rc = ump_stream_create(d->pool, 0, &s);
+    if (rc) {
+        ret = demo_fail("ump_stream_create", rc);
+        goto out;
+    }
     for (size_t i = 0; i < n; i++)
         buf[i] = (lo / sizeof(uint64_t) + i) * 0x9e3779b97f4a7c15ull;
-    memcpy((char *)d->big + lo, buf, n * sizeof(uint64_t));
-    if (memcmp((char *)d->big + lo, buf, n * sizeof(uint64_t)) != 0)
+    memset(back, 0, len);
+    rc = ump_memcpy_async(d->pool, (char *)d->big + lo, buf,
+                          n * sizeof(uint64_t), s);
+    if (!rc)
+        rc = ump_memcpy_async(d->pool, back, (char *)d->big + lo,
+                              n * sizeof(uint64_t), s);
+    if (!rc)
+        rc = ump_stream_synchronize(d->pool, s);
+    if (rc)
+        ret = demo_fail("ump_memcpy_async", rc);
+    else if (memcmp(back, buf, n * sizeof(uint64_t)) != 0)
         ret = demo_broken("pattern read back differs from what was written");
+    rc = ump_stream_destroy(d->pool, s);
+    if (rc && !ret)
+        ret = demo_fail("ump_stream_destroy", rc);
+out:
+    free(back);
     free(buf);
     return ret;
 }
@@ -1136,13 +1981,13 @@ static int demo_span(struct demo *d)
     if (demo_pattern(d, lo, hi))
         return 1;
     if (runs > 1)
-        say(d, "The CPU wrote a pattern of %s across the GPU %d / GPU %d "
+        say(d, "A copy wrote a pattern of %s across the GPU %d / GPU %d "
                "boundary (at +%s)\nthrough the pointer and read every byte "
                "back intact: one pointer, %d devices.\n\n",
             fmt_size(hi - lo, a, sizeof(a)), first_dev, second_dev,
             fmt_size(boundary, b, sizeof(b)), runs);
     else
-        say(d, "It fit on one device; the CPU wrote a pattern over its first "
+        say(d, "It fit on one device; a copy wrote a pattern over its first "
                "%s and read it back intact.\n\n", fmt_size(hi, a, sizeof(a)));
     return 0;
 }
@@ -1430,6 +2275,12 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
         rc = scenario_demo(&o);
+    } else if (!strcmp(o.scenario, "placement")) {
+        if (o.alloc_opts || o.config) {
+            usage_error("placement takes only --json");
+            return EXIT_USAGE;
+        }
+        rc = bench_placement(NULL, NULL, o.json);
     } else {
         usage_error("unknown scenario '%s'", o.scenario);
         return EXIT_USAGE;

@@ -46,6 +46,8 @@ struct gk_result {
 extern "C" {
 #endif
 
+/* false in the stub built without nvcc. */
+extern const bool gk_built;
 /* false (and why) when the kernels were not built or the CUDA runtime cannot
  * run them here; *count_p: the runtime's device count. */
 bool gk_available(int *count_p, char *why, size_t len);

@@ -126,18 +126,20 @@ static bool run_cacheable(const struct run *r)
 static void count_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
                       int sign)
 {
+    size_t bytes = r->n << pool->chunk_shift;
     tc_enter(tc);
     if (run_cacheable(r)) {
-        count_bin(tc, r->device, (unsigned)run_bin(pool, r->n),
-                  r->n << pool->chunk_shift, sign);
-        tc_exit(tc);
-        return;
+        count_bin(tc, r->device, (unsigned)run_bin(pool, r->n), bytes, sign);
+    } else if (!r->mixed) {
+        ctr_add_i(&tc->cnt[r->device].live_bytes, sign * (int64_t)bytes);
+    } else {
+        for (size_t g = r->start; g < r->start + r->n; g++)
+            ctr_add_i(&tc->cnt[chunks_device(pool, g)].live_bytes,
+                      sign * (int64_t)pool->chunk_size);
     }
-    for (size_t g = r->start; g < r->start + r->n; g++)
-        ctr_add_i(&tc->cnt[chunks_device(pool, g)].live_bytes,
-                  sign * (int64_t)pool->chunk_size);
-    ctr_add_u(sign > 0 ? &tc->cnt[r->device].allocs
-                       : &tc->cnt[r->device].frees, 1);
+    if (!run_cacheable(r))
+        ctr_add_u(sign > 0 ? &tc->cnt[r->device].allocs
+                           : &tc->cnt[r->device].frees, 1);
     tc_exit(tc);
 }
 

@@ -335,6 +335,11 @@ static int claim(ump_pool_t *pool, void *ptr, unsigned to, const char *fn,
     switch (vas_tag_kind(tag)) {
     case VAS_SLAB: {
         struct slab *s = vas_tag_owner(tag);
+        /* A slab struct outlives its chunk (slab.c keeps them): a stale
+         * tag may name one that moved on; its granule says so. */
+        if (s->granule != vas_index(&pool->vas, ptr))
+            return pool_bad_pointer(pool, ptr, fn,
+                                    "not allocated (freed twice?)");
         uint32_t off = (uint32_t)((char *)ptr - s->base);
         uint32_t idx = slab_index(s, off);
         if (idx * s->size != off || idx >= s->nobj)
@@ -480,6 +485,19 @@ void pool_poll_pending(ump_pool_t *pool, bool wait)
     }
 }
 
+/* Counts a claimed allocation out (-1), or back in (+1). */
+static void count_claimed(ump_pool_t *pool, struct tcache *tc,
+                          const struct claim *c, int sign)
+{
+    if (c->slab) {
+        tc_enter(tc);
+        count_bin(tc, c->slab->device, c->slab->cls, c->slab->size, sign);
+        tc_exit(tc);
+    } else {
+        count_run(pool, tc, c->run, sign);
+    }
+}
+
 UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
 {
     struct tcache *tc;
@@ -487,6 +505,9 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
     int rc = free_begin(pool, ptr, OBJ_PENDING, "ump_free_async", &tc, &c);
     if (rc)
         return rc > 0 ? 0 : rc;
+    /* Counted now, while the pending state pins the slab or run: once it is
+     * queued, another thread may complete it and reuse the memory. */
+    count_claimed(pool, tc, &c, -1);
     pthread_mutex_lock(&pool->lock);
     pool_poll_pending(pool, false);
     struct pending *p = pool->spare_pending;
@@ -511,6 +532,7 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
         pthread_mutex_unlock(&pool->lock);
         /* Undo the claim: the allocation stays live, nothing changed (the
          * backend logged why). */
+        count_claimed(pool, tc, &c, +1);
         set_state(c.word, OBJ_LIVE);
         return rc;
     }
@@ -524,13 +546,6 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
         pool->pending = p;
     }
     pthread_mutex_unlock(&pool->lock);
-    if (c.slab) {
-        tc_enter(tc);
-        count_bin(tc, c.slab->device, c.slab->cls, c.slab->size, -1);
-        tc_exit(tc);
-    } else {
-        count_run(pool, tc, c.run, -1);
-    }
     return 0;
 }
 

@@ -54,6 +54,14 @@ bool registry_with_pool(ump_pool_t *pool, uint64_t id,
     return found;
 }
 
+void registry_for_each(void (*fn)(ump_pool_t *, void *), void *arg)
+{
+    pthread_mutex_lock(&reg_lock);
+    for (ump_pool_t *p = reg_head; p; p = p->reg_next)
+        fn(p, arg);
+    pthread_mutex_unlock(&reg_lock);
+}
+
 static void prefork(void)
 {
     pthread_mutex_lock(&reg_lock);

@@ -175,16 +175,18 @@ static int check_plan(ump_pool_t *pool, const struct policy_inst *inst,
             !pool->links[req->device * pool->ndev + d].peer)
             return bad_plan(inst, "a device the requesting device cannot "
                                   "reach (no peer access)");
-        used[d] += parts[i].chunks;
-        total += parts[i].chunks;
-        if (used[d] > avail[d]) {
-            ump_log_error("policy '%s' returned a bad plan: %zu chunks of "
-                          "device %d, which can supply %zu", inst->spec,
-                          used[d], d, avail[d]);
+        /* compared before adding (used <= avail, total <= chunks hold):
+         * a huge part must not wrap the sums */
+        if (parts[i].chunks > avail[d] - used[d]) {
+            ump_log_error("policy '%s' returned a bad plan: more chunks of "
+                          "device %d than the %zu it can supply", inst->spec,
+                          d, avail[d]);
             return -EINVAL;
         }
-        if (total > req->chunks)
+        if (parts[i].chunks > req->chunks - total)
             return bad_plan(inst, "the parts add up to more than the request");
+        used[d] += parts[i].chunks;
+        total += parts[i].chunks;
     }
     if (total != req->chunks)
         return bad_plan(inst, "the parts do not add up to the request");

@@ -243,7 +243,8 @@ static int pool_setup(ump_pool_t *pool)
     size_t total = 0;
     pool->dev = calloc((size_t)pool->ndev, sizeof(*pool->dev));
     pool->folded = calloc((size_t)pool->ndev, sizeof(*pool->folded));
-    if (!pool->dev || !pool->folded)
+    pool->free_slabs = calloc(pool->nsmall, sizeof(*pool->free_slabs));
+    if (!pool->dev || !pool->folded || !pool->free_slabs)
         return -ENOMEM;
     for (int d = 0; d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
@@ -287,8 +288,8 @@ static void pool_free_meta(ump_pool_t *pool)
             free(atomic_load(&tc->bins[d]));
         free(tc);
     }
+    slab_free_all(pool);
     if (pool->dev) {
-        slab_free_all(pool);
         for (int d = 0; d < pool->ndev; d++) {
             struct dev_state *ds = &pool->dev[d];
             while (ds->blocks) {

@@ -138,6 +138,7 @@ struct ump_pool {
     struct dev_state *dev;   /* (L) */
     size_t peak;             /* (L) pool-wide high-water mark of in use */
     struct run *free_runs;   /* (L) */
+    struct slab **free_slabs; /* (L) retired slabs, per class (slab.c) */
     struct pending *pending; /* (L) */
     struct pending *spare_pending; /* (L) recycled, each with its event */
     struct tcache *tcaches;  /* (L) every thread cache of this pool */
@@ -181,6 +182,8 @@ void registry_remove(ump_pool_t *pool);
 /* Calls fn(pool, arg) under the registry lock if the pool is alive. */
 bool registry_with_pool(ump_pool_t *pool, uint64_t id,
                         void (*fn)(ump_pool_t *, void *), void *arg);
+/* Calls fn(pool, arg) for every live pool, under the registry lock. */
+void registry_for_each(void (*fn)(ump_pool_t *, void *), void *arg);
 
 /* Logs why a pool was refused (NULL, or inherited across fork). */
 int pool_refused(int rc, const char *fn);

@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,10 +61,26 @@ static void slab_destroy(struct slab *s)
     free(s);
 }
 
+/* A slab whose chunk went back: its struct and words are kept for the
+ * pool's lifetime (like runs), so that a racing or stale free that read
+ * the granule's tag before the release still reads valid memory, finds
+ * every word FREE and fails cleanly. Pool lock held. */
+static void slab_retire(ump_pool_t *pool, struct slab *s)
+{
+    s->granule = SIZE_MAX;
+    s->next = pool->free_slabs[s->cls];
+    pool->free_slabs[s->cls] = s;
+}
+
 /* A new slab of class cls on the chunk at granule g. */
 static struct slab *slab_new(ump_pool_t *pool, unsigned cls, size_t g)
 {
-    struct slab *s = calloc(1, sizeof(*s));
+    struct slab *s = pool->free_slabs[cls];
+    if (s) {
+        pool->free_slabs[cls] = s->next;
+        goto place; /* same class: same sizes, every word still FREE */
+    }
+    s = calloc(1, sizeof(*s));
     if (!s)
         return NULL;
     s->size = (uint32_t)sc_size(cls);
@@ -80,6 +97,8 @@ static struct slab *slab_new(ump_pool_t *pool, unsigned cls, size_t g)
         slab_destroy(s);
         return NULL;
     }
+place:
+    s->prev = s->next = NULL;
     s->base = vas_addr(&pool->vas, g);
     s->granule = g;
     s->cls = cls;
@@ -166,7 +185,7 @@ static void slab_release(ump_pool_t *pool, struct slab *s)
 {
     slab_unlink(pool, s);
     chunks_cache(pool, s->granule, 1); /* retags the granule as cached */
-    slab_destroy(s);
+    slab_retire(pool, s);
 }
 
 void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
@@ -180,7 +199,7 @@ void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
         pool->dev[s->device].empty[s->cls].count >= SLAB_EMPTY_KEEP) {
         s->list = SLAB_EMPTY; /* not linked: release without unlinking */
         chunks_cache(pool, s->granule, 1);
-        slab_destroy(s);
+        slab_retire(pool, s);
         return;
     }
     slab_link(pool, s, list);
@@ -196,15 +215,23 @@ void slab_trim(ump_pool_t *pool)
 
 void slab_free_all(ump_pool_t *pool)
 {
-    for (int d = 0; d < pool->ndev; d++) {
+    for (int d = 0; pool->dev && d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
         struct slab_list *lists[] = {ds->partial, ds->full, ds->empty};
         for (size_t l = 0; l < UMP_ARRAY_SIZE(lists); l++)
-            for (unsigned c = 0; c < pool->nsmall; c++)
+            for (unsigned c = 0; lists[l] && c < pool->nsmall; c++)
                 while (lists[l][c].head) {
                     struct slab *s = lists[l][c].head;
                     lists[l][c].head = s->next;
                     slab_destroy(s);
                 }
     }
+    for (unsigned c = 0; pool->free_slabs && c < pool->nsmall; c++)
+        while (pool->free_slabs[c]) {
+            struct slab *s = pool->free_slabs[c];
+            pool->free_slabs[c] = s->next;
+            slab_destroy(s);
+        }
+    free(pool->free_slabs);
+    pool->free_slabs = NULL;
 }

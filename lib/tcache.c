@@ -169,24 +169,35 @@ void tcache_destroy(struct tcache *tc)
     free(tc);
 }
 
-static void destroy_cb(ump_pool_t *pool, void *arg)
+/* Destroys the calling thread's caches of pool. */
+static void destroy_mine(ump_pool_t *pool, void *arg)
+{
+    (void)arg;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&pool->lock);
+    for (struct tcache *tc = pool->tcaches, *next; tc; tc = next) {
+        next = tc->next;
+        if (pthread_equal(tc->owner, self))
+            tcache_destroy(tc);
+    }
+    pthread_mutex_unlock(&pool->lock);
+}
+
+static void flush_cb(ump_pool_t *pool, void *arg)
 {
     pthread_mutex_lock(&pool->lock);
-    tcache_destroy(arg);
+    tcache_flush(arg);
     pthread_mutex_unlock(&pool->lock);
 }
 
 /* Thread exit: give everything this thread cached back to its pools (those
- * still alive; a destroyed pool already freed its caches). */
+ * still alive; a destroyed pool already freed its caches), including the
+ * caches whose thread-local slot was taken by other pools. */
 static void thread_exit(void *arg)
 {
     (void)arg;
-    for (int i = 0; i < TLS_SLOTS; i++) {
-        struct tls_slot *s = &tls_slots[i];
-        if (s->pool)
-            registry_with_pool(s->pool, s->id, destroy_cb, s->tc);
-        memset(s, 0, sizeof(*s));
-    }
+    registry_for_each(destroy_mine, NULL);
+    memset(tls_slots, 0, sizeof(tls_slots));
 }
 
 int tcache_global_init(void)
@@ -210,6 +221,7 @@ static struct tcache *tcache_new(ump_pool_t *pool)
         return NULL;
     memset(tc, 0, bytes);
     tc->pool = pool;
+    tc->owner = pthread_self();
     tc->cnt = (struct counters *)((char *)tc + off_cnt);
     tc->run_bytes = (_Atomic size_t *)((char *)tc + off_run);
     pthread_mutex_lock(&pool->lock);
@@ -219,6 +231,19 @@ static struct tcache *tcache_new(ump_pool_t *pool)
     pool->tcaches = tc;
     pthread_mutex_unlock(&pool->lock);
     return tc;
+}
+
+/* This thread's cache of pool that lost its slot to other pools. */
+static struct tcache *find_mine(ump_pool_t *pool)
+{
+    pthread_t self = pthread_self();
+    struct tcache *found = NULL;
+    pthread_mutex_lock(&pool->lock);
+    for (struct tcache *tc = pool->tcaches; tc && !found; tc = tc->next)
+        if (pthread_equal(tc->owner, self))
+            found = tc;
+    pthread_mutex_unlock(&pool->lock);
+    return found;
 }
 
 struct tcache *tcache_lookup_slow(ump_pool_t *pool)
@@ -231,14 +256,19 @@ struct tcache *tcache_lookup_slow(ump_pool_t *pool)
             return t.tc;
         }
     }
-    struct tcache *tc = tcache_new(pool);
+    struct tcache *tc = find_mine(pool);
+    if (!tc)
+        tc = tcache_new(pool);
     if (!tc)
         return NULL;
     /* A non-NULL value makes thread_exit run when this thread ends. */
     pthread_setspecific(exit_key, tls_slots);
+    /* More pools than slots: the least recent one's cache keeps its place
+     * in its pool (and the thread's current device there), but gives back
+     * what it holds, since nothing will touch it for a while. */
     struct tls_slot *last = &tls_slots[TLS_SLOTS - 1];
-    if (last->pool) /* more pools than slots: the least recent one's goes */
-        registry_with_pool(last->pool, last->id, destroy_cb, last->tc);
+    if (last->pool)
+        registry_with_pool(last->pool, last->id, flush_cb, last->tc);
     memmove(&tls_slots[1], &tls_slots[0],
             (TLS_SLOTS - 1) * sizeof(tls_slots[0]));
     tls_slots[0] = (struct tls_slot){pool, pool->id, tc};

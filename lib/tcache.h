@@ -22,6 +22,7 @@
 #ifndef UMP_TCACHE_H
 #define UMP_TCACHE_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -49,6 +50,7 @@ struct tcache {
     _Atomic int active;                /* the owner is using its bins */
     _Atomic int flush_req;             /* another thread wants them */
     ump_pool_t *pool;
+    pthread_t owner;                   /* the thread it belongs to */
     int device;                        /* the thread's current device */
     /* per device, nbins each, made on first use (release-published so that
      * statistics can read the counters without stopping the owner) */

@@ -34,12 +34,13 @@ enum kind {
     NONE,
     OVERCAP,
     PLACEFAIL,
-    INITFAIL
+    INITFAIL,
+    WRAP
 };
 
 static const char *const kind_names[] = {
     "over",  "short", "excess",  "range",     "negative",
-    "empty", "none",  "overcap", "placefail", "initfail"};
+    "empty", "none",  "overcap", "placefail", "initfail", "wrap"};
 
 __attribute__((visibility("default"))) int policy_greedy_live;
 
@@ -130,6 +131,11 @@ static int greedy_place(void *state, const ump_place_request_t *req,
             parts[np - 1].chunks += n - np;
         np = cap + 1;
         break;
+    case WRAP: { /* sums that wrap around: 1 + SIZE_MAX + n */
+        ump_place_part_t w[] = {{0, 1}, {0, (size_t)-1}, {0, n}};
+        np = put(parts, cap, w, 3);
+        break;
+    }
     case PLACEFAIL:
     case INITFAIL:
         return -EIO;

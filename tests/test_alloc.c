@@ -403,6 +403,49 @@ static void test_reuse(void **state)
     tu_pool_destroy(pool);
 }
 
+/* A thread using more pools than it keeps thread-local slots for (8)
+ * still has its current device in each, and its caches go back to every
+ * pool when it ends. */
+#define MANY_POOLS 11
+
+static void *use_many_pools(void *arg)
+{
+    ump_pool_t **pools = arg;
+    assert_int_equal(ump_set_device(pools[0], 3), 0);
+    for (int round = 0; round < 3; round++)
+        for (int i = 0; i < MANY_POOLS; i++) {
+            void *p = tu_alloc(pools[i], 1000, UMP_DEVICE_CURRENT);
+            void *q = tu_alloc(pools[i], 3 * TU_MIB, UMP_DEVICE_CURRENT);
+            tu_free(pools[i], p);
+            tu_free(pools[i], q);
+        }
+    int dev = -1;
+    assert_int_equal(ump_get_device(pools[0], &dev), 0);
+    assert_int_equal(dev, 3);
+    void *p = tu_alloc(pools[0], 1000, UMP_DEVICE_CURRENT);
+    assert_int_equal(tu_info(pools[0], p).device, 3);
+    tu_free(pools[0], p);
+    return NULL;
+}
+
+static void test_many_pools_per_thread(void **state)
+{
+    (void)state;
+    tu_sim_only("the pools are simulated machines of 4 devices");
+    ump_pool_t *pools[MANY_POOLS];
+    for (int i = 0; i < MANY_POOLS; i++)
+        pools[i] = tu_pool_create("backend:sim,sim_devices:4,sim_device_mem:64M");
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, use_many_pools, pools), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    for (int i = 0; i < MANY_POOLS; i++) {
+        ump_stats_t st = tu_stats(pools[i], UMP_DEVICE_ALL);
+        assert_int_equal(st.live_count, 0);
+        assert_int_equal(st.alloc_count, i == 0 ? 7 : 6);
+        tu_pool_destroy(pools[i]);
+    }
+}
+
 int main(void)
 {
     tu_main_begin("test_alloc");
@@ -420,6 +463,7 @@ int main(void)
         cmocka_unit_test(test_device_count),
         cmocka_unit_test(test_cross_thread_free),
         cmocka_unit_test(test_reuse),
+        cmocka_unit_test(test_many_pools_per_thread),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     return tu_main_end(failed, sizeof(tests) / sizeof(tests[0]));

@@ -372,6 +372,27 @@ static void test_other_thread(void **state)
     expect_empty_after_trim(f->pool);
 }
 
+/* A deferred free whose stream is idle completes at once and may release
+ * its slab: the call must not touch the slab afterwards (ASan checks; with
+ * 1 MiB objects a slab holds two, so the fourth free empties the second). */
+static void test_idle_stream_releases_slab(void **state)
+{
+    (void)state;
+    tu_sim_only("the slab layout is the sim pool's");
+    ump_pool_t *pool = tu_pool_create(
+        "backend:sim,sim_devices:1,sim_device_mem:64M,tcache:false");
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = tu_alloc(pool, TU_MIB, 0);
+    for (int i = 0; i < 3; i++)
+        tu_free(pool, p[i]);
+    assert_int_equal(ump_free_async(pool, p[3], NULL), 0);
+    ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.live_count, 0);
+    assert_int_equal(st.live_bytes, 0);
+    tu_pool_destroy(pool);
+}
+
 int main(void)
 {
     tu_main_begin("test_free_async");
@@ -388,6 +409,7 @@ int main(void)
         T(test_counts),
         T(test_many_pending_other_stream),
         T(test_other_thread),
+        cmocka_unit_test(test_idle_stream_releases_slab),
     };
 #undef T
     int failed = cmocka_run_group_tests(tests, NULL, NULL);

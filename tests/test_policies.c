@@ -1202,7 +1202,8 @@ static void test_plugin_bad_plans(void **state)
     } kinds[] = {{NULL, "device 0", true},    {"over", "device 0", true},
                  {"short", "add up", true},   {"range", "range", true},
                  {"negative", "range", true}, {"empty", "empty", true},
-                 {"none", "no parts", true},  {"initfail", "initfail", false}};
+                 {"none", "no parts", true},  {"wrap", "device 0", true},
+                 {"initfail", "initfail", false}};
     for (size_t i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
         if (kinds[i].arg)
             FMT(spec, "%s=%s", path, kinds[i].arg);

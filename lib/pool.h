@@ -6,7 +6,10 @@
  * Memory states, per device:
  *   created = mapped + idle
  *   mapped  = in use (slabs and runs) + cached blocks
- *   in use includes runs and slab objects parked in thread caches.
+ *   in use includes runs and slab objects parked in thread caches and the
+ *   freed runs parked whole on the device (pool_run_free).
+ * What ump_trim gives back (cached_bytes): cached blocks, idle chunks, wholly
+ * free slabs, and every parked run.
  */
 #ifndef UMP_POOL_H
 #define UMP_POOL_H

@@ -623,6 +623,26 @@ static size_t cuda_granularity(void *ctx, int device)
 
 /* --- addresses, chunks, mappings --------------------------------------- */
 
+/* The end of most calls: puts the caller's context back, and logs a failed
+ * result (what: printf-style) once. 0 or a negative errno. */
+static int cuda_leave_check(struct cuda_ctx *c, CUcontext pctx,
+                            CUcontext saved, CUresult res, const char *fmt,
+                            ...) __attribute__((format(printf, 5, 6)));
+static int cuda_leave_check(struct cuda_ctx *c, CUcontext pctx,
+                            CUcontext saved, CUresult res, const char *fmt,
+                            ...)
+{
+    cuda_ctx_leave(&c->api, pctx, saved);
+    if (res == CUDA_SUCCESS)
+        return 0;
+    char what[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof(what), fmt, ap);
+    va_end(ap);
+    return cuda_fail(&c->api, res, UMP_LOG_ERROR, "%s", what);
+}
+
 static int cuda_reserve(void *ctx, size_t size, size_t align, void **va_p)
 {
     struct cuda_ctx *c = ctx;
@@ -635,13 +655,12 @@ static int cuda_reserve(void *ctx, size_t size, size_t align, void **va_p)
     if (err)
         return err;
     res = c->api.cuMemAddressReserve(&va, size, align, 0, 0);
-    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemAddressReserve of %zu bytes (alignment %zu)",
-                         size, align);
-    *va_p = (void *)(uintptr_t)va;
-    return 0;
+    err = cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                           "cuMemAddressReserve of %zu bytes (alignment %zu)",
+                           size, align);
+    if (!err)
+        *va_p = (void *)(uintptr_t)va;
+    return err;
 }
 
 static int cuda_unreserve(void *ctx, void *va, size_t size)
@@ -655,11 +674,8 @@ static int cuda_unreserve(void *ctx, void *va, size_t size)
     if (err)
         return err;
     res = c->api.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, size);
-    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemAddressFree of [%p, +%zu)", va, size);
-    return 0;
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemAddressFree of [%p, +%zu)", va, size);
 }
 
 static int cuda_chunk_create(void *ctx, int device, size_t size,
@@ -724,12 +740,9 @@ static int cuda_chunk_release(void *ctx, ump_handle_t h)
     if (err)
         return err;
     res = c->api.cuMemRelease((CUmemGenericAllocationHandle)h);
-    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemRelease of handle %#llx",
-                         (unsigned long long)h);
-    return 0;
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemRelease of handle %#llx",
+                            (unsigned long long)h);
 }
 
 static int cuda_map(void *ctx, void *va, size_t size, ump_handle_t h)
@@ -744,12 +757,9 @@ static int cuda_map(void *ctx, void *va, size_t size, ump_handle_t h)
         return err;
     res = c->api.cuMemMap((CUdeviceptr)(uintptr_t)va, size, 0,
                           (CUmemGenericAllocationHandle)h, 0);
-    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemMap of handle %#llx at [%p, +%zu)",
-                         (unsigned long long)h, va, size);
-    return 0;
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemMap of handle %#llx at [%p, +%zu)",
+                            (unsigned long long)h, va, size);
 }
 
 static int cuda_unmap(void *ctx, void *va, size_t size)
@@ -763,11 +773,8 @@ static int cuda_unmap(void *ctx, void *va, size_t size)
     if (err)
         return err;
     res = c->api.cuMemUnmap((CUdeviceptr)(uintptr_t)va, size);
-    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemUnmap of [%p, +%zu)", va, size);
-    return 0;
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemUnmap of [%p, +%zu)", va, size);
 }
 
 /* One call for the whole range: the driver charges per handle, not per
@@ -799,12 +806,9 @@ static int cuda_set_access(void *ctx, void *va, size_t size,
         return err;
     res = c->api.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, size, desc,
                                 (size_t)ndevices);
-    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemSetAccess of [%p, +%zu) for %d devices", va,
-                         size, ndevices);
-    return 0;
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemSetAccess of [%p, +%zu) for %d devices",
+                            va, size, ndevices);
 }
 
 /* --- streams ----------------------------------------------------------- */
@@ -918,11 +922,8 @@ static int cuda_stream_sync(void *ctx, void *stream)
     if (err)
         return err;
     res = c->api.cuStreamSynchronize(stream);
-    cuda_ctx_leave(&c->api, sctx, saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuStreamSynchronize of stream %p", stream);
-    return 0;
+    return cuda_leave_check(c, sctx, saved, res,
+                            "cuStreamSynchronize of stream %p", stream);
 }
 
 static int cuda_memcpy_async(void *ctx, void *dst, const void *src,
@@ -941,12 +942,9 @@ static int cuda_memcpy_async(void *ctx, void *dst, const void *src,
     /* Unified addressing: the driver tells host from device pointers. */
     res = c->api.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst,
                                (CUdeviceptr)(uintptr_t)src, size, stream);
-    cuda_ctx_leave(&c->api, sctx, saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemcpyAsync of %zu bytes from %p to %p", size,
-                         src, dst);
-    return 0;
+    return cuda_leave_check(c, sctx, saved, res,
+                            "cuMemcpyAsync of %zu bytes from %p to %p",
+                            size, src, dst);
 }
 
 static int cuda_memset_async(void *ctx, void *dst, int value, size_t size,
@@ -964,11 +962,8 @@ static int cuda_memset_async(void *ctx, void *dst, int value, size_t size,
         return err;
     res = c->api.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst,
                                  (unsigned char)value, size, stream);
-    cuda_ctx_leave(&c->api, sctx, saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuMemsetD8Async of %zu bytes at %p", size, dst);
-    return 0;
+    return cuda_leave_check(c, sctx, saved, res,
+                            "cuMemsetD8Async of %zu bytes at %p", size, dst);
 }
 
 static int cuda_host_func(void *ctx, void *stream, void (*fn)(void *),
@@ -983,11 +978,8 @@ static int cuda_host_func(void *ctx, void *stream, void (*fn)(void *),
     if (err)
         return err;
     res = c->api.cuLaunchHostFunc(stream, fn, arg);
-    cuda_ctx_leave(&c->api, sctx, saved);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuLaunchHostFunc on stream %p", stream);
-    return 0;
+    return cuda_leave_check(c, sctx, saved, res,
+                            "cuLaunchHostFunc on stream %p", stream);
 }
 
 /* --- events ------------------------------------------------------------ */

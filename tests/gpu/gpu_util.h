@@ -159,4 +159,35 @@ static inline bool gpu_overlaps(const void *a, size_t an, const void *b,
     return x < y + bn && y < x + an;
 }
 
+/* The fixture of the single-device GPU tests: a pool, a stream on device 0
+ * and a result block in pool memory. 0, or -1 when any step fails. */
+struct gpu_fixture {
+    ump_pool_t *pool;
+    ump_stream_t s;
+    int rtdev;              /* runtime ordinal of pool device 0 */
+    struct gk_result *res; /* in pool memory */
+};
+
+static inline int gpu_fixture_open(struct gpu_fixture *f, const char *conf)
+{
+    memset(f, 0, sizeof(*f));
+    if (ump_pool_create(conf, &f->pool) != 0)
+        return -1;
+    if (ump_stream_create(f->pool, 0, &f->s) != 0)
+        return -1;
+    f->rtdev = gpu_rt_device(f->pool, 0);
+    if (ump_alloc(f->pool, sizeof(*f->res), NULL, (void **)&f->res) != 0)
+        return -1;
+    return 0;
+}
+
+static inline int gpu_fixture_close(struct gpu_fixture *f)
+{
+    int rc = ump_stream_synchronize(f->pool, f->s);
+    rc |= ump_free(f->pool, f->res);
+    rc |= ump_stream_destroy(f->pool, f->s);
+    rc |= ump_pool_destroy(f->pool);
+    return rc ? -1 : 0;
+}
+
 #endif

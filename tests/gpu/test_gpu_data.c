@@ -10,22 +10,10 @@
 
 #define CONF "backend:cuda,device_mem:2G"
 
-struct fixture {
-    ump_pool_t *pool;
-    ump_stream_t s;
-    int rtdev;              /* runtime ordinal of pool device 0 */
-    struct gk_result *res; /* in pool memory */
-};
-
 static int setup(void **state)
 {
-    static struct fixture f;
-    if (ump_pool_create(CONF, &f.pool) != 0)
-        return -1;
-    if (ump_stream_create(f.pool, 0, &f.s) != 0)
-        return -1;
-    f.rtdev = gpu_rt_device(f.pool, 0);
-    if (ump_alloc(f.pool, sizeof(*f.res), NULL, (void **)&f.res) != 0)
+    static struct gpu_fixture f;
+    if (gpu_fixture_open(&f, CONF))
         return -1;
     *state = &f;
     return 0;
@@ -33,12 +21,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    int rc = ump_stream_synchronize(f->pool, f->s);
-    rc |= ump_free(f->pool, f->res);
-    rc |= ump_stream_destroy(f->pool, f->s);
-    rc |= ump_pool_destroy(f->pool);
-    return rc ? -1 : 0;
+    return gpu_fixture_close(*state);
 }
 
 /* Slab sizes, a chunk, runs that end inside a chunk, a large run. */
@@ -49,7 +32,7 @@ static const size_t sizes[] = {256,         4096,         64 * TU_KIB + 256,
 
 static void test_kernel_writes_host_reads(void **state)
 {
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = sizes[k];
         uint64_t *host = malloc(n);
@@ -70,7 +53,7 @@ static void test_kernel_writes_host_reads(void **state)
 
 static void test_host_writes_kernel_reads(void **state)
 {
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = sizes[k];
         uint64_t *host = malloc(n);
@@ -95,7 +78,7 @@ static void test_host_writes_kernel_reads(void **state)
 static void test_many_live(void **state)
 {
     enum { N = 300 };
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     static void *p[N];
     static size_t sz[N];
     static uint64_t seed[N];
@@ -131,7 +114,7 @@ static void test_many_live(void **state)
  * given back and created again works too. */
 static void test_cold_1g(void **state)
 {
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     const size_t n = 1024 * TU_MIB, tail = TU_MIB;
     uint64_t *host = malloc(tail);
     assert_non_null(host);

@@ -20,24 +20,10 @@
 #define FULL_BLOCK (1024 * TU_MIB)
 #define FULL_MAX_S 20.0
 
-struct fixture {
-    ump_pool_t *pool;
-    ump_stream_t s;
-    int rtdev;
-    struct gk_result *res;
-};
-
 static int setup(void **state)
 {
-    static struct fixture f;
-    const char *conf = *state;
-    memset(&f, 0, sizeof(f));
-    if (ump_pool_create(conf, &f.pool) != 0)
-        return -1;
-    if (ump_stream_create(f.pool, 0, &f.s) != 0)
-        return -1;
-    f.rtdev = gpu_rt_device(f.pool, 0);
-    if (ump_alloc(f.pool, sizeof(*f.res), NULL, (void **)&f.res) != 0)
+    static struct gpu_fixture f;
+    if (gpu_fixture_open(&f, *state))
         return -1;
     *state = &f;
     return 0;
@@ -45,12 +31,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-    struct fixture *f = *state;
-    int rc = ump_stream_synchronize(f->pool, f->s);
-    rc |= ump_free(f->pool, f->res);
-    rc |= ump_stream_destroy(f->pool, f->s);
-    rc |= ump_pool_destroy(f->pool);
-    return rc ? -1 : 0;
+    return gpu_fixture_close(*state);
 }
 
 static double now_s(void)
@@ -65,7 +46,7 @@ static double now_s(void)
  * and for at most max_s seconds), each written by a kernel with its own
  * pattern; returns how many, or -1 when time or count ran out first.
  */
-static int fill_device(struct fixture *f, size_t block, void **p, int max,
+static int fill_device(struct gpu_fixture *f, size_t block, void **p, int max,
                        double max_s)
 {
     double t0 = now_s();
@@ -85,7 +66,7 @@ static int fill_device(struct fixture *f, size_t block, void **p, int max,
 }
 
 /* At -ENOMEM: another attempt fails the same way and changes nothing. */
-static void expect_full(struct fixture *f, size_t block)
+static void expect_full(struct gpu_fixture *f, size_t block)
 {
     ump_stats_t before = tu_stats(f->pool, UMP_DEVICE_ALL);
     void *q = NULL;
@@ -97,7 +78,7 @@ static void expect_full(struct fixture *f, size_t block)
 
 /* Frees block i, allocates the same size again (it must fit), and checks
  * with a kernel that the new block and every other block hold their data. */
-static void free_one_and_reuse(struct fixture *f, size_t block, void **p,
+static void free_one_and_reuse(struct gpu_fixture *f, size_t block, void **p,
                                int n)
 {
     int i = n / 2;
@@ -112,7 +93,7 @@ static void free_one_and_reuse(struct fixture *f, size_t block, void **p,
     expect_full(f, block);
 }
 
-static void free_all_and_trim(struct fixture *f, void **p, int n)
+static void free_all_and_trim(struct gpu_fixture *f, void **p, int n)
 {
     for (int k = 0; k < n; k++)
         tu_free(f->pool, p[k]);
@@ -126,7 +107,7 @@ static void free_all_and_trim(struct fixture *f, void **p, int n)
 static void test_capped(void **state)
 {
     enum { MAX = (int)(CAP / BLOCK) + 4 };
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     static void *p[MAX];
 
     ump_stats_t st = tu_stats(f->pool, 0);
@@ -152,7 +133,7 @@ static void test_capped(void **state)
 static void test_small_after_full(void **state)
 {
     enum { MAX = (int)(CAP / BLOCK) + 4, MAX2 = (int)(CAP / (2 * TU_MIB)) };
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     static void *p[MAX], *p2[MAX2];
 
     int n = fill_device(f, BLOCK, p, MAX, FULL_MAX_S);
@@ -185,7 +166,7 @@ static void test_small_after_full(void **state)
 static void test_whole_device(void **state)
 {
     enum { MAX = 1024 };
-    struct fixture *f = *state;
+    struct gpu_fixture *f = *state;
     static void *p[MAX];
     const char *full = getenv("UMPOOL_GPU_FULL");
 

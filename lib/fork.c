@@ -87,14 +87,15 @@ static void postfork_child(void)
     atomic_fetch_add(&fork_generation, 1);
     /* membarrier registration belongs to the address space: do it again. */
     tcache_register_membarrier();
-    /* The forking thread holds every lock; re-initialise rather than unlock
-     * (the child's thread is a different thread as far as pthread knows). */
+    /* The child's only thread is the one that took every lock in prefork:
+     * release them as the parent does (default mutexes, so glibc does not
+     * check the owner's thread id, which changed). */
     for (ump_pool_t *p = reg_head; p; p = p->reg_next) {
         for (struct tcache *tc = p->tcaches; tc; tc = tc->next)
             tc_release(tc);
-        pthread_mutex_init(&p->lock, NULL);
+        pthread_mutex_unlock(&p->lock);
     }
-    pthread_mutex_init(&reg_lock, NULL);
+    pthread_mutex_unlock(&reg_lock);
 }
 
 int fork_global_init(void);

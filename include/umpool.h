@@ -86,7 +86,8 @@ int ump_pool_destroy(ump_pool_t *pool);
 int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
               void **ptr_p);
 /* NULL ptr: 0. A pointer not from this pool, an interior pointer or a second
- * free: -EINVAL, and nothing changes. */
+ * free: -EINVAL, and nothing changes. As with free(), no queued GPU work may
+ * still use the memory: for memory a stream may still use, ump_free_async. */
 int ump_free(ump_pool_t *pool, void *ptr);
 /* Like ump_free, but the memory is reused only once the work queued on stream
  * so far has finished (like cudaFreeAsync). */
@@ -222,7 +223,8 @@ int ump_memcpy_async(ump_pool_t *pool, void *dst, const void *src,
 int ump_memset_async(ump_pool_t *pool, void *dst, int value, size_t size,
                      ump_stream_t stream);
 /* Runs fn(arg) on a host thread once the stream's earlier work is done, and
- * holds the stream's later work until fn returns (cuLaunchHostFunc). */
+ * holds the stream's later work until fn returns (cuLaunchHostFunc). fn
+ * must not call umpool or CUDA (the driver forbids CUDA calls there). */
 int ump_launch_host_func(ump_pool_t *pool, ump_stream_t stream,
                          void (*fn)(void *arg), void *arg);
 

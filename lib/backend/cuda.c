@@ -494,7 +494,13 @@ static int devices_open(struct cuda_ctx *c)
             release_contexts(c, d);
             return broken(err, "cannot retain device %d's primary context", d);
         }
-        err = device_setup(c, d);
+        /* the device's own context current, as a driver call may expect */
+        CUcontext saved;
+        err = cuda_ctx_enter(api, c->pctx[d], &saved);
+        if (!err) {
+            err = device_setup(c, d);
+            cuda_ctx_leave(api, c->pctx[d], saved);
+        }
         if (err) {
             release_contexts(c, d + 1);
             return broken(err, "cannot set up device %d", d);
@@ -582,6 +588,9 @@ err_free:
     return err;
 }
 
+static int stream_enter(struct cuda_ctx *c, CUstream stream,
+                        CUcontext *sctx_p, CUcontext *saved_p);
+
 static void cuda_close(void *ctx)
 {
     struct cuda_ctx *c = ctx;
@@ -591,13 +600,23 @@ static void cuda_close(void *ctx)
     if (!c)
         return;
     api = &c->api;
-    /* What the caller left, before the contexts it lives in go. */
+    /* What the caller left, before the contexts it lives in go; each in
+     * its own context. */
     for (struct cuda_event *e = c->events; e; e = e->next) {
-        if (e->ev && (res = api->cuEventDestroy(e->ev)) != CUDA_SUCCESS)
+        CUcontext saved;
+        if (!e->ev || cuda_ctx_enter(api, e->ctx, &saved))
+            continue;
+        res = api->cuEventDestroy(e->ev);
+        cuda_ctx_leave(api, e->ctx, saved);
+        if (res != CUDA_SUCCESS)
             cuda_fail(api, res, UMP_LOG_DEBUG, "cuEventDestroy at close");
     }
     for (struct cuda_stream *s = c->streams; s; s = s->next) {
+        CUcontext sctx, saved;
+        if (stream_enter(c, s->s, &sctx, &saved))
+            continue;
         res = api->cuStreamDestroy(s->s);
+        cuda_ctx_leave(api, sctx, saved);
         if (res != CUDA_SUCCESS)
             cuda_fail(api, res, UMP_LOG_WARN, "cuStreamDestroy at close");
     }
@@ -709,8 +728,10 @@ static int cuda_chunk_create(void *ctx, int device, size_t size,
         return err;
     res = c->api.cuMemCreate(&h, size, &prop, 0);
     /* The attribute can promise what the system then refuses (containers,
-     * some virtual machines): sharing is for later, memory is for now. */
-    if (res == CUDA_ERROR_NOT_SUPPORTED && fd) {
+     * some virtual machines; NOT_SUPPORTED or NOT_PERMITTED are both seen):
+     * sharing is for later, memory is for now. */
+    if ((res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_NOT_PERMITTED) &&
+        fd) {
         atomic_store_explicit(&c->fd_handles[device], false,
                               memory_order_relaxed);
         ump_log_debug("cuda: device %d refuses shareable handles; chunks "
@@ -904,11 +925,13 @@ static int cuda_stream_destroy(void *ctx, void *stream)
         return -EINVAL;
     }
     free(node);
+    CUcontext sctx, saved;
+    int err = stream_enter(c, stream, &sctx, &saved);
+    if (err)
+        return err;
     res = c->api.cuStreamDestroy(stream);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
-                         "cuStreamDestroy of stream %p", stream);
-    return 0;
+    return cuda_leave_check(c, sctx, saved, res, "cuStreamDestroy of stream %p",
+                            stream);
 }
 
 static int cuda_stream_sync(void *ctx, void *stream)
@@ -1021,8 +1044,14 @@ static int cuda_event_destroy(void *ctx, void *event)
     if (e->next)
         e->next->prev = e->prev;
     pthread_mutex_unlock(&c->lock);
-    if (e->ev)
-        res = c->api.cuEventDestroy(e->ev);
+    if (e->ev) {
+        CUcontext saved;
+        int err = cuda_ctx_enter(&c->api, e->ctx, &saved);
+        if (!err) {
+            res = c->api.cuEventDestroy(e->ev);
+            cuda_ctx_leave(&c->api, e->ctx, saved);
+        }
+    }
     free(e);
     if (res != CUDA_SUCCESS)
         return cuda_fail(&c->api, res, UMP_LOG_ERROR, "cuEventDestroy");
@@ -1072,9 +1101,18 @@ static int cuda_event_query(void *ctx, void *event)
     struct cuda_event *e = event;
     CUresult res;
 
+    CUcontext saved;
+    int err;
+
     if (!e->ev)
         return 0;
+    /* The driver promises event calls from another device's context, not
+     * from none: use the event's own. */
+    err = cuda_ctx_enter(&c->api, e->ctx, &saved);
+    if (err)
+        return err;
     res = c->api.cuEventQuery(e->ev);
+    cuda_ctx_leave(&c->api, e->ctx, saved);
     if (res == CUDA_SUCCESS || res == CUDA_ERROR_NOT_READY)
         return cuda_errno(res);
     return cuda_fail(&c->api, res, UMP_LOG_ERROR, "cuEventQuery");
@@ -1086,12 +1124,16 @@ static int cuda_event_sync(void *ctx, void *event)
     struct cuda_event *e = event;
     CUresult res;
 
+    CUcontext saved;
+    int err;
+
     if (!e->ev)
         return 0;
+    err = cuda_ctx_enter(&c->api, e->ctx, &saved);
+    if (err)
+        return err;
     res = c->api.cuEventSynchronize(e->ev);
-    if (res != CUDA_SUCCESS)
-        return cuda_fail(&c->api, res, UMP_LOG_ERROR, "cuEventSynchronize");
-    return 0;
+    return cuda_leave_check(c, e->ctx, saved, res, "cuEventSynchronize");
 }
 
 const struct backend_ops cuda_backend_ops = {

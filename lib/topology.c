@@ -118,8 +118,7 @@ static int parse_count(const char *s, size_t n, long *v_p)
     return 0;
 }
 
-/* "450" or "25.6": positive, at most TOPO_BW_MAX. */
-static int parse_bw(const char *s, double *bw_p)
+const char *topo_parse_decimal(const char *s, double max, double *v_p)
 {
     double v = 0, scale = 1;
     bool dot = false, digit = false;
@@ -135,13 +134,24 @@ static int parse_bw(const char *s, double *bw_p)
             } else {
                 v = v * 10 + (*s - '0');
             }
-            if (v > TOPO_BW_MAX)
-                return -EINVAL;
+            if (v > max)
+                return NULL;
         } else {
-            return -EINVAL;
+            break;
         }
     }
-    if (!digit || v <= 0)
+    if (!digit)
+        return NULL;
+    *v_p = v;
+    return s;
+}
+
+/* "450" or "25.6": positive, at most TOPO_BW_MAX. */
+static int parse_bw(const char *s, double *bw_p)
+{
+    double v;
+    const char *end = topo_parse_decimal(s, TOPO_BW_MAX, &v);
+    if (!end || *end || v <= 0)
         return -EINVAL;
     *bw_p = v;
     return 0;

@@ -58,5 +58,9 @@ void topo_make_uniform(struct ump_topology *topo, int n, size_t mem);
  * when dev is not a device of topo. */
 int topo_nearest(const struct ump_topology *topo, int dev, int *order);
 const char *topo_link_kind_name(int kind);
+/* A plain decimal ("16", "2.5") read without the locale (a program's
+ * setlocale() must not change what a file says), at most max. Returns the
+ * end of the number, or NULL when there is none or it is too big. */
+const char *topo_parse_decimal(const char *s, double max, double *v_p);
 
 #endif

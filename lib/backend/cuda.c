@@ -1099,9 +1099,8 @@ static int cuda_event_query(void *ctx, void *event)
 {
     struct cuda_ctx *c = ctx;
     struct cuda_event *e = event;
-    CUresult res;
-
     CUcontext saved;
+    CUresult res;
     int err;
 
     if (!e->ev)
@@ -1122,9 +1121,8 @@ static int cuda_event_sync(void *ctx, void *event)
 {
     struct cuda_ctx *c = ctx;
     struct cuda_event *e = event;
-    CUresult res;
-
     CUcontext saved;
+    CUresult res;
     int err;
 
     if (!e->ev)

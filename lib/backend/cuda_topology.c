@@ -172,36 +172,6 @@ bool cuda_pci_same_switch(const char *path_a, const char *path_b)
     return common_ancestors(path_a, path_b) >= 2;
 }
 
-/* A plain decimal ("16", "2.5"), without the locale: a program's
- * setlocale() must not change what sysfs says. Returns the end. */
-static const char *parse_decimal(const char *s, double *v_p)
-{
-    double v = 0, scale = 1;
-    bool digit = false, dot = false;
-
-    for (; *s; s++) {
-        if (*s >= '0' && *s <= '9') {
-            digit = true;
-            if (dot) {
-                scale /= 10;
-                v += (*s - '0') * scale;
-            } else {
-                v = v * 10 + (*s - '0');
-            }
-            if (v > 1e6)
-                return NULL;
-        } else if (*s == '.' && !dot) {
-            dot = true;
-        } else {
-            break;
-        }
-    }
-    if (!digit)
-        return NULL;
-    *v_p = v;
-    return s;
-}
-
 int cuda_parse_gts(const char *text, double *gts_p)
 {
     const char *s = text;
@@ -209,7 +179,7 @@ int cuda_parse_gts(const char *text, double *gts_p)
 
     while (*s == ' ')
         s++;
-    s = parse_decimal(s, &v);
+    s = topo_parse_decimal(s, 1e6, &v);
     if (!s)
         return -EINVAL;
     while (*s == ' ')
@@ -228,7 +198,7 @@ static int parse_width(const char *text, double *w_p)
 
     if (*s == 'x')
         s++;
-    s = parse_decimal(s, &v);
+    s = topo_parse_decimal(s, 1e6, &v);
     if (!s || *s || v < 1 || v > 64 || v != (int)v)
         return -EINVAL;
     *w_p = v;

@@ -1095,43 +1095,35 @@ out:
     return err;
 }
 
-static int cuda_event_query(void *ctx, void *event)
+/* Asks whether an event's work is done (wait: waits for it). The driver
+ * promises event calls from another device's context, not from none: the
+ * event's own context is made current. */
+static int event_wait(struct cuda_ctx *c, struct cuda_event *e, bool wait)
 {
-    struct cuda_ctx *c = ctx;
-    struct cuda_event *e = event;
     CUcontext saved;
-    CUresult res;
-    int err;
-
     if (!e->ev)
         return 0;
-    /* The driver promises event calls from another device's context, not
-     * from none: use the event's own. */
-    err = cuda_ctx_enter(&c->api, e->ctx, &saved);
+    int err = cuda_ctx_enter(&c->api, e->ctx, &saved);
     if (err)
         return err;
-    res = c->api.cuEventQuery(e->ev);
-    cuda_ctx_leave(&c->api, e->ctx, saved);
-    if (res == CUDA_SUCCESS || res == CUDA_ERROR_NOT_READY)
-        return cuda_errno(res);
-    return cuda_fail(&c->api, res, UMP_LOG_ERROR, "cuEventQuery");
+    CUresult res = wait ? c->api.cuEventSynchronize(e->ev)
+                        : c->api.cuEventQuery(e->ev);
+    if (res == CUDA_ERROR_NOT_READY && !wait) {
+        cuda_ctx_leave(&c->api, e->ctx, saved);
+        return -EAGAIN;
+    }
+    return cuda_leave_check(c, e->ctx, saved, res, "%s",
+                            wait ? "cuEventSynchronize" : "cuEventQuery");
+}
+
+static int cuda_event_query(void *ctx, void *event)
+{
+    return event_wait(ctx, event, false);
 }
 
 static int cuda_event_sync(void *ctx, void *event)
 {
-    struct cuda_ctx *c = ctx;
-    struct cuda_event *e = event;
-    CUcontext saved;
-    CUresult res;
-    int err;
-
-    if (!e->ev)
-        return 0;
-    err = cuda_ctx_enter(&c->api, e->ctx, &saved);
-    if (err)
-        return err;
-    res = c->api.cuEventSynchronize(e->ev);
-    return cuda_leave_check(c, e->ctx, saved, res, "cuEventSynchronize");
+    return event_wait(ctx, event, true);
 }
 
 const struct backend_ops cuda_backend_ops = {

@@ -1,5 +1,5 @@
 /*
- * umpool: one memory pool over several GPUs (and later host DRAM and NVMe).
+ * umpool: one memory pool over several GPUs, host DRAM and NVMe.
  *
  * Conventions: every action returns 0 or a negative errno; results come back
  * through the last parameters, named *_p, which are written only on success.
@@ -39,6 +39,7 @@ typedef void *ump_stream_t;
 /* Device selectors. */
 #define UMP_DEVICE_CURRENT (-1) /* the calling thread's current device */
 #define UMP_DEVICE_ALL (-2)     /* ump_stats: the whole pool */
+#define UMP_LOC_HOST (-3)       /* ump_prefetch: the host tier */
 
 /* Where a byte lives (ump_ptr_info_t.tier). */
 #define UMP_TIER_DEVICE 0
@@ -47,7 +48,10 @@ typedef void *ump_stream_t;
 
 /* Hint flags. */
 #define UMP_HINT_NO_SPILL 0x1u /* only where the policy puts it first: never
-                                  spilled to other devices (or moved) */
+                                  spilled to other devices, never moved
+                                  (ump_evict: -EPERM) */
+#define UMP_HINT_OFFLOAD 0x2u  /* the pool may move it to host or NVMe while
+                                  it is not acquired (see ump_acquire) */
 
 /* How an allocation will be read (ump_hints_t.access). */
 #define UMP_ACCESS_PRIVATE 0   /* by the requesting device (the default) */
@@ -101,6 +105,55 @@ int ump_device_count(ump_pool_t *pool); /* the count, or a negative errno */
 
 /* Give cached physical memory back to the devices (all threads' caches). */
 int ump_trim(ump_pool_t *pool);
+
+/*
+ * Tiers: device memory, pinned host DRAM (config host_limit), NVMe files
+ * (config nvme_dir). Memory moves in whole chunks (ump_ptr_info), and a
+ * range covers every chunk it touches.
+ *
+ * Allocations are pinned by default: the pool never moves them by itself,
+ * only ump_evict does. An allocation made with UMP_HINT_OFFLOAD may be moved
+ * down by the pool (coldest first) whenever it is not acquired, so its user
+ * brackets each use with ump_acquire / ump_release. UMP_HINT_NO_SPILL
+ * forbids every move. A chunk on the host tier keeps its address and stays
+ * usable by every device and the CPU (at link speed); a chunk on NVMe is
+ * unmapped: touching it without ump_acquire is a fault (SIGSEGV on the CPU,
+ * an illegal address on a GPU).
+ *
+ * ptr may point anywhere inside an allocation; size 0 means the whole
+ * allocation. device is an index or UMP_DEVICE_CURRENT: a chunk off the
+ * devices comes back to the device the policy placed it on when device can
+ * reach that one, else to device.
+ */
+/* Makes the range resident on the devices and pins it until ump_release
+ * (acquires nest). Returns once the data is in place, so work queued on any
+ * stream afterwards sees it. -ENOMEM when the devices cannot take it even
+ * after moving unpinned offloadable memory down; -EIO when the disk fails
+ * or the data read back is corrupt (it then stays on NVMe). On error
+ * nothing is pinned. Slab objects never move: 0, and nothing to do. */
+int ump_acquire(ump_pool_t *pool, void *ptr, size_t size, int device,
+                ump_stream_t stream);
+/* Ends one ump_acquire of the same range. -EINVAL when it is not acquired. */
+int ump_release(ump_pool_t *pool, void *ptr, size_t size);
+/* Starts moving the range up to device (or UMP_LOC_HOST: from NVMe to the
+ * host tier) in the background and returns; a later ump_acquire waits for
+ * it. A hint: it never fails for lack of room. */
+int ump_prefetch(ump_pool_t *pool, void *ptr, size_t size, int device,
+                 ump_stream_t stream);
+/* Moves the range down to tier (UMP_TIER_HOST or UMP_TIER_NVME) now; chunks
+ * already there or lower stay. -EBUSY for an acquired chunk, -EPERM for
+ * UMP_HINT_NO_SPILL, -ENOSPC when the tier is full, -EIO when the disk
+ * fails: the data then stays where it was. Chunks moved before the error
+ * stay moved. Small allocations (slab objects) do not move: -ENOTSUP. */
+int ump_evict(ump_pool_t *pool, void *ptr, size_t size, int tier);
+
+#define UMP_ADVISE_HOT 0      /* used soon: evicted last */
+#define UMP_ADVISE_COLD 1     /* not used for a while: evicted first */
+#define UMP_ADVISE_WILLNEED 2 /* ump_prefetch to its device */
+#define UMP_ADVISE_DONTNEED 3 /* contents no longer needed: the next move
+                                 down skips the copy (the data becomes
+                                 undefined); an acquire clears it */
+int ump_advise(ump_pool_t *pool, void *ptr, size_t size, int advice);
 
 /*
  * The machine the pool runs on: discovered on cuda (driver, sysfs, NVML,
@@ -190,7 +243,8 @@ typedef struct ump_policy {
 } ump_policy_t;
 
 /* Modeled read bandwidth, in GB/s, of device `reader` reading the whole
- * allocation at ptr with its current placement (see README: cost model). */
+ * allocation at ptr with its current placement (see README: cost model).
+ * -EAGAIN while part of it is on the host tier or NVMe. */
 int ump_model_read_bw(ump_pool_t *pool, const void *ptr, int reader,
                       double *gbs_p);
 
@@ -206,9 +260,50 @@ typedef struct ump_stats {
     uint64_t free_count;      /* successful ump_free / ump_free_async calls */
     uint64_t chunks_created;  /* physical chunks created so far */
     uint64_t chunks_released; /* physical chunks given back so far */
+    /* Tiers: bytes of the device's allocations now moved off it. */
+    size_t host_bytes;       /* on the host tier */
+    size_t nvme_bytes;       /* on NVMe */
+    uint64_t spill_count;    /* chunk moves down (device to host or NVMe, */
+    uint64_t spill_bytes;    /*   host to NVMe) */
+    uint64_t restore_count;  /* chunk moves up */
+    uint64_t restore_bytes;
+    uint64_t evictions;      /* moves the pool decided itself (watermarks,
+                                allocations that would not fit) */
+    size_t largest_free;     /* largest cached block: the biggest allocation
+                                served with no driver call */
+    double fragmentation;    /* 1 - largest_free / free cached bytes in
+                                blocks (0 when there are none) */
 } ump_stats_t;
 /* device: an index, or UMP_DEVICE_ALL for the whole pool. */
 int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p);
+
+/* A live allocation, as ump_largest_allocs reports it. */
+typedef struct ump_alloc_info {
+    void *ptr;
+    size_t size;     /* as requested */
+    int device;      /* home device: where its first chunk was placed */
+    int ndevices;    /* devices its chunks were placed on */
+    int tier;        /* UMP_TIER_* of its first chunk now */
+    unsigned flags;  /* UMP_HINT_* it was made with */
+    double age_s;    /* seconds since it was allocated (0.1 s resolution) */
+} ump_alloc_info_t;
+/* The largest live allocations of device (or UMP_DEVICE_ALL), largest
+ * first: writes up to max of them and their number to *count_p. Slab
+ * objects (the small sizes) are not listed. */
+int ump_largest_allocs(ump_pool_t *pool, int device, ump_alloc_info_t *out,
+                       size_t max, size_t *count_p);
+
+/* The host and NVMe tiers as a whole. */
+typedef struct ump_tier_stats {
+    size_t capacity;      /* host_limit or nvme_limit; 0: tier off (host) or
+                             no limit but the disk (NVMe) */
+    size_t used_bytes;    /* chunks holding allocations' data */
+    size_t reserve_bytes; /* host: pinned chunks created ahead, empty */
+    size_t peak_bytes;    /* high-water mark of used_bytes */
+    uint64_t chunks;      /* chunks holding data */
+} ump_tier_stats_t;
+/* tier: UMP_TIER_HOST or UMP_TIER_NVME. */
+int ump_tier_stats(ump_pool_t *pool, int tier, ump_tier_stats_t *stats_p);
 
 /*
  * Streams and copies, for code that runs on either backend. On cuda a stream

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "chunks.h"
+#include "offload.h"
 #include "policy.h"
 #include "slab.h"
 #include "tcache.h"
@@ -52,7 +53,7 @@ static int read_hints(ump_pool_t *pool, const struct tcache *tc,
     *spec_p = NULL;
     if (!h)
         return 0;
-    if (h->flags & ~UMP_HINT_NO_SPILL) {
+    if (h->flags & ~(UMP_HINT_NO_SPILL | UMP_HINT_OFFLOAD)) {
         ump_log_error("ump_alloc: unknown hint flags 0x%x", h->flags);
         return -EINVAL;
     }
@@ -134,7 +135,8 @@ static void count_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
         ctr_add_i(&tc->cnt[r->device].live_bytes, sign * (int64_t)bytes);
     } else {
         for (size_t g = r->start; g < r->start + r->n; g++)
-            ctr_add_i(&tc->cnt[chunks_device(pool, g)].live_bytes,
+            ctr_add_i(&tc->cnt[r->res ? offload_home(r, g - r->start)
+                                      : chunks_device(pool, g)].live_bytes,
                       sign * (int64_t)pool->chunk_size);
     }
     if (!run_cacheable(r))
@@ -177,6 +179,12 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     }
     pthread_mutex_unlock(&pool->lock);
+    /* Moving offloadable memory down makes room: only when it would fail. */
+    while (rc == -ENOMEM && !offload_make_room(pool, dev, pool->chunk_size)) {
+        pthread_mutex_lock(&pool->lock);
+        rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
+        pthread_mutex_unlock(&pool->lock);
+    }
     if (rc) {
         if (rc == -ENOMEM)
             oom(pool, size, dev);
@@ -222,6 +230,10 @@ static void give_run(ump_pool_t *pool, struct run *r, size_t size,
                      void **ptr_p)
 {
     atomic_store_explicit(&r->size, size, memory_order_relaxed);
+    atomic_store_explicit(&r->born,
+                          atomic_load_explicit(&pool->clock,
+                                               memory_order_relaxed),
+                          memory_order_relaxed);
     atomic_store_explicit(&r->word, obj_word(OBJ_LIVE, 0),
                           memory_order_release);
     *ptr_p = vas_addr(&pool->vas, r->start);
@@ -242,7 +254,9 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
     size_t n = pr->req.chunks, size = pr->req.size;
     /* The thread's cached runs are on the requesting device: what "local"
      * would choose, so only "local" requests take them. */
-    if (n <= RUN_TCACHE_MAX && pr->policy == pool->local_policy) {
+    bool offload = pr->req.flags & UMP_HINT_OFFLOAD;
+    /* Offloadable runs are tracked from the start: never thread-cached. */
+    if (n <= RUN_TCACHE_MAX && pr->policy == pool->local_policy && !offload) {
         tc_enter(tc);
         struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
         if (bin && bin->count) {
@@ -250,15 +264,29 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
             ctr_add_u(&bin->allocs, 1);
             add_run_bytes(tc, dev, -(int64_t)(n << pool->chunk_shift));
             tc_exit(tc);
+            /* Statistics read it under the lock (stats.c): relaxed. */
+            atomic_store_explicit(&((struct run *)it.meta)->flags,
+                                  (unsigned char)pr->req.flags,
+                                  memory_order_relaxed);
             give_run(pool, it.meta, size, ptr_p);
             return 0;
         }
         tc_exit(tc);
     }
     struct run *r;
-    pthread_mutex_lock(&pool->lock);
-    int rc = pool_run_alloc(pool, pr, &r);
-    pthread_mutex_unlock(&pool->lock);
+    int rc;
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        rc = pool_run_alloc(pool, pr, &r);
+        if (!rc && offload && (rc = offload_track(pool, r)))
+            pool_run_free(pool, r);
+        pthread_mutex_unlock(&pool->lock);
+        /* Moving offloadable memory down makes room: only when it would
+         * otherwise fail. */
+        if (rc != -ENOMEM ||
+            offload_make_room(pool, dev, n << pool->chunk_shift))
+            break;
+    }
     if (rc) {
         if (rc == -ENOMEM)
             oom(pool, size, dev);
@@ -294,7 +322,9 @@ UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints
         if (rc)
             return rc;
     }
-    if (size <= pool->small_max) /* slabs: near the requesting device */
+    /* Slabs, near the requesting device; what may move is made of whole
+     * chunks, since a chunk is what moves. */
+    if (size <= pool->small_max && !(pr.req.flags & UMP_HINT_OFFLOAD))
         return alloc_small(pool, tc, &pr.req, sc_index(size), ptr_p);
     if (size > pool->vas.size - pool->chunk_size) {
         oom(pool, size, pr.req.device);
@@ -410,7 +440,7 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
         unsigned b = (unsigned)run_bin(pool, r->n);
         count_bin(tc, r->device, b, r->n << pool->chunk_shift, -1);
         struct tc_bin *bin = tcache_bin(tc, r->device, b);
-        if (bin && bin->count < bin->cap) {
+        if (bin && bin->count < bin->cap && !r->res) {
             bin->items[bin->count++] = (struct tc_item){
                 vas_addr(&pool->vas, r->start), r, 0};
             add_run_bytes(tc, r->device, (int64_t)(r->n << pool->chunk_shift));
@@ -420,6 +450,8 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
         tc_exit(tc);
     }
     pthread_mutex_lock(&pool->lock);
+    if (r->res)
+        offload_wait_idle(pool, r);
     pool_run_free(pool, r);
     pthread_mutex_unlock(&pool->lock);
 }
@@ -561,6 +593,7 @@ UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
         return pool_bad_pointer(pool, ptr, "ump_ptr_info",
                                 "not a pointer of this pool");
     ump_ptr_info_t info;
+    bool tracked = false;
     size_t g = vas_index(&pool->vas, ptr);
     pthread_mutex_lock(&pool->lock);
     uintptr_t tag = vas_tag(&pool->vas, g);
@@ -580,11 +613,16 @@ UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
         if (obj_state(atomic_load(&r->word)) == OBJ_LIVE) {
             info.base = vas_addr(&pool->vas, r->start);
             info.size = atomic_load(&r->size);
-            info.device = chunks_device(pool, g);
+            if (r->res) { /* it may be on another tier */
+                offload_ptr_info(pool, r, g, &info);
+                tracked = true;
+            } else {
+                info.device = chunks_device(pool, g);
+            }
             rc = 0;
         }
     }
-    if (!rc) {
+    if (!rc && !tracked) {
         const struct chunk *c = chunks_at(pool, g);
         info.chunk_base = vas_addr(&pool->vas, c->g);
         info.chunk_size = c->n << pool->chunk_shift;

@@ -81,7 +81,7 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p)
     return 0;
 }
 
-static void idle_push(ump_pool_t *pool, struct chunk *c)
+void chunks_idle_push(ump_pool_t *pool, struct chunk *c)
 {
     struct dev_state *ds = &pool->dev[c->device];
     c->next = ds->idle;
@@ -108,7 +108,7 @@ static int unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
         for (size_t j = i; j < i + c->n; j++)
             v->gran[j].chunk = NULL;
         pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
-        idle_push(pool, c);
+        chunks_idle_push(pool, c);
         i += c->n;
     }
     if (i > g) {
@@ -231,11 +231,8 @@ static int create_chunk(ump_pool_t *pool, int device, size_t left,
     return 0;
 }
 
-/* One chunk of device of at most `left` granules: idle, else new, else
- * reclaimed from cached blocks; an idle chunk too big for what is left is
- * released to make room for smaller ones. */
-static int get_chunk(ump_pool_t *pool, int device, size_t left,
-                     struct chunk **c_p)
+int chunks_get(ump_pool_t *pool, int device, size_t left,
+               struct chunk **c_p)
 {
     for (;;) {
         struct chunk *c = idle_take(pool, device, left, false);
@@ -256,14 +253,13 @@ static int get_chunk(ump_pool_t *pool, int device, size_t left,
             return -ENOMEM;
         rc = release_chunk(pool, c);
         if (rc) {
-            idle_push(pool, c);
+            chunks_idle_push(pool, c);
             return rc;
         }
     }
 }
 
-/* Devices that can reach memory of device d: itself and its peers. */
-static int accessors(ump_pool_t *pool, int d, int *devs)
+int chunks_accessors(ump_pool_t *pool, int d, int *devs)
 {
     int n = 0;
     for (int e = 0; e < pool->ndev; e++)
@@ -295,13 +291,13 @@ int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
     for (size_t p = 0; p < nparts; p++) {
         for (size_t left = parts[p].chunks; left;) {
             struct chunk *c;
-            rc = get_chunk(pool, parts[p].device, left, &c);
+            rc = chunks_get(pool, parts[p].device, left, &c);
             if (rc)
                 goto undo;
             rc = pool->be->map(pool->bctx, vas_addr(v, g),
                                chunk_bytes(pool, c->n), c->handle);
             if (rc) {
-                idle_push(pool, c);
+                chunks_idle_push(pool, c);
                 goto undo;
             }
             c->g = g;
@@ -317,7 +313,7 @@ int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
     size_t s = start;
     for (size_t p = 0; p < nparts; p++) {
         int devs[UMP_MAX_DEVICES];
-        int nd = accessors(pool, parts[p].device, devs);
+        int nd = chunks_accessors(pool, parts[p].device, devs);
         rc = pool->be->set_access(pool->bctx, vas_addr(v, s),
                                   chunk_bytes(pool, parts[p].chunks), devs, nd);
         if (rc)
@@ -405,7 +401,7 @@ void chunks_trim(ump_pool_t *pool)
             ds->idle = c->next;
             ds->idle_n -= c->n;
             if (release_chunk(pool, c)) { /* keep it: accounting stays true */
-                idle_push(pool, c);
+                chunks_idle_push(pool, c);
                 break;
             }
         }

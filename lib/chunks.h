@@ -41,6 +41,15 @@ int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
 /* Mapped granules [start, start+n) become cached blocks (per device,
  * merged with cached neighbours). */
 void chunks_cache(ump_pool_t *pool, size_t start, size_t n);
+/* One chunk of device of at most `left` granules, not mapped: idle, else
+ * new, else reclaimed from cached blocks; an idle chunk too big for what is
+ * left is released to make room for smaller ones. -ENOMEM when none. */
+int chunks_get(ump_pool_t *pool, int device, size_t left, struct chunk **c_p);
+/* An unmapped chunk becomes idle (reused before new ones are created). */
+void chunks_idle_push(ump_pool_t *pool, struct chunk *c);
+/* Devices that can reach memory of device d (itself and its peers), into
+ * devs; returns how many. */
+int chunks_accessors(ump_pool_t *pool, int d, int *devs);
 /* Unmaps every cached block and releases every idle chunk. */
 void chunks_trim(ump_pool_t *pool);
 /* Device of the chunk mapped at granule g. */

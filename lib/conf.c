@@ -67,11 +67,45 @@ const struct ump_conf_entry conf_table[] = {
      offsetof(struct ump_config, max_chunk), 64 * 1024, 1LL << 36},
     {"va_size", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "virtual address space reserved by the pool (0: twice the devices' "
-     "total memory)",
+     "memory plus the host tier's and the NVMe tier's limits, NVMe without "
+     "a limit counted as four times the devices)",
      offsetof(struct ump_config, va_size), 0, 0},
     {"tcache", "true", UMP_CONF_BOOL, "true|false|yes|no|on|off|1|0",
      "per-thread caches of free blocks",
      offsetof(struct ump_config, tcache), 0, 0},
+    {"host_limit", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "most pinned host memory the host tier holds (0: a quarter of the "
+     "host's physical memory)",
+     offsetof(struct ump_config, host_limit), 0, 0},
+    {"host_reserve", "64M", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "pinned host chunks created ahead of need (pinning runs at a few GB/s)",
+     offsetof(struct ump_config, host_reserve), 0, 0},
+    {"nvme_dir", "", UMP_CONF_LIST,
+     "directories separated by ':', or the key given more than once",
+     "spill directories of the NVMe tier (empty: no NVMe tier)",
+     offsetof(struct ump_config, nvme_dir), 0, 0},
+    {"nvme_limit", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "most bytes the NVMe tier writes (0: what the disks hold)",
+     offsetof(struct ump_config, nvme_limit), 0, 0},
+    {"nvme_queue_depth", "32", UMP_CONF_INT, "an integer 1..1024",
+     "I/O requests in flight per spill directory",
+     offsetof(struct ump_config, nvme_queue_depth), 1, 1024},
+    {"nvme_engine", "auto", UMP_CONF_ENUM, "auto|io_uring|threads",
+     "NVMe I/O: io_uring with O_DIRECT, or a pread/pwrite thread pool "
+     "(auto: io_uring where the kernel and the file system allow it)",
+     offsetof(struct ump_config, nvme_engine), 0, 0},
+    {"high_watermark", "90", UMP_CONF_INT, "an integer 1..100",
+     "percent of a device's capacity in use above which the background "
+     "thread moves offloadable memory down",
+     offsetof(struct ump_config, high_watermark), 1, 100},
+    {"low_watermark", "80", UMP_CONF_INT,
+     "an integer 0..100, at most high_watermark",
+     "percent of a device's capacity in use where that eviction stops",
+     offsetof(struct ump_config, low_watermark), 0, 100},
+    {"publish", "true", UMP_CONF_BOOL, "true|false|yes|no|on|off|1|0",
+     "publish statistics in /dev/shm for umpool-inspect (refreshed at most "
+     "every 100 ms)",
+     offsetof(struct ump_config, publish), 0, 0},
     {NULL, NULL, UMP_CONF_ENUM, NULL, NULL, 0, 0, 0},
 };
 
@@ -195,6 +229,7 @@ static int parse_value(const struct ump_conf_entry *e, const char *s,
         *(size_t *)field = sz;
         return 0;
     case UMP_CONF_STRING:
+    case UMP_CONF_LIST:
         if (strlen(s) >= UMP_CONF_PATH_MAX)
             return -EINVAL;
         strcpy((char *)field, s);
@@ -236,7 +271,7 @@ static void known_keys(char *buf, size_t size)
  * error itself. cfg may be half-written on error: the caller works on a
  * copy. */
 static int apply_item(struct ump_config *cfg, const char *item, size_t len,
-                      const char *origin)
+                      const char *origin, uint64_t *seen)
 {
     char val[UMP_CONF_PATH_MAX];
     char keys[256];
@@ -269,11 +304,20 @@ static int apply_item(struct ump_config *cfg, const char *item, size_t len,
     }
 
     int rc = -EINVAL;
-    if (vlen < sizeof(val)) {
-        memcpy(val, v, vlen);
-        val[vlen] = '\0';
+    uint64_t bit = 1ull << (e - conf_table);
+    char *list = (char *)cfg + e->offset;
+    size_t have = e->type == UMP_CONF_LIST && (*seen & bit) && *list
+                      ? strlen(list) + 1 : 0; /* appending after a ':' */
+    if (have + vlen < sizeof(val)) {
+        if (have) {
+            memcpy(val, list, have - 1);
+            val[have - 1] = ':';
+        }
+        memcpy(val + have, v, vlen);
+        val[have + vlen] = '\0';
         rc = parse_value(e, val, cfg);
     }
+    *seen |= bit;
     if (rc < 0) {
         show = vlen > CONF_SHOW_MAX ? CONF_SHOW_MAX : (int)vlen;
         ump_log_error("%s: bad value '%.*s%s' for key '%s' (accepted: %s)",
@@ -302,9 +346,10 @@ int conf_apply(struct ump_config *cfg, const char *str, const char *origin)
     if (!origin)
         origin = "config";
     memcpy(&tmp, cfg, sizeof(tmp));
+    uint64_t seen = 0; /* keys given so far in str, by index */
     for (const char *p = str;;) {
         size_t len = strcspn(p, ",");
-        int rc = apply_item(&tmp, p, len, origin);
+        int rc = apply_item(&tmp, p, len, origin, &seen);
         if (rc < 0)
             return rc;
         if (!p[len])
@@ -326,6 +371,11 @@ int conf_load(const char *arg, struct ump_config *cfg)
     rc = conf_apply(&tmp, arg, "config");
     if (rc < 0)
         return rc;
+    if (tmp.low_watermark > tmp.high_watermark) {
+        ump_log_error("config: low_watermark %d is above high_watermark %d",
+                      tmp.low_watermark, tmp.high_watermark);
+        return -EINVAL;
+    }
     memcpy(cfg, &tmp, sizeof(tmp));
     return 0;
 }

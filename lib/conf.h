@@ -15,6 +15,12 @@ enum ump_backend_kind {
     UMP_BACKEND_CUDA,
 };
 
+enum ump_nvme_engine {
+    UMP_NVME_AUTO,
+    UMP_NVME_IO_URING,
+    UMP_NVME_THREADS,
+};
+
 #define UMP_CONF_PATH_MAX 4096
 
 struct ump_config {
@@ -29,10 +35,20 @@ struct ump_config {
     size_t max_chunk;                    /* largest chunk for big runs */
     size_t va_size;                      /* 0: sized from the devices */
     bool tcache;                         /* per-thread caches on/off */
+    size_t host_limit;                   /* host tier bytes, 0: RAM / 4 */
+    size_t host_reserve;                 /* pinned host chunks made ahead */
+    char nvme_dir[UMP_CONF_PATH_MAX];    /* ':'-separated list, "": none */
+    size_t nvme_limit;                   /* NVMe tier bytes, 0: the disk */
+    int nvme_queue_depth;                /* I/Os in flight per directory */
+    int nvme_engine;                     /* enum ump_nvme_engine */
+    int high_watermark, low_watermark;   /* percent of device capacity */
+    bool publish;                        /* shared-memory statistics */
 };
 
+/* LIST: a STRING of ':'-separated items; a key given again in the same
+ * string appends to it (nvme_dir:/a,nvme_dir:/b), another string replaces. */
 enum ump_conf_type { UMP_CONF_ENUM, UMP_CONF_INT, UMP_CONF_SIZE,
-                     UMP_CONF_STRING, UMP_CONF_BOOL };
+                     UMP_CONF_STRING, UMP_CONF_BOOL, UMP_CONF_LIST };
 
 struct ump_conf_entry {
     const char *key;

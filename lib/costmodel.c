@@ -46,6 +46,12 @@ UMP_EXPORT int ump_model_read_bw(ump_pool_t *pool, const void *ptr, int reader,
         rc = ump_ptr_info(pool, p, &c);
         if (rc)
             return rc;
+        if (c.device < 0) { /* the model knows device links only */
+            ump_log_error("ump_model_read_bw: %p is on the %s tier, not on a "
+                          "device", p, c.tier == UMP_TIER_HOST ? "host"
+                                                               : "NVMe");
+            return -EAGAIN;
+        }
         const char *cend = (const char *)c.chunk_base + c.chunk_size;
         if (cend > end)
             cend = end;

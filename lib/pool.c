@@ -6,9 +6,12 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chunks.h"
+#include "offload.h"
 #include "policy.h"
+#include "publish.h"
 #include "slab.h"
 #include "tcache.h"
 
@@ -40,8 +43,6 @@ void pool_note_in_use(ump_pool_t *pool, int device)
         pool->peak = total;
 }
 
-static void run_put(ump_pool_t *pool, struct run *r);
-
 void pool_flush_tcaches(ump_pool_t *pool)
 {
     for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
@@ -54,7 +55,7 @@ void pool_flush_tcaches(ump_pool_t *pool)
             ds->nruns--;
             ds->parked -= r->n << pool->chunk_shift;
             chunks_cache(pool, r->start, r->n); /* retags the granules */
-            run_put(pool, r);
+            pool_run_put(pool, r);
         }
     }
 }
@@ -65,6 +66,7 @@ void pool_trim_locked(ump_pool_t *pool)
     pool_flush_tcaches(pool);
     slab_trim(pool);
     chunks_trim(pool);
+    offload_trim_locked(pool);
     /* A driver that ran out before the pool's count (another process used
      * the device) lowered a capacity; trimming is the moment to try again. */
     for (int d = 0; d < pool->ndev; d++)
@@ -86,7 +88,7 @@ static struct run *run_get(ump_pool_t *pool)
 
 /* Run structs are recycled, never freed while the pool lives: a stale
  * pointer's lookup then reads a valid (free) run, not freed memory. */
-static void run_put(ump_pool_t *pool, struct run *r)
+void pool_run_put(ump_pool_t *pool, struct run *r)
 {
     r->next = pool->free_runs;
     pool->free_runs = r;
@@ -140,6 +142,7 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
                    struct run **run_p)
 {
     pool_poll_pending(pool, false);
+    stats_clock_tick(pool); /* ages of runs the thread caches hand out */
     struct run *r = run_get(pool);
     if (!r)
         return -ENOMEM;
@@ -150,7 +153,8 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
     if (reuse_ok(pool, pr)) {
         struct run *p = unpark(pool, dev, n);
         if (p) {
-            run_put(pool, r);
+            pool_run_put(pool, r);
+            p->flags = (unsigned char)pr->req.flags;
             *run_p = p;
             return 0;
         }
@@ -166,13 +170,14 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
             rc = run_build(pool, pr, &start, &mixed);
     }
     if (rc) {
-        run_put(pool, r);
+        pool_run_put(pool, r);
         return rc;
     }
     r->start = start;
     r->n = n;
     r->mixed = mixed;
     r->device = chunks_device(pool, start);
+    r->flags = (unsigned char)pr->req.flags;
     pool_note_in_use(pool, r->device);
     atomic_store_explicit(&r->word, obj_word(OBJ_FREE, 0),
                           memory_order_relaxed);
@@ -187,6 +192,10 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
  * blocks when memory is tight, at ump_trim, or when too many are parked. */
 void pool_run_free(ump_pool_t *pool, struct run *r)
 {
+    if (r->res) { /* it may have moved: not reusable as it is */
+        offload_run_free(pool, r);
+        return;
+    }
     struct dev_state *ds = &pool->dev[r->device];
     if (!r->mixed && ds->nruns < RUN_PARK_MAX) {
         r->next = ds->runs;
@@ -196,7 +205,7 @@ void pool_run_free(ump_pool_t *pool, struct run *r)
         return;
     }
     chunks_cache(pool, r->start, r->n); /* retags the granules */
-    run_put(pool, r);
+    pool_run_put(pool, r);
 }
 
 /* --- create and destroy ------------------------------------------------ */
@@ -260,8 +269,19 @@ static int pool_setup(ump_pool_t *pool)
             return -ENOMEM;
     }
     /* Twice the memory, so that cached blocks fragmenting the addresses
-     * never make a fitting allocation fail. */
-    size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * total;
+     * never make a fitting allocation fail; memory moved to the host tier
+     * or NVMe keeps its addresses, so the tiers count too (NVMe without a
+     * limit as four times the devices). */
+    if (!pool->cfg.host_limit) {
+        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        pool->cfg.host_limit = pages > 0 && page > 0
+                                   ? (size_t)pages * (size_t)page / 4 : chunk;
+    }
+    pool->cfg.host_limit &= ~(chunk - 1);
+    size_t tiers = pool->cfg.host_limit;
+    if (pool->cfg.nvme_dir[0])
+        tiers += pool->cfg.nvme_limit ? pool->cfg.nvme_limit : 4 * total;
+    size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * (total + tiers);
     va = UMP_ALIGN_UP(va < 2 * chunk ? 2 * chunk : va, chunk);
     int rc = policy_setup(pool);
     if (rc)
@@ -355,6 +375,7 @@ UMP_EXPORT int ump_pool_create(const char *config, ump_pool_t **pool_p)
     pthread_mutex_init(&pool->lock, NULL);
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     pool->fork_gen = atomic_load(&fork_generation);
+    stats_clock_init(pool);
     rc = open_backend(pool);
     if (rc) {
         pthread_mutex_destroy(&pool->lock);
@@ -364,15 +385,22 @@ UMP_EXPORT int ump_pool_create(const char *config, ump_pool_t **pool_p)
     rc = pool_setup(pool);
     if (rc)
         goto fail;
+    rc = offload_init(pool);
+    if (rc)
+        goto fail;
     rc = registry_add(pool);
     if (rc)
         goto fail;
+    if (pool->cfg.publish)
+        publish_start(pool); /* it logs why not; the pool works without */
     ump_log_debug("pool %llu: %d devices (%s), chunk %zu, %zu bytes of "
                   "addresses", (unsigned long long)pool->id, pool->ndev,
                   pool->topo.name, pool->chunk_size, pool->vas.size);
     *pool_p = pool;
     return 0;
 fail:
+    offload_stop(pool);
+    offload_fini(pool);
     if (pool->va)
         pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
     pool->be->close(pool->bctx);
@@ -401,6 +429,8 @@ static uint64_t live_count_locked(ump_pool_t *pool)
 static int destroy_in_child(ump_pool_t *pool)
 {
     registry_remove(pool);
+    publish_stop(pool); /* only the child's copy: the segment is the parent's */
+    offload_fini_in_child(pool);
     pool->be->close_in_child(pool->bctx);
     for (size_t g = 0; g < pool->vas.ngran;) { /* chunks still mapped */
         struct chunk *c = pool->vas.gran[g].chunk;
@@ -429,12 +459,15 @@ UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
     pthread_mutex_unlock(&pool->lock);
     /* From here on no thread may use the pool (as with free()). Leaving the
      * registry first means exiting threads no longer touch it. */
+    publish_stop(pool); /* its thread reads the pool */
     registry_remove(pool);
+    offload_stop(pool); /* no move may run while the pool goes */
     pthread_mutex_lock(&pool->lock);
     pool_poll_pending(pool, true);
     while (pool->tcaches)
         tcache_destroy(pool->tcaches);
     pool_trim_locked(pool);
+    offload_fini(pool);
     for (int d = 0; d < pool->ndev; d++)
         if (pool->dev[d].mapped || pool->dev[d].created)
             ump_log_warn("device %d: %zu bytes still mapped at destroy", d,

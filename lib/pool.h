@@ -57,6 +57,11 @@ struct __attribute__((aligned(UMP_CACHELINE))) run {
     _Atomic size_t size;   /* as requested */
     int device;            /* the first chunk's device (the home device) */
     bool mixed;            /* chunks from more than one device */
+    /* Both written as it is handed out, maybe with no lock, and read
+     * under the lock by statistics: relaxed atomics. */
+    _Atomic unsigned char flags; /* UMP_HINT_* it was allocated with */
+    _Atomic uint32_t born; /* pool->clock then (ages) */
+    struct res *res;       /* residency, once it may move (offload.c) */
     _Atomic uint32_t word; /* obj_word(OBJ_*, 0) */
     struct run *next;      /* free list of run structs */
 };
@@ -152,6 +157,10 @@ struct ump_pool {
     struct policy_inst *default_policy; /* the config's `policy` */
     ump_device_props_t *props;          /* the policies' view, per device */
     ump_link_props_t *links;            /* ... and per pair */
+    struct offload *off;                /* tiers and residency (offload.c) */
+    uint64_t clock_base;     /* CLOCK_MONOTONIC at creation, ns */
+    _Atomic uint32_t clock;  /* tenths of a second since: ticked by the
+                                publisher and the slow path (stats.c) */
 };
 
 /* What the slow path of an allocation needs to place it. */
@@ -164,6 +173,8 @@ struct place_req {
 int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
                    struct run **run_p);
 void pool_run_free(ump_pool_t *pool, struct run *run);
+/* A run struct no longer used goes back to the free list. */
+void pool_run_put(ump_pool_t *pool, struct run *r);
 /* Frees what ump_free_async deferred once its event is done; all: wait. */
 void pool_poll_pending(ump_pool_t *pool, bool wait);
 /* Everything parked (thread caches, parked runs) goes back to the pool's

@@ -8,7 +8,10 @@
  *
  * Memory is emulated on the CPU as the sim backend does: a reservation is
  * PROT_NONE memory, an allocation a memfd, a mapping that memfd MAP_FIXED
- * (still PROT_NONE), access an mprotect. Streams run their work before the
+ * (still PROT_NONE), access an mprotect. Pinned host memory (HOST_NUMA,
+ * HOST locations) is emulated the same way, from a pool of its own; as in
+ * the driver, every device may be given access to it, and only host memory
+ * may be given to the CPU. Streams run their work before the
  * call returns. It checks what the real driver checks, strictly: a current
  * context where one is needed, events and streams of one context, exact
  * mappings, live handles, and no calls from a forked child or from inside
@@ -23,6 +26,12 @@
  *   nofd          devices advertise file descriptor handles, cuMemCreate
  *                 refuses them
  *   nopeer        no peer access between devices
+ *   hostmem=N     MiB of pinnable host memory, all nodes together (default
+ *                 64)
+ *   hostgran=N    MiB of host memory granularity (default 2)
+ *   cpuhost       cuMemSetAccess names the CPU with a HOST location (by
+ *                 default it takes HOST_NUMA, as documented, and refuses
+ *                 HOST)
  *   fail=CALL:N:CODE  the Nth call of CALL ("cuMemMap") from now fails
  *                 with CUresult CODE
  *   evdelay=N     a recorded event is not ready for its first N queries
@@ -45,6 +54,7 @@
 #include <cuda.h>
 
 #define FAKE_MAX_DEV 8
+#define FAKE_NUMA 8 /* host NUMA nodes */
 #define FAKE_GRAN ((size_t)2 << 20)
 #define FAKE_NVLINKS 18
 
@@ -52,8 +62,8 @@
 
 static struct fake_config {
     int driver, devices;
-    size_t mem;
-    bool novmm, nofd, nopeer;
+    size_t mem, hostmem, hostgran;
+    bool novmm, nofd, nopeer, cpuhost;
     char fail_call[64];
     int fail_nth, fail_code;
     int evdelay;
@@ -70,6 +80,8 @@ static void load_config(void)
     cfg.driver = 13000;
     cfg.devices = 1;
     cfg.mem = (size_t)64 << 20;
+    cfg.hostmem = (size_t)64 << 20;
+    cfg.hostgran = (size_t)2 << 20;
     cfg.nvver = 6;
     snprintf(buf, sizeof(buf), "%s", env ? env : "");
     for (char *w = strtok_r(buf, ",", &save); w;
@@ -88,6 +100,10 @@ static void load_config(void)
                 cfg.devices = FAKE_MAX_DEV;
         } else if (sscanf(w, "mem=%d", &n) == 1) {
             cfg.mem = (size_t)n << 20;
+        } else if (sscanf(w, "hostmem=%d", &n) == 1) {
+            cfg.hostmem = (size_t)n << 20;
+        } else if (sscanf(w, "hostgran=%d", &n) == 1 && n > 0) {
+            cfg.hostgran = (size_t)n << 20;
         } else if (sscanf(w, "fail=%63[^:]:%d:%d", call, &n, &code) == 3) {
             snprintf(cfg.fail_call, sizeof(cfg.fail_call), "%s", call);
             cfg.fail_nth = n;
@@ -98,6 +114,8 @@ static void load_config(void)
             cfg.nofd = true;
         } else if (strcmp(w, "nopeer") == 0) {
             cfg.nopeer = true;
+        } else if (strcmp(w, "cpuhost") == 0) {
+            cfg.cpuhost = true;
         } else {
             fprintf(stderr, "fake_cuda: unknown setting '%s'\n", w);
         }
@@ -126,6 +144,7 @@ struct CUevent_st {
 struct fake_alloc {
     int dev, fd, refs; /* refs: the handle and each mapping */
     size_t size;
+    bool host;         /* pinned host memory; dev is unused */
     bool released;
     struct fake_alloc *next;
 };
@@ -151,10 +170,11 @@ static struct CUevent_st *events;
 static struct fake_alloc *allocs;
 static struct fake_resv *resvs;
 static struct fake_map *maps;
-static size_t used[FAKE_MAX_DEV];
+static size_t used[FAKE_MAX_DEV], used_host;
 static bool initialized;
 static pid_t init_pid;
 static long n_child_calls, n_hostfn_calls, n_creates, n_fd_creates, n_abi;
+static long n_set_access;
 static _Thread_local struct CUctx_st *current;
 static _Thread_local bool in_host_func;
 
@@ -200,6 +220,11 @@ static CUresult injected(const char *call)
 static bool dev_ok(int dev)
 {
     return dev >= 0 && dev < cfg.devices;
+}
+
+static bool numa_ok(int node)
+{
+    return node >= 0 && node < FAKE_NUMA;
 }
 
 static bool stream_ok(CUstream s)
@@ -278,7 +303,10 @@ static void alloc_put(struct fake_alloc *a)
             *pp = a->next;
             break;
         }
-    used[a->dev] -= a->size;
+    if (a->host)
+        used_host -= a->size;
+    else
+        used[a->dev] -= a->size;
     close(a->fd);
     free(a);
 }
@@ -532,11 +560,25 @@ static CUresult fake_cuMemGetAllocationGranularity(
     CUmemAllocationGranularity_flags flags)
 {
     BEGIN();
-    if (!prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
-        !dev_ok(prop->location.id) ||
-        flags > CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
+    if (!prop || flags > CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
         return end(CUDA_ERROR_INVALID_VALUE);
-    *gran = FAKE_GRAN;
+    switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (!dev_ok(prop->location.id))
+            return end(CUDA_ERROR_INVALID_VALUE);
+        *gran = FAKE_GRAN;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+        if (!numa_ok(prop->location.id))
+            return end(CUDA_ERROR_INVALID_VALUE);
+        *gran = cfg.hostgran;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+        *gran = cfg.hostgran;
+        break;
+    default:
+        return end(CUDA_ERROR_INVALID_VALUE);
+    }
     return end(CUDA_SUCCESS);
 }
 
@@ -601,6 +643,7 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                                  unsigned long long flags)
 {
     struct fake_alloc *a;
+    bool host = false;
     CUresult res;
     int dev;
 
@@ -608,19 +651,37 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     res = injected("cuMemCreate");
     if (res != CUDA_SUCCESS)
         return end(res);
-    if (!prop || flags || !size || size % FAKE_GRAN ||
+    if (!prop || flags || !size ||
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE &&
          prop->requestedHandleTypes !=
              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return end(CUDA_ERROR_INVALID_VALUE);
     dev = prop->location.id;
-    if (!dev_ok(dev))
-        return end(CUDA_ERROR_INVALID_DEVICE);
+    switch (prop->location.type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        if (size % FAKE_GRAN)
+            return end(CUDA_ERROR_INVALID_VALUE);
+        if (!dev_ok(dev))
+            return end(CUDA_ERROR_INVALID_DEVICE);
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+        if (size % cfg.hostgran || !numa_ok(dev))
+            return end(CUDA_ERROR_INVALID_VALUE);
+        host = true;
+        break;
+    case CU_MEM_LOCATION_TYPE_HOST:
+        /* cuda.h: HOST allocations cannot be shared. */
+        if (size % cfg.hostgran || prop->requestedHandleTypes)
+            return end(CUDA_ERROR_INVALID_VALUE);
+        host = true;
+        break;
+    default: /* HOST_NUMA_CURRENT included, as documented */
+        return end(CUDA_ERROR_INVALID_VALUE);
+    }
     if (prop->requestedHandleTypes && cfg.nofd)
         return end(CUDA_ERROR_NOT_SUPPORTED);
-    if (size > cfg.mem - used[dev])
+    if (host ? size > cfg.hostmem - used_host : size > cfg.mem - used[dev])
         return end(CUDA_ERROR_OUT_OF_MEMORY);
     a = calloc(1, sizeof(*a));
     if (!a)
@@ -632,12 +693,16 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
         free(a);
         return end(CUDA_ERROR_OUT_OF_MEMORY);
     }
-    a->dev = dev;
+    a->dev = host ? -1 : dev;
+    a->host = host;
     a->size = size;
     a->refs = 1;
     a->next = allocs;
     allocs = a;
-    used[dev] += size;
+    if (host)
+        used_host += size;
+    else
+        used[dev] += size;
     n_creates++;
     if (prop->requestedHandleTypes)
         n_fd_creates++;
@@ -734,22 +799,32 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
     CUresult res;
 
     BEGIN();
+    n_set_access++;
     res = injected("cuMemSetAccess");
     if (res != CUDA_SUCCESS)
         return end(res);
     if (!desc || !count || !size || !range_mapped(va, size, false))
         return end(CUDA_ERROR_INVALID_VALUE);
     for (size_t i = 0; i < count; i++) {
-        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        CUmemLocationType t = desc[i].location.type;
+        bool cpu = t == (cfg.cpuhost ? CU_MEM_LOCATION_TYPE_HOST
+                                     : CU_MEM_LOCATION_TYPE_HOST_NUMA);
+
+        if ((t != CU_MEM_LOCATION_TYPE_DEVICE && !cpu) ||
             desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
             return end(CUDA_ERROR_INVALID_VALUE);
-        if (!dev_ok(desc[i].location.id))
+        if (!cpu && !dev_ok(desc[i].location.id))
             return end(CUDA_ERROR_INVALID_DEVICE);
-        /* Without peer access a device may reach its own memory only. */
         for (uintptr_t p = va; p < va + size;) {
             struct fake_map *m = map_at(p);
 
-            if (cfg.nopeer && m->a->dev != desc[i].location.id)
+            /* cuda.h: host access only to host allocations. */
+            if (cpu && !m->a->host)
+                return end(CUDA_ERROR_INVALID_VALUE);
+            /* Without peer access a device may reach its own memory (and
+             * host memory) only. */
+            if (!cpu && cfg.nopeer && !m->a->host &&
+                m->a->dev != desc[i].location.id)
                 return end(CUDA_ERROR_INVALID_DEVICE);
             p = m->va + m->size;
         }
@@ -1108,6 +1183,11 @@ long fake_cuda_count(const char *what)
     if (strcmp(what, "allocs") == 0) {
         for (struct fake_alloc *a = allocs; a; a = a->next)
             n++;
+    } else if (strcmp(what, "host_allocs") == 0) {
+        for (struct fake_alloc *a = allocs; a; a = a->next)
+            n += a->host;
+    } else if (strcmp(what, "host_bytes") == 0) {
+        n = (long)used_host;
     } else if (strcmp(what, "maps") == 0) {
         for (struct fake_map *m = maps; m; m = m->next)
             n++;
@@ -1136,6 +1216,8 @@ long fake_cuda_count(const char *what)
         n = n_creates;
     } else if (strcmp(what, "fd_creates") == 0) {
         n = n_fd_creates;
+    } else if (strcmp(what, "set_access_calls") == 0) {
+        n = n_set_access;
     } else if (strcmp(what, "abi") == 0) {
         n = n_abi;
     } else {

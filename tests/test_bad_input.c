@@ -235,7 +235,7 @@ static void test_alloc_bad_hints(void **state)
     int ndev = ump_device_count(f->pool);
     assert_int_equal(ndev, 2);
     const int bad_devices[] = {ndev, ndev + 1, 1000, -3, -1000};
-    const unsigned bad_flags[] = {2u, 4u, 0x80000000u, ~0u};
+    const unsigned bad_flags[] = {4u, 8u, 0x80000000u, ~0u};
     const char *bad_policies[] = {"",           "bogus",        "LOCAL",
                                   "local,",     "interleave=9", "interleave=0+0",
                                   "domain=x",   "/no/such/plugin.so"};

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Runs umpool-bench end to end: the narrated demo, a short alloc run in text
-# and JSON, and a usage error. Timing numbers are not checked, only that
+# and JSON, placement, a small offload run (with a stand-in fio too), and
+# usage errors. Timing numbers are not checked, only that
 # every scenario runs and says what it should.
 set -eu
 
@@ -91,6 +92,89 @@ for x in r:
 ' "$tmp/place.json" || fail "--json placement results are wrong"
 fi
 echo "  12 rows, each holding the whole workload"
+
+echo "check: offload with small sizes gives a row per move and the loop"
+# The spill directory is $tmp: whatever engine the library can use there.
+off="offload --size 8M --budget 8M --reps 1 --dir $tmp"
+run offload $off
+cat "$tmp/offload.out"
+for d in 'device->host' 'host->device' 'host->NVMe' 'NVMe->host' \
+    'device->NVMe' 'NVMe->device'; do
+    grep -Eq "^$d +\| ump_" "$tmp/offload.out" || fail "no row for $d"
+done
+grep -Eq '^  wall / ideal ' "$tmp/offload.out" || fail "no loop result"
+
+echo "check: --json offload prints one valid JSON object"
+run offload_json --json $off
+if command -v python3 >/dev/null 2>&1; then
+    python3 -m json.tool "$tmp/offload_json.out" >/dev/null ||
+        fail "--json offload output is not valid JSON"
+    python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = r["transfers"]
+assert len(t) == 6, "%d transfers, not 6" % len(t)
+assert all(x["ump_gbs"] > 0 for x in t), "a ump_gbs is not > 0"
+l = r["loop"]
+# 3x the device budget in all: every round must move data both ways.
+assert l["tensors"] * l["tensor_size"] >= 2 * l["device_capacity"]
+assert l["spill_bytes"] > 0 and l["restore_bytes"] > 0, "nothing moved"
+assert l["wall_s"] > 0
+' "$tmp/offload_json.out" || fail "--json offload results are incomplete"
+    echo "  valid JSON, 6 transfers, the loop moved data both ways"
+
+    echo "check: offload takes its NVMe baselines from fio when in PATH"
+    # A stand-in for fio: the bandwidths it reports must come out as the
+    # baselines, each direction from its own object.
+    mkdir "$tmp/bin"
+    cat >"$tmp/bin/fio" <<'FIO'
+#!/bin/sh
+rw=
+n=0
+for a; do
+    case $a in
+    --rw=*) rw=${a#--rw=} ;;
+    --ioengine=io_uring | --direct=1 | --bs=1M | --iodepth=32 | \
+        --output-format=json) n=$((n + 1)) ;;
+    esac
+done
+[ "$n" -eq 5 ] || exit 1
+case $rw in read | write) ;; *) exit 1 ;; esac
+cat <<END
+{ "fio version" : "fake", "jobs" : [ { "jobname" : "x",
+  "job options" : { "rw" : "$rw" },
+  "read" : { "io_bytes" : 1, "bw_bytes" : 1500000000, "bw" : 1464843 },
+  "write" : { "io_bytes" : 1, "bw_bytes" : 2000000000, "bw" : 1953125 } } ] }
+END
+FIO
+    chmod +x "$tmp/bin/fio"
+    rc=0
+    PATH="$tmp/bin:$PATH" "$bench" --json $off >"$tmp/fio.out" \
+        2>"$tmp/fio.err" || rc=$?
+    [ "$rc" -eq 0 ] || { cat "$tmp/fio.err"; fail "offload with fio: $rc"; }
+    python3 -c '
+import json, sys
+t = {x["direction"]: x for x in json.load(open(sys.argv[1]))["transfers"]}
+for d, gbs in (("host_to_nvme", 2.0), ("nvme_to_host", 1.5)):
+    assert t[d]["baseline"] == "fio", "%s: baseline %s" % (d, t[d]["baseline"])
+    assert abs(t[d]["baseline_gbs"] - gbs) < 1e-3, "%s: %s GB/s, not %s" % (
+        d, t[d]["baseline_gbs"], gbs)
+' "$tmp/fio.out" || fail "the NVMe baselines are not fio's numbers"
+    echo "  fio's write and read bandwidths are the NVMe baselines"
+else
+    grep -q '"scenario": "offload"' "$tmp/offload_json.out" ||
+        fail "no JSON object"
+    echo "  python3 not found: checked the scenario key only"
+fi
+
+echo "check: offload's options are checked"
+for args in "offload --size 3M" "offload --size 5000K" "offload --reps 0" \
+    "alloc --dir $tmp"; do
+    rc=0
+    "$bench" $args >"$tmp/usage.out" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] || fail "umpool-bench $args exited $rc, not 2"
+done
+echo "  bad sizes, repetitions and misplaced options exit 2"
 
 echo "check: an unknown scenario exits 2 with a usage message"
 rc=0

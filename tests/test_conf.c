@@ -126,7 +126,9 @@ static void test_table_complete(void **state)
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
         "device_mem", "policy",      "log_level",    "chunk_size",
-        "max_chunk",  "va_size",     "tcache"};
+        "max_chunk",  "va_size",     "tcache",       "host_limit",
+        "host_reserve", "nvme_dir",  "nvme_limit",   "nvme_queue_depth",
+        "nvme_engine", "high_watermark", "low_watermark", "publish"};
     size_t n = 0;
 
     for (const struct ump_conf_entry *e = conf_table; e->key; e++, n++) {
@@ -548,6 +550,31 @@ static void test_last_wins(void **state)
     assert_int_equal(cfg.chunk_size, 1 * MIB);
 }
 
+/* A list key given again in one string appends; another string replaces. */
+static void test_list_append(void **state)
+{
+    (void)state;
+    struct ump_config cfg;
+
+    conf_defaults(&cfg);
+    assert_string_equal(cfg.nvme_dir, "");
+    assert_int_equal(conf_apply(&cfg, "nvme_dir:/a,backend:sim,nvme_dir:/b:/c",
+                                "config"), 0);
+    assert_string_equal(cfg.nvme_dir, "/a:/b:/c");
+    assert_int_equal(conf_apply(&cfg, "nvme_dir:/d", "config"), 0);
+    assert_string_equal(cfg.nvme_dir, "/d");
+
+    /* Too long once appended: an error, and nothing changes. */
+    char big[UMP_CONF_PATH_MAX];
+    memset(big, 'x', sizeof(big));
+    memcpy(big, "nvme_dir:/", 10);
+    big[UMP_CONF_PATH_MAX - 200] = '\0';
+    char str[2 * UMP_CONF_PATH_MAX];
+    snprintf(str, sizeof(str), "%s,%s", big, big);
+    assert_int_equal(conf_apply(&cfg, str, "config"), -EINVAL);
+    assert_string_equal(cfg.nvme_dir, "/d");
+}
+
 /* ---- conf_load: environment, then argument -------------------------------- */
 
 static void test_load_env_and_arg(void **state)
@@ -620,6 +647,10 @@ static void test_load_errors(void **state)
     expect_load_error("backend:sim", "backend:fast", "config", "'fast'");
     expect_load_error(NULL, "bakend:sim", "config", "'bakend'");
     expect_load_error("sim_devices", NULL, "UMPOOL_CONF", "'sim_devices'");
+    expect_load_error(NULL, "high_watermark:50,low_watermark:60", "config",
+                      "low_watermark 60 is above high_watermark 50");
+    expect_load_error("low_watermark:95", NULL, "config",
+                      "low_watermark 95 is above high_watermark 90");
 }
 
 static void test_message_format(void **state)
@@ -754,6 +785,7 @@ int main(void)
         cmocka_unit_test(test_first_colon),
         cmocka_unit_test(test_blanks_and_empty_items),
         cmocka_unit_test(test_last_wins),
+        cmocka_unit_test(test_list_append),
         cmocka_unit_test(test_load_env_and_arg),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_message_format),

@@ -914,6 +914,198 @@ static void test_fake_fork(void **state)
     assert_fake_clean();
 }
 
+/* --- the fake driver: pinned host chunks --------------------------------- */
+
+struct backend {
+    const struct backend_ops *be;
+    struct ump_topology *topo;
+    void *ctx;
+};
+
+static void backend_open(struct backend *b, const char *mode)
+{
+    struct ump_config cfg;
+
+    use_fake(mode);
+    b->be = &cuda_backend_ops;
+    b->topo = calloc(1, sizeof(*b->topo));
+    b->ctx = NULL;
+    assert_non_null(b->topo);
+    conf_defaults(&cfg);
+    cfg.backend = UMP_BACKEND_CUDA;
+    assert_int_equal(b->be->open(&cfg, b->topo, &b->ctx), 0);
+}
+
+static void backend_close(struct backend *b)
+{
+    b->be->close(b->ctx);
+    free(b->topo);
+    assert_fake_clean();
+}
+
+/* Logs of one host_chunk_create, which returns rc. */
+static void check_host_create(struct backend *b, int node, size_t size,
+                              int rc, const char *text)
+{
+    char buf[4096];
+    struct tu_capture cap;
+    ump_handle_t h = 0;
+
+    tu_capture_start(&cap);
+    int got = b->be->host_chunk_create(b->ctx, node, size, &h);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(got, rc);
+    if (rc == 0) {
+        assert_int_equal(b->be->chunk_release(b->ctx, h), 0);
+        return;
+    }
+    assert_int_equal(h, 0);
+    if (tu_count_log_lines(buf) != (text ? 1 : 0) ||
+        (text && count_lines_with(buf, text) != 1))
+        fail_msg("want %s '%s', got:\n%s", text ? "one line with" : "no line",
+                 text ? text : "", buf);
+}
+
+static void test_fake_host_chunks(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    int devs[2] = {0, 1};
+    ump_handle_t h0, h1, hd;
+    char *va, buf[4096];
+    struct tu_capture cap;
+
+    backend_open(&b, "devices=2,mem=16,hostmem=8,nopeer");
+    const struct backend_ops *be = b.be;
+    int nnuma = b.topo->nnuma;
+    long creates = fake_count("creates"), fds = fake_count("fd_creates");
+
+    /* Refused before the driver is asked. */
+    check_host_create(&b, nnuma, 2 * M, -EINVAL, "no NUMA node");
+    check_host_create(&b, -2, 2 * M, -EINVAL, "no NUMA node");
+    check_host_create(&b, 0, 0, -EINVAL, "granularity");
+    check_host_create(&b, 0, M, -EINVAL, "granularity");
+    assert_int_equal(fake_count("creates"), creates);
+
+    /* On a node, shareable like device chunks; without one, the driver
+     * wants no handle type. */
+    assert_int_equal(be->host_chunk_create(b.ctx, 0, 4 * M, &h0), 0);
+    assert_int_equal(fake_count("fd_creates"), fds + 1);
+    assert_int_equal(be->host_chunk_create(b.ctx, -1, 2 * M, &h1), 0);
+    assert_int_equal(fake_count("fd_creates"), fds + 1);
+    assert_int_equal(fake_count("host_allocs"), 2);
+    assert_int_equal(fake_count("host_bytes"), (long)(6 * M));
+    /* The host tier full: not an error worth a line. */
+    check_host_create(&b, 0, 4 * M, -ENOMEM, NULL);
+    assert_int_equal(be->chunk_create(b.ctx, 1, 2 * M, &hd), 0);
+
+    assert_int_equal(be->reserve(b.ctx, 16 * M, 0, (void **)&va), 0);
+    assert_int_equal(be->map(b.ctx, va, 4 * M, h0), 0);
+    assert_int_equal(be->map(b.ctx, va + 4 * M, 2 * M, h1), 0);
+    assert_int_equal(be->map(b.ctx, va + 8 * M, 2 * M, hd), 0);
+    /* Every device reaches host memory, peers or not, and the CPU too. */
+    assert_int_equal(be->set_access_host(b.ctx, va, 6 * M, devs, 2), 0);
+    tu_fill(va, 6 * M, 31);
+    assert_int_equal(be->set_access(b.ctx, va, 6 * M, devs, 2), 0);
+    assert_int_equal(be->set_access_host(b.ctx, va, 6 * M, NULL, 0), 0);
+    /* Host access to a device's memory is the driver's to refuse. */
+    tu_capture_start(&cap);
+    int rc = be->set_access_host(b.ctx, va + 8 * M, 2 * M, devs + 1, 1);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    if (tu_count_log_lines(buf) != 1 ||
+        count_lines_with(buf, "CUDA_ERROR_INVALID_VALUE") != 1)
+        fail_msg("want one line naming the driver's error, got:\n%s", buf);
+    assert_int_equal(be->set_access_host(b.ctx, va, 6 * M, devs, 3),
+                     -EINVAL);
+
+    /* A second view of h0 shows the same memory. */
+    assert_int_equal(be->map(b.ctx, va + 12 * M, 4 * M, h0), 0);
+    assert_int_equal(be->set_access_host(b.ctx, va + 12 * M, 4 * M, devs, 2),
+                     0);
+    tu_assert_pattern(va + 12 * M, 4 * M, 31);
+    strcpy(va + 12 * M + 5, "both");
+    assert_string_equal(va + 5, "both");
+    assert_int_equal(fake_count("current"), 0);
+
+    /* Released and unmapped, the host memory goes back: all of it can be
+     * had again. */
+    assert_int_equal(be->chunk_release(b.ctx, h0), 0);
+    assert_int_equal(be->chunk_release(b.ctx, h1), 0);
+    assert_int_equal(be->chunk_release(b.ctx, hd), 0);
+    assert_int_equal(be->unmap(b.ctx, va, 6 * M), 0);
+    assert_int_equal(fake_count("host_bytes"), (long)(4 * M));
+    assert_int_equal(be->unmap(b.ctx, va + 8 * M, 2 * M), 0);
+    assert_int_equal(be->unmap(b.ctx, va + 12 * M, 4 * M), 0);
+    assert_int_equal(fake_count("host_bytes"), 0);
+    check_host_create(&b, nnuma - 1, 8 * M, 0, NULL);
+    assert_int_equal(be->unreserve(b.ctx, va, 16 * M), 0);
+    backend_close(&b);
+}
+
+/* The driver's side: granularity, shareable handles refused, the CPU named
+ * by another location type, failures, and drivers before 12.2. */
+static void test_fake_host_driver(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    ump_handle_t h, hd;
+    char *va;
+
+    backend_open(&b, "hostgran=4");
+    long creates = fake_count("creates");
+    check_host_create(&b, 0, 2 * M, -EINVAL, "granularity 4194304");
+    check_host_create(&b, -1, 6 * M, -EINVAL, "granularity 4194304");
+    assert_int_equal(fake_count("creates"), creates);
+    check_host_create(&b, 0, 4 * M, 0, NULL);
+    backend_close(&b);
+
+    backend_open(&b, "nofd");
+    long fds = fake_count("fd_creates");
+    check_host_create(&b, 0, 2 * M, 0, NULL);
+    check_host_create(&b, 0, 2 * M, 0, NULL);
+    assert_int_equal(fake_count("fd_creates"), fds);
+    backend_close(&b);
+
+    /* A driver that wants HOST for the CPU: learnt once, then kept. */
+    backend_open(&b, "cpuhost");
+    assert_int_equal(b.be->reserve(b.ctx, 4 * M, 0, (void **)&va), 0);
+    assert_int_equal(b.be->host_chunk_create(b.ctx, 0, 2 * M, &h), 0);
+    assert_int_equal(b.be->chunk_create(b.ctx, 0, 2 * M, &hd), 0);
+    assert_int_equal(b.be->map(b.ctx, va, 2 * M, h), 0);
+    assert_int_equal(b.be->map(b.ctx, va + 2 * M, 2 * M, hd), 0);
+    long calls = fake_count("set_access_calls");
+    assert_int_equal(b.be->set_access_host(b.ctx, va, 2 * M, (int[]){0}, 1),
+                     0);
+    assert_int_equal(fake_count("set_access_calls"), calls + 2);
+    assert_int_equal(b.be->set_access_host(b.ctx, va, 2 * M, (int[]){0}, 1),
+                     0);
+    assert_int_equal(fake_count("set_access_calls"), calls + 3);
+    va[0] = 1;
+    assert_int_equal(b.be->set_access_host(b.ctx, va + 2 * M, 2 * M,
+                                           (int[]){0}, 1), -EINVAL);
+    assert_int_equal(b.be->unmap(b.ctx, va, 4 * M), 0);
+    assert_int_equal(b.be->chunk_release(b.ctx, h), 0);
+    assert_int_equal(b.be->chunk_release(b.ctx, hd), 0);
+    assert_int_equal(b.be->unreserve(b.ctx, va, 4 * M), 0);
+    backend_close(&b);
+
+    backend_open(&b, "fail=cuMemCreate:1:2");
+    check_host_create(&b, 0, 2 * M, -ENOMEM, NULL);
+    backend_close(&b);
+    backend_open(&b, "fail=cuMemCreate:1:999");
+    check_host_create(&b, 0, 2 * M, -EIO, "CUDA error 999");
+    backend_close(&b);
+
+    backend_open(&b, "driver=12010");
+    check_host_create(&b, 0, 2 * M, -ENOTSUP, "needs 12.2");
+    assert_int_equal(b.be->set_access_host(b.ctx, NULL, 2 * M, NULL, 0),
+                     -ENOTSUP);
+    backend_close(&b);
+}
+
 /* --- the fake driver: topology discovery -------------------------------- */
 
 struct opened {
@@ -1058,6 +1250,8 @@ NO_FAKE(test_fake_event_contexts)
 NO_FAKE(test_fake_threads)
 NO_FAKE(test_fake_auto)
 NO_FAKE(test_fake_fork)
+NO_FAKE(test_fake_host_chunks)
+NO_FAKE(test_fake_host_driver)
 NO_FAKE(test_fake_topology_pcie)
 NO_FAKE(test_fake_topology_nvlink)
 #endif /* HAVE_CUDA_H */
@@ -1086,6 +1280,8 @@ int main(void)
         cmocka_unit_test_setup(test_fake_threads, test_setup),
         cmocka_unit_test_setup(test_fake_auto, test_setup),
         cmocka_unit_test_setup(test_fake_fork, test_setup),
+        cmocka_unit_test_setup(test_fake_host_chunks, test_setup),
+        cmocka_unit_test_setup(test_fake_host_driver, test_setup),
         cmocka_unit_test_setup(test_fake_topology_pcie, test_setup),
         cmocka_unit_test_setup(test_fake_topology_nvlink, test_setup),
     };

@@ -2,7 +2,6 @@
  * the queue, limits, injected faults, and nothing left behind. */
 #include "config.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,36 +16,9 @@
 
 #include "crc32c.h"
 #include "nvme.h"
+#include "testutil.h"
 
 #define MIB ((size_t)1 << 20)
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    if (!d)
-        return -1;
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-static int count_entries(const char *path)
-{
-    DIR *d = opendir(path);
-    struct dirent *e;
-    int n = 0;
-
-    if (!d)
-        return -1;
-    while ((e = readdir(d)))
-        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
-    closedir(d);
-    return n;
-}
 
 /* A fresh spill directory under base; NULL when base is not usable. */
 static char *make_dir(const char *base)
@@ -64,7 +36,7 @@ static char *make_dir(const char *base)
 
 static void drop_dir(char *path)
 {
-    assert_int_equal(count_entries(path), 0);
+    assert_int_equal(tu_count_entries(path), 0);
     assert_int_equal(rmdir(path), 0);
     free(path);
 }
@@ -162,7 +134,7 @@ static void round_trip(struct nvme_store *st, size_t slot_size, int nslots,
 
 static void run_case(const struct store_case *c)
 {
-    int fds = count_fds();
+    int fds = tu_count_fds();
     char *dir = make_dir(c->base);
 
     if (!dir) {
@@ -187,7 +159,7 @@ static void run_case(const struct store_case *c)
     round_trip(st, MIB, 24, 7);
     nvme_close(st);
     drop_dir(dir);
-    assert_int_equal(count_fds(), fds);
+    assert_int_equal(tu_count_fds(), fds);
 }
 
 static void test_tmp(void **state)

@@ -39,6 +39,22 @@ static void *open_sim(int ndev, size_t mem, struct ump_topology *topo)
     return ctx;
 }
 
+/* Like open_sim, with a host tier of host_limit bytes (0: the default). */
+static void *open_sim_host(int ndev, size_t mem, size_t host_limit,
+                           struct ump_topology *topo)
+{
+    struct ump_config cfg;
+    void *ctx = NULL;
+
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.sim_devices = ndev;
+    cfg.sim_device_mem = mem;
+    cfg.host_limit = host_limit;
+    assert_int_equal(B->open(&cfg, topo, &ctx), 0);
+    assert_non_null(ctx);
+    return ctx;
+}
+
 /* The permissions of the mapping holding p in /proc/self/maps ("rw-s"),
  * or "" when nothing is mapped there. */
 static void prot_of(const void *p, char perms[5])
@@ -224,22 +240,20 @@ static void test_map_access_unmap(void **state)
     B->close(ctx);
 }
 
-static void test_two_views(void **state)
+/* The same handle at two addresses is legal in CUDA: both show one
+ * memory. grant: set_access or set_access_host. */
+static void check_two_views(void *ctx, ump_handle_t h,
+                            int (*grant)(void *, void *, size_t, const int *,
+                                         int))
 {
-    struct ump_topology topo;
-    void *ctx = open_sim(1, 64 * MiB, &topo);
     int dev = 0;
-    ump_handle_t h;
     char *va;
 
-    (void)state;
     assert_int_equal(B->reserve(ctx, 8 * G, 0, (void **)&va), 0);
-    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &h), 0);
-    /* The same handle at two addresses is legal in CUDA. */
     assert_int_equal(B->map(ctx, va, 2 * G, h), 0);
     assert_int_equal(B->map(ctx, va + 4 * G, 2 * G, h), 0);
-    assert_int_equal(B->set_access(ctx, va, 2 * G, &dev, 1), 0);
-    assert_int_equal(B->set_access(ctx, va + 4 * G, 2 * G, &dev, 1), 0);
+    assert_int_equal(grant(ctx, va, 2 * G, &dev, 1), 0);
+    assert_int_equal(grant(ctx, va + 4 * G, 2 * G, &dev, 1), 0);
     for (size_t i = 0; i < 2 * G; i += 4096)
         va[i] = (char)(i >> 12);
     for (size_t i = 0; i < 2 * G; i += 4096)
@@ -252,6 +266,22 @@ static void test_two_views(void **state)
     assert_string_equal(va + 4 * G + 100, "back");
     assert_int_equal(B->unmap(ctx, va + 4 * G, 2 * G), 0);
     assert_int_equal(B->unreserve(ctx, va, 8 * G), 0);
+}
+
+static void test_two_views(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim_host(1, 64 * MiB, 8 * MiB, &topo);
+    ump_handle_t h;
+
+    (void)state;
+    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &h), 0);
+    check_two_views(ctx, h, B->set_access);
+    assert_int_equal(B->host_chunk_create(ctx, 0, 2 * G, &h), 0);
+    check_two_views(ctx, h, B->set_access_host);
+    /* Both went back with their last unmap. */
+    assert_int_equal(B->host_chunk_create(ctx, -1, 8 * MiB, &h), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, 64 * MiB, &h), 0);
     B->close(ctx);
 }
 
@@ -469,6 +499,216 @@ static void test_many_mappings(void **state)
     /* Every release took effect at the unmap: the device is empty. */
     assert_int_equal(B->chunk_create(ctx, 0, N * G, &h[0]), 0);
     free(h);
+    B->close(ctx);
+}
+
+/* --- host chunks ------------------------------------------------------ */
+
+static void test_host_chunks(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim_host(2, 64 * MiB, 64 * MiB, &topo);
+    int devs[2] = {0, 1}, bad = 2;
+    ump_handle_t hh, hd, hx;
+    char *va;
+
+    (void)state;
+    assert_int_equal(topo.nnuma, 1);
+    /* Bad node, bad size. */
+    assert_int_equal(B->host_chunk_create(ctx, 1, G, &hx), -EINVAL);
+    assert_int_equal(B->host_chunk_create(ctx, -2, G, &hx), -EINVAL);
+    assert_int_equal(B->host_chunk_create(ctx, 0, 0, &hx), -EINVAL);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G / 2, &hx), -EINVAL);
+
+    assert_int_equal(B->reserve(ctx, 8 * G, 0, (void **)&va), 0);
+    assert_int_equal(B->host_chunk_create(ctx, -1, 2 * G, &hh), 0);
+    assert_int_equal(B->chunk_create(ctx, 1, G, &hd), 0);
+    /* The strictness of device chunks holds for host chunks. */
+    assert_int_equal(B->map(ctx, va, G, hh), -EINVAL);
+    assert_int_equal(B->map(ctx, va, 2 * G, hh), 0);
+    assert_int_equal(B->map(ctx, va, 2 * G, hh), -EINVAL);
+    assert_int_equal(B->map(ctx, va + 2 * G, G, hd), 0);
+    assert_prot(va, "---s");
+    assert_int_equal(B->unmap(ctx, va, G), -EINVAL);
+
+    /* Host access needs host memory in every granule of the range, and
+     * known devices; the refused calls change nothing. */
+    assert_int_equal(B->set_access_host(ctx, va + 2 * G, G, devs, 2),
+                     -EINVAL);
+    assert_int_equal(B->set_access_host(ctx, va, 3 * G, devs, 2), -EINVAL);
+    assert_int_equal(B->set_access_host(ctx, va, 4 * G, devs, 2), -EINVAL);
+    assert_int_equal(B->set_access_host(ctx, va, 2 * G, &bad, 1), -EINVAL);
+    assert_int_equal(B->set_access_host(ctx, va, 2 * G, NULL, 1), -EINVAL);
+    assert_int_equal(B->set_access_host(ctx, va + 4096, G, devs, 2),
+                     -EINVAL);
+    assert_prot(va, "---s");
+    assert_prot(va + 2 * G, "---s");
+    assert_int_equal(B->set_access_host(ctx, va, 2 * G, devs, 2), 0);
+    assert_prot(va, "rw-s");
+    assert_prot(va + 2 * G - 1, "rw-s");
+    assert_prot(va + 2 * G, "---s");
+    memset(va, 0x3c, 2 * G);
+    /* Copies reach it like any accessible memory. */
+    assert_int_equal(B->memset_async(ctx, va + 10, 1, 10, NULL), 0);
+    assert_int_equal(va[19], 1);
+    assert_int_equal((unsigned char)va[20], 0x3c);
+    /* The CPU alone may be given access to host memory. */
+    assert_int_equal(B->set_access_host(ctx, va, 2 * G, NULL, 0), 0);
+    /* set_access works on host memory too, over a mixed range. */
+    assert_int_equal(B->set_access(ctx, va, 3 * G, devs, 2), 0);
+    assert_prot(va + 2 * G, "rw-s");
+
+    assert_int_equal(B->unmap(ctx, va, 3 * G), 0);
+    assert_int_equal(B->chunk_release(ctx, hh), 0);
+    assert_int_equal(B->chunk_release(ctx, hh), -EINVAL);
+    assert_int_equal(B->chunk_release(ctx, hd), 0);
+    assert_int_equal(B->unreserve(ctx, va, 8 * G), 0);
+    B->close(ctx);
+}
+
+/* The host tier fills up like a device, apart from the devices, and its
+ * released memory comes back, scrubbed. */
+static void test_host_capacity(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim_host(1, 4 * G, 4 * G, &topo);
+    ump_handle_t h[5], hd;
+    char *va;
+    int n = 0, err;
+
+    (void)state;
+    while ((err = B->host_chunk_create(ctx, 0, G, &h[n])) == 0) {
+        n++;
+        assert_true(n <= 4);
+    }
+    assert_int_equal(err, -ENOMEM);
+    assert_int_equal(n, 4);
+    /* A full host tier leaves the device alone, and the other way round. */
+    assert_int_equal(B->chunk_create(ctx, 0, 4 * G, &hd), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[4]), -ENOMEM);
+    assert_int_equal(B->chunk_release(ctx, hd), 0);
+
+    /* Released while mapped: the memory stays until the unmap. */
+    assert_int_equal(B->reserve(ctx, G, 0, (void **)&va), 0);
+    assert_int_equal(B->map(ctx, va, G, h[2]), 0);
+    assert_int_equal(B->set_access_host(ctx, va, G, (int[]){0}, 1), 0);
+    memset(va, 0xab, G);
+    assert_int_equal(B->chunk_release(ctx, h[2]), 0);
+    assert_int_equal((unsigned char)va[G - 1], 0xab);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[2]), -ENOMEM);
+    assert_int_equal(B->unmap(ctx, va, G), 0);
+    /* The only free extent is the one just punched: it reads zeros. */
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[2]), 0);
+    assert_int_equal(B->map(ctx, va, G, h[2]), 0);
+    assert_int_equal(B->set_access_host(ctx, va, G, (int[]){0}, 1), 0);
+    for (size_t i = 0; i < G; i += 512)
+        assert_int_equal(va[i], 0);
+    assert_int_equal(B->unmap(ctx, va, G), 0);
+    assert_int_equal(B->unreserve(ctx, va, G), 0);
+
+    /* All released: the whole tier can be had again, in one piece. */
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(B->chunk_release(ctx, h[i]), 0);
+    assert_int_equal(B->host_chunk_create(ctx, -1, 4 * G, &h[0]), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[1]), -ENOMEM);
+    B->close(ctx);
+}
+
+/* host_limit 0: a quarter of physical memory, in whole granules (sparse:
+ * creating it costs no RAM). */
+static void test_host_default_limit(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim_host(1, 64 * MiB, 0, &topo);
+    size_t want = (size_t)sysconf(_SC_PHYS_PAGES) / 4 *
+                  (size_t)sysconf(_SC_PAGESIZE) / G * G;
+    ump_handle_t h;
+
+    (void)state;
+    assert_true(want > 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, want + G, &h), -ENOMEM);
+    assert_int_equal(B->host_chunk_create(ctx, 0, want, &h), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h), -ENOMEM);
+    B->close(ctx);
+}
+
+/* One host memory per NUMA node of the topology, and host memory reaches
+ * devices that are not each other's peers. */
+static void test_host_numa(void **state)
+{
+    struct ump_topology topo;
+    struct ump_config cfg;
+    ump_handle_t h0, h1, hd, hx;
+    void *ctx = NULL;
+    char *va;
+
+    (void)state;
+    if (!getenv("UMPOOL_TOPOLOGY_DIR"))
+        skip();
+    memset(&cfg, 0, sizeof(cfg));
+    strcpy(cfg.sim_topology, "pcie-4gpu");
+    cfg.sim_device_mem = 8 * MiB;
+    cfg.host_limit = 4 * MiB + 4096; /* rounded down to the granule */
+    assert_int_equal(B->open(&cfg, &topo, &ctx), 0);
+    assert_int_equal(topo.nnuma, 2);
+    assert_false(topo.link[0][2].peer);
+    assert_int_equal(B->host_chunk_create(ctx, 2, G, &hx), -EINVAL);
+    assert_int_equal(B->host_chunk_create(ctx, 1, 6 * MiB, &hx), -ENOMEM);
+    assert_int_equal(B->host_chunk_create(ctx, 1, 4 * MiB, &h1), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 1, G, &hx), -ENOMEM);
+    assert_int_equal(B->host_chunk_create(ctx, 0, 4 * MiB, &h0), 0);
+    assert_int_equal(B->chunk_create(ctx, 2, G, &hd), 0);
+
+    assert_int_equal(B->reserve(ctx, 16 * MiB, 0, (void **)&va), 0);
+    assert_int_equal(B->map(ctx, va, 4 * MiB, h0), 0);
+    assert_int_equal(B->map(ctx, va + 4 * MiB, 4 * MiB, h1), 0);
+    assert_int_equal(B->map(ctx, va + 8 * MiB, G, hd), 0);
+    int far[2] = {0, 2};
+    assert_int_equal(B->set_access(ctx, va + 8 * MiB, G, far, 2), -EINVAL);
+    assert_int_equal(B->set_access(ctx, va, 8 * MiB, far, 2), 0);
+    assert_int_equal(B->set_access_host(ctx, va, 8 * MiB, far, 2), 0);
+    /* Two nodes, two memories. */
+    memset(va, 1, 4 * MiB);
+    memset(va + 4 * MiB, 2, 4 * MiB);
+    assert_int_equal(va[4 * MiB - 1], 1);
+    assert_int_equal(va[4 * MiB], 2);
+    assert_int_equal(B->unmap(ctx, va, 8 * MiB + G), 0);
+    assert_int_equal(B->unreserve(ctx, va, 16 * MiB), 0);
+    assert_int_equal(B->chunk_release(ctx, h0), 0);
+    assert_int_equal(B->chunk_release(ctx, h1), 0);
+    assert_int_equal(B->chunk_release(ctx, hd), 0);
+    B->close(ctx);
+}
+
+static void test_host_fault(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim_host(1, 8 * MiB, 4 * MiB, &topo);
+    ump_handle_t h[2], hd;
+
+    (void)state;
+    /* The second call fails, without taking memory; chunk_create's count
+     * is its own. */
+    assert_int_equal(sim_inject_fault(ctx, "host_chunk_create", 2, -EIO), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &hd), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[0]), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[1]), -EIO);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[1]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[0]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[1]), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, 4 * MiB, &h[0]), 0);
+    assert_int_equal(B->chunk_release(ctx, h[0]), 0);
+
+    assert_int_equal(sim_inject_fault(ctx, "chunk_create", 1, -EIO), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h[0]), 0);
+    assert_int_equal(B->chunk_create(ctx, 0, G, &h[1]), -EIO);
+    /* Faults come before the checks, as the driver's failures would. */
+    assert_int_equal(sim_inject_fault(ctx, "host_chunk_create", 1, -ENOMEM),
+                     0);
+    assert_int_equal(B->host_chunk_create(ctx, 5, G, &h[1]), -ENOMEM);
+    assert_int_equal(B->host_chunk_create(ctx, 5, G, &h[1]), -EINVAL);
+    assert_int_equal(B->chunk_release(ctx, h[0]), 0);
+    assert_int_equal(B->chunk_release(ctx, hd), 0);
     B->close(ctx);
 }
 
@@ -801,49 +1041,64 @@ static void test_close_with_leftovers(void **state)
     void *ctx = open_sim(2, 64 * MiB, &topo);
     ump_handle_t h, h2;
     void *s, *ev;
-    char *va;
+    char *va, *hva;
 
     (void)state;
     va = map_new(ctx, 0, 2 * G, &h);
     assert_int_equal(B->chunk_create(ctx, 1, G, &h2), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h2), 0);
+    assert_int_equal(B->reserve(ctx, 2 * G, 0, (void **)&hva), 0);
+    assert_int_equal(B->map(ctx, hva + G, G, h2), 0);
+    assert_int_equal(B->set_access_host(ctx, hva + G, G, (int[]){0}, 1), 0);
+    hva[G] = 1;
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &h2), 0);
     assert_int_equal(B->stream_create(ctx, 1, &s), 0);
     assert_int_equal(B->event_create(ctx, &ev), 0);
     assert_int_equal(B->memset_async(ctx, va, 1, 2 * G, s), 0);
     assert_int_equal(B->event_record(ctx, ev, s), 0);
     B->close(ctx);
     assert_prot(va, "");
+    assert_prot(hva + G, "");
 }
 
 static void test_close_in_child(void **state)
 {
     struct ump_topology topo;
     void *ctx = open_sim(1, 64 * MiB, &topo);
-    ump_handle_t h;
+    ump_handle_t h, hh;
     int status;
     pid_t pid;
     void *s;
-    char *va;
+    char *va, *hva;
 
     (void)state;
     va = map_new(ctx, 0, G, &h);
+    assert_int_equal(B->reserve(ctx, G, 0, (void **)&hva), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, G, &hh), 0);
+    assert_int_equal(B->map(ctx, hva, G, hh), 0);
+    assert_int_equal(B->set_access_host(ctx, hva, G, (int[]){0}, 1), 0);
     assert_int_equal(B->stream_create(ctx, 0, &s), 0);
     va[0] = 5;
+    hva[0] = 6;
     pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        char perms[5];
+        char perms[5], hperms[5];
 
         B->close_in_child(ctx);
         prot_of(va, perms);
-        _exit(perms[0] == '\0' ? 0 : 1);
+        prot_of(hva, hperms);
+        _exit(perms[0] == '\0' && hperms[0] == '\0' ? 0 : 1);
     }
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status));
     assert_int_equal(WEXITSTATUS(status), 0);
     /* The parent still has everything. */
     assert_int_equal(va[0], 5);
+    assert_int_equal(hva[0], 6);
     assert_int_equal(B->stream_destroy(ctx, s), 0);
     unmap_free(ctx, va, G, h);
+    unmap_free(ctx, hva, G, hh);
     B->close(ctx);
 }
 
@@ -861,6 +1116,11 @@ int main(void)
         cmocka_unit_test(test_punch_hole),
         cmocka_unit_test(test_reserve_alignment),
         cmocka_unit_test(test_many_mappings),
+        cmocka_unit_test(test_host_chunks),
+        cmocka_unit_test(test_host_capacity),
+        cmocka_unit_test(test_host_default_limit),
+        cmocka_unit_test(test_host_numa),
+        cmocka_unit_test(test_host_fault),
         cmocka_unit_test(test_stream_order),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_default_stream),

@@ -16,6 +16,7 @@
 #ifndef UMP_TESTUTIL_H
 #define UMP_TESTUTIL_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -514,6 +515,37 @@ static inline int tu_count_log_lines(const char *buf)
 }
 
 /* A small deterministic generator for tests (xorshift64*). */
+/* Open file descriptors of the process, not counting the one reading them
+ * (compare two counts: no descriptor left behind). */
+static inline int tu_count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n - 1;
+}
+
+/* Entries of a directory, "." and ".." aside; -1 when it cannot be read. */
+static inline int tu_count_entries(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
 static inline uint64_t tu_rand(uint64_t *state)
 {
     uint64_t x = *state ? *state : 0x853c49e6748fea9bull;

@@ -11,6 +11,9 @@
  *   placement  each policy on each simulated machine: where a synthetic
  *          multi-GPU workload lands and its modeled bandwidth
  *          (bench_placement.c).
+ *   offload  the tiers: spill and restore throughput next to raw copies
+ *          and disk I/O of the same run, and an oversubscribed loop
+ *          (bench_offload.c).
  */
 #include "config.h"
 
@@ -76,6 +79,8 @@ struct opts {
     int threads;
     uint64_t iters;
     bool alloc_opts; /* an alloc-only option was given */
+    struct bench_offload_opts off;
+    bool offload_opts; /* an offload-only option was given */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -102,12 +107,25 @@ static void usage(FILE *f)
             "  placement  each placement policy on each simulated machine:\n"
             "          a synthetic workload's spread over the devices and its\n"
             "          modeled read bandwidth\n"
+            "  offload the host and NVMe tiers: spill and restore throughput\n"
+            "          device<->host and host<->NVMe next to raw baselines of\n"
+            "          the same run (memcpy on sim, pinned cuMemcpy on cuda;\n"
+            "          fio when in PATH, else io_uring with O_DIRECT), and a\n"
+            "          loop over offloadable tensors 3x the device budget\n"
+            "    --dir DIR      spill directory (default $TMPDIR unless it is\n"
+            "                   tmpfs, else /var/tmp)\n"
+            "    --size BYTES   bytes per transfer, a multiple of 1M, min 4M\n"
+            "                   (default 256M; 1G with backend:cuda)\n"
+            "    --budget BYTES the loop's device budget (default --size / 2,\n"
+            "                   min 8M)\n"
+            "    --reps N       repetitions; medians are shown (default 3)\n"
             "\n"
             "options:\n"
             "  --json         one JSON object on stdout instead of text\n"
             "  --config STR   pool configuration \"key:value,...\"\n"
             "                 (alloc: \"%s\",\n"
-            "                  demo: \"%s\")\n"
+            "                  demo: \"%s\";\n"
+            "                  offload: appended to its own keys)\n"
             "  --help         this text\n"
             "\n"
             "exit status: 0 ok, 1 failure, 2 usage error\n",
@@ -126,50 +144,9 @@ static void usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
-          "scenarios: alloc, demo, placement; see umpool-bench --help\n",
+          "scenarios: alloc, demo, placement, offload; see umpool-bench "
+          "--help\n",
           stderr);
-}
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Writes size in binary units: "256 B", "64 KiB", "1.5 GiB". */
-static const char *fmt_size(size_t size, char *buf, size_t len)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    unsigned u = 0;
-    size_t unit = 1;
-
-    while (u + 1 < sizeof(units) / sizeof(units[0]) && size >= unit * 1024) {
-        unit *= 1024;
-        u++;
-    }
-    if (size % unit == 0)
-        snprintf(buf, len, "%zu %s", size / unit, units[u]);
-    else
-        snprintf(buf, len, "%.2f %s", (double)size / (double)unit, units[u]);
-    return buf;
-}
-
-static void json_string(FILE *f, const char *s)
-{
-    fputc('"', f);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-
-        if (c == '"' || c == '\\')
-            fprintf(f, "\\%c", c);
-        else if (c < 0x20)
-            fprintf(f, "\\u%04x", c);
-        else
-            fputc(c, f);
-    }
-    fputc('"', f);
 }
 
 /* Parses a decimal count; false on junk, sign, or overflow. */
@@ -239,6 +216,44 @@ static bool parse_sizes(const char *list, struct opts *o)
     return true;
 }
 
+/* One of offload's options into off; 0, or -EINVAL after printing why. */
+static int parse_offload_opt(const char *name, const char *val,
+                             struct bench_offload_opts *off)
+{
+    if (!strcmp(name, "--dir")) {
+        /* ',' would end the value inside the pool's config string. */
+        if (!*val || strchr(val, ',')) {
+            usage_error("bad --dir '%s' (a directory, without ',')", val);
+            return -EINVAL;
+        }
+        off->dir = val;
+    } else if (!strcmp(name, "--size")) {
+        if (!parse_size(val, &off->size) ||
+            off->size < BENCH_OFFLOAD_MIN_SIZE || off->size % MiB) {
+            usage_error("bad --size '%s' (a multiple of 1M, at least %zuM)",
+                        val, BENCH_OFFLOAD_MIN_SIZE / MiB);
+            return -EINVAL;
+        }
+    } else if (!strcmp(name, "--budget")) {
+        if (!parse_size(val, &off->budget) ||
+            off->budget < BENCH_OFFLOAD_MIN_BUDGET) {
+            usage_error("bad --budget '%s' (at least %zuM)", val,
+                        BENCH_OFFLOAD_MIN_BUDGET / MiB);
+            return -EINVAL;
+        }
+    } else {
+        uint64_t v;
+
+        if (!parse_u64(val, &v) || v < 1 || v > BENCH_OFFLOAD_MAX_REPS) {
+            usage_error("bad --reps '%s' (1..%d)", val,
+                        BENCH_OFFLOAD_MAX_REPS);
+            return -EINVAL;
+        }
+        off->reps = (int)v;
+    }
+    return 0;
+}
+
 /* 0 on success, EXIT_USAGE after printing why, -1 after --help. */
 static int parse_args(int argc, char **argv, struct opts *o)
 {
@@ -286,7 +301,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
             continue;
         }
         takes_value = !strcmp(name, "--config") || !strcmp(name, "--sizes") ||
-                      !strcmp(name, "--threads") || !strcmp(name, "--iters");
+                      !strcmp(name, "--threads") || !strcmp(name, "--iters") ||
+                      !strcmp(name, "--dir") || !strcmp(name, "--size") ||
+                      !strcmp(name, "--budget") || !strcmp(name, "--reps");
         if (!takes_value) {
             usage_error("unknown option '%s'", a);
             return EXIT_USAGE;
@@ -300,6 +317,11 @@ static int parse_args(int argc, char **argv, struct opts *o)
         }
         if (!strcmp(name, "--config")) {
             o->config = val;
+        } else if (!strcmp(name, "--dir") || !strcmp(name, "--size") ||
+                   !strcmp(name, "--budget") || !strcmp(name, "--reps")) {
+            if (parse_offload_opt(name, val, &o->off))
+                return EXIT_USAGE;
+            o->offload_opts = true;
         } else if (!strcmp(name, "--sizes")) {
             if (!parse_sizes(val, o)) {
                 usage_error("bad --sizes '%s' (sizes > 0 like 256,64K,1M, "
@@ -497,20 +519,6 @@ static void jemalloc_load(struct bench_ctx *ctx, char **argv)
 }
 
 /* ---- alloc: CUDA baselines, loaded at run time -------------------------- */
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-
-    return (x > y) - (x < y);
-}
-
-/* Sorts v in place; n > 0. */
-static double median(double *v, size_t n)
-{
-    qsort(v, n, sizeof(*v), cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 #ifdef BENCH_CUDA
 /* A function pointer of a struct, filled by name. */
@@ -2267,6 +2275,10 @@ int main(int argc, char **argv)
         return 0;
     if (rc)
         return rc;
+    if (o.offload_opts && strcmp(o.scenario, "offload")) {
+        usage_error("--dir, --size, --budget and --reps belong to offload");
+        return EXIT_USAGE;
+    }
     if (!strcmp(o.scenario, "alloc"))
         rc = scenario_alloc(&o, argv);
     else if (!strcmp(o.scenario, "demo")) {
@@ -2281,6 +2293,14 @@ int main(int argc, char **argv)
             return EXIT_USAGE;
         }
         rc = bench_placement(NULL, NULL, o.json);
+    } else if (!strcmp(o.scenario, "offload")) {
+        if (o.alloc_opts) {
+            usage_error("--sizes, --threads and --iters belong to alloc");
+            return EXIT_USAGE;
+        }
+        o.off.config = o.config;
+        o.off.json = o.json;
+        rc = bench_offload(&o.off);
     } else {
         usage_error("unknown scenario '%s'", o.scenario);
         return EXIT_USAGE;

@@ -43,11 +43,28 @@ struct backend_ops {
     /* -ENOMEM when the device is full. */
     int (*chunk_create)(void *ctx, int device, size_t size, ump_handle_t *h_p);
     int (*chunk_release)(void *ctx, ump_handle_t h);
+    /* Pinned host memory on NUMA node numa_node (-1: no preference), a chunk
+     * like a device's: mapped with map(), made usable with set_access_host().
+     * -ENOMEM when it cannot be had. On cuda: cuMemCreate with
+     * CU_MEM_LOCATION_TYPE_HOST_NUMA (HOST without a node). */
+    int (*host_chunk_create)(void *ctx, int numa_node, size_t size,
+                             ump_handle_t *h_p);
     int (*map)(void *ctx, void *va, size_t size, ump_handle_t h);
     int (*unmap)(void *ctx, void *va, size_t size);
     /* Read-write access for the listed devices (and the CPU on sim). */
     int (*set_access)(void *ctx, void *va, size_t size, const int *devices,
                       int ndevices);
+    /* Read-write access for the listed devices and the CPU, to a range where
+     * only host chunks are mapped (every device may reach host memory);
+     * ndevices may be 0: the CPU only. */
+    int (*set_access_host)(void *ctx, void *va, size_t size,
+                           const int *devices, int ndevices);
+
+    /* Optional (NULL: nothing to do): readies a mapped range for fast first
+     * use. The sim's mappings fault in each 4 KiB page on first touch, which
+     * device memory never does; the pool calls this, without its lock, on
+     * memory it has just brought back. Best effort: no error. */
+    void (*prefault)(void *ctx, void *va, size_t size);
 
     int (*stream_create)(void *ctx, int device, void **stream_p);
     int (*stream_destroy)(void *ctx, void *stream);
@@ -77,7 +94,8 @@ extern const struct backend_ops cuda_backend_ops;
 const char *cuda_unavailable_reason(void);
 
 /* Sim fault injection, for tests: the nth next call (1 = the next one) of
- * the named operation ("chunk_create", "map", "set_access", "unmap", "reserve") fails
+ * the named operation ("chunk_create", "host_chunk_create", "map", "set_access",
+ * "unmap", "reserve") fails
  * with err. n = 0 clears it. */
 int sim_inject_fault(void *ctx, const char *op, int nth, int err);
 

@@ -16,6 +16,10 @@
  *  - Handles are the driver's own (CUmemGenericAllocationHandle). Chunks are
  *    created with POSIX file descriptor handles where the device supports
  *    them, so that another process can later import them.
+ *  - Host chunks are pinned host memory in the same address space
+ *    (cuMemCreate on a HOST_NUMA location, HOST without a node; CUDA 12.2):
+ *    mapped like device chunks, made usable by every device and the CPU in
+ *    one cuMemSetAccess.
  *  - Streams are the driver's CUstreams; NULL is the legacy default stream of
  *    the calling thread's current context (device 0's primary context when
  *    there is none). An event is created lazily in the context of the stream
@@ -40,8 +44,9 @@
  * copies, deferred frees), context save and restore, fork, and topology
  * discovery from a fake sysfs tree and a fake NVML. What only a GPU can
  * show: that the real driver accepts these calls in this order, the ABI
- * versions returned by cuGetProcAddress, real NVML and sysfs contents, and
- * the timings.
+ * versions returned by cuGetProcAddress, real NVML and sysfs contents, the
+ * location type the driver wants for the CPU in cuMemSetAccess on host
+ * chunks (both are tried), and the timings.
  */
 #include "config.h"
 
@@ -370,10 +375,26 @@ struct cuda_ctx {
     size_t gran[UMP_MAX_DEVICES];
     /* Cleared when the driver refuses shareable handles on the device. */
     atomic_bool fd_handles[UMP_MAX_DEVICES];
+    atomic_bool host_fd_handles; /* the same, for host NUMA chunks */
+    /* The location type that names the CPU in cuMemSetAccess, learnt from
+     * the driver (see cuda_set_access_host). */
+    atomic_int cpu_access_type;
+    int nnuma; /* host NUMA nodes: 0 .. nnuma-1 */
     pthread_mutex_t lock; /* guards the two lists below */
     struct cuda_stream *streams;
     struct cuda_event *events;
 };
+
+/* Host memory in VMM (HOST_NUMA, HOST) came with CUDA 12.2. The CPU is
+ * named in cuMemSetAccess by a host location: the documentation speaks of
+ * HOST_NUMA (its id ignored), so that is tried first and HOST second. */
+#define CUDA_HOST_VMM_VERSION 12020
+#if CUDA_VERSION >= CUDA_HOST_VMM_VERSION
+#define CPU_ACCESS_FIRST CU_MEM_LOCATION_TYPE_HOST_NUMA
+#define CPU_ACCESS_SECOND CU_MEM_LOCATION_TYPE_HOST
+#else
+#define CPU_ACCESS_FIRST 0
+#endif
 
 static bool device_ok(const struct cuda_ctx *c, int device, const char *op)
 {
@@ -566,6 +587,11 @@ static int cuda_open(const struct ump_config *cfg, struct ump_topology *topo,
         broken(err, "topology discovery failed");
         goto err_release;
     }
+    c->nnuma = t->nnuma > 0 ? t->nnuma : 1;
+    /* Host chunks ask for what device 0's chunks ask for, and fall back on
+     * their own. */
+    atomic_init(&c->host_fd_handles, atomic_load(&c->fd_handles[0]));
+    atomic_init(&c->cpu_access_type, CPU_ACCESS_FIRST);
     err = -pthread_mutex_init(&c->lock, NULL);
     if (err) {
         ump_log_error("cuda: pthread_mutex_init: %s", strerror(-err));
@@ -831,6 +857,185 @@ static int cuda_set_access(void *ctx, void *va, size_t size,
                             "cuMemSetAccess of [%p, +%zu) for %d devices",
                             va, size, ndevices);
 }
+
+#if CUDA_VERSION >= CUDA_HOST_VMM_VERSION
+
+/* False, logged, when the driver predates host memory in VMM. */
+static bool host_vmm_ok(const struct cuda_ctx *c, const char *op)
+{
+    if (c->api.driver_version >= CUDA_HOST_VMM_VERSION)
+        return true;
+    ump_log_error("cuda: %s: CUDA driver %d.%d has no pinned host memory in "
+                  "virtual memory management (needs %d.%d)", op,
+                  c->api.driver_version / 1000,
+                  c->api.driver_version % 1000 / 10,
+                  CUDA_HOST_VMM_VERSION / 1000,
+                  CUDA_HOST_VMM_VERSION % 1000 / 10);
+    return false;
+}
+
+/* cuMemCreate of pinned host memory, with the shareable-handle fallback of
+ * chunk_create. Device 0's context is current. */
+static CUresult host_create(struct cuda_ctx *c, CUmemAllocationProp *prop,
+                            size_t size, CUmemGenericAllocationHandle *h)
+{
+    /* HOST allocations cannot be shared: the driver wants no handle type. */
+    bool fd = prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA &&
+              atomic_load_explicit(&c->host_fd_handles, memory_order_relaxed);
+    CUresult res;
+
+    prop->requestedHandleTypes = fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+                                    : CU_MEM_HANDLE_TYPE_NONE;
+    res = c->api.cuMemCreate(h, size, prop, 0);
+    if ((res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_NOT_PERMITTED) &&
+        fd) {
+        atomic_store_explicit(&c->host_fd_handles, false,
+                              memory_order_relaxed);
+        ump_log_debug("cuda: host memory refuses shareable handles; host "
+                      "chunks are created without them");
+        prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
+        res = c->api.cuMemCreate(h, size, prop, 0);
+    }
+    return res;
+}
+
+static int cuda_host_chunk_create(void *ctx, int numa_node, size_t size,
+                                  ump_handle_t *h_p)
+{
+    struct cuda_ctx *c = ctx;
+    CUmemGenericAllocationHandle h = 0;
+    CUmemAllocationProp prop;
+    size_t gran = 0;
+    CUcontext saved;
+    CUresult res;
+    int err;
+
+    if (!host_vmm_ok(c, "host_chunk_create"))
+        return -ENOTSUP;
+    if (numa_node < -1 || numa_node >= c->nnuma) {
+        ump_log_error("cuda: host_chunk_create: no NUMA node %d (have %d)",
+                      numa_node, c->nnuma);
+        return -EINVAL;
+    }
+    memset(&prop, 0, sizeof(prop));
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = numa_node < 0 ? CU_MEM_LOCATION_TYPE_HOST
+                                       : CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.id = numa_node < 0 ? 0 : numa_node;
+    err = cuda_ctx_enter(&c->api, c->pctx[ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    res = c->api.cuMemGetAllocationGranularity(
+        &gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (res != CUDA_SUCCESS) {
+        cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
+        return cuda_fail(&c->api, res, UMP_LOG_ERROR,
+                         "cuMemGetAllocationGranularity of host node %d",
+                         numa_node);
+    }
+    if (!size || !gran || size % gran) {
+        cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
+        ump_log_error("cuda: host_chunk_create: size %zu is not a positive "
+                      "multiple of host node %d's granularity %zu", size,
+                      numa_node, gran);
+        return -EINVAL;
+    }
+    res = host_create(c, &prop, size, &h);
+    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
+    /* Out of pinnable memory is the host tier being full: debug only. */
+    if (res != CUDA_SUCCESS)
+        return cuda_fail(&c->api, res,
+                         res == CUDA_ERROR_OUT_OF_MEMORY ? UMP_LOG_DEBUG
+                                                         : UMP_LOG_ERROR,
+                         "cuMemCreate of %zu bytes on host node %d", size,
+                         numa_node);
+    *h_p = (ump_handle_t)h;
+    return 0;
+}
+
+/* One call: a descriptor per device, and the CPU's last. Should the driver
+ * refuse the CPU's location type, the other one is tried, and the one that
+ * works is kept for the next calls. */
+static int cuda_set_access_host(void *ctx, void *va, size_t size,
+                                const int *devices, int ndevices)
+{
+    struct cuda_ctx *c = ctx;
+    CUmemAccessDesc desc[UMP_MAX_DEVICES + 1];
+    CUmemLocationType cpu, other;
+    CUcontext saved;
+    CUresult res;
+    int err;
+
+    if (!host_vmm_ok(c, "set_access_host"))
+        return -ENOTSUP;
+    if (ndevices < 0 || ndevices > c->ndev || (ndevices && !devices)) {
+        ump_log_error("cuda: set_access_host: %d devices given (have %d)",
+                      ndevices, c->ndev);
+        return -EINVAL;
+    }
+    memset(desc, 0, sizeof(desc));
+    for (int i = 0; i < ndevices; i++) {
+        if (!device_ok(c, devices[i], "set_access_host"))
+            return -EINVAL;
+        desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc[i].location.id = devices[i];
+        desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    cpu = (CUmemLocationType)atomic_load_explicit(&c->cpu_access_type,
+                                                  memory_order_relaxed);
+    other = cpu == CPU_ACCESS_FIRST ? CPU_ACCESS_SECOND : CPU_ACCESS_FIRST;
+    desc[ndevices].location.type = cpu;
+    desc[ndevices].location.id = 0; /* ignored for host locations */
+    desc[ndevices].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    err = cuda_ctx_enter(&c->api, c->pctx[ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    res = c->api.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, size, desc,
+                                (size_t)ndevices + 1);
+    if (res == CUDA_ERROR_INVALID_VALUE) {
+        desc[ndevices].location.type = other;
+        res = c->api.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, size, desc,
+                                    (size_t)ndevices + 1);
+        if (res == CUDA_SUCCESS) {
+            atomic_store_explicit(&c->cpu_access_type, (int)other,
+                                  memory_order_relaxed);
+            ump_log_debug("cuda: the CPU's access to host chunks is set with "
+                          "location type %d", (int)other);
+        }
+    }
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemSetAccess of [%p, +%zu) for %d devices and "
+                            "the CPU (host memory)", va, size, ndevices);
+}
+
+#else /* cuda.h older than 12.2: no host locations to ask for */
+
+static int cuda_host_chunk_create(void *ctx, int numa_node, size_t size,
+                                  ump_handle_t *h_p)
+{
+    (void)ctx;
+    (void)numa_node;
+    (void)size;
+    (void)h_p;
+    ump_log_error("cuda: host_chunk_create: built with a cuda.h older than "
+                  "12.2, which has no pinned host memory in VMM");
+    return -ENOTSUP;
+}
+
+static int cuda_set_access_host(void *ctx, void *va, size_t size,
+                                const int *devices, int ndevices)
+{
+    (void)ctx;
+    (void)va;
+    (void)size;
+    (void)devices;
+    (void)ndevices;
+    ump_log_error("cuda: set_access_host: built with a cuda.h older than "
+                  "12.2, which has no pinned host memory in VMM");
+    return -ENOTSUP;
+}
+
+#endif /* CUDA_VERSION >= CUDA_HOST_VMM_VERSION */
 
 /* --- streams ----------------------------------------------------------- */
 
@@ -1136,9 +1341,11 @@ const struct backend_ops cuda_backend_ops = {
     .unreserve = cuda_unreserve,
     .chunk_create = cuda_chunk_create,
     .chunk_release = cuda_chunk_release,
+    .host_chunk_create = cuda_host_chunk_create,
     .map = cuda_map,
     .unmap = cuda_unmap,
     .set_access = cuda_set_access,
+    .set_access_host = cuda_set_access_host,
     .stream_create = cuda_stream_create,
     .stream_destroy = cuda_stream_destroy,
     .stream_sync = cuda_stream_sync,

@@ -7,6 +7,10 @@
  *    first-fit from a sorted free list; releasing it punches the hole, so
  *    its RAM goes back and the next chunk there reads zeros, as new device
  *    memory would on a GPU that scrubs it.
+ *  - Pinned host memory is the same on one memfd per host NUMA node, each
+ *    as large as the host tier (host_limit, or a quarter of RAM). Host
+ *    chunks map like device chunks; every device may be given access to
+ *    them, as every GPU reaches host memory over its link.
  *  - A reservation is PROT_NONE anonymous memory; map() puts the chunk's
  *    extent there (MAP_SHARED, still PROT_NONE) and set_access() makes it
  *    readable and writable; unmap() puts PROT_NONE anonymous memory back.
@@ -48,10 +52,11 @@ struct sim_extent {
 };
 
 struct sim_chunk {
-    int device;               /* -1: the slot is free */
+    int device;               /* -1: the slot is free; a node if host */
+    bool host;                /* on a host NUMA node, not a device */
     bool released;            /* chunk_release was called */
     unsigned maps;            /* mappings that still hold the memory */
-    size_t size, off;         /* extent in the device's memfd */
+    size_t size, off;         /* extent in the device's (node's) memfd */
     struct sim_extent *spare; /* gives the extent back without allocating */
     struct sim_chunk *next_free;
 };
@@ -78,11 +83,12 @@ struct sim_resv {
     struct sim_resv *next;
 };
 
-enum { FAULT_CHUNK_CREATE, FAULT_MAP, FAULT_SET_ACCESS, FAULT_UNMAP,
-       FAULT_RESERVE, FAULT_OPS };
+enum { FAULT_CHUNK_CREATE, FAULT_HOST_CHUNK_CREATE, FAULT_MAP,
+       FAULT_SET_ACCESS, FAULT_UNMAP, FAULT_RESERVE, FAULT_OPS };
 
 static const char *const fault_names[FAULT_OPS] = {
-    "chunk_create", "map", "set_access", "unmap", "reserve",
+    "chunk_create", "host_chunk_create", "map", "set_access", "unmap",
+    "reserve",
 };
 
 struct sim_ctx {
@@ -90,6 +96,8 @@ struct sim_ctx {
     struct ump_topology topo;
     int ndev;
     struct sim_device dev[UMP_MAX_DEVICES];
+    int nhost;                           /* host NUMA nodes, at least 1 */
+    struct sim_device host[UMP_MAX_NUMA];
     struct sim_chunk *slots;
     size_t nslots, slots_bytes;
     size_t slots_touched; /* slots handed out at least once */
@@ -256,15 +264,23 @@ static void extent_give(struct sim_device *d, size_t off, size_t len,
     }
 }
 
+/* The memory a live chunk is an extent of. Lock held. */
+static struct sim_device *chunk_mem(struct sim_ctx *c,
+                                    const struct sim_chunk *ch)
+{
+    return ch->host ? &c->host[ch->device] : &c->dev[ch->device];
+}
+
 /* Gives a released, unmapped chunk's memory back. Lock held. */
 static void chunk_free(struct sim_ctx *c, struct sim_chunk *ch)
 {
-    struct sim_device *d = &c->dev[ch->device];
+    struct sim_device *d = chunk_mem(c, ch);
 
     if (fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   (off_t)ch->off, (off_t)ch->size) != 0)
-        ump_log_warn("sim: cannot punch a hole in device %d's memory: %s",
-                     ch->device, strerror(errno));
+        ump_log_warn("sim: cannot punch a hole in %s %d's memory: %s",
+                     ch->host ? "host node" : "device", ch->device,
+                     strerror(errno));
     extent_give(d, ch->off, ch->size, ch->spare);
     d->used -= ch->size;
     slot_put(c, ch);
@@ -272,51 +288,95 @@ static void chunk_free(struct sim_ctx *c, struct sim_chunk *ch)
 
 /* --- open and close ---------------------------------------------------- */
 
-static int devices_open(struct sim_ctx *c)
+/* Creates the memfd of device i (or host node i), cap bytes (sparse). */
+static int mem_open(struct sim_device *d, size_t cap, bool host, int i)
 {
-    char name[32];
+    const char *what = host ? "host node" : "device";
+    char name[40];
 
-    for (int i = 0; i < c->ndev; i++) {
-        struct sim_device *d = &c->dev[i];
-
-        d->cap = c->topo.dev[i].mem / SIM_GRAN * SIM_GRAN;
-        if (d->cap > (size_t)INT64_MAX / 2) {
-            ump_log_error("sim: device %d memory %zu is too large", i, d->cap);
-            return -EINVAL;
+    if (cap > (size_t)INT64_MAX / 2) {
+        ump_log_error("sim: %s %d memory %zu is too large", what, i, cap);
+        return -EINVAL;
+    }
+    d->cap = cap;
+    snprintf(name, sizeof(name), "umpool-sim-%s%d", host ? "host" : "dev", i);
+    d->fd = memfd_create(name, MFD_CLOEXEC);
+    if (d->fd < 0) {
+        int err = errno;
+        ump_log_error("sim: memfd_create: %s", strerror(err));
+        return err == ENOSYS ? -ENODEV : -err;
+    }
+    if (ftruncate(d->fd, (off_t)cap) != 0) {
+        int err = errno;
+        ump_log_error("sim: cannot size %s %d's memory to %zu: %s", what, i,
+                      cap, strerror(err));
+        return -err;
+    }
+    if (cap) {
+        d->free = calloc(1, sizeof(*d->free));
+        if (!d->free) {
+            ump_log_error("sim: out of host memory");
+            return -ENOMEM;
         }
-        snprintf(name, sizeof(name), "umpool-sim-dev%d", i);
-        d->fd = memfd_create(name, MFD_CLOEXEC);
-        if (d->fd < 0) {
-            int err = errno;
-            ump_log_error("sim: memfd_create: %s", strerror(err));
-            return err == ENOSYS ? -ENODEV : -err;
-        }
-        if (ftruncate(d->fd, (off_t)d->cap) != 0) {
-            int err = errno;
-            ump_log_error("sim: cannot size device %d's memory to %zu: %s", i,
-                          d->cap, strerror(err));
-            return -err;
-        }
-        if (d->cap) {
-            d->free = calloc(1, sizeof(*d->free));
-            if (!d->free) {
-                ump_log_error("sim: out of host memory");
-                return -ENOMEM;
-            }
-            d->free->len = d->cap;
-        }
+        d->free->len = cap;
     }
     return 0;
 }
 
-/* Enough slots for every granule of every device: a chunk still mapped after
- * its release keeps its memory, so live slots never exceed that. */
+static int devices_open(struct sim_ctx *c)
+{
+    for (int i = 0; i < c->ndev; i++) {
+        int err = mem_open(&c->dev[i],
+                           c->topo.dev[i].mem / SIM_GRAN * SIM_GRAN, false, i);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* The host tier's size: host_limit, else a quarter of physical memory, as
+ * the configuration documents; whole granules. */
+static size_t host_limit(const struct ump_config *cfg)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t limit = cfg->host_limit;
+
+    if (!limit && pages > 0 && page > 0)
+        limit = (size_t)pages / 4 * (size_t)page;
+    return limit / SIM_GRAN * SIM_GRAN;
+}
+
+/* One memfd per host NUMA node, each as large as the whole host tier. */
+static int hosts_open(struct sim_ctx *c, const struct ump_config *cfg)
+{
+    size_t cap = host_limit(cfg);
+    int n = c->topo.nnuma > 0 ? c->topo.nnuma : 1;
+
+    if (n > UMP_MAX_NUMA) {
+        ump_log_error("sim: topology has %d NUMA nodes (at most %d)", n,
+                      UMP_MAX_NUMA);
+        return -EINVAL;
+    }
+    c->nhost = n;
+    for (int i = 0; i < n; i++) {
+        int err = mem_open(&c->host[i], cap, true, i);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* Enough slots for every granule of every device and host node: a chunk
+ * still mapped after its release keeps its memory, so live slots never
+ * exceed that. */
 static int slots_init(struct sim_ctx *c)
 {
     size_t n = 1, page = (size_t)sysconf(_SC_PAGESIZE);
 
     for (int i = 0; i < c->ndev; i++)
         n += c->dev[i].cap / SIM_GRAN;
+    for (int i = 0; i < c->nhost; i++)
+        n += c->host[i].cap / SIM_GRAN;
     c->nslots = n;
     c->slots_bytes = UMP_ALIGN_UP(n * sizeof(struct sim_chunk), page);
     c->slots = mmap(NULL, c->slots_bytes, PROT_READ | PROT_WRITE,
@@ -327,6 +387,18 @@ static int slots_init(struct sim_ctx *c)
         return -ENOMEM;
     }
     return 0;
+}
+
+static void mem_close(struct sim_device *d)
+{
+    struct sim_extent *e, *en;
+
+    for (e = d->free; e; e = en) {
+        en = e->next;
+        free(e);
+    }
+    if (d->fd >= 0)
+        close(d->fd);
 }
 
 /* Frees every process-local resource without taking a lock: shared by close
@@ -347,16 +419,10 @@ static void release_all(struct sim_ctx *c)
             free(c->slots[i].spare);
     if (c->slots)
         munmap(c->slots, c->slots_bytes);
-    for (int i = 0; i < c->ndev; i++) {
-        struct sim_extent *e, *en;
-
-        for (e = c->dev[i].free; e; e = en) {
-            en = e->next;
-            free(e);
-        }
-        if (c->dev[i].fd >= 0)
-            close(c->dev[i].fd);
-    }
+    for (int i = 0; i < c->ndev; i++)
+        mem_close(&c->dev[i]);
+    for (int i = 0; i < c->nhost; i++)
+        mem_close(&c->host[i]);
 }
 
 static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
@@ -382,6 +448,8 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
     }
     for (int i = 0; i < UMP_MAX_DEVICES; i++)
         c->dev[i].fd = -1;
+    for (int i = 0; i < UMP_MAX_NUMA; i++)
+        c->host[i].fd = -1;
 
     if (cfg->sim_topology[0]) {
         char path[UMP_CONF_PATH_MAX];
@@ -408,6 +476,9 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
     c->ndev = c->topo.ndev;
 
     err = devices_open(c);
+    if (err)
+        goto err_release;
+    err = hosts_open(c, cfg);
     if (err)
         goto err_release;
     err = slots_init(c);
@@ -633,14 +704,58 @@ static int range_check(struct sim_ctx *c, const char *op, void *va,
 
 /* --- chunks and mappings ----------------------------------------------- */
 
+/* Takes a chunk of size bytes from d (device or host node `id`); -ENOMEM,
+ * logged at debug level only, when d is full: the pool goes elsewhere.
+ * Lock held. */
+static int chunk_new(struct sim_ctx *c, struct sim_device *d, bool host,
+                     int id, size_t size, ump_handle_t *h_p)
+{
+    const char *what = host ? "host node" : "device";
+    struct sim_extent *spare;
+    struct sim_chunk *ch;
+    size_t off;
+    int err;
+
+    if (!size || size % SIM_GRAN || size / SIM_GRAN > UINT32_MAX) {
+        ump_log_error("sim: %schunk_create: size %zu is not a positive "
+                      "multiple of the granularity %zu", host ? "host_" : "",
+                      size, SIM_GRAN);
+        return -EINVAL;
+    }
+    if (size > d->cap - d->used) {
+        ump_log_debug("sim: %s %d is full (%zu of %zu bytes used)", what, id,
+                      d->used, d->cap);
+        return -ENOMEM;
+    }
+    err = extent_take(d, size, &off, &spare);
+    if (err == -ENOSPC) {
+        ump_log_debug("sim: %s %d has no free extent of %zu bytes", what, id,
+                      size);
+        return -ENOMEM;
+    }
+    if (err)
+        return err;
+    ch = slot_get(c);
+    if (!ch) {
+        ump_log_error("sim: chunk table is full");
+        extent_give(d, off, size, spare);
+        return -ENOMEM;
+    }
+    memset(ch, 0, sizeof(*ch));
+    ch->device = id;
+    ch->host = host;
+    ch->size = size;
+    ch->off = off;
+    ch->spare = spare;
+    d->used += size;
+    *h_p = (ump_handle_t)(uintptr_t)ch;
+    return 0;
+}
+
 static int sim_chunk_create(void *ctx, int device, size_t size,
                             ump_handle_t *h_p)
 {
     struct sim_ctx *c = ctx;
-    struct sim_extent *spare;
-    struct sim_device *d;
-    struct sim_chunk *ch;
-    size_t off;
     int err;
 
     err = sim_check_caller("chunk_create");
@@ -650,47 +765,40 @@ static int sim_chunk_create(void *ctx, int device, size_t size,
     err = fault_hit(c, FAULT_CHUNK_CREATE);
     if (err)
         goto out;
-    err = -EINVAL;
     if (device < 0 || device >= c->ndev) {
         ump_log_error("sim: chunk_create: no device %d (have %d)", device,
                       c->ndev);
+        err = -EINVAL;
         goto out;
     }
-    if (!size || size % SIM_GRAN || size / SIM_GRAN > UINT32_MAX) {
-        ump_log_error("sim: chunk_create: size %zu is not a positive multiple "
-                      "of the granularity %zu", size, SIM_GRAN);
-        goto out;
-    }
-    d = &c->dev[device];
-    /* A full device is normal for the pool (it goes elsewhere): debug only. */
-    if (size > d->cap - d->used) {
-        ump_log_debug("sim: device %d is full (%zu of %zu bytes used)", device,
-                      d->used, d->cap);
-        err = -ENOMEM;
-        goto out;
-    }
-    err = extent_take(d, size, &off, &spare);
-    if (err == -ENOSPC) {
-        ump_log_debug("sim: device %d has no free extent of %zu bytes", device,
-                      size);
-        err = -ENOMEM;
-    }
+    err = chunk_new(c, &c->dev[device], false, device, size, h_p);
+out:
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_host_chunk_create(void *ctx, int numa_node, size_t size,
+                                 ump_handle_t *h_p)
+{
+    struct sim_ctx *c = ctx;
+    int err;
+
+    err = sim_check_caller("host_chunk_create");
+    if (err)
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = fault_hit(c, FAULT_HOST_CHUNK_CREATE);
     if (err)
         goto out;
-    ch = slot_get(c);
-    if (!ch) {
-        ump_log_error("sim: chunk table is full");
-        extent_give(d, off, size, spare);
-        err = -ENOMEM;
+    if (numa_node == -1)
+        numa_node = 0;
+    if (numa_node < 0 || numa_node >= c->nhost) {
+        ump_log_error("sim: host_chunk_create: no NUMA node %d (have %d)",
+                      numa_node, c->nhost);
+        err = -EINVAL;
         goto out;
     }
-    memset(ch, 0, sizeof(*ch));
-    ch->device = device;
-    ch->size = size;
-    ch->off = off;
-    ch->spare = spare;
-    d->used += size;
-    *h_p = (ump_handle_t)(uintptr_t)ch;
+    err = chunk_new(c, &c->host[numa_node], true, numa_node, size, h_p);
 out:
     pthread_mutex_unlock(&c->lock);
     return err;
@@ -765,7 +873,7 @@ static int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
     }
     /* PROT_NONE: like CUDA, nothing is accessible before set_access. */
     p = mmap(va, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
-             c->dev[ch->device].fd, (off_t)ch->off);
+             chunk_mem(c, ch)->fd, (off_t)ch->off);
     if (p == MAP_FAILED) {
         err = -errno;
         ump_log_error("sim: map: mmap at %p: %s%s", va, strerror(-err),
@@ -787,12 +895,77 @@ out:
     return err;
 }
 
+/* set_access and set_access_host: checks the devices and every granule of
+ * the range (host_only: each must map a host chunk, and the CPU alone may
+ * be given access), then makes the range readable and writable. Lock
+ * held. */
+static int access_grant(struct sim_ctx *c, const char *op, void *va,
+                        size_t size, const int *devices, int ndevices,
+                        bool host_only)
+{
+    struct sim_resv *r;
+    size_t first, n;
+    int err;
+
+    if (ndevices < 0 || (ndevices > 0 && !devices) ||
+        (ndevices == 0 && !host_only)) {
+        ump_log_error("sim: %s: no devices given", op);
+        return -EINVAL;
+    }
+    for (int i = 0; i < ndevices; i++) {
+        if (devices[i] < 0 || devices[i] >= c->ndev) {
+            ump_log_error("sim: %s: no device %d (have %d)", op, devices[i],
+                          c->ndev);
+            return -EINVAL;
+        }
+    }
+    err = range_check(c, op, va, size, &r, &first);
+    if (err)
+        return err;
+    n = size / SIM_GRAN;
+    for (size_t i = first; i < first + n; i++) {
+        const struct sim_chunk *ch = r->g[i].chunk;
+
+        if (!ch) {
+            ump_log_error("sim: %s: %p is not mapped", op,
+                          (void *)(r->va + i * SIM_GRAN));
+            return -EINVAL;
+        }
+        if (host_only && !ch->host) {
+            ump_log_error("sim: %s: %p maps device %d's memory, not host "
+                          "memory", op, (void *)(r->va + i * SIM_GRAN),
+                          ch->device);
+            return -EINVAL;
+        }
+        /* Every device reaches host memory over its link. */
+        if (ch->host)
+            continue;
+        /* As strict as the driver: only a peer may be given access. */
+        for (int k = 0; k < ndevices; k++) {
+            if (devices[k] != ch->device &&
+                !c->topo.link[devices[k]][ch->device].peer) {
+                ump_log_error("sim: %s: device %d has no peer access to "
+                              "device %d's memory", op, devices[k],
+                              ch->device);
+                return -EINVAL;
+            }
+        }
+    }
+    /* The CPU stands in for every device on sim. */
+    if (mprotect(va, size, PROT_READ | PROT_WRITE) != 0) {
+        err = -errno;
+        ump_log_error("sim: %s: mprotect at %p: %s", op, va, strerror(-err));
+        return err;
+    }
+    for (size_t i = first; i < first + n; i++)
+        r->g[i].access = true;
+    return 0;
+}
+
 static int sim_set_access(void *ctx, void *va, size_t size,
                           const int *devices, int ndevices)
 {
     struct sim_ctx *c = ctx;
-    struct sim_resv *r;
-    size_t first, n;
     int err;
 
     err = sim_check_caller("set_access");
@@ -800,52 +973,25 @@ static int sim_set_access(void *ctx, void *va, size_t size,
         return err;
     pthread_mutex_lock(&c->lock);
     err = fault_hit(c, FAULT_SET_ACCESS);
+    if (!err)
+        err = access_grant(c, "set_access", va, size, devices, ndevices,
+                           false);
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+static int sim_set_access_host(void *ctx, void *va, size_t size,
+                               const int *devices, int ndevices)
+{
+    struct sim_ctx *c = ctx;
+    int err;
+
+    err = sim_check_caller("set_access_host");
     if (err)
-        goto out;
-    err = -EINVAL;
-    if (!devices || ndevices <= 0) {
-        ump_log_error("sim: set_access: no devices given");
-        goto out;
-    }
-    for (int i = 0; i < ndevices; i++) {
-        if (devices[i] < 0 || devices[i] >= c->ndev) {
-            ump_log_error("sim: set_access: no device %d (have %d)",
-                          devices[i], c->ndev);
-            goto out;
-        }
-    }
-    err = range_check(c, "set_access", va, size, &r, &first);
-    if (err)
-        goto out;
-    n = size / SIM_GRAN;
-    for (size_t i = first; i < first + n; i++) {
-        if (!r->g[i].chunk) {
-            ump_log_error("sim: set_access: %p is not mapped",
-                          (void *)(r->va + i * SIM_GRAN));
-            err = -EINVAL;
-            goto out;
-        }
-        /* As strict as the driver: only a peer may be given access. */
-        int owner = r->g[i].chunk->device;
-        for (int k = 0; k < ndevices; k++) {
-            if (devices[k] != owner && !c->topo.link[devices[k]][owner].peer) {
-                ump_log_error("sim: set_access: device %d has no peer access "
-                              "to device %d's memory", devices[k], owner);
-                err = -EINVAL;
-                goto out;
-            }
-        }
-    }
-    /* The CPU stands in for every device on sim. */
-    if (mprotect(va, size, PROT_READ | PROT_WRITE) != 0) {
-        err = -errno;
-        ump_log_error("sim: set_access: mprotect at %p: %s", va,
-                      strerror(-err));
-        goto out;
-    }
-    for (size_t i = first; i < first + n; i++)
-        r->g[i].access = true;
-out:
+        return err;
+    pthread_mutex_lock(&c->lock);
+    err = access_grant(c, "set_access_host", va, size, devices, ndevices,
+                       true);
     pthread_mutex_unlock(&c->lock);
     return err;
 }
@@ -901,6 +1047,33 @@ out:
     return err;
 }
 
+int sim_extent_of(void *ctx, const void *p, size_t max, int *fd_p,
+                  off_t *off_p, size_t *len_p)
+{
+    struct sim_ctx *c = ctx;
+    uintptr_t a = (uintptr_t)p;
+    int err = -ENOENT;
+
+    pthread_mutex_lock(&c->lock);
+    for (struct sim_resv *r = c->resv; r; r = r->next) {
+        uintptr_t b = (uintptr_t)r->va;
+        if (a < b || a >= b + r->size)
+            continue;
+        size_t i = (a - b) / SIM_GRAN, in = (a - b) % SIM_GRAN;
+        struct sim_granule *g = &r->g[i];
+        if (!g->chunk || !g->access)
+            break;
+        size_t left = g->chunk->size - (size_t)g->idx * SIM_GRAN - in;
+        *fd_p = chunk_mem(c, g->chunk)->fd;
+        *off_p = (off_t)(g->chunk->off + (size_t)g->idx * SIM_GRAN + in);
+        *len_p = left < max ? left : max;
+        err = 0;
+        break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
 int sim_check_range(void *ctx, const void *p, size_t size)
 {
     struct sim_ctx *c = ctx;
@@ -936,6 +1109,19 @@ int sim_check_range(void *ctx, const void *p, size_t size)
     return err;
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Fills the page tables of a mapped range (its pages hold data already, so
+ * nothing is allocated); an older kernel, or a range unmapped meanwhile,
+ * refuses, which only costs the faults later. */
+static void sim_prefault(void *ctx, void *va, size_t size)
+{
+    (void)ctx;
+    (void)madvise(va, size, MADV_POPULATE_WRITE);
+}
+
 const struct backend_ops sim_backend_ops = {
     .name = "sim",
     .open = sim_open,
@@ -946,9 +1132,12 @@ const struct backend_ops sim_backend_ops = {
     .unreserve = sim_unreserve,
     .chunk_create = sim_chunk_create,
     .chunk_release = sim_chunk_release,
+    .host_chunk_create = sim_host_chunk_create,
     .map = sim_map,
     .unmap = sim_unmap,
     .set_access = sim_set_access,
+    .set_access_host = sim_set_access_host,
+    .prefault = sim_prefault,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_sync = sim_stream_sync,

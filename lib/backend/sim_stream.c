@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "log.h"
@@ -46,6 +47,7 @@ enum sim_op_kind { OP_COPY, OP_SET, OP_FUNC };
 
 struct sim_op {
     enum sim_op_kind kind;
+    void *ctx;
     void *dst;
     const void *src;
     size_t size;
@@ -89,11 +91,48 @@ int sim_check_caller(const char *op)
     return -EPERM;
 }
 
+/* Copies of at least this much between mapped chunks go through files. */
+#define SIM_FILE_COPY_MIN ((size_t)1 << 20)
+
+/* A large copy between chunks goes through their memfds, not their
+ * mappings: the pool maps a chunk afresh on every move between tiers, and a
+ * memcpy through a fresh mapping faults in every 4 KiB page table entry, a
+ * cost a GPU's copy engine never pays (it halves the copy's speed here).
+ * Anything the files cannot do is copied by memcpy. */
+static void copy_run(void *ctx, char *dst, const char *src, size_t size)
+{
+    while (size) {
+        int dfd = -1, sfd = -1;
+        off_t doff = 0, soff = 0;
+        size_t dl = size, sl = size, n = size;
+        bool d = size >= SIM_FILE_COPY_MIN &&
+                 !sim_extent_of(ctx, dst, size, &dfd, &doff, &dl);
+        bool s = size >= SIM_FILE_COPY_MIN &&
+                 !sim_extent_of(ctx, src, size, &sfd, &soff, &sl);
+        n = dl < n ? dl : n;
+        n = sl < n ? sl : n;
+        ssize_t k = -1;
+        if (d && s)
+            k = copy_file_range(sfd, &soff, dfd, &doff, n, 0);
+        else if (d)
+            k = pwrite(dfd, src, n, doff);
+        else if (s)
+            k = pread(sfd, dst, n, soff);
+        if (k <= 0) {
+            memcpy(dst, src, n);
+            k = (ssize_t)n;
+        }
+        dst += k;
+        src += k;
+        size -= (size_t)k;
+    }
+}
+
 static void op_run(const struct sim_op *op)
 {
     switch (op->kind) {
     case OP_COPY:
-        memcpy(op->dst, op->src, op->size);
+        copy_run(op->ctx, op->dst, op->src, op->size);
         break;
     case OP_SET:
         memset(op->dst, op->value, op->size);
@@ -421,7 +460,8 @@ static int submit(void *stream, const struct sim_op *tmpl, const char *name)
 int sim_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
                      void *stream)
 {
-    struct sim_op op = {.kind = OP_COPY, .dst = dst, .src = src, .size = size};
+    struct sim_op op = {.kind = OP_COPY, .ctx = ctx, .dst = dst, .src = src,
+                        .size = size};
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     int err;
 

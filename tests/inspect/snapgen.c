@@ -1,0 +1,117 @@
+#include "config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "snapgen.h"
+#include "snapshot.h"
+#include "umpool.h"
+
+#define MIB (1ull << 20)
+#define GIB (1ull << 30)
+#define GRAN (2 * MIB)
+#define NDEV 4
+#define MAP_CAP 256
+
+/* One device's layout, in granules, address order; the rest is free. */
+static const struct snap_run layouts[NDEV][6] = {
+    {{SNAP_USED, 1024}, {SNAP_CACHED, 128}, {SNAP_USED, 1024},
+     {SNAP_HOST, 512}, {SNAP_CACHED, 128}, {SNAP_USED, 7}},
+    {{SNAP_USED, 256}, {SNAP_CACHED, 64}, {SNAP_USED, 256}, {SNAP_NVME, 256},
+     {SNAP_CACHED, 3}, {SNAP_USED, 1}},
+    {{SNAP_USED, 1}, {SNAP_CACHED, 1}},
+    {{SNAP_CACHED, 0}},
+};
+
+static void fill_device(struct snap_device *d, uint32_t i, struct snap_map *map)
+{
+    static const char *const pci[NDEV] = {"0000:1a:00.0", "0000:1b:00.0",
+                                          "0000:9a:00.0", "0000:9b:00.0"};
+    struct snap_run fine[7];
+    size_t n = 0;
+    uint64_t used = 0;
+    for (size_t k = 0; k < 6 && layouts[i][k].n; k++) {
+        fine[n++] = layouts[i][k];
+        used += layouts[i][k].n;
+    }
+    uint64_t capacity = 48 * GIB;
+    fine[n++] = (struct snap_run){SNAP_FREE, capacity / GRAN - used};
+    memset(d, 0, sizeof(*d));
+    strcpy(d->model, "L40S");
+    strcpy(d->pci, pci[i]);
+    d->numa = i < 2 ? 0 : 1;
+    for (size_t k = 0; k < n; k++)
+        d->state_bytes[fine[k].state] += fine[k].n * GRAN;
+    uint64_t per;
+    d->map_count = snap_map_encode(fine, n, MAP_CAP, map, &per);
+    d->map_unit = per * GRAN;
+    d->capacity = capacity;
+    d->live_bytes = d->state_bytes[SNAP_USED] - (i == 0 ? 14 * MIB : 0);
+    d->mapped_bytes = d->state_bytes[SNAP_USED] + d->state_bytes[SNAP_CACHED];
+    d->cached_bytes = d->state_bytes[SNAP_CACHED];
+    d->peak_bytes = d->mapped_bytes + (i == 0 ? GIB : 0);
+    d->live_count = 3 * i + 17;
+    d->alloc_count = 1000 * (i + 1) + d->live_count;
+    d->free_count = 1000 * (i + 1);
+    d->chunks_created = 40 - 10 * i;
+    d->chunks_released = i;
+    d->host_bytes = d->state_bytes[SNAP_HOST];
+    d->nvme_bytes = d->state_bytes[SNAP_NVME];
+    d->spill_count = d->host_bytes / GRAN + d->nvme_bytes / GRAN + i;
+    d->spill_bytes = d->host_bytes + d->nvme_bytes + i * GRAN;
+    d->restore_count = i;
+    d->restore_bytes = i * GRAN;
+    d->evictions = i == 0 ? 7 : 0;
+    d->largest_free = (i < 2 ? 128 : 1) * GRAN;
+    d->fragmentation = i == 0 ? 0.5 : 0.0;
+}
+
+void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
+{
+    size_t len = snap_size(NDEV, SNAP_ALLOCS, MAP_CAP);
+    void *buf = calloc(1, len);
+    if (!buf)
+        return NULL;
+    struct snap_header *h = buf;
+    snap_header_init(h, NDEV, SNAP_ALLOCS, MAP_CAP);
+    h->uid = o->uid;
+    h->pid = o->pid;
+    h->pid_start = o->pid_start;
+    h->pool_id = o->pool_id;
+    h->created_ns = 1700000000000000000ull;
+    strcpy(h->program, "trainer");
+    strcpy(h->backend, "sim");
+    strcpy(h->topology, "pcie-4gpu");
+
+    struct snap_data *d = (struct snap_data *)(h + 1);
+    d->generation = 42;
+    d->updated_ns = h->created_ns + 5000000000ull;
+    d->chunk_size = GRAN;
+    d->va_size = 384 * GIB;
+    d->peak_bytes = 6 * GIB;
+    d->largest_free = 128 * GRAN;
+    d->fragmentation = 0.4;
+    d->tier[SNAP_TIER_HOST] = (struct snap_tier){
+        16 * GIB, GIB, 64 * MIB, 3 * GIB / 2, GIB / GRAN, 1, 0};
+    d->tier[SNAP_TIER_NVME] = (struct snap_tier){
+        0, 512 * MIB, 0, 512 * MIB, 512 * MIB / GRAN, 1, 0};
+
+    struct snap_device *dev = (struct snap_device *)((char *)buf +
+                                                     snap_off_dev());
+    struct snap_map *map = (struct snap_map *)(
+        (char *)buf + snap_off_map(NDEV, SNAP_ALLOCS));
+    for (uint32_t i = 0; i < NDEV; i++)
+        fill_device(&dev[i], i, map + (size_t)i * MAP_CAP);
+
+    struct snap_alloc *a = (struct snap_alloc *)((char *)buf +
+                                                 snap_off_alloc(NDEV));
+    a[0] = (struct snap_alloc){0x7f2a00000000ull, 2 * GIB, 0, 1,
+                               UMP_TIER_DEVICE, UMP_HINT_OFFLOAD, 12.5};
+    a[1] = (struct snap_alloc){0x7f2a80000000ull, GIB, 0, 1, UMP_TIER_HOST,
+                               UMP_HINT_OFFLOAD, 300.0};
+    a[2] = (struct snap_alloc){0x7f2ac0000000ull, 512 * MIB + 1000, 1, 2,
+                               UMP_TIER_DEVICE, UMP_HINT_NO_SPILL, 0.4};
+    d->nalloc = 3;
+    *len_p = len;
+    return buf;
+}

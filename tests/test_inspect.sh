@@ -1,0 +1,159 @@
+#!/bin/sh
+# umpool-inspect on fixed snapshots (tests/inspect/mksnap): golden output of
+# show, --json and --prometheus; the SVG map; broken, foreign and dead
+# processes' segments in a private directory (--shm-dir); usage errors;
+# topo on the simulated machines.
+set -eu
+
+inspect=${UMPOOL_INSPECT:-}
+helpers=${UMPOOL_INSPECT_HELPERS:-}
+golden=${UMPOOL_INSPECT_GOLDEN:-}
+if [ -z "$inspect" ] || [ ! -x "$inspect" ] || [ ! -x "$helpers/mksnap" ]; then
+    echo "SKIP: UMPOOL_INSPECT or UMPOOL_INSPECT_HELPERS unset or not built"
+    exit 77
+fi
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "SKIP: python3 is needed to check JSON and SVG"
+    exit 77
+fi
+mksnap=$helpers/mksnap
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_inspect.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+uid=$(id -u)
+
+# shellcheck source=inspect/common.sh
+. "$golden/common.sh"
+
+# one_line NAME: stderr holds exactly one line, stdout nothing.
+one_line() {
+    [ "$(wc -l <"$tmp/$1.err")" -eq 1 ] ||
+        { cat "$tmp/$1.err"; fail "$1: not one line on stderr"; }
+    [ ! -s "$tmp/$1.out" ] || { cat "$tmp/$1.out"; fail "$1: wrote output"; }
+}
+
+"$mksnap" "$tmp/fixed.snap"
+
+echo "check: show, --json and --prometheus match the golden files"
+run show 0 show --from "$tmp/fixed.snap"
+diff -u "$golden/show.golden" "$tmp/show.out" || fail "show differs"
+run json 0 show --from "$tmp/fixed.snap" --json
+diff -u "$golden/show.json.golden" "$tmp/json.out" || fail "--json differs"
+python3 -m json.tool "$tmp/json.out" >/dev/null || fail "--json is not JSON"
+run prom 0 show --from "$tmp/fixed.snap" --prometheus
+diff -u "$golden/show.prom.golden" "$tmp/prom.out" ||
+    fail "--prometheus differs"
+
+echo "check: map --svg is well-formed, one group per device and state"
+run svg 0 map --from "$tmp/fixed.snap" --svg "$tmp/map.svg"
+python3 "$golden/check_svg.py" "$tmp/map.svg" 4
+run svgout 0 map --from "$tmp/fixed.snap" --svg -
+cmp -s "$tmp/svgout.out" "$tmp/map.svg" || fail "--svg - differs from a file"
+
+echo "check: a broken snapshot is one line and exit 1"
+for how in magic version truncate grow ndev nalloc map frag; do
+    "$mksnap" "$tmp/bad.snap" --break "$how"
+    for fmt in "" --json --prometheus; do
+        run "bad-$how" 1 show --from "$tmp/bad.snap" $fmt
+        one_line "bad-$how"
+    done
+done
+grep -q "bad magic" "$tmp/bad-magic.err" || fail "magic: $(cat "$tmp/bad-magic.err")"
+grep -q "version 2, this tool reads version 1" "$tmp/bad-version.err" ||
+    fail "version: $(cat "$tmp/bad-version.err")"
+grep -q "truncated" "$tmp/bad-truncate.err" || fail "truncate"
+: >"$tmp/empty.snap"
+run empty 1 show --from "$tmp/empty.snap"
+one_line empty
+run missing 1 show --from "$tmp/no-such.snap"
+one_line missing
+
+# A directory standing for /dev/shm.
+shm=$tmp/shm
+mkdir "$shm"
+
+echo "check: a segment written by another user is refused"
+# Named for us and owned by us, but its header says another uid: what a
+# file planted by someone else looks like once the owner check passes
+# (the owner check itself: test_inspect_parse).
+"$mksnap" "$shm/umpool-$uid-$$-1" --uid $((uid + 4242)) --pid $$ --pool 1
+run foreign 1 list --shm-dir "$shm"
+grep -q "written by uid $((uid + 4242)), not by you" "$tmp/foreign.err" ||
+    fail "foreign: $(cat "$tmp/foreign.err")"
+run foreign-show 1 show $$ --shm-dir "$shm"
+[ "$(wc -l <"$tmp/foreign-show.err")" -eq 1 ] || fail "foreign show"
+run foreign-clean 1 list --clean --shm-dir "$shm"
+[ -e "$shm/umpool-$uid-$$-1" ] || fail "--clean removed another's segment"
+rm -f "$shm/umpool-$uid-$$-1"
+
+echo "check: segments of processes that exited are shown and cleaned"
+sh -c 'exit 0' &
+dead=$!
+wait "$dead" || true
+start=$(awk '{ sub(/.*\) /, ""); print $20 }' "/proc/$$/stat")
+"$mksnap" "$shm/umpool-$uid-$dead-1" --pid "$dead" --pool 1
+"$mksnap" "$shm/umpool-$uid-$$-2" --pid $$ --pool 2 --pid-start 1 # reused
+"$mksnap" "$shm/umpool-$uid-$$-3" --pid $$ --pool 3 --pid-start "$start"
+: >"$shm/.umpool-$uid-$dead-4"  # left half made by a crash
+"$mksnap" "$shm/umpool-$((uid + 1))-$dead-5" --pid "$dead" --pool 5 # not ours
+run list 0 list --shm-dir "$shm"
+cat "$tmp/list.out"
+grep -Eq "^ *$dead +1 .* exited$" "$tmp/list.out" || fail "dead pid not exited"
+grep -Eq "^ *$$ +2 .* exited \(pid reused\)$" "$tmp/list.out" ||
+    fail "reused pid not recognised"
+grep -Eq "^ *$$ +3 .* running$" "$tmp/list.out" || fail "live pid not running"
+[ "$(grep -c trainer "$tmp/list.out")" -eq 3 ] || fail "other users' listed"
+run listjson 0 list --json --shm-dir "$shm"
+python3 - "$tmp/listjson.out" "$dead" $$ <<'EOF' || fail "list --json"
+import json, sys
+pools = json.load(open(sys.argv[1]))["pools"]
+got = sorted((p["pid"], p["pool"], p["status"]) for p in pools)
+dead, me = int(sys.argv[2]), int(sys.argv[3])
+want = sorted([(dead, 1, "exited"), (me, 2, "exited"), (me, 3, "running")])
+assert got == want, got
+EOF
+run showall 0 show --shm-dir "$shm"
+[ "$(grep -c '^pool ' "$tmp/showall.out")" -eq 1 ] ||
+    fail "show without PID showed exited pools"
+run showdead 0 show "$dead" --shm-dir "$shm"
+grep -q "its process exited" "$tmp/showdead.out" || fail "no exited note"
+run clean 0 list --clean --shm-dir "$shm"
+for f in "umpool-$uid-$dead-1" "umpool-$uid-$$-2" ".umpool-$uid-$dead-4"; do
+    [ ! -e "$shm/$f" ] || fail "--clean left $f"
+done
+[ -e "$shm/umpool-$uid-$$-3" ] || fail "--clean removed a running one"
+[ -e "$shm/umpool-$((uid + 1))-$dead-5" ] || fail "--clean removed another's"
+grep -q "removed .*umpool-$uid-$dead-1" "$tmp/clean.err" || fail "not said"
+run nopid 1 show 999999999 --shm-dir "$shm"
+one_line nopid
+run map 0 map $$ --svg "$tmp/one.svg" --shm-dir "$shm"
+python3 "$golden/check_svg.py" "$tmp/one.svg" 4
+
+echo "check: usage errors exit 2, help exits 0"
+run help 0 help
+grep -q "^Usage: umpool-inspect COMMAND" "$tmp/help.out" || fail "help"
+for args in "" "frobnicate" "list --svg x" "show --clean" "show 12 13" \
+    "map 12" "show --json --prometheus" "topo 12" "watch --count 0" \
+    "show --pool" "show --pool x"; do
+    # shellcheck disable=SC2086
+    run usage 2 $args
+done
+
+echo "check: topo of the simulated machines"
+run topo 0 topo --topology pcie-4gpu
+grep -Eq "^GPU0 +X +PIX +SYS\* +SYS\*" "$tmp/topo.out" || fail "pcie-4gpu"
+grep -q "no peer access" "$tmp/topo.out" || fail "no nopeer legend"
+run topo8 0 topo --topology dgx-h200
+grep -Eq "^GPU7 +NV +NV +NV +NV +NV +NV +NV +X " "$tmp/topo8.out" ||
+    fail "dgx-h200"
+run topojson 0 topo --topology nvlink-pairs-4gpu --json
+python3 - "$tmp/topojson.out" <<'EOF' || fail "topo --json"
+import json, sys
+t = json.load(open(sys.argv[1]))
+assert len(t["devices"]) == 4 and len(t["links"]) == 16, t
+kinds = {(l["from"], l["to"]): l["kind"] for l in t["links"]}
+assert kinds[(0, 0)] == "self" and kinds[(0, 1)] == "nvlink", kinds
+EOF
+run topobad 1 topo --topology "$tmp/no-such.topo"
+run topocomma 1 topo --topology "a,b"
+echo "all checks passed"

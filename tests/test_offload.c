@@ -1,0 +1,1441 @@
+/*
+ * Tiers (ump_acquire, ump_release, ump_prefetch, ump_evict, ump_advise) on
+ * the sim backend: round trips to host DRAM and NVMe keep the address and
+ * every byte, acquires pin, errors leave the data where it was, an
+ * oversubscribed device keeps working, threads racing over all three tiers
+ * never see a wrong byte, injected disk and host faults are reported and
+ * survived, nothing is left behind, an NVMe chunk touched without an
+ * acquire faults, and the background thread honours the watermarks.
+ *
+ * Pools use 2 MiB chunks (max_chunk:2M) so that an allocation of n * 2 MiB
+ * is n chunks that move one by one, and host_reserve:0 so that the host
+ * tier creates its chunks on demand (the "host_alloc" fault hits them).
+ */
+#include "config.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "testutil.h"
+
+#include "offload.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
+#define MIB TU_MIB
+#define CHUNK (2 * MIB)
+#define BASE_CONF "backend:sim,chunk_size:2M,max_chunk:2M,host_reserve:0"
+/* How long a test waits for work the pool does in the background. */
+#define WAIT_MS 2000
+
+/* Fails the test unless call returns want, naming the call and both codes. */
+#define expect_rc(call, want)                                                  \
+    do {                                                                       \
+        int rc_ = (call), want_ = (want);                                      \
+        if (rc_ != want_)                                                      \
+            fail_msg("%s = %d (%s), expected %d (%s)", #call, rc_,             \
+                     ump_strerror(rc_), want_, ump_strerror(want_));          \
+    } while (0)
+
+/* ---- helpers ------------------------------------------------------------- */
+
+/* Open descriptors of files in dir (spill files are unlinked, their links
+ * read "dir/name (deleted)"). */
+static int count_fds_in(const char *dir)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    char target[512];
+    size_t len = strlen(dir);
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        ssize_t r = readlinkat(dirfd(d), e->d_name, target,
+                               sizeof(target) - 1);
+        if (r <= 0)
+            continue;
+        target[r] = '\0';
+        n += strncmp(target, dir, len) == 0 && target[len] == '/';
+    }
+    closedir(d);
+    return n;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Per test: a spill directory (and a second one for the tests that want
+ * two) and the pool, so that a failing test still loses its directories. */
+struct fx {
+    char dir[256];
+    char dir2[256];
+    char conf[1400];
+    ump_pool_t *pool;
+};
+
+static int make_dir(char *buf, size_t len)
+{
+    const char *base = getenv("TMPDIR");
+    if (!base || !*base)
+        base = "/var/tmp";
+    if ((size_t)snprintf(buf, len, "%s/umpool-offload-XXXXXX", base) >= len)
+        return -1;
+    return mkdtemp(buf) ? 0 : -1;
+}
+
+static int fx_setup(void **state)
+{
+    struct fx *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    if (make_dir(f->dir, sizeof(f->dir)) ||
+        make_dir(f->dir2, sizeof(f->dir2))) {
+        print_message("cannot make a spill directory: %s\n", strerror(errno));
+        if (f->dir[0])
+            rmdir(f->dir);
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int fx_teardown(void **state)
+{
+    struct fx *f = *state;
+    int rc = 0;
+
+    /* A failed test may leave allocations: the pool then stays (-EBUSY). */
+    if (f->pool)
+        ump_pool_destroy(f->pool);
+    if (rmdir(f->dir) != 0 || rmdir(f->dir2) != 0) {
+        print_message("spill directory not empty after the test\n");
+        rc = -1;
+    }
+    free(f);
+    return rc;
+}
+
+/* Creates the test's pool: BASE_CONF, the spill directory, then extra. */
+static ump_pool_t *fx_pool(struct fx *f, const char *extra)
+{
+    snprintf(f->conf, sizeof(f->conf), "%s,nvme_dir:%s,%s", BASE_CONF, f->dir,
+             extra);
+    f->pool = tu_pool_create(f->conf);
+    return f->pool;
+}
+
+static void fx_pool_destroy(struct fx *f)
+{
+    tu_pool_destroy(f->pool);
+    f->pool = NULL;
+}
+
+static void *alloc_flags(ump_pool_t *pool, size_t size, int device,
+                         unsigned flags, const char *policy)
+{
+    ump_hints_t h = tu_hints(device);
+    void *p = NULL;
+
+    h.flags = flags;
+    h.policy = policy;
+    int rc = ump_alloc(pool, size, &h, &p);
+    if (rc != 0)
+        fail_msg("ump_alloc(%zu, flags %#x) = %d (%s)", size, flags, rc,
+                 ump_strerror(rc));
+    assert_non_null(p);
+    return p;
+}
+
+static ump_tier_stats_t tier_stats(ump_pool_t *pool, int tier)
+{
+    ump_tier_stats_t st;
+    memset(&st, 0, sizeof(st));
+    int rc = ump_tier_stats(pool, tier, &st);
+    if (rc != 0)
+        fail_msg("ump_tier_stats(%d) = %d (%s)", tier, rc, ump_strerror(rc));
+    return st;
+}
+
+static int tier_at(ump_pool_t *pool, const char *p)
+{
+    return tu_info(pool, p).tier;
+}
+
+/* Every chunk of [p, p + size) is on tier (off a device: device -1). */
+static void assert_tier(ump_pool_t *pool, const void *ptr, size_t size,
+                        int tier)
+{
+    const char *p = ptr;
+    for (size_t off = 0; off < size; off += CHUNK) {
+        ump_ptr_info_t in = tu_info(pool, p + off);
+        if (in.tier != tier)
+            fail_msg("chunk at offset %zu of %p: tier %d, expected %d", off,
+                     ptr, in.tier, tier);
+        if (tier != UMP_TIER_DEVICE && in.device != -1)
+            fail_msg("chunk at offset %zu of %p on tier %d: device %d, "
+                     "expected -1", off, ptr, tier, in.device);
+        if (tier == UMP_TIER_DEVICE && in.device < 0)
+            fail_msg("chunk at offset %zu of %p on a device: device %d", off,
+                     ptr, in.device);
+    }
+}
+
+/* Waits until every chunk of [p, p + size) is on tier; false on timeout. */
+static bool wait_tier(ump_pool_t *pool, const void *ptr, size_t size,
+                      int tier)
+{
+    const char *p = ptr;
+    for (int ms = 0; ms <= WAIT_MS; ms += 10) {
+        size_t off = 0;
+        while (off < size && tier_at(pool, p + off) == tier)
+            off += CHUNK;
+        if (off >= size)
+            return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
+static void evict_ok(ump_pool_t *pool, void *p, size_t size, int tier)
+{
+    expect_rc(ump_evict(pool, p, size, tier), 0);
+}
+
+static void acquire_ok(ump_pool_t *pool, void *p, size_t size)
+{
+    expect_rc(ump_acquire(pool, p, size, UMP_DEVICE_CURRENT, NULL), 0);
+}
+
+static void release_ok(ump_pool_t *pool, void *p, size_t size)
+{
+    expect_rc(ump_release(pool, p, size), 0);
+}
+
+/* Bytes [off, off + len) of an allocation filled by tu_fill(p, _, seed);
+ * off and len multiples of 8. */
+static void assert_sub_pattern(const char *p, size_t off, size_t len,
+                               uint64_t seed)
+{
+    uint64_t base = tu_word_base(seed);
+    for (size_t i = off / 8; i < (off + len) / 8; i++) {
+        uint64_t w;
+        memcpy(&w, p + 8 * i, 8);
+        if (w != tu_word(base, i))
+            fail_msg("pattern broken at offset %zu of %p", 8 * i,
+                     (const void *)p);
+    }
+}
+
+/* Acquires the whole allocation, checks every byte against seed on the
+ * device, releases. */
+static void acquire_check(ump_pool_t *pool, void *p, size_t size,
+                          uint64_t seed)
+{
+    acquire_ok(pool, p, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, size, seed);
+    release_ok(pool, p, 0);
+}
+
+/* ---- 1. round trips ------------------------------------------------------ */
+
+/* Device -> host -> device for an allocation of size bytes: the address,
+ * the placement of each chunk and every byte survive, and the counters
+ * follow. stats_dev: the device whose ump_stats carry the allocation, or
+ * UMP_DEVICE_ALL. */
+static void host_round_trip(ump_pool_t *pool, size_t size, unsigned flags,
+                            const char *policy, int stats_dev)
+{
+    char *p = alloc_flags(pool, size, 0, flags, policy);
+    size_t nchunks = size / CHUNK;
+    int home[16];
+    bool peer_all = true;
+
+    assert_true(nchunks <= 16);
+    for (size_t i = 0; i < nchunks; i++) {
+        home[i] = tu_info(pool, p + i * CHUNK).device;
+        ump_link_props_t lp;
+        if (home[i] == 0)
+            continue;
+        expect_rc(ump_link_props(pool, 0, home[i], &lp), 0);
+        peer_all = peer_all && lp.peer;
+    }
+    tu_fill(p, size, 1);
+    ump_stats_t s0 = tu_stats(pool, stats_dev);
+    ump_tier_stats_t h0 = tier_stats(pool, UMP_TIER_HOST);
+
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    assert_tier(pool, p, size, UMP_TIER_HOST);
+    ump_ptr_info_t in = tu_info(pool, p + size - 1);
+    assert_ptr_equal(in.base, p);
+    assert_int_equal(in.size, size);
+    /* the same pointer reads every byte from the host tier */
+    tu_assert_pattern(p, size, 1);
+
+    ump_stats_t s1 = tu_stats(pool, stats_dev);
+    ump_tier_stats_t h1 = tier_stats(pool, UMP_TIER_HOST);
+    assert_int_equal(s1.host_bytes, s0.host_bytes + size);
+    assert_int_equal(s1.nvme_bytes, s0.nvme_bytes);
+    assert_int_equal(s1.spill_count, s0.spill_count + nchunks);
+    assert_int_equal(s1.spill_bytes, s0.spill_bytes + size);
+    assert_int_equal(s1.restore_count, s0.restore_count);
+    assert_int_equal(h1.used_bytes, h0.used_bytes + size);
+    assert_int_equal(h1.chunks, h0.chunks + nchunks);
+    assert_true(h1.peak_bytes >= h1.used_bytes);
+
+    /* the host tier is writable by the CPU too */
+    tu_fill(p, size, 2);
+    acquire_ok(pool, p, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    for (size_t i = 0; i < nchunks && peer_all; i++) {
+        int dev = tu_info(pool, p + i * CHUNK).device;
+        if (dev != home[i])
+            fail_msg("chunk %zu came back to device %d, placed on %d", i, dev,
+                     home[i]);
+    }
+    tu_assert_pattern(p, size, 2);
+    ump_stats_t s2 = tu_stats(pool, stats_dev);
+    ump_tier_stats_t h2 = tier_stats(pool, UMP_TIER_HOST);
+    assert_int_equal(s2.host_bytes, s0.host_bytes);
+    assert_int_equal(s2.restore_count, s1.restore_count + nchunks);
+    assert_int_equal(s2.restore_bytes, s1.restore_bytes + size);
+    assert_int_equal(h2.used_bytes, h0.used_bytes);
+    release_ok(pool, p, 0);
+    tu_free(pool, p);
+}
+
+static void test_evict_host_round_trip(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:2,sim_device_mem:32M,"
+                                  "host_limit:32M");
+
+    /* pinned by default: ump_evict still moves it */
+    host_round_trip(pool, 8 * MIB, 0, NULL, 0);
+    /* offloadable, striped over both devices */
+    host_round_trip(pool, 8 * MIB, UMP_HINT_OFFLOAD, "interleave",
+                    UMP_DEVICE_ALL);
+    fx_pool_destroy(f);
+}
+
+/* Device -> NVMe -> device, the same checks (an NVMe chunk is unmapped, so
+ * the bytes are read only after the acquire). */
+static void nvme_round_trip(ump_pool_t *pool, size_t size, unsigned flags)
+{
+    char *p = alloc_flags(pool, size, 0, flags, NULL);
+    size_t nchunks = size / CHUNK;
+
+    tu_fill(p, size, 3);
+    ump_stats_t s0 = tu_stats(pool, 0);
+    ump_tier_stats_t n0 = tier_stats(pool, UMP_TIER_NVME);
+
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, size, UMP_TIER_NVME);
+    ump_stats_t s1 = tu_stats(pool, 0);
+    ump_tier_stats_t n1 = tier_stats(pool, UMP_TIER_NVME);
+    assert_int_equal(s1.nvme_bytes, s0.nvme_bytes + size);
+    assert_int_equal(s1.host_bytes, s0.host_bytes);
+    assert_true(s1.spill_count >= s0.spill_count + nchunks);
+    assert_true(s1.spill_bytes >= s0.spill_bytes + size);
+    assert_int_equal(n1.used_bytes, n0.used_bytes + size);
+    assert_int_equal(n1.chunks, n0.chunks + nchunks);
+    assert_true(n1.peak_bytes >= n1.used_bytes);
+
+    acquire_ok(pool, p, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, size, 3);
+    ump_stats_t s2 = tu_stats(pool, 0);
+    assert_int_equal(s2.nvme_bytes, s0.nvme_bytes);
+    assert_int_equal(s2.host_bytes, s0.host_bytes);
+    assert_true(s2.restore_count >= s1.restore_count + nchunks);
+    assert_true(s2.restore_bytes >= s1.restore_bytes + size);
+    /* the slots are given back once the data is on the device again */
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).used_bytes, n0.used_bytes);
+    release_ok(pool, p, 0);
+    tu_free(pool, p);
+}
+
+static void test_evict_nvme_round_trip(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:2,sim_device_mem:32M,"
+                                  "host_limit:32M");
+
+    nvme_round_trip(pool, 8 * MIB, 0);
+    nvme_round_trip(pool, 8 * MIB, UMP_HINT_OFFLOAD);
+    nvme_round_trip(pool, 2 * MIB, UMP_HINT_OFFLOAD);
+    fx_pool_destroy(f);
+}
+
+/* NVMe -> host by ump_prefetch(UMP_LOC_HOST): the data becomes readable
+ * through the pointer again without an acquire; then host -> device. And
+ * NVMe -> device by ump_prefetch(device) followed by the acquire. */
+static void test_prefetch_nvme_to_host(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M");
+    size_t size = 4 * MIB;
+    /* pinned: nothing moves it but this test */
+    char *p = alloc_flags(pool, size, 0, 0, NULL);
+
+    tu_fill(p, size, 4);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, size, UMP_TIER_NVME);
+    ump_stats_t s0 = tu_stats(pool, 0);
+
+    expect_rc(ump_prefetch(pool, p, 0, UMP_LOC_HOST, NULL), 0);
+    if (!wait_tier(pool, p, size, UMP_TIER_HOST))
+        fail_msg("ump_prefetch(UMP_LOC_HOST): not on the host tier after "
+                 "%d ms (first chunk on tier %d)", WAIT_MS, tier_at(pool, p));
+    tu_assert_pattern(p, size, 4);
+    ump_stats_t s1 = tu_stats(pool, 0);
+    assert_int_equal(s1.host_bytes, s0.host_bytes + size);
+    assert_int_equal(s1.nvme_bytes, s0.nvme_bytes - size);
+    assert_true(s1.restore_count > s0.restore_count);
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).used_bytes, 0);
+
+    acquire_ok(pool, p, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, size, 4);
+    release_ok(pool, p, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).used_bytes, 0);
+
+    /* NVMe -> device: prefetch, then the acquire waits for it */
+    tu_fill(p, size, 5);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    expect_rc(ump_prefetch(pool, p, 0, 0, NULL), 0);
+    acquire_ok(pool, p, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, size, 5);
+    release_ok(pool, p, 0);
+
+    /* a host -> NVMe eviction of a chunk already on the host */
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, size, UMP_TIER_NVME);
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).used_bytes, 0);
+    acquire_check(pool, p, size, 5);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+/* A range covers every chunk it touches, and no other; size 0 from an
+ * interior pointer is the whole allocation; chunks already lower stay. */
+static void test_range_granularity(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M");
+    size_t size = 8 * MIB;
+    char *p = alloc_flags(pool, size, 0, 0, NULL);
+
+    tu_fill(p, size, 6);
+    /* two bytes straddling the first chunk boundary: chunks 0 and 1 */
+    evict_ok(pool, p + CHUNK - 1, 2, UMP_TIER_HOST);
+    assert_tier(pool, p, 2 * CHUNK, UMP_TIER_HOST);
+    assert_tier(pool, p + 2 * CHUNK, 2 * CHUNK, UMP_TIER_DEVICE);
+    assert_int_equal(tu_stats(pool, 0).host_bytes, 2 * CHUNK);
+    tu_assert_pattern(p, size, 6);
+
+    /* size 0 from an interior pointer: the whole allocation */
+    evict_ok(pool, p + 5 * MIB, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, size, UMP_TIER_NVME);
+    /* already lower: stays on NVMe */
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    assert_tier(pool, p, size, UMP_TIER_NVME);
+
+    /* one byte of the last chunk brings back that chunk at least */
+    acquire_ok(pool, p + 6 * MIB + 17, 1);
+    assert_tier(pool, p + 3 * CHUNK, CHUNK, UMP_TIER_DEVICE);
+    assert_sub_pattern(p, 3 * CHUNK, CHUNK, 6);
+    acquire_check(pool, p, size, 6);
+    release_ok(pool, p + 6 * MIB + 17, 1);
+    expect_rc(ump_release(pool, p + 6 * MIB + 17, 1), -EINVAL);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+/* ---- 2. acquire pins ----------------------------------------------------- */
+
+static void test_acquire_pins(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M");
+    size_t size = 4 * MIB;
+    char *p = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+    char *q = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+
+    acquire_ok(pool, p, 0);
+    tu_fill(p, size, 7);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_HOST), -EBUSY);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_NVME), -EBUSY);
+    expect_rc(ump_evict(pool, p + CHUNK, 1, UMP_TIER_NVME), -EBUSY);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, size, 7);
+    assert_int_equal(tu_stats(pool, 0).spill_count, 0);
+    release_ok(pool, p, 0);
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    assert_tier(pool, p, size, UMP_TIER_HOST);
+    tu_assert_pattern(p, size, 7);
+
+    /* not acquired (any more) */
+    expect_rc(ump_release(pool, p, 0), -EINVAL);
+    expect_rc(ump_release(pool, q, 0), -EINVAL);
+
+    /* nested: as many releases as acquires */
+    acquire_ok(pool, p, 0);
+    acquire_ok(pool, p, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    release_ok(pool, p, 0);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_NVME), -EBUSY);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    release_ok(pool, p, 0);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, size, UMP_TIER_NVME);
+    expect_rc(ump_release(pool, p, 0), -EINVAL);
+    acquire_check(pool, p, size, 7);
+
+    /* a pin covers the chunks of its range only: the second chunk pinned,
+     * the first moves, and the whole-range evict stops at the pinned one */
+    acquire_ok(pool, p + CHUNK, 1);
+    evict_ok(pool, p, CHUNK, UMP_TIER_HOST);
+    assert_tier(pool, p, CHUNK, UMP_TIER_HOST);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_NVME), -EBUSY);
+    assert_tier(pool, p + CHUNK, CHUNK, UMP_TIER_DEVICE);
+    assert_sub_pattern(p, CHUNK, CHUNK, 7);
+    release_ok(pool, p + CHUNK, 1);
+    acquire_check(pool, p, size, 7);
+
+    tu_free(pool, p);
+    tu_free(pool, q);
+    fx_pool_destroy(f);
+}
+
+/* ---- 3. refusals --------------------------------------------------------- */
+
+/* Every call on ptr refused with -EINVAL. */
+static void assert_all_einval(ump_pool_t *pool, void *ptr)
+{
+    expect_rc(ump_acquire(pool, ptr, 0, UMP_DEVICE_CURRENT, NULL), -EINVAL);
+    expect_rc(ump_release(pool, ptr, 0), -EINVAL);
+    expect_rc(ump_prefetch(pool, ptr, 0, 0, NULL), -EINVAL);
+    expect_rc(ump_prefetch(pool, ptr, 0, UMP_LOC_HOST, NULL), -EINVAL);
+    expect_rc(ump_evict(pool, ptr, 0, UMP_TIER_HOST), -EINVAL);
+    expect_rc(ump_evict(pool, ptr, 0, UMP_TIER_NVME), -EINVAL);
+    expect_rc(ump_advise(pool, ptr, 0, UMP_ADVISE_COLD), -EINVAL);
+}
+
+static void test_refusals(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M");
+    size_t size = 4 * MIB;
+    char *pinned = alloc_flags(pool, size, 0, UMP_HINT_NO_SPILL, NULL);
+    char *small = alloc_flags(pool, 4 * TU_KIB, 0, 0, NULL);
+    char *p = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+    char *gone = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+    char *outside = malloc(size);
+
+    assert_non_null(outside);
+    tu_fill(pinned, size, 8);
+    tu_fill(small, 4 * TU_KIB, 9);
+    tu_fill(p, size, 10);
+    tu_free(pool, gone);
+
+    /* UMP_HINT_NO_SPILL never moves */
+    expect_rc(ump_evict(pool, pinned, 0, UMP_TIER_HOST), -EPERM);
+    expect_rc(ump_evict(pool, pinned, 0, UMP_TIER_NVME), -EPERM);
+    assert_tier(pool, pinned, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(pinned, size, 8);
+
+    /* a slab object does not move */
+    expect_rc(ump_evict(pool, small, 0, UMP_TIER_HOST), -ENOTSUP);
+    expect_rc(ump_evict(pool, small, 0, UMP_TIER_NVME), -ENOTSUP);
+    assert_int_equal(tier_at(pool, small), UMP_TIER_DEVICE);
+    tu_assert_pattern(small, 4 * TU_KIB, 9);
+
+    /* pointers that are no allocation of this pool */
+    assert_all_einval(pool, NULL);
+    assert_all_einval(pool, outside);
+    assert_all_einval(pool, gone);
+    expect_rc(ump_evict(NULL, p, 0, UMP_TIER_HOST), -EINVAL);
+    expect_rc(ump_acquire(NULL, p, 0, UMP_DEVICE_CURRENT, NULL), -EINVAL);
+    expect_rc(ump_release(NULL, p, 0), -EINVAL);
+    expect_rc(ump_prefetch(NULL, p, 0, 0, NULL), -EINVAL);
+    expect_rc(ump_advise(NULL, p, 0, UMP_ADVISE_HOT), -EINVAL);
+
+    /* bad tiers, advice and devices */
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_DEVICE), -EINVAL);
+    expect_rc(ump_evict(pool, p, 0, 3), -EINVAL);
+    expect_rc(ump_evict(pool, p, 0, -1), -EINVAL);
+    expect_rc(ump_advise(pool, p, 0, -1), -EINVAL);
+    expect_rc(ump_advise(pool, p, 0, UMP_ADVISE_DONTNEED + 1), -EINVAL);
+    expect_rc(ump_advise(pool, p, 0, 1000), -EINVAL);
+    expect_rc(ump_acquire(pool, p, 0, 1, NULL), -EINVAL);
+    expect_rc(ump_acquire(pool, p, 0, UMP_DEVICE_ALL, NULL), -EINVAL);
+    expect_rc(ump_acquire(pool, p, 0, UMP_LOC_HOST, NULL), -EINVAL);
+    expect_rc(ump_prefetch(pool, p, 0, 7, NULL), -EINVAL);
+    expect_rc(ump_prefetch(pool, p, 0, UMP_DEVICE_ALL, NULL), -EINVAL);
+
+    /* none of that moved or pinned anything */
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.spill_count, 0);
+    assert_int_equal(st.host_bytes, 0);
+    assert_int_equal(st.nvme_bytes, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    expect_rc(ump_release(pool, p, 0), -EINVAL);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    acquire_check(pool, p, size, 10);
+
+    free(outside);
+    tu_free(pool, p);
+    tu_free(pool, small);
+    tu_free(pool, pinned);
+    fx_pool_destroy(f);
+}
+
+/* ---- advice -------------------------------------------------------------- */
+
+/* COLD is evicted first and HOT last when an allocation does not fit;
+ * WILLNEED brings a chunk back; DONTNEED is accepted and cleared by an
+ * acquire. Watermarks at 100 keep the background thread out of it. */
+static void test_advise(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:64M,high_watermark:100,"
+                                  "low_watermark:100");
+    size_t size = 8 * MIB;
+    char *t[3];
+
+    /* touched in order: by recency alone t[0] would be the coldest */
+    for (int i = 0; i < 3; i++) {
+        t[i] = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+        acquire_ok(pool, t[i], 0);
+        tu_fill(t[i], size, 20 + (uint64_t)i);
+        release_ok(pool, t[i], 0);
+    }
+    expect_rc(ump_advise(pool, t[0], 0, UMP_ADVISE_HOT), 0);
+    expect_rc(ump_advise(pool, t[2], 0, UMP_ADVISE_COLD), 0);
+    /* 16M more on a device holding 24M of 32M: 8M must go, the cold one */
+    char *big = alloc_flags(pool, 2 * size, 0, UMP_HINT_OFFLOAD, NULL);
+    assert_true(tu_stats(pool, 0).evictions > 0);
+    assert_tier(pool, t[0], size, UMP_TIER_DEVICE);
+    for (size_t off = 0; off < size; off += CHUNK)
+        if (tier_at(pool, t[2] + off) == UMP_TIER_DEVICE)
+            fail_msg("the COLD allocation's chunk %zu stayed on the device "
+                     "while the pool evicted", off / CHUNK);
+    tu_free(pool, big);
+
+    /* WILLNEED: back to its device in the background */
+    evict_ok(pool, t[1], 0, UMP_TIER_NVME);
+    expect_rc(ump_advise(pool, t[1], 0, UMP_ADVISE_WILLNEED), 0);
+    if (!wait_tier(pool, t[1], size, UMP_TIER_DEVICE))
+        fail_msg("UMP_ADVISE_WILLNEED: not on the device after %d ms",
+                 WAIT_MS);
+    acquire_check(pool, t[1], size, 21);
+
+    /* DONTNEED: the move down may skip the copy; the acquire works and
+     * the data written after it is kept */
+    expect_rc(ump_advise(pool, t[1], 0, UMP_ADVISE_DONTNEED), 0);
+    evict_ok(pool, t[1], 0, UMP_TIER_NVME);
+    assert_tier(pool, t[1], size, UMP_TIER_NVME);
+    acquire_ok(pool, t[1], 0);
+    tu_fill(t[1], size, 31);
+    release_ok(pool, t[1], 0);
+    evict_ok(pool, t[1], 0, UMP_TIER_NVME);
+    acquire_check(pool, t[1], size, 31);
+
+    acquire_check(pool, t[0], size, 20);
+    acquire_check(pool, t[2], size, 22);
+    for (int i = 0; i < 3; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* ---- 4. oversubscription ------------------------------------------------- */
+
+static void test_oversubscribe(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M");
+    enum { N = 12 };
+    size_t size = 8 * MIB; /* 12 x 8M = 3 x the device */
+    char *t[N];
+
+    for (int i = 0; i < N; i++)
+        t[i] = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < N; k++) {
+            int i = pass == 1 ? N - 1 - k : k;
+            acquire_ok(pool, t[i], 0);
+            assert_tier(pool, t[i], size, UMP_TIER_DEVICE);
+            uint64_t seed = 100 * (uint64_t)pass + (uint64_t)i;
+            if (pass > 0)
+                tu_assert_pattern(t[i], size, seed);
+            tu_fill(t[i], size, seed + 100);
+            release_ok(pool, t[i], 0);
+        }
+        ump_stats_t st = tu_stats(pool, 0);
+        assert_true(st.mapped_bytes <= st.capacity);
+    }
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_true(st.evictions > 0);
+    assert_true(st.host_bytes + st.nvme_bytes >= (N * size) - st.capacity);
+    for (int i = 0; i < N; i++)
+        acquire_check(pool, t[i], size, 200 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    ump_tier_stats_t hs = tier_stats(pool, UMP_TIER_HOST);
+    ump_tier_stats_t ns = tier_stats(pool, UMP_TIER_NVME);
+    assert_int_equal(hs.used_bytes, 0);
+    assert_int_equal(ns.used_bytes, 0);
+    fx_pool_destroy(f);
+}
+
+/* ---- 5. threads over three tiers ----------------------------------------- */
+
+#define MT_THREADS 4
+#define MT_TENSORS 4
+
+struct mt_arg {
+    ump_pool_t *pool;
+    int id;
+    double deadline;
+    char *t[MT_TENSORS];
+    size_t size[MT_TENSORS];
+    uint64_t seed[MT_TENSORS];
+    long ops;
+    char err[256]; /* the first failure; "" when none */
+};
+
+#define MT_FAIL(a, ...)                                                        \
+    do {                                                                       \
+        snprintf((a)->err, sizeof((a)->err), __VA_ARGS__);                     \
+        return NULL;                                                           \
+    } while (0)
+
+static void *mt_worker(void *arg)
+{
+    struct mt_arg *a = arg;
+    ump_pool_t *pool = a->pool;
+    uint64_t rng = 0x1234567ull * (uint64_t)(a->id + 1);
+
+    for (int k = 0; k < MT_TENSORS; k++) {
+        int rc = ump_acquire(pool, a->t[k], 0, UMP_DEVICE_CURRENT, NULL);
+        if (rc)
+            MT_FAIL(a, "thread %d: first acquire of tensor %d: %s", a->id, k,
+                    ump_strerror(rc));
+        a->seed[k] = tu_rand(&rng);
+        tu_fill(a->t[k], a->size[k], a->seed[k]);
+        if ((rc = ump_release(pool, a->t[k], 0)))
+            MT_FAIL(a, "thread %d: release: %s", a->id, ump_strerror(rc));
+    }
+    /* a few operations even where everything is slow (sanitizers) */
+    while (a->ops < 16 || now_s() < a->deadline) {
+        int k = (int)(tu_rand(&rng) % MT_TENSORS);
+        char *p = a->t[k];
+        int op = (int)(tu_rand(&rng) % 12), rc;
+
+        a->ops++;
+        switch (op) {
+        case 6:
+            rc = ump_evict(pool, p, 0, UMP_TIER_HOST);
+            if (rc && rc != -ENOSPC)
+                MT_FAIL(a, "thread %d: evict to host: %s", a->id,
+                        ump_strerror(rc));
+            break;
+        case 7:
+        case 8:
+            if ((rc = ump_evict(pool, p, 0, UMP_TIER_NVME)))
+                MT_FAIL(a, "thread %d: evict to nvme: %s", a->id,
+                        ump_strerror(rc));
+            break;
+        case 9:
+            if ((rc = ump_prefetch(pool, p, 0, UMP_DEVICE_CURRENT, NULL)))
+                MT_FAIL(a, "thread %d: prefetch: %s", a->id, ump_strerror(rc));
+            break;
+        case 10:
+            if ((rc = ump_prefetch(pool, p, 0, UMP_LOC_HOST, NULL)))
+                MT_FAIL(a, "thread %d: prefetch to host: %s", a->id,
+                        ump_strerror(rc));
+            break;
+        case 11:
+            rc = ump_advise(pool, p, 0, (tu_rand(&rng) & 1) ? UMP_ADVISE_HOT
+                                                           : UMP_ADVISE_COLD);
+            if (rc)
+                MT_FAIL(a, "thread %d: advise: %s", a->id, ump_strerror(rc));
+            break;
+        default: {
+            rc = ump_acquire(pool, p, 0, UMP_DEVICE_CURRENT, NULL);
+            if (rc)
+                MT_FAIL(a, "thread %d: acquire of tensor %d (%zu bytes): %s",
+                        a->id, k, a->size[k], ump_strerror(rc));
+            size_t bad = tu_check(p, a->size[k], a->seed[k]);
+            if (bad != a->size[k])
+                MT_FAIL(a, "thread %d: tensor %d: byte %zu of %zu differs "
+                        "after op %ld", a->id, k, bad, a->size[k], a->ops);
+            if (tu_rand(&rng) & 1) {
+                a->seed[k] = tu_rand(&rng);
+                tu_fill(p, a->size[k], a->seed[k]);
+            }
+            if ((rc = ump_release(pool, p, 0)))
+                MT_FAIL(a, "thread %d: release: %s", a->id, ump_strerror(rc));
+        }
+        }
+    }
+    return NULL;
+}
+
+static void test_threads_three_tiers(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:16M,"
+                                  "host_limit:16M");
+    static const size_t sizes[MT_TENSORS] = {2 * MIB, 2 * MIB, 4 * MIB,
+                                             3 * MIB};
+    struct mt_arg args[MT_THREADS];
+    pthread_t th[MT_THREADS];
+    double deadline = now_s() + 1.5;
+
+    /* 4 x 11M of tensors over 16M of device and 16M of host; one tensor
+     * acquired per thread at most: 16M pinned at worst */
+    memset(args, 0, sizeof(args));
+    for (int i = 0; i < MT_THREADS; i++) {
+        args[i].pool = pool;
+        args[i].id = i;
+        args[i].deadline = deadline;
+        for (int k = 0; k < MT_TENSORS; k++) {
+            args[i].size[k] = sizes[k];
+            args[i].t[k] = alloc_flags(pool, sizes[k], 0, UMP_HINT_OFFLOAD,
+                                       NULL);
+        }
+    }
+    for (int i = 0; i < MT_THREADS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, mt_worker, &args[i]), 0);
+    for (int i = 0; i < MT_THREADS; i++)
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+    long ops = 0;
+    for (int i = 0; i < MT_THREADS; i++) {
+        if (args[i].err[0])
+            fail_msg("%s", args[i].err);
+        ops += args[i].ops;
+    }
+    print_message("threads: %ld operations\n", ops);
+    assert_true(ops >= MT_THREADS);
+    ump_tier_stats_t hs = tier_stats(pool, UMP_TIER_HOST);
+    ump_tier_stats_t ns = tier_stats(pool, UMP_TIER_NVME);
+    assert_true(hs.peak_bytes > 0);
+    assert_true(ns.peak_bytes > 0);
+    assert_true(hs.used_bytes <= 16 * MIB);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_true(st.spill_count > 0);
+    assert_true(st.restore_count > 0);
+    for (int i = 0; i < MT_THREADS; i++)
+        for (int k = 0; k < MT_TENSORS; k++) {
+            acquire_check(pool, args[i].t[k], args[i].size[k],
+                          args[i].seed[k]);
+            tu_free(pool, args[i].t[k]);
+        }
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).used_bytes, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).used_bytes, 0);
+    fx_pool_destroy(f);
+}
+
+/* The one free device chunk is held by a prefetch moving another,
+ * unpinned allocation up: an acquire then waits for it and evicts it,
+ * rather than failing with -ENOMEM. */
+static void test_acquire_during_prefetch(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:8M,"
+                                  "host_limit:32M");
+    char *p = alloc_flags(pool, 6 * MIB, 0, UMP_HINT_OFFLOAD, NULL);
+    char *x = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    char *y = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    acquire_ok(pool, p, 0); /* 3 of the 4 chunks pinned */
+    tu_fill(p, 6 * MIB, 80);
+    tu_fill(x, CHUNK, 81);
+    for (uint64_t i = 0; i < 20; i++) {
+        acquire_ok(pool, y, 0);
+        tu_fill(y, CHUNK, 100 + i);
+        release_ok(pool, y, 0);
+        evict_ok(pool, x, 0, UMP_TIER_NVME);
+        evict_ok(pool, y, 0, UMP_TIER_NVME);
+        expect_rc(ump_prefetch(pool, x, 0, 0, NULL), 0);
+        acquire_ok(pool, y, 0);
+        tu_assert_pattern(y, CHUNK, 100 + i);
+        release_ok(pool, y, 0);
+    }
+    release_ok(pool, p, 0);
+    acquire_check(pool, x, CHUNK, 81);
+    acquire_check(pool, p, 6 * MIB, 80);
+    tu_free(pool, p);
+    tu_free(pool, x);
+    tu_free(pool, y);
+    fx_pool_destroy(f);
+}
+
+/* ---- 6. faults ----------------------------------------------------------- */
+
+#define FAULT_CONF "sim_devices:1,sim_device_mem:32M,host_limit:32M"
+
+/* A failed evict to NVMe: the error, the chunk still on the device with its
+ * data, no slot kept; then the same evict works. */
+static void nvme_write_fault(ump_pool_t *pool, const char *what, int want)
+{
+    char *p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(p, CHUNK, 40);
+    expect_rc(offload_inject_fault(pool, what, 1), 0);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_NVME), want);
+    assert_tier(pool, p, CHUNK, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, CHUNK, 40);
+    assert_int_equal(tu_stats(pool, 0).nvme_bytes, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).used_bytes, 0);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, CHUNK, UMP_TIER_NVME);
+    acquire_check(pool, p, CHUNK, 40);
+    tu_free(pool, p);
+}
+
+static void test_fault_eio(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, FAULT_CONF);
+
+    nvme_write_fault(pool, "eio", -EIO);
+
+    /* a failed read: the acquire fails, the chunk stays on NVMe, and a
+     * later acquire reads it */
+    char *p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(p, CHUNK, 41);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    expect_rc(offload_inject_fault(pool, "eio", 1), 0);
+    expect_rc(ump_acquire(pool, p, 0, UMP_DEVICE_CURRENT, NULL), -EIO);
+    assert_tier(pool, p, CHUNK, UMP_TIER_NVME);
+    /* the failed acquire pinned nothing */
+    expect_rc(ump_release(pool, p, 0), -EINVAL);
+    acquire_check(pool, p, CHUNK, 41);
+    tu_free(pool, p);
+
+    /* the second of four chunk writes fails: that chunk stays, with the
+     * data of all four */
+    size_t size = 4 * CHUNK;
+    p = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(p, size, 42);
+    expect_rc(offload_inject_fault(pool, "eio", 2), 0);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_NVME), -EIO);
+    int on_device = 0;
+    for (size_t off = 0; off < size; off += CHUNK) {
+        int t = tier_at(pool, p + off);
+        if (t != UMP_TIER_DEVICE && t != UMP_TIER_NVME)
+            fail_msg("chunk %zu on tier %d after a failed evict", off / CHUNK,
+                     t);
+        on_device += t == UMP_TIER_DEVICE;
+    }
+    assert_true(on_device >= 1);
+    acquire_check(pool, p, size, 42);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+static void test_fault_enospc(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, FAULT_CONF);
+
+    nvme_write_fault(pool, "enospc", -ENOSPC);
+    fx_pool_destroy(f);
+}
+
+static void test_fault_short_write(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, FAULT_CONF);
+    char *p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(p, CHUNK, 43);
+    expect_rc(offload_inject_fault(pool, "short_write", 1), 0);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    assert_tier(pool, p, CHUNK, UMP_TIER_NVME);
+    acquire_check(pool, p, CHUNK, 43);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+static void test_fault_corrupt(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, FAULT_CONF);
+    char *p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(p, CHUNK, 44);
+    /* the byte is flipped on disk after the write: every read-back fails
+     * its checksum, and the data is never handed out */
+    expect_rc(offload_inject_fault(pool, "corrupt", 1), 0);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    expect_rc(ump_acquire(pool, p, 0, UMP_DEVICE_CURRENT, NULL), -EIO);
+    assert_tier(pool, p, CHUNK, UMP_TIER_NVME);
+    expect_rc(ump_acquire(pool, p, 0, UMP_DEVICE_CURRENT, NULL), -EIO);
+    assert_tier(pool, p, CHUNK, UMP_TIER_NVME);
+    expect_rc(ump_release(pool, p, 0), -EINVAL);
+    tu_free(pool, p);
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).used_bytes, 0);
+
+    /* the pool goes on */
+    p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(p, CHUNK, 45);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    acquire_check(pool, p, CHUNK, 45);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+static void test_fault_host_alloc(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, FAULT_CONF);
+    char *p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(p, CHUNK, 46);
+    expect_rc(offload_inject_fault(pool, "host_alloc", 1), 0);
+    expect_rc(ump_evict(pool, p, 0, UMP_TIER_HOST), -ENOMEM);
+    assert_tier(pool, p, CHUNK, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, CHUNK, 46);
+    assert_int_equal(tu_stats(pool, 0).host_bytes, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).used_bytes, 0);
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    assert_tier(pool, p, CHUNK, UMP_TIER_HOST);
+    tu_assert_pattern(p, CHUNK, 46);
+    acquire_check(pool, p, CHUNK, 46);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+static void test_fault_bad_kind(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, FAULT_CONF);
+
+    expect_rc(offload_inject_fault(pool, "melt", 1), -EINVAL);
+    expect_rc(offload_inject_fault(pool, "eio", -1), -EINVAL);
+    /* set, then cleared: the next evict works */
+    expect_rc(offload_inject_fault(pool, "eio", 1), 0);
+    expect_rc(offload_inject_fault(pool, "eio", 0), 0);
+    char *p = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(p, CHUNK, 47);
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    acquire_check(pool, p, CHUNK, 47);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+/* Tier limits: an evict that does not fit is -ENOSPC, the chunks left on
+ * the device keep their data, and the room freed by an acquire is
+ * usable again. */
+static void test_tier_limits(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:4M,nvme_limit:4M");
+    size_t size = 8 * MIB;
+    char *p = alloc_flags(pool, size, 0, 0, NULL);
+
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).capacity, 4 * MIB);
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).capacity, 4 * MIB);
+    tu_fill(p, size, 48);
+    for (int tier = UMP_TIER_HOST; tier <= UMP_TIER_NVME; tier++) {
+        expect_rc(ump_evict(pool, p, 0, tier), -ENOSPC);
+        ump_tier_stats_t ts = tier_stats(pool, tier);
+        assert_true(ts.used_bytes <= 4 * MIB);
+        for (size_t off = 0; off < size; off += CHUNK) {
+            int t = tier_at(pool, p + off);
+            if (t != UMP_TIER_DEVICE && t != tier)
+                fail_msg("chunk %zu on tier %d after a failed evict to %d",
+                         off / CHUNK, t, tier);
+            if (t == UMP_TIER_DEVICE)
+                assert_sub_pattern(p, off, CHUNK, 48);
+        }
+        acquire_check(pool, p, size, 48);
+        assert_int_equal(tier_stats(pool, tier).used_bytes, 0);
+        /* exactly the limit fits */
+        evict_ok(pool, p + 4 * MIB, 4 * MIB, tier);
+        assert_tier(pool, p + 4 * MIB, 4 * MIB, tier);
+        assert_int_equal(tier_stats(pool, tier).used_bytes, 4 * MIB);
+        acquire_check(pool, p, size, 48);
+    }
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+/* ---- 7. engines and directories ------------------------------------------ */
+
+static void test_threads_engine(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M,nvme_engine:threads,"
+                                  "nvme_queue_depth:2");
+
+    nvme_round_trip(pool, 8 * MIB, UMP_HINT_OFFLOAD);
+    nvme_round_trip(pool, 8 * MIB, 0);
+    nvme_write_fault(pool, "eio", -EIO);
+    fx_pool_destroy(f);
+}
+
+/* Two spill directories, given once ':'-separated and once as a repeated
+ * key. */
+static void test_two_dirs(void **state)
+{
+    struct fx *f = *state;
+    char extra[700];
+
+    for (int form = 0; form < 2; form++) {
+        snprintf(extra, sizeof(extra),
+                 form ? "nvme_dir:%s,sim_devices:1,sim_device_mem:32M,"
+                        "host_limit:32M"
+                      : "sim_devices:1,sim_device_mem:32M,host_limit:32M",
+                 f->dir2);
+        if (form == 0) {
+            snprintf(f->conf, sizeof(f->conf), "%s,nvme_dir:%s:%s,%s",
+                     BASE_CONF, f->dir, f->dir2, extra);
+            f->pool = tu_pool_create(f->conf);
+        } else {
+            fx_pool(f, extra);
+        }
+        nvme_round_trip(f->pool, 8 * MIB, UMP_HINT_OFFLOAD);
+        /* both directories hold a spill file */
+        if (count_fds_in(f->dir) < 1 || count_fds_in(f->dir2) < 1)
+            fail_msg("spill files open: %d in %s, %d in %s",
+                     count_fds_in(f->dir), f->dir, count_fds_in(f->dir2),
+                     f->dir2);
+        fx_pool_destroy(f);
+        assert_int_equal(tu_count_entries(f->dir), 0);
+        assert_int_equal(tu_count_entries(f->dir2), 0);
+    }
+}
+
+/* ---- 8. nothing left behind ---------------------------------------------- */
+
+static void test_cleanup(void **state)
+{
+    struct fx *f = *state;
+    int fds = tu_count_fds();
+    int files = tu_count_entries(f->dir);
+
+    assert_true(fds > 0);
+    assert_int_equal(files, 0);
+    ump_pool_t *pool = fx_pool(f, "sim_devices:2,sim_device_mem:32M,"
+                                  "host_limit:16M,host_reserve:8M");
+    char *a = alloc_flags(pool, 8 * MIB, 0, UMP_HINT_OFFLOAD, NULL);
+    char *b = alloc_flags(pool, 8 * MIB, 1, UMP_HINT_OFFLOAD, NULL);
+    char *c = alloc_flags(pool, 4 * MIB, 0, 0, NULL);
+
+    tu_fill(a, 8 * MIB, 50);
+    tu_fill(b, 8 * MIB, 51);
+    tu_fill(c, 4 * MIB, 52);
+    evict_ok(pool, a, 0, UMP_TIER_HOST);
+    evict_ok(pool, b, 0, UMP_TIER_NVME);
+    evict_ok(pool, c, 2 * MIB, UMP_TIER_NVME);
+    evict_ok(pool, c + 2 * MIB, 2 * MIB, UMP_TIER_HOST);
+    acquire_check(pool, c, 4 * MIB, 52);
+    evict_ok(pool, c, 0, UMP_TIER_NVME);
+    /* freeing evicted allocations gives their host chunks and slots back */
+    tu_free(pool, a);
+    tu_free(pool, b);
+    tu_free(pool, c);
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).used_bytes, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).used_bytes, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_NVME).chunks, 0);
+    ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.host_bytes, 0);
+    assert_int_equal(st.nvme_bytes, 0);
+    fx_pool_destroy(f);
+    assert_int_equal(tu_count_entries(f->dir), files);
+    assert_int_equal(tu_count_fds(), fds);
+}
+
+/* ---- 9. an NVMe chunk touched without an acquire ------------------------- */
+
+static void test_touch_nvme_faults(void **state)
+{
+    struct fx *f = *state;
+    char conf[1400];
+
+    /* publish:false: the child dies on purpose, and would leave its
+     * statistics segment in /dev/shm behind */
+    snprintf(conf, sizeof(conf), "%s,nvme_dir:%s,sim_devices:1,"
+             "sim_device_mem:32M,host_limit:32M,publish:false", BASE_CONF,
+             f->dir);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        /* cmocka's handler would turn the fault into a failed test and go
+         * on running the tests in this child */
+        signal(SIGSEGV, SIG_DFL);
+        signal(SIGBUS, SIG_DFL);
+        struct rlimit none = {0, 0};
+        setrlimit(RLIMIT_CORE, &none);
+        ump_pool_t *pool;
+        ump_hints_t h = tu_hints(0);
+        void *p;
+        h.flags = UMP_HINT_OFFLOAD;
+        if (ump_pool_create(conf, &pool))
+            _exit(10);
+        if (ump_alloc(pool, CHUNK, &h, &p))
+            _exit(11);
+        memset(p, 0x5a, CHUNK);
+        if (ump_evict(pool, p, 0, UMP_TIER_NVME))
+            _exit(12);
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0)
+            dup2(fd, STDERR_FILENO);
+        volatile unsigned char *q = p;
+        unsigned char v = q[12345];
+        _exit(v == 0x5a ? 13 : 14);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    static const char *const why[] = {
+        [10] = "ump_pool_create failed",
+        [11] = "ump_alloc failed",
+        [12] = "ump_evict to NVMe failed",
+        [13] = "read an NVMe chunk's old data without a fault",
+        [14] = "read an NVMe chunk (other data) without a fault",
+    };
+    if (WIFEXITED(status)) {
+        int code = WEXITSTATUS(status);
+        if (code >= 10 && code <= 14)
+            fail_msg("child: %s", why[code]);
+        /* ASan's own handler reports the fault and exits non-zero */
+        if (!UNDER_ASAN || code == 0)
+            fail_msg("child exited %d instead of dying of SIGSEGV", code);
+    } else {
+        assert_true(WIFSIGNALED(status));
+        if (WTERMSIG(status) != SIGSEGV)
+            fail_msg("child died of signal %d, expected SIGSEGV",
+                     WTERMSIG(status));
+    }
+    /* the dead child's spill file went with it */
+    assert_int_equal(tu_count_entries(f->dir), 0);
+}
+
+/* ---- 10. watermarks ------------------------------------------------------ */
+
+static void test_watermarks(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M,high_watermark:50,"
+                                  "low_watermark:25");
+    enum { N = 5 };
+    size_t size = 4 * MIB;
+    char *pinned = alloc_flags(pool, size, 0, 0, NULL);
+    char *t[N];
+
+    tu_fill(pinned, size, 60);
+    /* 4M pinned + 20M offloadable: 75% of the device, all acquired until
+     * the end (so that the high watermark is crossed whatever the timing
+     * of the background thread), then released at once */
+    for (int i = 0; i < N; i++) {
+        t[i] = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+        acquire_ok(pool, t[i], 0);
+        tu_fill(t[i], size, 61 + (uint64_t)i);
+    }
+    for (int i = 0; i < N; i++)
+        release_ok(pool, t[i], 0);
+    /* what the device holds: every allocation here is whole chunks and
+     * nothing was freed, so live_bytes less what moved off */
+    ump_stats_t st = tu_stats(pool, 0);
+    size_t low = st.capacity * 25 / 100;
+    size_t resident = 0;
+    bool done = false;
+    for (int ms = 0; ms <= WAIT_MS && !done; ms += 10) {
+        st = tu_stats(pool, 0);
+        resident = st.live_bytes - st.host_bytes - st.nvme_bytes;
+        done = resident <= low;
+        if (!done)
+            sleep_ms(10);
+    }
+    if (!done)
+        fail_msg("device holds %zu bytes after %d ms, low watermark %zu "
+                 "(live %zu, mapped %zu, moved off: host %zu, nvme %zu)",
+                 resident, WAIT_MS, low, st.live_bytes, st.mapped_bytes,
+                 st.host_bytes, st.nvme_bytes);
+    assert_true(st.evictions > 0);
+    assert_true(st.host_bytes + st.nvme_bytes >= 24 * MIB - low);
+    /* the background thread never moves a pinned allocation */
+    assert_tier(pool, pinned, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(pinned, size, 60);
+    for (int i = 0; i < N; i++)
+        acquire_check(pool, t[i], size, 61 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    tu_free(pool, pinned);
+    fx_pool_destroy(f);
+}
+
+/* Waits until device 0 holds at most limit bytes of allocations (all whole
+ * chunks, none freed); false on timeout, with what it holds in *held_p. */
+static bool wait_resident(ump_pool_t *pool, size_t limit, size_t *held_p)
+{
+    for (int ms = 0; ms <= WAIT_MS; ms += 10) {
+        ump_stats_t st = tu_stats(pool, 0);
+        *held_p = st.live_bytes - st.host_bytes - st.nvme_bytes;
+        if (*held_p <= limit)
+            return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
+/* An eviction that runs out of unpinned memory (the rest is acquired) goes
+ * on once that memory is released, down to the low watermark, even though
+ * the device is below the high one by then. */
+static void test_watermarks_resume(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M,high_watermark:50,"
+                                  "low_watermark:25");
+    enum { N = 4 };
+    size_t size = 4 * MIB, held;
+    char *pinned = alloc_flags(pool, size, 0, 0, NULL);
+    char *t[N];
+
+    tu_fill(pinned, size, 70);
+    for (int i = 0; i < N; i++) {
+        t[i] = alloc_flags(pool, size, 0, UMP_HINT_OFFLOAD, NULL);
+        acquire_ok(pool, t[i], 0);
+        tu_fill(t[i], size, 71 + (uint64_t)i);
+        if (i < 2)
+            release_ok(pool, t[i], 0);
+    }
+    /* 20M of 32M, t[2] and t[3] acquired: the thread can only get down to
+     * 12M, above the low watermark (8M) */
+    size_t low = tu_stats(pool, 0).capacity * 25 / 100;
+    if (!wait_resident(pool, 3 * size, &held))
+        fail_msg("device holds %zu bytes after %d ms above the high "
+                 "watermark, with %zu unpinned", held, WAIT_MS, 2 * size);
+    release_ok(pool, t[2], 0);
+    release_ok(pool, t[3], 0);
+    /* 12M now: below the high watermark, above the low one */
+    if (!wait_resident(pool, low, &held))
+        fail_msg("the eviction stopped above the low watermark: the device "
+                 "holds %zu bytes %d ms after the last release (low %zu)",
+                 held, WAIT_MS, low);
+    assert_tier(pool, pinned, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(pinned, size, 70);
+    for (int i = 0; i < N; i++) {
+        acquire_check(pool, t[i], size, 71 + (uint64_t)i);
+        tu_free(pool, t[i]);
+    }
+    tu_free(pool, pinned);
+    fx_pool_destroy(f);
+}
+
+/* ---- 11. small offloadable allocations; no NVMe tier -------------------- */
+
+/* A slab-sized allocation with UMP_HINT_OFFLOAD is a whole chunk of its
+ * own (a chunk is what moves), so it moves without touching its
+ * neighbours; without nvme_dir, the NVMe tier is full from the start. */
+static void test_small_offload_no_nvme(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(BASE_CONF ",sim_devices:1,"
+                                      "sim_device_mem:32M,host_limit:8M");
+    char *small = alloc_flags(pool, 4096, 0, 0, NULL);
+    char *off = alloc_flags(pool, 4096, 0, UMP_HINT_OFFLOAD, NULL);
+    ump_ptr_info_t info;
+    assert_int_equal(ump_ptr_info(pool, off, &info), 0);
+    assert_int_equal(info.chunk_base, off);
+    assert_int_equal(info.size, 4096);
+    tu_fill(small, 4096, 80);
+    acquire_ok(pool, off, 0);
+    tu_fill(off, 4096, 81);
+    release_ok(pool, off, 0);
+    evict_ok(pool, off, 0, UMP_TIER_HOST);
+    assert_tier(pool, off, 4096, UMP_TIER_HOST);
+    tu_assert_pattern(off, 4096, 81);
+    assert_int_equal(ump_evict(pool, off, 0, UMP_TIER_NVME), -ENOSPC);
+    assert_tier(pool, off, 4096, UMP_TIER_HOST);
+    assert_int_equal(ump_evict(pool, small, 0, UMP_TIER_HOST), -ENOTSUP);
+    tu_assert_pattern(small, 4096, 80);
+    /* acquire and release of a slab object: nothing to do, no error */
+    assert_int_equal(ump_acquire(pool, small, 0, 0, NULL), 0);
+    assert_int_equal(ump_release(pool, small, 0), 0);
+    acquire_check(pool, off, 4096, 81);
+    tu_free(pool, off);
+    tu_free(pool, small);
+    tu_pool_destroy(pool);
+}
+
+int main(void)
+{
+#define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_evict_host_round_trip),
+        T(test_evict_nvme_round_trip),
+        T(test_prefetch_nvme_to_host),
+        T(test_range_granularity),
+        T(test_acquire_pins),
+        T(test_refusals),
+        T(test_advise),
+        T(test_oversubscribe),
+        T(test_threads_three_tiers),
+        T(test_acquire_during_prefetch),
+        T(test_fault_eio),
+        T(test_fault_enospc),
+        T(test_fault_short_write),
+        T(test_fault_corrupt),
+        T(test_fault_host_alloc),
+        T(test_fault_bad_kind),
+        T(test_tier_limits),
+        T(test_threads_engine),
+        T(test_two_dirs),
+        T(test_cleanup),
+        T(test_touch_nvme_faults),
+        T(test_watermarks),
+        T(test_watermarks_resume),
+        T(test_small_offload_no_nvme),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

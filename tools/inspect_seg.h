@@ -1,0 +1,58 @@
+/*
+ * umpool-inspect: finding the segments pools publish, reading them safely,
+ * and telling whether the process that wrote one still runs.
+ */
+#ifndef INSPECT_SEG_H
+#define INSPECT_SEG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snapshot.h"
+
+enum seg_status {
+    SEG_RUNNING, /* its process runs */
+    SEG_EXITED,  /* no such process */
+    SEG_REUSED,  /* a process runs under its pid, but a later one */
+};
+
+struct seg {
+    char path[512];
+    bool hidden;        /* a ".umpool-..." left half made by a crash */
+    uint32_t uid;       /* from the name */
+    int32_t pid;
+    uint64_t pool_id;
+    int status;         /* enum seg_status */
+    int rc;             /* 0 once view is valid, else a negative errno */
+    char err[256];      /* why it could not be read */
+    struct snap_view view;
+    /* while mapped */
+    struct snap_header *map;
+    size_t len;
+    bool writable;
+    uint64_t seq0;
+};
+
+/* The segments named for uid in dir (SNAP_DIR unless testing), sorted by
+ * pid and pool; with_hidden adds half-made ones. 0 or a negative errno
+ * (err says why). Free with seg_free_all. */
+int seg_scan(const char *dir, uint32_t uid, bool with_hidden,
+             struct seg **segs_p, size_t *n_p, char *err, size_t errlen);
+void seg_free_all(struct seg *segs, size_t n);
+
+/* Reads every segment: maps them, asks each running writer for a fresh
+ * snapshot (refresh), waits for the answers (at most a few hundred ms),
+ * then copies and checks each. Sets rc, err, view and status. */
+void seg_load_all(struct seg *segs, size_t n, bool refresh);
+
+/* Reads a snapshot from a file (umpool-inspect --from): 0, or a negative
+ * errno with why in err. */
+int seg_load_file(const char *path, struct snap_view *view_p, char *err,
+                  size_t errlen);
+
+/* Whether pid runs, and is the process that started at start (0: not
+ * known). */
+int seg_liveness(int32_t pid, uint64_t start);
+
+#endif

@@ -19,7 +19,8 @@ tools_umpool_inspect_LDADD = lib/libumpool.la
 
 # --- tests ---------------------------------------------------------------------
 # test_inspect_parse: the parser, on its own and through the fuzz entry on a
-# corpus of broken snapshots; test_inspect_publish: the publisher in a
+# corpus of broken snapshots, and the tool's segment handling (scan, clean,
+# rates); test_inspect_publish: the publisher in a
 # process; the scripts: the tool on fixed snapshots (golden output, broken
 # and foreign segments, dead processes), promtool (SKIP without it), and a
 # live program holding a pool.
@@ -34,7 +35,8 @@ INSPECT_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools \
 tests_test_inspect_parse_SOURCES = tests/test_inspect_parse.c \
 	tests/fuzz_snapshot.c tests/inspect/fuzz_entry.h $(INSPECT_SNAPGEN) \
 	lib/snapshot.c lib/snapshot.h \
-	tools/inspect_fmt.c tools/inspect_fmt.h tools/inspect_svg.c
+	tools/inspect_fmt.c tools/inspect_fmt.h tools/inspect_svg.c \
+	tools/inspect_seg.c tools/inspect_seg.h
 tests_test_inspect_parse_CPPFLAGS = $(INSPECT_CPPFLAGS)
 tests_test_inspect_parse_CFLAGS = $(TEST_CFLAGS)
 tests_test_inspect_parse_LDADD = $(CMOCKA_LIBS)
@@ -68,7 +70,9 @@ EXTRA_DIST += tests/inspect/common.sh tests/inspect/show.golden tests/inspect/sh
 	tests/inspect/check_live.py
 
 # --- the fuzz target (configure --enable-fuzz, clang) -----------------------
-# Run it for a bounded time, seeded with a valid snapshot:
+# Run it for a bounded time, seeded with valid snapshots of several layouts
+# (inputs up to the largest snapshot a reader accepts); any sanitizer
+# finding, UBSan's included, ends the run with a failure:
 #   make fuzz FUZZ_TIME=60
 if FUZZ
 noinst_PROGRAMS = tests/fuzz_snapshot
@@ -83,7 +87,15 @@ FUZZ_TIME = 60
 fuzz: tests/fuzz_snapshot$(EXEEXT) tests/inspect/mksnap$(EXEEXT)
 	@$(MKDIR_P) tests/fuzz-corpus
 	tests/inspect/mksnap tests/fuzz-corpus/seed.snap --uid 1000
-	tests/fuzz_snapshot -max_total_time=$(FUZZ_TIME) tests/fuzz-corpus
+	tests/inspect/mksnap tests/fuzz-corpus/small.snap --uid 1000 \
+	  --ndev 1 --map-cap 1 --max-allocs 1
+	tests/inspect/mksnap tests/fuzz-corpus/lib.snap --uid 1000 \
+	  --ndev 8 --map-cap 1024
+	tests/inspect/mksnap tests/fuzz-corpus/max.snap --uid 1000 \
+	  --ndev 32 --map-cap 4096 --max-allocs 256
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	  tests/fuzz_snapshot -max_total_time=$(FUZZ_TIME) \
+	  -max_len=$$(tests/inspect/mksnap --size-max) tests/fuzz-corpus
 else
 fuzz:
 	@echo "make fuzz: configure with --enable-fuzz (and CC=clang) first"; \

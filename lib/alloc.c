@@ -179,8 +179,11 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     }
     pthread_mutex_unlock(&pool->lock);
-    /* Moving offloadable memory down makes room: only when it would fail. */
-    while (rc == -ENOMEM && !offload_make_room(pool, dev, pool->chunk_size)) {
+    /* Moving offloadable memory down makes room: only when it would fail,
+     * and a few rounds at most (each frees a chunk's worth or more). */
+    for (int round = 0; rc == -ENOMEM && round < OFFLOAD_ROUNDS &&
+                        !offload_make_room(pool, dev, pool->chunk_size);
+         round++) {
         pthread_mutex_lock(&pool->lock);
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
         pthread_mutex_unlock(&pool->lock);
@@ -274,16 +277,19 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
         tc_exit(tc);
     }
     struct run *r;
-    int rc;
+    int rc, round = 0;
     for (;;) {
         pthread_mutex_lock(&pool->lock);
         rc = pool_run_alloc(pool, pr, &r);
         if (!rc && offload && (rc = offload_track(pool, r)))
             pool_run_free(pool, r);
+        /* Moved memory keeps its addresses: no eviction makes more. */
+        bool addresses = rc == -ENOMEM && vas_largest_free(&pool->vas) >= n;
         pthread_mutex_unlock(&pool->lock);
         /* Moving offloadable memory down makes room: only when it would
-         * otherwise fail. */
-        if (rc != -ENOMEM ||
+         * otherwise fail, and a few rounds at most (each makes n chunks of
+         * room, or moves all there is). */
+        if (!addresses || ++round > OFFLOAD_ROUNDS ||
             offload_make_room(pool, dev, n << pool->chunk_shift))
             break;
     }

@@ -16,9 +16,15 @@
 #include <liburing.h>
 #endif
 
+#ifdef HAVE_LIBNUMA
+#include <numa.h>
+#include <numaif.h>
+#endif
+
 #include "crc32c.h"
 #include "log.h"
 #include "nvme.h"
+#include "topology.h"
 
 #define NVME_MIB ((size_t)1 << 20)
 #define NVME_ALIGN_MIN 4096
@@ -85,7 +91,20 @@ struct nvme_req {
     int retries;
     enum nvme_fault fault;
     bool write;
+    bool summed;   /* write: crc computed */
+    uint32_t crc;  /* write: of the buffer, recorded once it is on disk */
 };
+
+/* A request's crc32c is computed when it is first submitted (write) or as
+ * soon as it completes (read), so that checking one overlaps the I/O of
+ * the others instead of adding a pass over the whole batch. */
+static void nvme_req_sum(const struct nvme_store *st, struct nvme_req *rq)
+{
+    if (rq->write && !rq->summed) {
+        rq->crc = crc32c(0, rq->io->buf, st->slot_size);
+        rq->summed = true;
+    }
+}
 
 static size_t nvme_max(size_t a, size_t b)
 {
@@ -206,6 +225,29 @@ static bool nvme_uring_setup(struct nvme_store *st, char *reason, size_t len)
 }
 #endif
 
+/* The bounce buffers go on the NUMA node of the memory they are copied
+ * from and to, before their pages exist (registering them with io_uring
+ * touches and pins them). Best effort: a machine without NUMA or libnuma
+ * only loses some bandwidth. */
+static void nvme_arena_bind(void *p, size_t len, int node)
+{
+#ifdef HAVE_LIBNUMA
+    if (node < 0 || numa_available() < 0 || node > numa_max_node())
+        return;
+    unsigned long mask[(UMP_MAX_NUMA + 63) / 64] = {0};
+    if (node >= UMP_MAX_NUMA)
+        return;
+    mask[node / 64] = 1ul << (node % 64);
+    if (mbind(p, len, MPOL_PREFERRED, mask, UMP_MAX_NUMA + 1, 0) != 0)
+        ump_log_debug("nvme: bounce buffers not bound to node %d: %s", node,
+                      strerror(errno));
+#else
+    (void)p;
+    (void)len;
+    (void)node;
+#endif
+}
+
 int nvme_open(const struct nvme_config *cfg, struct nvme_store **st_p)
 {
     const char *why = NULL;
@@ -257,6 +299,7 @@ int nvme_open(const struct nvme_config *cfg, struct nvme_store **st_p)
             ret = -ENOMEM;
             goto err_arena;
         }
+        nvme_arena_bind(st->arena, st->arena_len, cfg->numa_node);
     }
 
     if (cfg->force_threads)
@@ -497,11 +540,22 @@ static bool nvme_req_complete(const struct nvme_store *st, struct nvme_req *rq,
     if (rq->done < st->slot_size)
         return false;
     rq->io->res = 0;
+    if (!rq->write) {
+        if (rq->fault == NVME_F_CORRUPT)
+            ((unsigned char *)rq->io->buf)[7] ^= 0xff;
+        if (crc32c(0, rq->io->buf, st->slot_size) !=
+            st->slots[rq->io->slot].crc) {
+            ump_log_error("nvme: crc32c mismatch reading slot %llu",
+                          (unsigned long long)rq->io->slot);
+            rq->io->res = -EIO;
+        }
+    }
     return true;
 }
 
 static void nvme_req_sync(const struct nvme_store *st, struct nvme_req *rq)
 {
+    nvme_req_sum(st, rq);
     for (;;) {
         size_t len = nvme_req_len(st, rq);
         char *buf = (char *)rq->io->buf + rq->done;
@@ -557,6 +611,8 @@ static void nvme_prep(struct nvme_store *st, struct nvme_req *rq,
     char *buf = (char *)rq->io->buf + rq->done;
     off_t off = rq->off + (off_t)rq->done;
     unsigned idx;
+
+    nvme_req_sum(st, rq);
 
     if (st->fixed && nvme_in_arena(st, rq->io->buf, &idx)) {
         if (rq->write)
@@ -700,14 +756,12 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
 
     struct nvme_req *rq = calloc(n, sizeof(*rq));
     size_t *pend = calloc(n, sizeof(*pend));
-    uint32_t *crc = calloc(n, sizeof(*crc));
     size_t nrun = 0;
     int first = 0;
 
-    if (!rq || !pend || !crc) {
+    if (!rq || !pend) {
         free(rq);
         free(pend);
-        free(crc);
         return -ENOMEM;
     }
     for (size_t i = 0; i < n; i++) {
@@ -725,10 +779,8 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
             io[i].res = -ENODATA;
             continue;
         }
-        if (write) {
+        if (write)
             st->slots[s].valid = false;
-            crc[i] = crc32c(0, io[i].buf, st->slot_size);
-        }
 
         struct nvme_req *r = &rq[nrun];
 
@@ -751,31 +803,19 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
 #endif
         nvme_run_threads(st, rq, nrun);
 
-    for (size_t k = 0; k < nrun; k++) {
+    for (size_t k = 0; write && k < nrun; k++) { /* reads: checked already */
         struct nvme_req *r = &rq[k];
-        size_t i = (size_t)(r->io - io);
         struct nvme_slot *slot = &st->slots[r->io->slot];
 
         if (r->io->res < 0)
             continue;
-        if (write) {
-            slot->crc = crc[i];
-            slot->valid = true;
-            if (r->fault == NVME_F_CORRUPT)
-                nvme_corrupt_on_disk(st, r);
-            continue;
-        }
+        slot->crc = r->crc;
+        slot->valid = true;
         if (r->fault == NVME_F_CORRUPT)
-            ((unsigned char *)r->io->buf)[7] ^= 0xff;
-        if (crc32c(0, r->io->buf, st->slot_size) != slot->crc) {
-            ump_log_error("nvme: crc32c mismatch reading slot %llu",
-                          (unsigned long long)r->io->slot);
-            r->io->res = -EIO;
-        }
+            nvme_corrupt_on_disk(st, r);
     }
     for (size_t i = 0; i < n && !first; i++)
         first = io[i].res;
-    free(crc);
     free(pend);
     free(rq);
     return first;

@@ -25,6 +25,7 @@ struct nvme_config {
     size_t limit;             /* bytes in all slots, 0 = no limit */
     unsigned queue_depth;     /* requests in flight per ring; 0 = 32 */
     bool force_threads;       /* use the pread/pwrite engine (tests) */
+    int numa_node;            /* bounce buffers' NUMA node, -1: any */
 };
 
 /* One slot-sized transfer: buf holds slot_size bytes from nvme_buffer_alloc;

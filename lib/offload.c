@@ -32,6 +32,8 @@
 #include "nvme.h"
 #include "offload.h"
 
+/* Attempts of a move up that finds no room on its device. */
+#define MOVE_UP_ROUNDS 8
 /* How often the background thread looks at the watermarks. */
 #define OFFLOAD_TICK_MS 20
 
@@ -91,6 +93,8 @@ struct offload {
     void **stream;        /* per device, made on first use */
     struct tier_ctr *ctr; /* per home device */
     bool *draining;       /* per device: above high, not yet at low */
+    bool full;            /* a move down found no room: the watermarks
+                             wait until a tier gives space back */
     /* host tier */
     size_t host_limit, host_reserve;
     size_t host_created, host_used, host_peak, host_free_bytes;
@@ -99,7 +103,9 @@ struct offload {
     bool host_in_use;     /* refill the reserve only once it is used */
     int host_fault;       /* test hook: the nth next creation fails */
     /* NVMe tier */
-    pthread_mutex_t io_lock;
+    pthread_mutex_t io_lock;  /* the store: I/O, slots */
+    pthread_mutex_t dead_lock; /* dead (a leaf: nothing taken inside) */
+    struct dead_slots *dead;
     struct nvme_store *nvme;
     size_t nvme_limit, nvme_used, nvme_peak;
     uint64_t nvme_segs;
@@ -240,16 +246,18 @@ static void host_release(ump_pool_t *pool, struct hpiece *p)
 {
     struct offload *o = pool->off;
     int rc = pool->be->chunk_release(pool->bctx, p->handle);
-    if (rc) /* lost, but keep the books honest about what we hold */
+    if (rc) { /* still held: it keeps counting against host_limit */
         ump_log_error("cannot release a pinned host chunk: %s",
                       ump_strerror(rc));
-    o->host_created -= bytes_of(pool, p->n);
+    } else {
+        o->host_created -= bytes_of(pool, p->n);
+    }
     free(p);
 }
 
 /* A new pinned piece of at most n granules on node, within host_limit.
  * -ENOSPC at the limit, -ENOMEM when the memory cannot be pinned. Pool
- * lock held. */
+ * lock held; dropped while the memory is pinned. */
 static int host_create(ump_pool_t *pool, int node, size_t n,
                        struct hpiece **p_p)
 {
@@ -268,13 +276,22 @@ static int host_create(ump_pool_t *pool, int node, size_t n,
     struct hpiece *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
+    /* Pinning runs at a few GB/s (22 ms for 64 MiB on an H200): not with
+     * the pool lock. The budget is taken first, so that nobody else
+     * counts on it meanwhile. */
+    n = pow2_floor(n);
+    size_t budget = bytes_of(pool, n);
+    o->host_created += budget;
+    pthread_mutex_unlock(&pool->lock);
     int rc;
-    for (n = pow2_floor(n);; n /= 2) {
+    for (;; n /= 2) {
         rc = pool->be->host_chunk_create(pool->bctx, node, bytes_of(pool, n),
                                          &p->handle);
         if (rc != -ENOMEM || n == 1)
             break;
     }
+    pthread_mutex_lock(&pool->lock);
+    o->host_created -= budget;
     if (rc) {
         free(p);
         if (rc == -ENOMEM)
@@ -433,89 +450,131 @@ static void backing_put(ump_pool_t *pool, struct backing *b)
     backing_clear(b);
 }
 
-static int backing_unmap(ump_pool_t *pool, struct backing *b, size_t g);
+/* Piece i of b: its handle, granules and offset in the segment. */
+static void piece(const struct backing *b, size_t i, const struct hpiece **hp,
+                  ump_handle_t *h_p, size_t *n_p)
+{
+    if (b->tier == UMP_TIER_HOST) {
+        const struct hpiece *p = *hp ? (*hp)->next : b->host;
+        *hp = p;
+        *h_p = p->handle;
+        *n_p = p->n;
+    } else {
+        *h_p = b->dc[i]->handle;
+        *n_p = b->dc[i]->n;
+    }
+}
 
-/* Maps b at granules [g, g+n) and gives access: every device that can
- * reach it (and the CPU for host memory). On error nothing stays mapped.
- * Pool lock held. */
-static int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
+static size_t npieces(const struct backing *b)
+{
+    size_t k = 0;
+    if (b->tier != UMP_TIER_HOST)
+        return b->ndc;
+    for (const struct hpiece *p = b->host; p; p = p->next)
+        k++;
+    return k;
+}
+
+/* Maps (map true) or unmaps the first k pieces of b from granule g on,
+ * in order, keeping the granule table and the device's mapped bytes true
+ * to what the driver did; stops at the first failure, with *done_p pieces
+ * done. Pool lock held. */
+static int pieces_do(ump_pool_t *pool, struct backing *b, size_t g, size_t k,
+                     bool map, size_t *done_p)
 {
     struct vas *v = &pool->vas;
-    int devs[UMP_MAX_DEVICES], nd, rc = 0;
-    size_t i = 0, k = 0;
-    if (b->tier == UMP_TIER_HOST) {
-        struct hpiece *p = b->host;
-        for (; p; p = p->next, k++) {
-            rc = pool->be->map(pool->bctx, vas_addr(v, g + p->off),
-                               bytes_of(pool, p->n), p->handle);
-            if (rc)
-                break;
-        }
-        if (!rc) {
-            for (nd = 0; nd < pool->ndev; nd++)
-                devs[nd] = nd;
-            rc = pool->be->set_access_host(pool->bctx, vas_addr(v, g),
-                                           bytes_of(pool, n), devs, nd);
-        }
-        if (rc) { /* unmap the k pieces mapped */
-            struct hpiece *q = b->host;
-            for (size_t j = 0; j < k; j++, q = q->next)
-                pool->be->unmap(pool->bctx, vas_addr(v, g + q->off),
-                                bytes_of(pool, q->n));
-        }
-        return rc;
-    }
-    size_t at = g;
-    for (; i < b->ndc; i++) {
-        struct chunk *c = b->dc[i];
-        rc = pool->be->map(pool->bctx, vas_addr(v, at), bytes_of(pool, c->n),
-                           c->handle);
+    const struct hpiece *hp = NULL;
+    size_t at = g, i = 0;
+    int rc = 0;
+    for (; i < k; i++) {
+        ump_handle_t h;
+        size_t n;
+        piece(b, i, &hp, &h, &n);
+        void *va = vas_addr(v, at);
+        rc = map ? pool->be->map(pool->bctx, va, bytes_of(pool, n), h)
+                 : pool->be->unmap(pool->bctx, va, bytes_of(pool, n));
         if (rc)
             break;
-        c->g = at;
-        for (size_t j = at; j < at + c->n; j++)
-            v->gran[j].chunk = c;
-        pool->dev[b->dev].mapped += bytes_of(pool, c->n);
-        at += c->n;
+        if (b->tier != UMP_TIER_HOST) {
+            struct chunk *c = b->dc[i];
+            if (map)
+                c->g = at;
+            for (size_t j = at; j < at + n; j++)
+                v->gran[j].chunk = map ? c : NULL;
+            if (map)
+                pool->dev[b->dev].mapped += bytes_of(pool, n);
+            else
+                pool->dev[b->dev].mapped -= bytes_of(pool, n);
+        }
+        at += n;
     }
-    if (!rc) {
-        nd = chunks_accessors(pool, b->dev, devs);
-        rc = pool->be->set_access(pool->bctx, vas_addr(v, g), bytes_of(pool, n),
-                                  devs, nd);
-    }
-    if (rc) {
-        size_t all = b->ndc;
-        b->ndc = i; /* the chunks mapped so far */
-        backing_unmap(pool, b, g);
-        b->ndc = all;
-    }
+    *done_p = i;
     return rc;
 }
 
-/* Unmaps b from granule g on; its memory is kept. Pool lock held. */
+/* Access to the granules [g, g+n) where b is mapped: every device that
+ * can reach it, and the CPU for host memory. */
+static int backing_access(ump_pool_t *pool, const struct backing *b, size_t g,
+                          size_t n)
+{
+    int devs[UMP_MAX_DEVICES], nd = 0;
+    void *va = vas_addr(&pool->vas, g);
+    if (b->tier != UMP_TIER_HOST) {
+        nd = chunks_accessors(pool, b->dev, devs);
+        return pool->be->set_access(pool->bctx, va, bytes_of(pool, n), devs,
+                                    nd);
+    }
+    for (; nd < pool->ndev; nd++)
+        devs[nd] = nd;
+    return pool->be->set_access_host(pool->bctx, va, bytes_of(pool, n), devs,
+                                     nd);
+}
+
+/* Granules the first k pieces of b cover. */
+static size_t pieces_len(const struct backing *b, size_t k)
+{
+    const struct hpiece *hp = NULL;
+    size_t sum = 0;
+    for (size_t i = 0; i < k; i++) {
+        ump_handle_t h;
+        size_t n;
+        piece(b, i, &hp, &h, &n);
+        sum += n;
+    }
+    return sum;
+}
+
+/* Maps b at granules [g, g+n) and gives access. All or nothing: on error
+ * nothing of b stays mapped (unless the driver refuses to undo, logged).
+ * Pool lock held. */
+static int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
+{
+    size_t k = npieces(b), done, undone;
+    int rc = pieces_do(pool, b, g, k, true, &done);
+    if (!rc)
+        rc = backing_access(pool, b, g, n);
+    if (rc && pieces_do(pool, b, g, done, false, &undone))
+        ump_log_error("cannot undo a failed mapping at %p: %zu bytes stay "
+                      "mapped", vas_addr(&pool->vas, g),
+                      bytes_of(pool, pieces_len(b, done)));
+    return rc;
+}
+
+/* Unmaps b from granule g on; its memory is kept. All or nothing: when the
+ * driver refuses one piece, those unmapped before it are mapped back, so
+ * the data stays where it was and usable. Pool lock held. */
 static int backing_unmap(ump_pool_t *pool, struct backing *b, size_t g)
 {
-    struct vas *v = &pool->vas;
-    int rc = 0;
-    if (b->tier == UMP_TIER_HOST) {
-        for (struct hpiece *p = b->host; p; p = p->next) {
-            int r = pool->be->unmap(pool->bctx, vas_addr(v, g + p->off),
-                                    bytes_of(pool, p->n));
-            rc = rc ? rc : r;
-        }
+    size_t done, redone;
+    int rc = pieces_do(pool, b, g, npieces(b), false, &done);
+    if (!rc || !done)
         return rc;
-    }
-    size_t at = g;
-    for (size_t i = 0; i < b->ndc; i++) {
-        struct chunk *c = b->dc[i];
-        int r = pool->be->unmap(pool->bctx, vas_addr(v, at),
-                                bytes_of(pool, c->n));
-        rc = rc ? rc : r;
-        for (size_t j = at; j < at + c->n; j++)
-            v->gran[j].chunk = NULL;
-        pool->dev[b->dev].mapped -= bytes_of(pool, c->n);
-        at += c->n;
-    }
+    size_t n = pieces_len(b, done);
+    if (pieces_do(pool, b, g, done, true, &redone) ||
+        backing_access(pool, b, g, n))
+        ump_log_error("cannot map back %zu bytes at %p after a failed unmap: "
+                      "their data is lost", bytes_of(pool, n),
+                      vas_addr(&pool->vas, g));
     return rc;
 }
 
@@ -527,6 +586,8 @@ static void note_tier(ump_pool_t *pool, const struct seg *s, int tier, int sign)
     struct offload *o = pool->off;
     struct tier_ctr *c = &o->ctr[s->home];
     size_t b = bytes_of(pool, s->n);
+    if (sign < 0 && tier != UMP_TIER_DEVICE)
+        o->full = false;
     if (tier == UMP_TIER_HOST) {
         c->host_bytes = sign > 0 ? c->host_bytes + b : c->host_bytes - b;
         o->host_used = sign > 0 ? o->host_used + b : o->host_used - b;
@@ -550,10 +611,11 @@ static void note_move(ump_pool_t *pool, struct seg *s, int tier, int dev)
     if (tier > s->tier) {
         c->spill_count++;
         c->spill_bytes += b;
-    } else {
+    } else if (tier < s->tier) { /* device to device is neither */
         c->restore_count++;
         c->restore_bytes += b;
     }
+    s->discard = false; /* DONTNEED was for this move only */
     note_tier(pool, s, s->tier, -1);
     note_tier(pool, s, tier, +1);
     s->tier = tier;
@@ -644,43 +706,88 @@ static void unclaim(ump_pool_t *pool, struct seg *s)
 
 /* --- NVMe I/O ---------------------------------------------------------------- */
 
+/* Slots freed while the pool lock is held wait here for the next user of
+ * the store (io_lock may be held for a whole transfer: never taken under
+ * the pool lock). */
+struct dead_slots {
+    uint64_t *slots;
+    size_t n;
+    struct dead_slots *next;
+};
+
+/* Frees slots of the store; io_lock held. */
+static void slots_release(struct offload *o, uint64_t *slots, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        nvme_slot_free(o->nvme, slots[i]);
+    free(slots);
+}
+
+/* Frees what waits in the dead list; io_lock held. */
+static void slots_drain(struct offload *o)
+{
+    pthread_mutex_lock(&o->dead_lock);
+    struct dead_slots *d = o->dead;
+    o->dead = NULL;
+    pthread_mutex_unlock(&o->dead_lock);
+    while (d) {
+        struct dead_slots *next = d->next;
+        slots_release(o, d->slots, d->n);
+        free(d);
+        d = next;
+    }
+}
+
+/* Frees slots now. Neither the pool lock nor io_lock held. */
 static void slots_free(ump_pool_t *pool, uint64_t *slots, size_t n)
 {
     struct offload *o = pool->off;
     if (!slots)
         return;
     pthread_mutex_lock(&o->io_lock);
-    for (size_t i = 0; i < n; i++)
-        nvme_slot_free(o->nvme, slots[i]);
+    slots_release(o, slots, n);
     pthread_mutex_unlock(&o->io_lock);
-    free(slots);
 }
 
-/* n slots, or -ENOSPC at the limit or when the disk is full. Pool lock
- * held. */
+/* Frees slots with the pool lock held: later, by the store's next user. */
+static void slots_free_later(ump_pool_t *pool, uint64_t *slots, size_t n)
+{
+    struct offload *o = pool->off;
+    struct dead_slots *d = malloc(sizeof(*d));
+    if (!slots)
+        return;
+    if (!d) { /* rare: wait for the store rather than lose the slots */
+        pthread_mutex_lock(&o->io_lock);
+        slots_release(o, slots, n);
+        pthread_mutex_unlock(&o->io_lock);
+        return;
+    }
+    *d = (struct dead_slots){slots, n, NULL};
+    pthread_mutex_lock(&o->dead_lock);
+    d->next = o->dead;
+    o->dead = d;
+    pthread_mutex_unlock(&o->dead_lock);
+}
+
+/* n slots, or -ENOSPC at the limit or when the disk is full (logged at
+ * debug: the caller says what it was for). Neither lock held. */
 static int slots_alloc(ump_pool_t *pool, size_t n, uint64_t **slots_p)
 {
     struct offload *o = pool->off;
-    if (!o->nvme) {
-        ump_log_error("no NVMe tier: nvme_dir is not set");
-        return -ENOSPC;
-    }
     uint64_t *slots = calloc(n, sizeof(*slots));
     if (!slots)
         return -ENOMEM;
     int rc = 0;
     size_t i = 0;
     pthread_mutex_lock(&o->io_lock);
+    slots_drain(o);
     for (; i < n && !rc; i++)
         rc = nvme_slot_alloc(o->nvme, &slots[i]);
-    if (rc) {
-        for (size_t j = 0; j + 1 < i; j++)
-            nvme_slot_free(o->nvme, slots[j]);
-        free(slots);
-    }
+    if (rc)
+        slots_release(o, slots, i - 1);
     pthread_mutex_unlock(&o->io_lock);
     if (rc == -ENOSPC)
-        ump_log_error("the NVMe tier is full (%zu bytes used)", o->nvme_used);
+        ump_log_debug("the NVMe tier is full (%zu bytes used)", o->nvme_used);
     if (!rc)
         *slots_p = slots;
     return rc;
@@ -699,6 +806,7 @@ static int nvme_xfer(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
     void **buf = calloc(k, sizeof(*buf));
     int rc = io && buf ? 0 : -ENOMEM;
     pthread_mutex_lock(&o->io_lock);
+    slots_drain(o);
     for (size_t i = 0; !rc && !direct && i < k; i++)
         if (!(buf[i] = nvme_buffer_alloc(o->nvme, gran)))
             rc = -ENOMEM;
@@ -788,26 +896,21 @@ static int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
                           vas_addr(v, s->g));
         backing_clear(&src);
     }
-    if (backing_unmap(pool, &dst, st))
+    bool staged = backing_unmap(pool, &dst, st) == 0;
+    if (staged)
+        vas_give(v, st, n);
+    else /* still mapped there: neither the memory nor the range is reused */
         ump_log_error("cannot unmap a staging range: %zu bytes of addresses "
                       "lost", bytes_of(pool, n));
-    else
-        vas_give(v, st, n);
     if (rc) {
-        backing_put(pool, &dst);
+        if (staged)
+            backing_put(pool, &dst);
+        else
+            backing_clear(&dst);
     } else {
         backing_put(pool, &src);
         note_move(pool, s, tier, dev);
-        s->host = dst.host;
-        if (tier == UMP_TIER_DEVICE) { /* the staging unmap cleared them */
-            size_t at = s->g;
-            for (size_t i = 0; i < dst.ndc; i++) {
-                dst.dc[i]->g = at;
-                for (size_t j = at; j < at + dst.dc[i]->n; j++)
-                    v->gran[j].chunk = dst.dc[i];
-                at += dst.dc[i]->n;
-            }
-        }
+        s->host = dst.host; /* device chunks: in the granule table now */
         backing_clear(&dst);
     }
     return rc;
@@ -827,21 +930,25 @@ static int move_to_nvme(ump_pool_t *pool, struct seg *s)
     }
     if (s->tier == UMP_TIER_DEVICE)
         rc = stream_of(pool, s->dev, &stream);
-    if (!rc && !s->discard)
-        rc = slots_alloc(pool, s->n, &slots);
     if (rc)
         return rc;
+    bool copy = !s->discard;
     pthread_mutex_unlock(&pool->lock);
-    if (slots)
+    if (copy && !(rc = slots_alloc(pool, s->n, &slots))) {
         rc = nvme_xfer(pool, vas_addr(&pool->vas, s->g), slots, s->n, true,
                        s->tier == UMP_TIER_HOST, stream);
+        if (rc) {
+            slots_free(pool, slots, s->n);
+            slots = NULL;
+        }
+    }
     pthread_mutex_lock(&pool->lock);
     if (!rc)
         rc = backing_of(pool, s, &src);
     if (!rc && (rc = backing_unmap(pool, &src, s->g)))
         backing_clear(&src);
     if (rc) {
-        slots_free(pool, slots, s->n);
+        slots_free_later(pool, slots, s->n);
     } else {
         backing_put(pool, &src);
         note_move(pool, s, UMP_TIER_NVME, -1);
@@ -869,10 +976,13 @@ static int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
         backing_put(pool, &dst);
         return rc;
     }
+    /* s is claimed: nobody else reads or changes s->slots meanwhile */
     pthread_mutex_unlock(&pool->lock);
     if (s->slots)
         rc = nvme_xfer(pool, vas_addr(&pool->vas, s->g), s->slots, s->n, false,
                        tier == UMP_TIER_HOST, stream);
+    if (!rc) /* the data is in place and checked: nothing can undo it */
+        slots_free(pool, s->slots, s->n);
     pthread_mutex_lock(&pool->lock);
     if (rc) {
         if (backing_unmap(pool, &dst, s->g))
@@ -882,7 +992,6 @@ static int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
             backing_put(pool, &dst);
         backing_clear(&dst);
     } else {
-        slots_free(pool, s->slots, s->n);
         s->slots = NULL;
         note_move(pool, s, tier, dev);
         s->host = dst.host;
@@ -892,6 +1001,18 @@ static int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
 }
 
 /* --- policy: what moves where ------------------------------------------------- */
+
+/* May the pool move s by itself? Offloadable, not forbidden to move, and
+ * live: a run being freed is waited for, not written to disk. */
+static bool movable(const struct seg *s)
+{
+    const struct run *r = s->res->run;
+    unsigned flags = atomic_load_explicit(&r->flags, memory_order_relaxed);
+    return !s->res->dead && (flags & UMP_HINT_OFFLOAD) &&
+           !(flags & UMP_HINT_NO_SPILL) &&
+           obj_state(atomic_load_explicit(&r->word, memory_order_acquire)) ==
+               OBJ_LIVE;
+}
 
 /* The coldest segment the pool may move by itself from device dev (any
  * when -1): offloadable, unpinned, still. When there is none but one that
@@ -905,7 +1026,7 @@ static int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
 static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
 {
     for (struct seg *s = pool->off->lru_tail; s; s = s->prev) {
-        if (s->pins || s->res->dead || !(s->res->run->flags & UMP_HINT_OFFLOAD))
+        if (s->pins || !movable(s))
             continue;
         bool here = s->tier == UMP_TIER_DEVICE && (dev < 0 || s->dev == dev);
         if (here && !s->moving)
@@ -921,8 +1042,7 @@ static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
 static struct seg *host_victim(ump_pool_t *pool)
 {
     for (struct seg *s = pool->off->lru_tail; s; s = s->prev)
-        if (s->tier == UMP_TIER_HOST && !s->pins && !s->moving &&
-            !s->res->dead && (s->res->run->flags & UMP_HINT_OFFLOAD))
+        if (s->tier == UMP_TIER_HOST && !s->pins && !s->moving && movable(s))
             return s;
     return NULL;
 }
@@ -941,12 +1061,13 @@ static int host_make_room(ump_pool_t *pool, size_t n)
         struct seg *v = pool->off->nvme ? host_victim(pool) : NULL;
         if (!v)
             return -ENOSPC;
-        pool->off->ctr[v->home].evictions++;
+        int home = v->home; /* v may be gone after unclaim */
         claim(pool, v);
         int rc = move_to_nvme(pool, v);
         unclaim(pool, v);
         if (rc)
             return rc;
+        pool->off->ctr[home].evictions++;
     }
     return 0;
 }
@@ -955,19 +1076,24 @@ static int host_make_room(ump_pool_t *pool, size_t n)
  * (or can make) room, else to NVMe. Pool lock held. */
 static int move_down(ump_pool_t *pool, struct seg *s)
 {
-    int rc = -ENOSPC;
+    int rc = -ENOSPC, home = s->home;
     claim(pool, s);
     if (host_make_room(pool, s->n) == 0)
-        rc = move_mem(pool, s, UMP_TIER_HOST, -1);
-    /* ENOTSUP: a driver too old for pinned host chunks (before 12.2). */
+        rc = s->pins ? -EBUSY : move_mem(pool, s, UMP_TIER_HOST, -1);
+    /* ENOTSUP: a driver too old for pinned host chunks (before 12.2). The
+     * lock was dropped: s may have been acquired meanwhile. */
     if ((rc == -ENOSPC || rc == -ENOMEM || rc == -ENOTSUP) && pool->off->nvme)
-        rc = move_to_nvme(pool, s);
+        rc = s->pins ? -EBUSY : move_to_nvme(pool, s);
     unclaim(pool, s);
+    if (!rc)
+        pool->off->ctr[home].evictions++;
+    else if (rc == -ENOSPC || rc == -ENOMEM)
+        pool->off->full = true; /* until a tier gives space back */
     return rc;
 }
 
-/* Evicts from device dev (any device when -1) until n granules could be
- * allocated there. 0 when that much room is there. Pool lock held. */
+/* Evicts from device dev until n granules could be allocated there (0),
+ * or, dev -1, one segment from any device. Pool lock held. */
 static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
 {
     for (;;) {
@@ -982,14 +1108,24 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
         }
         if (!v)
             return -ENOMEM;
-        pool->off->ctr[v->home].evictions++;
         int rc = move_down(pool, v);
+        if (rc == -EBUSY) /* acquired while room was made for it: next */
+            continue;
         if (rc)
             return rc;
         *moved_p = true;
-        if (dev < 0)
+        if (dev < 0) /* one at a time: the caller counts */
             return 0;
     }
+}
+
+/* Chunks every device could supply now. */
+static size_t available_all(ump_pool_t *pool)
+{
+    size_t sum = 0;
+    for (int d = 0; d < pool->ndev; d++)
+        sum += chunks_available(pool, d);
+    return sum;
 }
 
 int offload_make_room(ump_pool_t *pool, int device, size_t bytes)
@@ -997,11 +1133,19 @@ int offload_make_room(ump_pool_t *pool, int device, size_t bytes)
     bool moved = false;
     size_t n = (bytes + pool->chunk_size - 1) >> pool->chunk_shift;
     pthread_mutex_lock(&pool->lock);
-    int rc = room_locked(pool, device, n, &moved);
-    /* The device has room, yet the allocation failed: another device of
-     * its plan is full. */
-    if (!rc && !moved)
-        room_locked(pool, -1, n, &moved);
+    if (chunks_available(pool, device) < n) {
+        room_locked(pool, device, n, &moved);
+    } else {
+        /* The device has room, yet the allocation failed: its plan wants
+         * other devices too. n chunks more, from any device. */
+        size_t want = available_all(pool) + n;
+        while (available_all(pool) < want) {
+            bool one = false;
+            if (room_locked(pool, -1, 1, &one) || !one)
+                break;
+            moved = true;
+        }
+    }
     pthread_mutex_unlock(&pool->lock);
     return moved ? 0 : -ENOMEM;
 }
@@ -1019,7 +1163,9 @@ static int move_up(ump_pool_t *pool, struct seg *s, int device)
                                                                    : device;
     int rc;
     claim(pool, s);
-    for (;;) {
+    /* Room made (or freed by others meanwhile) can be taken by another
+     * thread before this one maps it: a few rounds. */
+    for (int round = 0;; round++) {
         bool moved = false;
         if (s->tier == UMP_TIER_DEVICE &&
             (device == DEST_HOME || reaches(pool, device, s->dev))) {
@@ -1033,7 +1179,7 @@ static int move_up(ump_pool_t *pool, struct seg *s, int device)
         s->dest = -1;
         if (rc != -ENOMEM)
             break;
-        if (room_locked(pool, to, s->n, &moved) || !moved)
+        if (round == MOVE_UP_ROUNDS || room_locked(pool, to, s->n, &moved))
             break;
     }
     unclaim(pool, s);
@@ -1058,29 +1204,28 @@ static void prefault(ump_pool_t *pool, struct seg *s0, struct seg *s1)
 static void teardown(ump_pool_t *pool, struct res *res)
 {
     struct run *r = res->run;
+    vas_set(&pool->vas, r->start, r->n, VAS_FREE, NULL);
     for (size_t i = 0; i < res->nseg; i++) {
         struct seg *s = &res->seg[i];
         struct backing b;
         lru_unlink(pool->off, s);
         note_tier(pool, s, s->tier, -1);
         if (s->tier == UMP_TIER_NVME) {
-            slots_free(pool, s->slots, s->n);
-            continue;
-        }
-        if (backing_of(pool, s, &b)) {
+            slots_free_later(pool, s->slots, s->n);
+        } else if (backing_of(pool, s, &b)) {
             ump_log_error("out of memory: %zu bytes of a freed allocation "
                           "are lost", bytes_of(pool, s->n));
             continue;
-        }
-        if (backing_unmap(pool, &b, s->g))
-            backing_clear(&b);
-        else
+        } else if (backing_unmap(pool, &b, s->g)) {
+            backing_clear(&b); /* still mapped: its addresses stay taken */
+            continue;
+        } else {
             backing_put(pool, &b);
+        }
+        if (vas_give(&pool->vas, s->g, s->n))
+            ump_log_error("out of memory for the address range table: %zu "
+                          "granules of addresses lost", s->n);
     }
-    vas_set(&pool->vas, r->start, r->n, VAS_FREE, NULL);
-    if (vas_give(&pool->vas, r->start, r->n))
-        ump_log_error("out of memory for the address range table: %zu "
-                      "granules of addresses lost", r->n);
     r->res = NULL;
     free(res);
     pool_run_put(pool, r);
@@ -1144,16 +1289,13 @@ static void watermarks(ump_pool_t *pool)
         size_t low = ds->capacity * (size_t)pool->cfg.low_watermark / 100;
         if (ds->mapped - ds->cached > high)
             o->draining[d] = true;
-        while (o->draining[d] && !o->stopping) {
+        while (o->draining[d] && !o->stopping && !o->full) {
             if (ds->mapped - ds->cached <= low) {
                 o->draining[d] = false;
                 break;
             }
             struct seg *v = victim(pool, d, NULL);
-            if (!v)
-                break;
-            o->ctr[v->home].evictions++;
-            if (move_down(pool, v))
+            if (!v || move_down(pool, v))
                 break;
         }
     }
@@ -1227,8 +1369,10 @@ int offload_track(ump_pool_t *pool, struct run *r)
 {
     struct res *res;
     int rc = res_get(pool, r, &res);
-    if (!rc)
+    if (!rc) {
+        pool->off->full = false; /* new pressure: worth another try */
         wake_bg(pool);
+    }
     return rc;
 }
 
@@ -1431,11 +1575,16 @@ UMP_EXPORT int ump_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
                 /* already there */
             } else if (tier == UMP_TIER_NVME) {
                 rc = move_to_nvme(pool, s);
-            } else if (!(rc = host_make_room(pool, s->n))) {
-                rc = move_mem(pool, s, UMP_TIER_HOST, -1);
+                if (rc == -ENOSPC && pool->off->nvme)
+                    ump_log_error("ump_evict: the NVMe tier is full (%zu "
+                                  "bytes used)", pool->off->nvme_used);
             } else {
-                ump_log_error("ump_evict: the host tier is full (host_limit "
-                              "%zu)", pool->off->host_limit);
+                rc = host_make_room(pool, s->n);
+                if (!rc)
+                    rc = move_mem(pool, s, UMP_TIER_HOST, -1);
+                if (rc == -ENOSPC)
+                    ump_log_error("ump_evict: the host tier is full "
+                                  "(host_limit %zu)", pool->off->host_limit);
             }
             unclaim(pool, s);
         }
@@ -1538,21 +1687,20 @@ int offload_inject_fault(ump_pool_t *pool, const char *what, int nth)
     struct offload *o = pool->off;
     if (nth < 0 || !what)
         return -EINVAL;
-    pthread_mutex_lock(&pool->lock);
-    int rc = 0;
     if (!strcmp(what, "host_alloc")) {
+        pthread_mutex_lock(&pool->lock);
         o->host_fault = nth;
-    } else if (strcmp(what, "eio") && strcmp(what, "enospc") &&
-               strcmp(what, "short_write") && strcmp(what, "corrupt")) {
-        rc = -EINVAL;
-    } else if (!o->nvme) {
-        rc = -ENODEV;
-    } else {
-        pthread_mutex_lock(&o->io_lock);
-        rc = nvme_inject_fault(o->nvme, what, nth);
-        pthread_mutex_unlock(&o->io_lock);
+        pthread_mutex_unlock(&pool->lock);
+        return 0;
     }
-    pthread_mutex_unlock(&pool->lock);
+    if (strcmp(what, "eio") && strcmp(what, "enospc") &&
+        strcmp(what, "short_write") && strcmp(what, "corrupt"))
+        return -EINVAL;
+    if (!o->nvme)
+        return -ENODEV;
+    pthread_mutex_lock(&o->io_lock); /* never under the pool lock */
+    int rc = nvme_inject_fault(o->nvme, what, nth);
+    pthread_mutex_unlock(&o->io_lock);
     return rc;
 }
 
@@ -1589,6 +1737,8 @@ static int nvme_setup(ump_pool_t *pool)
         .limit = cfg->nvme_limit,
         .queue_depth = (unsigned)cfg->nvme_queue_depth,
         .force_threads = cfg->nvme_engine == UMP_NVME_THREADS,
+        /* one set of bounce buffers: near the first device */
+        .numa_node = pool->topo.dev[0].numa,
     };
     if (!ndirs)
         return 0;
@@ -1623,6 +1773,7 @@ int offload_init(ump_pool_t *pool)
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&o->moved, NULL);
     pthread_mutex_init(&o->io_lock, NULL);
+    pthread_mutex_init(&o->dead_lock, NULL);
     o->stream = calloc((size_t)pool->ndev, sizeof(*o->stream));
     o->ctr = calloc((size_t)pool->ndev, sizeof(*o->ctr));
     o->draining = calloc((size_t)pool->ndev, sizeof(*o->draining));
@@ -1668,9 +1819,16 @@ static void free_state(struct offload *o)
         o->pf_head = pf->next;
         free(pf);
     }
+    while (o->dead) { /* the store is gone: only the lists are left */
+        struct dead_slots *d = o->dead;
+        o->dead = d->next;
+        free(d->slots);
+        free(d);
+    }
     pthread_cond_destroy(&o->wake);
     pthread_cond_destroy(&o->moved);
     pthread_mutex_destroy(&o->io_lock);
+    pthread_mutex_destroy(&o->dead_lock);
     free(o->stream);
     free(o->ctr);
     free(o->draining);
@@ -1689,6 +1847,11 @@ void offload_fini(ump_pool_t *pool)
     for (int d = 0; o->stream && d < pool->ndev; d++)
         if (o->stream[d])
             pool->be->stream_destroy(pool->bctx, o->stream[d]);
+    if (o->nvme) {
+        pthread_mutex_lock(&o->io_lock);
+        slots_drain(o);
+        pthread_mutex_unlock(&o->io_lock);
+    }
     nvme_close(o->nvme);
     free_state(o);
     pool->off = NULL;
@@ -1707,7 +1870,9 @@ void offload_fini_in_child(ump_pool_t *pool)
         free(p);
     }
     nvme_close(o->nvme);
+    /* the parent's threads may have held these at fork */
     pthread_mutex_init(&o->io_lock, NULL);
+    pthread_mutex_init(&o->dead_lock, NULL);
     free_state(o);
     pool->off = NULL;
 }

@@ -43,6 +43,8 @@ void offload_run_free(ump_pool_t *pool, struct run *r);
 /* Waits until no move or call of another thread works on tracked run r
  * (ump_free then frees it at once, statistics and all). Pool lock held. */
 void offload_wait_idle(ump_pool_t *pool, struct run *r);
+/* Rounds of offload_make_room an allocation tries before -ENOMEM. */
+#define OFFLOAD_ROUNDS 3
 /* Moves unpinned offloadable memory off device (any device when -1) until
  * `bytes` more could be allocated there. 0 when something moved, -ENOMEM
  * when nothing could. Pool lock not held. */

@@ -5,8 +5,14 @@
  * A background thread per pool refreshes the segment at most every 100 ms
  * while someone reads it (the reader bumps the segment's request word and
  * wakes the thread through it, a futex), every second otherwise; each
- * refresh holds the pool lock only while it copies the figures. Nothing
- * is added to the allocation paths.
+ * refresh holds the pool lock for one walk of the pool's memory, with no
+ * allocation under it. Nothing is added to the allocation paths.
+ *
+ * The segment can be written by any process of the user: the publisher
+ * keeps its layout to itself, writes with pwrite() and reads nothing back
+ * but the request word, so that a scribbled or shrunk segment can neither
+ * corrupt the program's memory nor kill it; it stops publishing (with a
+ * warning) when the file is shrunk or removed under it.
  */
 #ifndef UMP_PUBLISH_H
 #define UMP_PUBLISH_H
@@ -54,5 +60,21 @@ void stats_walk(ump_pool_t *pool, stats_walk_fn fn, void *arg);
  * first; returns how many (at most max). Pool lock held. */
 size_t stats_largest(ump_pool_t *pool, int device, ump_alloc_info_t *out,
                      size_t max);
+
+/* stats_largest in pieces, for a caller that needs the same walk for more:
+ * stats_top_init (pool lock held), stats_top_add for each piece of the
+ * walk (lock held; it allocates nothing), then stats_top_end, which sorts
+ * out and returns how many it holds (no lock needed). */
+struct stats_top {
+    ump_pool_t *pool;
+    int device;
+    ump_alloc_info_t *out;
+    size_t max, k;
+    uint32_t now;
+};
+void stats_top_init(struct stats_top *t, ump_pool_t *pool, int device,
+                    ump_alloc_info_t *out, size_t max);
+void stats_top_add(struct stats_top *t, const struct stats_piece *p);
+size_t stats_top_end(struct stats_top *t);
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "snapshot.h"
@@ -16,6 +17,7 @@
 _Static_assert(sizeof(struct snap_header) == 200, "snap_header layout");
 _Static_assert(offsetof(struct snap_header, seq) == 24, "seq moved");
 _Static_assert(offsetof(struct snap_header, request) == 32, "request moved");
+_Static_assert(offsetof(struct snap_header, pid_ns) == 76, "pid_ns moved");
 _Static_assert(sizeof(struct snap_data) == 160, "snap_data layout");
 _Static_assert(sizeof(struct snap_device) == 272, "snap_device layout");
 _Static_assert(sizeof(struct snap_alloc) == 40, "snap_alloc layout");
@@ -61,18 +63,40 @@ void snap_header_init(struct snap_header *h, uint32_t ndev,
     h->map_cap = map_cap;
 }
 
-/* The seqlock, with the fences of Boehm's "Can seqlocks get along with
- * programming language memory models?": readers copy plain bytes between
- * an acquire load of seq and an acquire fence, and keep the copy only when
- * seq was even and is unchanged. */
-void snap_publish(struct snap_header *seg, const void *body)
+static int pwrite_all(int fd, const void *buf, size_t len, off_t off)
 {
-    uint64_t s = atomic_load_explicit(&seg->seq, memory_order_relaxed);
-    atomic_store_explicit(&seg->seq, s + 1, memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
-    memcpy((char *)seg + seg->header_size, body,
-           seg->total_size - seg->header_size);
-    atomic_store_explicit(&seg->seq, s + 2, memory_order_release);
+    const char *p = buf;
+    while (len) {
+        ssize_t k = pwrite(fd, p, len, off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return k < 0 ? -errno : -EIO;
+        p += k;
+        len -= (size_t)k;
+        off += k;
+    }
+    return 0;
+}
+
+/* The seqlock's writer half. Each pwrite to tmpfs copies under the page's
+ * lock, whose release and the next acquire order the three writes as
+ * readers see them through their mappings; readers copy plain bytes
+ * between an acquire load of seq and an acquire fence (Boehm, "Can seqlocks
+ * get along with programming language memory models?"), and keep the copy
+ * only when seq was even and is unchanged. pwrite cannot fault: a file
+ * shrunk by someone else just grows back. */
+int snap_write(int fd, uint64_t *seq_p, const void *body, size_t len)
+{
+    const off_t at = offsetof(struct snap_header, seq);
+    uint64_t odd = *seq_p + 1, even = *seq_p + 2;
+    int rc = pwrite_all(fd, &odd, sizeof(odd), at);
+    if (!rc)
+        rc = pwrite_all(fd, body, len, sizeof(struct snap_header));
+    if (!rc)
+        rc = pwrite_all(fd, &even, sizeof(even), at);
+    *seq_p = even;
+    return rc;
 }
 
 uint64_t snap_seq(const struct snap_header *seg)
@@ -226,6 +250,10 @@ static int check_header(struct snap_header *h, size_t len,
     if (h->pid <= 0 || (ex->pid && h->pid != ex->pid))
         return fail(err, errlen, -EINVAL,
                     "pid %" PRId32 " does not match the segment's name", h->pid);
+    if (ex->pid && h->pid_ns != ex->pid_ns)
+        return fail(err, errlen, -EINVAL,
+                    "pid namespace %" PRIu32 " does not match the segment's "
+                    "name", h->pid_ns);
     if (!h->pool_id || (ex->pool_id && h->pool_id != ex->pool_id))
         return fail(err, errlen, -EINVAL,
                     "pool id %" PRIu64 " does not match the segment's name",
@@ -395,12 +423,12 @@ void snap_view_free(struct snap_view *v)
 
 /* ---- names and processes ----------------------------------------------- */
 
-int snap_name(char *buf, size_t len, uint32_t uid, int32_t pid,
-              uint64_t pool_id)
+int snap_name(char *buf, size_t len, const struct snap_name *n)
 {
-    int n = snprintf(buf, len, SNAP_PREFIX "%" PRIu32 "-%" PRId32 "-%" PRIu64,
-                     uid, pid, pool_id);
-    return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+    int k = snprintf(buf, len,
+                     SNAP_PREFIX "%" PRIu32 "-%" PRIu32 "-%" PRId32 "-%" PRIu64,
+                     n->uid, n->pid_ns, n->pid, n->pool_id);
+    return k < 0 || (size_t)k >= len ? -ENAMETOOLONG : 0;
 }
 
 /* A decimal number of 1..20 digits, no sign, ending at *end_p. */
@@ -422,21 +450,28 @@ static bool read_number(const char *s, char stop, uint64_t max, uint64_t *v_p,
     return true;
 }
 
-bool snap_name_parse(const char *name, uint32_t *uid_p, int32_t *pid_p,
-                     uint64_t *pool_id_p)
+bool snap_name_parse(const char *name, struct snap_name *n_p)
 {
     size_t plen = strlen(SNAP_PREFIX);
-    uint64_t uid, pid, id;
+    uint64_t uid, ns, pid, id;
     const char *p;
     if (strncmp(name, SNAP_PREFIX, plen) ||
         !read_number(name + plen, '-', UINT32_MAX, &uid, &p) ||
+        !read_number(p + 1, '-', UINT32_MAX, &ns, &p) ||
         !read_number(p + 1, '-', INT32_MAX, &pid, &p) ||
         !read_number(p + 1, '\0', UINT64_MAX, &id, &p) || !pid || !id)
         return false;
-    *uid_p = (uint32_t)uid;
-    *pid_p = (int32_t)pid;
-    *pool_id_p = id;
+    *n_p = (struct snap_name){(uint32_t)uid, (uint32_t)ns, (int32_t)pid, id};
     return true;
+}
+
+int snap_pid_ns(uint32_t *ns_p)
+{
+    struct stat st;
+    if (stat("/proc/self/ns/pid", &st))
+        return -errno;
+    *ns_p = (uint32_t)st.st_ino;
+    return 0;
 }
 
 int snap_proc_start(int32_t pid, uint64_t *start_p)

@@ -1,7 +1,9 @@
 /*
  * The statistics snapshot a pool publishes for umpool-inspect: one
- * shared-memory segment per pool, /dev/shm/umpool-<uid>-<pid>-<pool id>,
- * mode 0600, with the fixed layout below. The library writes it
+ * shared-memory segment per pool,
+ * /dev/shm/umpool-<uid>-<pid namespace>-<pid>-<pool id>, mode 0600, with
+ * the fixed layout below (the namespace keeps apart the pids of containers
+ * that share /dev/shm). The library writes it
  * (lib/publish.c); the tool and the fuzz target read it. This file and
  * snapshot.c are all they share: no other library internals, no logging.
  *
@@ -14,6 +16,9 @@
  * Everything after the header is written under a seqlock (header.seq is
  * odd while a refresh is being written): a reader copies the segment and
  * keeps the copy only when seq was even and unchanged around the copy.
+ * The writer never maps the segment nor reads it back: anyone who can
+ * write the file (any process of the user) could otherwise make it write
+ * out of bounds, or kill it with SIGBUS by shrinking the file.
  * magic, version, byte_order, total_size, seq and request keep their
  * offsets in every version, so that any reader can tell versions apart.
  *
@@ -73,7 +78,8 @@ struct snap_header {
     uint32_t ndev;
     uint32_t max_allocs;      /* rows of the allocation table */
     uint32_t map_cap;         /* map entries per device */
-    uint32_t reserved;
+    uint32_t pid_ns;          /* inode of the writer's pid namespace
+                                 (/proc/self/ns/pid), 0: unknown */
     uint64_t created_ns;      /* CLOCK_REALTIME */
     char program[32];
     char backend[16];
@@ -143,12 +149,14 @@ size_t snap_off_alloc(uint32_t ndev);
 size_t snap_off_map(uint32_t ndev, uint32_t max_allocs);
 
 /* Fills the header's layout fields (magic to map_cap, seq 0); the caller
- * sets who wrote it. seg has snap_size(...) zeroed bytes. */
+ * sets who wrote it. h is a zeroed header. */
 void snap_header_init(struct snap_header *h, uint32_t ndev,
                       uint32_t max_allocs, uint32_t map_cap);
-/* Copies body (total_size - header_size bytes: snap_data and the tables)
- * into the segment under the seqlock. One writer at a time. */
-void snap_publish(struct snap_header *seg, const void *body);
+/* Writes body (len bytes: snap_data and the tables, after the header)
+ * into the segment open on fd under the seqlock, with pwrite alone. *seq_p
+ * is the writer's own copy of seq, never read back from the file. One
+ * writer at a time. 0, or a negative errno. */
+int snap_write(int fd, uint64_t *seq_p, const void *body, size_t len);
 
 /* A run of n granules of one state, in a device's fine-grained map. */
 struct snap_run {
@@ -176,10 +184,11 @@ uint64_t snap_seq(const struct snap_header *seg);
 
 /* What the reader knows independently of the segment's contents. */
 struct snap_expect {
-    uint32_t uid;      /* the reader's */
+    uint32_t uid;      /* the reader's (effective) */
     uint32_t file_uid; /* the owner of the segment file */
     int32_t pid;       /* from the file's name; 0: any */
     uint64_t pool_id;  /* from the file's name; 0: any */
+    uint32_t pid_ns;   /* from the file's name; checked when pid is */
 };
 
 /* A checked snapshot, in memory of its own. */
@@ -207,12 +216,21 @@ void snap_view_free(struct snap_view *v);
 
 /* ---- names and processes --------------------------------------------------- */
 
-/* "umpool-<uid>-<pid>-<pool id>" into buf: 0, or -ENAMETOOLONG. */
-int snap_name(char *buf, size_t len, uint32_t uid, int32_t pid,
-              uint64_t pool_id);
-/* Reads such a name back; false for any other name. */
-bool snap_name_parse(const char *name, uint32_t *uid_p, int32_t *pid_p,
-                     uint64_t *pool_id_p);
+/* What a segment's name says. */
+struct snap_name {
+    uint32_t uid;     /* the writer's effective uid */
+    uint32_t pid_ns;  /* inode of its pid namespace, 0: unknown */
+    int32_t pid;      /* in that namespace */
+    uint64_t pool_id;
+};
+/* "umpool-<uid>-<pid ns>-<pid>-<pool id>" into buf: 0, or -ENAMETOOLONG. */
+int snap_name(char *buf, size_t len, const struct snap_name *n);
+/* Reads such a name back; false for any other name (pid and pool id are
+ * never 0). */
+bool snap_name_parse(const char *name, struct snap_name *n_p);
+/* The inode of this process's pid namespace: 0, or a negative errno (no
+ * /proc). */
+int snap_pid_ns(uint32_t *ns_p);
 /* The start time of a process (field 22 of /proc/PID/stat, clock ticks
  * after boot): 0, or a negative errno (-ENOENT: no such process). */
 int snap_proc_start(int32_t pid, uint64_t *start_p);

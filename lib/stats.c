@@ -248,17 +248,9 @@ static int alloc_cmp(const void *a, const void *b)
     return alloc_before(a, b) ? -1 : alloc_before(b, a) ? 1 : 0;
 }
 
-/* The max best runs seen so far, kept as a heap whose root is the one to
- * drop first. */
-struct top {
-    ump_pool_t *pool;
-    int device;
-    ump_alloc_info_t *out;
-    size_t max, k;
-    uint32_t now;
-};
-
-static void heap_down(struct top *t, size_t i)
+/* struct stats_top keeps the max best runs seen so far as a heap whose
+ * root is the one to drop first. */
+static void heap_down(struct stats_top *t, size_t i)
 {
     for (;;) {
         size_t m = i, l = 2 * i + 1, r = l + 1;
@@ -275,9 +267,15 @@ static void heap_down(struct top *t, size_t i)
     }
 }
 
-static void top_add(void *arg, const struct stats_piece *p)
+void stats_top_init(struct stats_top *t, ump_pool_t *pool, int device,
+                    ump_alloc_info_t *out, size_t max)
 {
-    struct top *t = arg;
+    *t = (struct stats_top){pool, device, out, max, 0,
+                            stats_clock_tick(pool)};
+}
+
+void stats_top_add(struct stats_top *t, const struct stats_piece *p)
+{
     const struct run *r = p->run;
     if (!r || p->g != r->start || !t->max ||
         (t->device != UMP_DEVICE_ALL && r->device != t->device))
@@ -299,14 +297,25 @@ static void top_add(void *arg, const struct stats_piece *p)
     }
 }
 
+size_t stats_top_end(struct stats_top *t)
+{
+    if (t->k > 1)
+        qsort(t->out, t->k, sizeof(*t->out), alloc_cmp);
+    return t->k;
+}
+
+static void top_add(void *arg, const struct stats_piece *p)
+{
+    stats_top_add(arg, p);
+}
+
 size_t stats_largest(ump_pool_t *pool, int device, ump_alloc_info_t *out,
                      size_t max)
 {
-    struct top t = {pool, device, out, max, 0, stats_clock_tick(pool)};
+    struct stats_top t;
+    stats_top_init(&t, pool, device, out, max);
     stats_walk(pool, top_add, &t);
-    if (t.k > 1)
-        qsort(out, t.k, sizeof(*out), alloc_cmp);
-    return t.k;
+    return stats_top_end(&t);
 }
 
 UMP_EXPORT int ump_largest_allocs(ump_pool_t *pool, int device,

@@ -22,7 +22,7 @@ int fuzz_snapshot_one(const uint8_t *data, size_t size)
         sink = fopen("/dev/null", "w");
     if (!sink)
         abort();
-    struct snap_expect ex = {FUZZ_UID, FUZZ_UID, 0, 0};
+    struct snap_expect ex = {FUZZ_UID, FUZZ_UID, 0, 0, 0};
     struct snap_view v;
     char err[256] = "";
     int rc = snap_parse(data, size, &ex, &v, err, sizeof(err));

@@ -26,6 +26,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_inspect_live.XXXXXX")
 hpid=
 trap '[ -z "$hpid" ] || kill -KILL "$hpid" 2>/dev/null; rm -rf "$tmp"' EXIT
 uid=$(id -u)
+ns=$(stat -L -c %i /proc/self/ns/pid) # the holder's pid namespace: ours
 
 # shellcheck source=inspect/common.sh
 . "$golden/common.sh"
@@ -51,7 +52,7 @@ start() {
 }
 
 segments() {
-    ls /dev/shm 2>/dev/null | grep -c "^umpool-$uid-$1-" || true
+    ls /dev/shm 2>/dev/null | grep -c "^umpool-$uid-$ns-$1-" || true
 }
 
 start
@@ -59,7 +60,7 @@ cat "$tmp/holder.out"
 
 echo "check: the pool's segment, 0600"
 [ "$(segments "$hpid")" -eq 1 ] || fail "no single segment for $hpid"
-seg=$(ls /dev/shm/umpool-"$uid"-"$hpid"-*)
+seg=$(ls /dev/shm/umpool-"$uid"-"$ns"-"$hpid"-*)
 [ "$(stat -c %a "$seg")" = 600 ] || fail "$seg is not 0600"
 
 echo "check: list shows it running"

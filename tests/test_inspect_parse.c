@@ -1,9 +1,11 @@
 /*
  * The snapshot layout's reader (lib/snapshot.c): every way a segment can
  * be wrong gives an error and one line saying why, never a crash; names,
- * the map encoding, the seqlock copy; and a corpus of truncated and
- * mutated snapshots through the fuzz target's entry point (so that make
- * check exercises it without libFuzzer).
+ * the map encoding, the seqlock (its writer through pwrite); a corpus of
+ * truncated and mutated snapshots through the fuzz target's entry point
+ * (so that make check exercises it without libFuzzer); and the tool's
+ * handling of segments (tools/inspect_seg.c: other owners, other pid
+ * namespaces, --clean against a replaced file) and of watch's rates.
  */
 #include "config.h"
 
@@ -16,17 +18,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
 #include "fuzz_entry.h"
 #include "inspect_fmt.h"
+#include "inspect_seg.h"
 #include "snapgen.h"
 #include "snapshot.h"
 
-static const struct snapgen_opts gen = {FUZZ_UID, 4242, 0, 3};
-static const struct snap_expect ex_ok = {FUZZ_UID, FUZZ_UID, 0, 0};
+static const struct snapgen_opts gen = {FUZZ_UID, 4242, 0, 3, 0, 0, 0, 0};
+static const struct snap_expect ex_ok = {FUZZ_UID, FUZZ_UID, 0, 0, 0};
 
 static char *build(size_t *len_p)
 {
@@ -121,6 +128,17 @@ static void test_name_mismatch(void **state)
     ex = ex_ok;
     ex.pool_id = 9;
     expect_error(buf, len, &ex, -EINVAL, "pool id 3 does not match");
+    /* The name's pid namespace is checked with its pid. */
+    ex = ex_ok;
+    ex.pid = 4242;
+    ex.pid_ns = 4026531836u;
+    expect_error(buf, len, &ex, -EINVAL, "pid namespace 0 does not match");
+    hdr(buf)->pid_ns = ex.pid_ns;
+    struct snap_view v;
+    char err[256];
+    assert_int_equal(snap_parse(buf, len, &ex, &v, err, sizeof(err)), 0);
+    assert_int_equal(v.hdr->pid_ns, 4026531836u);
+    snap_view_free(&v);
     free(buf);
 }
 
@@ -240,31 +258,35 @@ static void test_names(void **state)
 {
     (void)state;
     char name[64];
-    uint32_t uid;
-    int32_t pid;
-    uint64_t id;
-    assert_int_equal(snap_name(name, sizeof(name), 1000, 4242, 7), 0);
-    assert_string_equal(name, "umpool-1000-4242-7");
-    assert_true(snap_name_parse(name, &uid, &pid, &id));
-    assert_int_equal(uid, 1000);
-    assert_int_equal(pid, 4242);
-    assert_int_equal(id, 7);
-    assert_int_equal(snap_name(name, 10, 1000, 4242, 7), -ENAMETOOLONG);
-    assert_true(snap_name_parse("umpool-0-1-18446744073709551615", &uid, &pid,
-                                &id));
-    assert_int_equal(id, UINT64_MAX);
+    struct snap_name n = {1000, 4026531836u, 4242, 7}, got;
+    assert_int_equal(snap_name(name, sizeof(name), &n), 0);
+    assert_string_equal(name, "umpool-1000-4026531836-4242-7");
+    assert_true(snap_name_parse(name, &got));
+    assert_int_equal(got.uid, 1000);
+    assert_int_equal(got.pid_ns, 4026531836u);
+    assert_int_equal(got.pid, 4242);
+    assert_int_equal(got.pool_id, 7);
+    assert_int_equal(snap_name(name, 10, &n), -ENAMETOOLONG);
+    assert_true(snap_name_parse("umpool-0-0-1-18446744073709551615", &got));
+    assert_int_equal(got.pool_id, UINT64_MAX);
+    assert_int_equal(got.pid_ns, 0);
     static const char *const bad[] = {
-        "umpool-1000-4242",       "umpool-1000-4242-",
-        "umpool-1000-4242-7x",    "umpool--4242-7",
-        "umpool-+1-4242-7",       "umpool-1000-0-7",
-        "umpool-1000-4242-0",     "umpool-4294967296-1-1",
-        "umpool-1-2147483648-1",  "umpool-1-1-18446744073709551616",
-        "xmpool-1000-4242-7",     "umpool-1000-4242-7-8",
+        "umpool-1000-4242-7", /* the form without a namespace */
+        "umpool-1000-1-4242",        "umpool-1000-1-4242-",
+        "umpool-1000-1-4242-7x",     "umpool--1-4242-7",
+        "umpool-1000--4242-7",       "umpool-+1-1-4242-7",
+        "umpool-1000-1-0-7",         "umpool-1000-1-4242-0",
+        "umpool-4294967296-1-1-1",   "umpool-1-4294967296-1-1",
+        "umpool-1-1-2147483648-1",   "umpool-1-1-1-18446744073709551616",
+        "xmpool-1000-1-4242-7",      "umpool-1000-1-4242-7-8",
         "",
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-        if (snap_name_parse(bad[i], &uid, &pid, &id))
+        if (snap_name_parse(bad[i], &got))
             fail_msg("accepted the name '%s'", bad[i]);
+    uint32_t ns = 0;
+    assert_int_equal(snap_pid_ns(&ns), 0);
+    assert_true(ns != 0);
 }
 
 static uint64_t units_of(const struct snap_map *m, uint32_t n)
@@ -327,29 +349,51 @@ static void test_map_encode(void **state)
     assert_int_equal(snap_map_encode(NULL, 0, 64, out, &per), 0);
 }
 
+/* The writer's half goes through a file descriptor; the reader's copies
+ * from a mapping of the same file. */
 static void test_seqlock_copy(void **state)
 {
     (void)state;
     size_t len;
-    char *seg = build(&len);
+    char *img = build(&len);
+    int fd = memfd_create("snap", MFD_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, img, len), (ssize_t)len);
+    struct snap_header *h = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                                 MAP_SHARED, fd, 0);
+    assert_true(h != MAP_FAILED);
     char *copy = malloc(len);
+    char *body = malloc(len - sizeof(*h));
     assert_non_null(copy);
-    struct snap_header *h = hdr(seg);
+    assert_non_null(body);
     assert_int_equal(snap_copy(h, len, copy), 0);
-    assert_memory_equal(copy, seg, len);
+    assert_memory_equal(copy, img, len);
     atomic_store(&h->seq, 5); /* a writer at work */
     assert_int_equal(snap_copy(h, len, copy), -EAGAIN);
-    char *body = malloc(len - sizeof(*h));
-    assert_non_null(body);
     memset(body, 0x5a, len - sizeof(*h));
-    atomic_store(&h->seq, 6);
-    snap_publish(h, body);
+    /* The writer's count is its own: what the file says is not read. */
+    uint64_t seq = 6;
+    assert_int_equal(snap_write(fd, &seq, body, len - sizeof(*h)), 0);
+    assert_int_equal(seq, 8);
     assert_int_equal(snap_seq(h), 8);
     assert_int_equal(snap_copy(h, len, copy), 0);
     assert_memory_equal(copy + sizeof(*h), body, len - sizeof(*h));
+    /* The header around seq is left as it was. */
+    assert_memory_equal(copy, img, offsetof(struct snap_header, seq));
+    assert_memory_equal(copy + offsetof(struct snap_header, request),
+                        img + offsetof(struct snap_header, request),
+                        sizeof(*h) - offsetof(struct snap_header, request));
+    /* A file shrunk under the writer: it writes, it does not fault. */
+    assert_int_equal(ftruncate(fd, 100), 0);
+    assert_int_equal(snap_write(fd, &seq, body, len - sizeof(*h)), 0);
+    struct stat st;
+    assert_int_equal(fstat(fd, &st), 0);
+    assert_int_equal(st.st_size, len);
+    munmap(h, len);
+    close(fd);
     free(body);
     free(copy);
-    free(seg);
+    free(img);
 }
 
 static void test_proc_start(void **state)
@@ -461,6 +505,341 @@ static void test_corpus(void **state)
     free(good);
 }
 
+/* A map unit of UINT64_MAX bytes: a pixel is worth more than 2^64 bytes,
+ * which the legend shows as the most it can say. */
+static void test_svg_huge_unit(void **state)
+{
+    (void)state;
+    size_t len;
+    char *buf = build(&len);
+    dev(buf, 0)->map_unit = UINT64_MAX;
+    struct snap_view v;
+    char err[256], *text = NULL;
+    size_t tlen = 0;
+    assert_int_equal(snap_parse(buf, len, &ex_ok, &v, err, sizeof(err)), 0);
+    FILE *f = open_memstream(&text, &tlen);
+    assert_non_null(f);
+    fmt_svg(f, &v);
+    fclose(f);
+    char *dev0 = strstr(text, "device 0: ");
+    assert_non_null(dev0);
+    char *end = strstr(dev0, "</text>");
+    assert_non_null(end);
+    *end = '\0';
+    if (!strstr(dev0, "; 1 px = 16.0 EiB"))
+        fail_msg("legend: %s", dev0);
+    free(text);
+    snap_view_free(&v);
+    free(buf);
+}
+
+/* A parsed copy of buf (which the caller frees). */
+static struct snap_view view_of(const char *buf, size_t len)
+{
+    struct snap_view v;
+    char err[256];
+    if (snap_parse(buf, len, &ex_ok, &v, err, sizeof(err)))
+        fail_msg("snap_parse: %s", err);
+    return v;
+}
+
+/* The rate line fmt_rates prints for buf after the rounds in prev. */
+static char *rate_line(const char *buf, size_t len, struct fmt_prev *prev,
+                       size_t *n)
+{
+    struct snap_view v = view_of(buf, len);
+    char *text = NULL;
+    size_t tlen = 0;
+    FILE *f = open_memstream(&text, &tlen);
+    assert_non_null(f);
+    fmt_rates(f, &v, prev, n, 4);
+    fclose(f);
+    snap_view_free(&v);
+    return text;
+}
+
+/* watch's rates: counters per second between rounds; counters that went
+ * back (another process under the same pid and pool id) start afresh. */
+static void test_rates(void **state)
+{
+    (void)state;
+    size_t len, n = 0;
+    struct fmt_prev prev[4];
+    char *buf = build(&len);
+    char *line = rate_line(buf, len, prev, &n);
+    assert_string_equal(line, "rates: (from the next refresh on)\n");
+    free(line);
+    assert_int_equal(n, 1);
+    /* Two seconds later: 1000 more allocations and 6 more spills. */
+    data(buf)->updated_ns += 2000000000ull;
+    dev(buf, 0)->alloc_count += 600;
+    dev(buf, 3)->alloc_count += 400;
+    dev(buf, 1)->spill_count += 6;
+    line = rate_line(buf, len, prev, &n);
+    assert_string_equal(line, "rates: 500 allocs/s, 0 frees/s, 3 spills/s, "
+                              "0 restores/s\n");
+    free(line);
+    /* A new process under the same pid and pool id: fewer spills than
+     * before, allocations and frees as they were. */
+    data(buf)->updated_ns += 1000000000ull;
+    dev(buf, 1)->spill_count -= 7;
+    line = rate_line(buf, len, prev, &n);
+    assert_string_equal(line,
+                        "rates: restarted (from the next refresh on)\n");
+    free(line);
+    /* ... and from there on, rates again. */
+    data(buf)->updated_ns += 1000000000ull;
+    dev(buf, 2)->restore_count += 5;
+    line = rate_line(buf, len, prev, &n);
+    assert_string_equal(line, "rates: 0 allocs/s, 0 frees/s, 0 spills/s, "
+                              "5 restores/s\n");
+    free(line);
+    /* Created anew, counters up: a restart too. */
+    hdr(buf)->created_ns += 1;
+    data(buf)->updated_ns += 1000000000ull;
+    dev(buf, 0)->alloc_count += 10;
+    line = rate_line(buf, len, prev, &n);
+    assert_string_equal(line,
+                        "rates: restarted (from the next refresh on)\n");
+    free(line);
+    /* Another pool is another row. */
+    hdr(buf)->pool_id = 4;
+    line = rate_line(buf, len, prev, &n);
+    assert_string_equal(line, "rates: (from the next refresh on)\n");
+    free(line);
+    assert_int_equal(n, 2);
+    free(buf);
+}
+
+/* ---- the tool's segments (tools/inspect_seg.c) ------------------------- */
+
+struct shm_dir {
+    char path[64];
+    uint32_t uid, ns;
+};
+
+static void shm_dir_make(struct shm_dir *d)
+{
+    snprintf(d->path, sizeof(d->path), "/tmp/test_inspect_seg.XXXXXX");
+    assert_non_null(mkdtemp(d->path));
+    d->uid = (uint32_t)geteuid();
+    assert_int_equal(snap_pid_ns(&d->ns), 0);
+}
+
+static void shm_dir_remove(struct shm_dir *d)
+{
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->path);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Writes a valid segment of pid in namespace ns under its name (hidden:
+ * with a dot) into path_out. */
+static void put_segment(const struct shm_dir *d, uint32_t ns, int32_t pid,
+                        uint64_t pool, bool hidden, char *path_out,
+                        size_t pathlen)
+{
+    struct snapgen_opts o = {d->uid, pid, 0, pool, ns, 0, 0, 0};
+    size_t len;
+    char *img = snapgen_build(&o, &len);
+    assert_non_null(img);
+    char name[96];
+    struct snap_name sn = {d->uid, ns, pid, pool};
+    assert_int_equal(snap_name(name, sizeof(name), &sn), 0);
+    snprintf(path_out, pathlen, "%s/%s%s", d->path, hidden ? "." : "", name);
+    FILE *f = fopen(path_out, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(img);
+}
+
+/* A pid that no process has (one that just exited). */
+static int32_t dead_pid(void)
+{
+    pid_t child = fork();
+    assert_true(child >= 0);
+    if (child == 0)
+        _exit(0);
+    assert_int_equal(waitpid(child, NULL, 0), child);
+    return (int32_t)child;
+}
+
+static void scan(const struct shm_dir *d, struct seg **segs, size_t *n,
+                 size_t *foreign)
+{
+    char err[256], one[512];
+    int rc = seg_scan(d->path, d->uid, true, segs, n, foreign, one,
+                      sizeof(one), err, sizeof(err));
+    if (rc)
+        fail_msg("seg_scan: %s", err);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Files named for us but owned by someone else (hidden ones too) are left
+ * out of the scan: not read (another user's unreadable file made every
+ * reader fail), never removed. Needs root to give a file away. */
+static void test_scan_foreign(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip(); /* only root can give a file to someone else */
+    struct shm_dir d;
+    shm_dir_make(&d);
+    int32_t dead = dead_pid();
+    char mine[256], theirs[256], hidden[256];
+    put_segment(&d, d.ns, dead, 1, false, mine, sizeof(mine));
+    put_segment(&d, d.ns, dead, 2, false, theirs, sizeof(theirs));
+    put_segment(&d, d.ns, dead, 3, true, hidden, sizeof(hidden));
+    assert_int_equal(chown(theirs, d.uid + 4242, (gid_t)-1), 0);
+    assert_int_equal(chmod(theirs, 0), 0);
+    assert_int_equal(chown(hidden, d.uid + 4242, (gid_t)-1), 0);
+    struct seg *segs;
+    size_t n, foreign;
+    scan(&d, &segs, &n, &foreign);
+    assert_int_equal(n, 1);
+    assert_int_equal(foreign, 2);
+    assert_int_equal(segs[0].pool_id, 1);
+    seg_load_all(segs, n, false, d.ns);
+    assert_int_equal(segs[0].rc, 0);
+    assert_int_equal(segs[0].status, SEG_EXITED);
+    assert_true(seg_removable(&segs[0], d.uid));
+    /* Removal checks the owner again, on the file it opens. */
+    assert_false(seg_removable(&segs[0], d.uid + 1));
+    assert_int_equal(seg_remove(&segs[0], d.uid + 1), -ESTALE);
+    assert_true(exists(mine));
+    assert_int_equal(seg_remove(&segs[0], d.uid), 0);
+    assert_false(exists(mine));
+    assert_true(exists(theirs));
+    assert_true(exists(hidden));
+    seg_free_all(segs, n);
+    shm_dir_remove(&d);
+}
+
+/* --clean decides, then removes: a file that took the name in between (a
+ * new process under the same pid) is kept. */
+static void test_clean_replaced(void **state)
+{
+    (void)state;
+    struct shm_dir d;
+    shm_dir_make(&d);
+    int32_t dead = dead_pid();
+    char path[256], hidden[256];
+    put_segment(&d, d.ns, dead, 1, false, path, sizeof(path));
+    put_segment(&d, d.ns, dead, 2, true, hidden, sizeof(hidden));
+    struct seg *segs, *segs2;
+    size_t n, n2, foreign;
+    scan(&d, &segs, &n, &foreign);
+    assert_int_equal(n, 2);
+    assert_int_equal(foreign, 0);
+    seg_load_all(segs, n, false, d.ns);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(segs[i].status, SEG_EXITED);
+        assert_true(seg_removable(&segs[i], d.uid));
+    }
+    /* Both names now lead to new files (made before the old ones go, so
+     * that their inodes differ). */
+    char other[256];
+    put_segment(&d, d.ns, dead, 9, false, other, sizeof(other));
+    assert_int_equal(rename(other, path), 0);
+    put_segment(&d, d.ns, dead, 9, false, other, sizeof(other));
+    assert_int_equal(rename(other, hidden), 0);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(seg_remove(&segs[i], d.uid), -ESTALE);
+    assert_true(exists(path));
+    assert_true(exists(hidden));
+    /* The same file, changed since: a writer at work, kept too. */
+    scan(&d, &segs2, &n2, &foreign);
+    seg_load_all(segs2, n2, false, d.ns);
+    assert_int_equal(n2, 2);
+    struct timespec pause = {0, 20 * 1000 * 1000}; /* past a clock tick */
+    nanosleep(&pause, NULL);
+    assert_int_equal(chmod(path, 0600), 0); /* a new ctime */
+    for (size_t i = 0; i < n2; i++)
+        if (!segs2[i].hidden)
+            assert_int_equal(seg_remove(&segs2[i], d.uid), -ESTALE);
+    assert_true(exists(path));
+    seg_free_all(segs2, n2);
+    /* A symbolic link under the name is not followed. */
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(symlink(hidden, path), 0);
+    assert_int_equal(seg_remove(&segs[0], d.uid), -ESTALE);
+    assert_true(exists(path));
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(seg_remove(&segs[0], d.uid), -ENOENT);
+    seg_free_all(segs, n);
+    shm_dir_remove(&d);
+}
+
+/* A segment written in another pid namespace (a container sharing
+ * /dev/shm): its pid says nothing here, so it is neither running nor
+ * exited, and never removed. */
+static void test_other_namespace(void **state)
+{
+    (void)state;
+    struct shm_dir d;
+    shm_dir_make(&d);
+    int32_t dead = dead_pid();
+    char mine[256], theirs[256];
+    put_segment(&d, d.ns, dead, 1, false, mine, sizeof(mine));
+    put_segment(&d, d.ns + 1, dead, 1, false, theirs, sizeof(theirs));
+    /* Our own pid in another namespace: not running here either. */
+    put_segment(&d, d.ns + 1, (int32_t)getpid(), 2, false, theirs,
+                sizeof(theirs));
+    struct seg *segs;
+    size_t n, foreign;
+    scan(&d, &segs, &n, &foreign);
+    assert_int_equal(n, 3);
+    seg_load_all(segs, n, false, d.ns);
+    int unknown = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct seg *s = &segs[i];
+        assert_int_equal(s->rc, 0);
+        if (s->pid_ns == d.ns) {
+            assert_int_equal(s->status, SEG_EXITED);
+            assert_true(seg_removable(s, d.uid));
+        } else {
+            assert_int_equal(s->status, SEG_UNKNOWN);
+            assert_int_equal(s->view.hdr->pid_ns, d.ns + 1);
+            assert_false(seg_removable(s, d.uid));
+            unknown++;
+        }
+    }
+    assert_int_equal(unknown, 2);
+    seg_free_all(segs, n);
+    /* The header must say the namespace the name says. */
+    struct snapgen_opts o = {d.uid, dead, 0, 5, d.ns, 0, 0, 0};
+    size_t len;
+    char *img = snapgen_build(&o, &len);
+    assert_non_null(img);
+    char name[96], path[256];
+    struct snap_name sn = {d.uid, d.ns + 7, dead, 5};
+    assert_int_equal(snap_name(name, sizeof(name), &sn), 0);
+    snprintf(path, sizeof(path), "%s/%s", d.path, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(img, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(img);
+    scan(&d, &segs, &n, &foreign);
+    seg_load_all(segs, n, false, d.ns);
+    bool seen = false;
+    for (size_t i = 0; i < n; i++)
+        if (segs[i].pool_id == 5) {
+            seen = true;
+            assert_int_equal(segs[i].rc, -EINVAL);
+            assert_non_null(strstr(segs[i].err, "pid namespace"));
+        }
+    assert_true(seen);
+    seg_free_all(segs, n);
+    shm_dir_remove(&d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -476,6 +855,11 @@ int main(void)
         cmocka_unit_test(test_proc_start),
         cmocka_unit_test(test_formats),
         cmocka_unit_test(test_corpus),
+        cmocka_unit_test(test_svg_huge_unit),
+        cmocka_unit_test(test_rates),
+        cmocka_unit_test(test_scan_foreign),
+        cmocka_unit_test(test_clean_replaced),
+        cmocka_unit_test(test_other_namespace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -2,8 +2,10 @@
  * The statistics a pool publishes (lib/publish.c): the segment's name,
  * mode and life, what it says against ump_stats and ump_largest_allocs,
  * refreshes on request and in the background, consistent copies under
- * concurrent refreshes, fork; and the figures stats.c adds (largest free
- * block, fragmentation, the largest allocations).
+ * concurrent refreshes, fork; a segment scribbled on, shrunk or removed
+ * by another process (the program goes on, unharmed); and the figures
+ * stats.c adds (largest free block, fragmentation, the largest
+ * allocations, a picture of many runs).
  */
 #include "config.h"
 
@@ -12,6 +14,7 @@
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -36,12 +39,20 @@
 #endif
 #define MIB TU_MIB
 
+static uint32_t pid_ns(void)
+{
+    uint32_t ns = 0;
+    assert_int_equal(snap_pid_ns(&ns), 0);
+    return ns;
+}
+
+/* The name a pool of this process publishes under. */
 static void seg_path(ump_pool_t *pool, char *buf, size_t len)
 {
     char name[96];
-    assert_int_equal(snap_name(name, sizeof(name), (uint32_t)getuid(),
-                               (int32_t)getpid(), pool->id),
-                     0);
+    struct snap_name sn = {(uint32_t)geteuid(), pid_ns(), (int32_t)getpid(),
+                           pool->id};
+    assert_int_equal(snap_name(name, sizeof(name), &sn), 0);
     snprintf(buf, len, SNAP_DIR "/%s", name);
 }
 
@@ -76,8 +87,8 @@ static struct snap_view read_map(struct mapped m)
     assert_int_equal(rc, 0);
     struct snap_view v;
     char err[256];
-    uint32_t uid = (uint32_t)getuid();
-    struct snap_expect ex = {uid, uid, (int32_t)getpid(), 0};
+    uint32_t uid = (uint32_t)geteuid();
+    struct snap_expect ex = {uid, uid, (int32_t)getpid(), 0, pid_ns()};
     rc = snap_parse(buf, m.len, &ex, &v, err, sizeof(err));
     if (rc)
         fail_msg("snap_parse: %s", err);
@@ -124,8 +135,10 @@ static void test_segment(void **state)
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
     assert_int_equal(st.st_mode & 07777, 0600);
-    assert_int_equal(st.st_uid, getuid());
+    assert_int_equal(st.st_uid, geteuid());
     struct snap_view v = read_seg(path);
+    assert_int_equal(v.hdr->uid, geteuid());
+    assert_int_equal(v.hdr->pid_ns, pid_ns());
     assert_int_equal(v.hdr->ndev, 2);
     assert_int_equal(v.hdr->pool_id, pool->id);
     assert_string_equal(v.hdr->backend, "sim");
@@ -262,8 +275,8 @@ static void *reader(void *arg)
                                  MAP_SHARED, fd, 0);
     close(fd);
     char *buf = malloc(len);
-    uint32_t uid = (uint32_t)getuid();
-    struct snap_expect ex = {uid, uid, 0, 0};
+    uint32_t uid = (uint32_t)geteuid();
+    struct snap_expect ex = {uid, uid, 0, 0, 0};
     while (m != MAP_FAILED && buf && !atomic_load(&h->stop)) {
         atomic_fetch_add(&m->request, 1);
         syscall(SYS_futex, (uint32_t *)&m->request, FUTEX_WAKE, INT_MAX,
@@ -336,12 +349,8 @@ static void test_fork(void **state)
         int rc2 = ump_pool_create(UNDER_TSAN ? CONF ",publish:false" : CONF,
                                   &mine);
         char p2[256] = "";
-        if (!rc2) {
-            char name[96];
-            snap_name(name, sizeof(name), (uint32_t)getuid(),
-                      (int32_t)getpid(), mine->id);
-            snprintf(p2, sizeof(p2), SNAP_DIR "/%s", name);
-        }
+        if (!rc2)
+            seg_path(mine, p2, sizeof(p2));
         bool ok = !rc && !rc2 && exists(path) && (UNDER_TSAN || exists(p2));
         if (!rc2)
             ump_pool_destroy(mine);
@@ -356,6 +365,210 @@ static void test_fork(void **state)
     snap_view_free(&v);
     tu_pool_destroy(pool);
     assert_false(exists(path));
+}
+
+/* ---- a segment others meddle with --------------------------------------- */
+
+/* Asks the writer of the segment open on fd for a refresh as a reader
+ * does, with system calls alone: the file may be shorter than a page. */
+static void poke_fd(int fd)
+{
+    const off_t at = offsetof(struct snap_header, request);
+    uint32_t r;
+    if (pread(fd, &r, sizeof(r), at) == (ssize_t)sizeof(r)) {
+        r++;
+        assert_int_equal(pwrite(fd, &r, sizeof(r), at), sizeof(r));
+    }
+    void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    assert_true(m != MAP_FAILED);
+    syscall(SYS_futex, (uint32_t *)((char *)m + at), FUTEX_WAKE, INT_MAX,
+            NULL, NULL, 0);
+    munmap(m, 4096);
+}
+
+/* The library's log lines (stderr) while a test runs. */
+struct capture {
+    int saved, fd;
+};
+
+static struct capture capture_start(void)
+{
+    char path[] = "/tmp/test_inspect_publish.XXXXXX";
+    struct capture c = {dup(STDERR_FILENO), mkstemp(path)};
+    assert_true(c.saved >= 0 && c.fd >= 0);
+    unlink(path);
+    fflush(stderr);
+    assert_true(dup2(c.fd, STDERR_FILENO) >= 0);
+    return c;
+}
+
+/* What was logged so far (free it). */
+static char *capture_text(const struct capture *c)
+{
+    fflush(stderr);
+    off_t len = lseek(c->fd, 0, SEEK_END);
+    char *text = calloc(1, (size_t)len + 1);
+    assert_non_null(text);
+    assert_int_equal(pread(c->fd, text, (size_t)len, 0), len);
+    return text;
+}
+
+static char *capture_end(struct capture *c)
+{
+    char *text = capture_text(c);
+    dup2(c->saved, STDERR_FILENO);
+    close(c->saved);
+    close(c->fd);
+    return text;
+}
+
+static int count_of(const char *text, const char *what)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, what)); p++)
+        n++;
+    return n;
+}
+
+/* Waits up to 3 s for the name to go; whether it went. */
+static bool gone(const char *path)
+{
+    for (int i = 0; i < 300 && exists(path); i++)
+        usleep(10 * 1000);
+    return !exists(path);
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+    assert_int_equal(getrusage(RUSAGE_SELF, &ru), 0);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
+/* Another process of the user rewrites the header's layout fields: the
+ * writer keeps to the layout it made (it once sized its writes, and the
+ * devices it read, by them: out of bounds). */
+static void test_scribbled_header(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(CONF);
+    char path[256];
+    seg_path(pool, path, sizeof(path));
+    struct mapped m = map_seg(path);
+    struct snap_header saved;
+    memcpy(&saved, m.h, sizeof(saved));
+    m.h->total_size += MIB;
+    m.h->header_size = 8;
+    m.h->ndev = SNAP_MAX_DEVICES;
+    m.h->max_allocs = SNAP_MAX_ALLOCS;
+    m.h->map_cap = SNAP_MAX_MAP;
+    void *p = tu_alloc(pool, 5 * MIB, 1);
+    uint64_t seq = snap_seq(m.h);
+    atomic_fetch_add(&m.h->request, 1);
+    syscall(SYS_futex, (uint32_t *)&m.h->request, FUTEX_WAKE, INT_MAX, NULL,
+            NULL, 0);
+    for (int i = 0; i < 2000 && snap_seq(m.h) == seq; i++)
+        usleep(1000);
+    assert_int_not_equal(snap_seq(m.h), seq);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, m.len);
+    /* Put the layout back: what the writer wrote meanwhile is whole. */
+    const size_t seq_at = offsetof(struct snap_header, seq);
+    const size_t after = offsetof(struct snap_header, header_size);
+    memcpy(m.h, &saved, seq_at);
+    memcpy((char *)m.h + after, (char *)&saved + after, sizeof(saved) - after);
+    struct snap_view v = read_map(m);
+    assert_int_equal(v.hdr->ndev, 2);
+    assert_int_equal(v.data->nalloc, 1);
+    assert_int_equal(v.alloc[0].size, 5 * MIB);
+    assert_int_equal(v.alloc[0].device, 1);
+    snap_view_free(&v);
+    munmap(m.h, m.len);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_false(exists(path));
+}
+
+/* Another process shrinks the segment (to less than a page, then to
+ * nothing): the writer, which would die of SIGBUS writing through a
+ * mapping, stops publishing with one warning and removes its name; the
+ * pool goes on, and its thread idles rather than spins. */
+static void test_shrunk(void **state)
+{
+    (void)state;
+    static const off_t sizes[] = {100, 0};
+    for (size_t k = 0; k < 2; k++) {
+        struct capture c = capture_start();
+        ump_pool_t *pool = tu_pool_create(CONF);
+        char path[256];
+        seg_path(pool, path, sizeof(path));
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(ftruncate(fd, sizes[k]), 0);
+        poke_fd(fd);
+        assert_true(gone(path));
+        void *p = tu_alloc(pool, 3 * MIB, 0);
+        tu_free(pool, p);
+        double cpu = cpu_seconds();
+        usleep(500 * 1000);
+        poke_fd(fd);
+        usleep(100 * 1000);
+        assert_true(cpu_seconds() - cpu < 0.2);
+        struct stat st;
+        assert_int_equal(fstat(fd, &st), 0);
+        assert_int_equal(st.st_size, sizes[k]); /* not written since */
+        tu_pool_destroy(pool);
+        close(fd);
+        char *text = capture_end(&c);
+        char want[64];
+        snprintf(want, sizeof(want), "was resized to %lld bytes",
+                 (long long)sizes[k]);
+        if (count_of(text, "no longer published") != 1 || !strstr(text, want))
+            fail_msg("logged: %s", text);
+        free(text);
+    }
+}
+
+/* Another process removes the segment and puts a file of its own under
+ * the name: the writer stops publishing, and leaves that file alone (at
+ * once and when the pool goes). */
+static void test_removed_and_replaced(void **state)
+{
+    (void)state;
+    struct capture c = capture_start();
+    ump_pool_t *pool = tu_pool_create(CONF);
+    char path[256];
+    seg_path(pool, path, sizeof(path));
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    assert_true(fd >= 0);
+    assert_int_equal(unlink(path), 0);
+    int other = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    assert_true(other >= 0);
+    assert_int_equal(write(other, "other", 5), 5);
+    close(other);
+    poke_fd(fd);
+    char *text = NULL;
+    for (int i = 0; i < 300; i++) {
+        free(text);
+        text = capture_text(&c);
+        if (strstr(text, "no longer published"))
+            break;
+        usleep(10 * 1000);
+    }
+    assert_non_null(strstr(text, "was removed by another process"));
+    free(text);
+    assert_true(exists(path));
+    tu_pool_destroy(pool);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 5);
+    assert_int_equal(unlink(path), 0);
+    close(fd);
+    text = capture_end(&c);
+    assert_int_equal(count_of(text, "no longer published"), 1);
+    free(text);
 }
 
 /* ---- stats.c ---------------------------------------------------------- */
@@ -451,6 +664,56 @@ static void test_fragmentation(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Hundreds of runs, every other one freed: more map entries than the
+ * publisher first makes room for (it grows them outside the pool lock and
+ * walks again), and the picture is still exact. */
+static void test_many_runs(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:512M,tcache:false");
+    char path[256];
+    seg_path(pool, path, sizeof(path));
+    enum { N = 200, RUN = 2 * MIB }; /* the memory is never touched */
+    void **p = calloc(N, sizeof(*p));
+    assert_non_null(p);
+    for (size_t i = 0; i < N; i++)
+        p[i] = tu_alloc(pool, RUN, 0);
+    for (size_t i = 1; i < N; i += 2)
+        tu_free(pool, p[i]);
+    struct snap_view v = fresh(path);
+    const struct snap_device *x = &v.dev[0];
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(x->map_unit, pool->chunk_size); /* fits: exact */
+    /* used, cached, used, ... then the free rest */
+    assert_true(x->map_count >= N - 1);
+    uint64_t bytes = 0, used = 0;
+    for (uint32_t i = 0; i < x->map_count; i++) {
+        const struct snap_map *e = &v.map[i];
+        if (i < N - 1) {
+            assert_int_equal(e->state, i % 2 ? SNAP_CACHED : SNAP_USED);
+            assert_int_equal(e->units, RUN / pool->chunk_size);
+        }
+        bytes += e->units * x->map_unit;
+        used += e->state == SNAP_USED ? e->units * x->map_unit : 0;
+    }
+    assert_int_equal(bytes, st.capacity);
+    assert_int_equal(used, x->state_bytes[SNAP_USED]);
+    assert_int_equal(x->state_bytes[SNAP_USED], N / 2 * RUN);
+    uint64_t sum = 0;
+    for (unsigned s = 0; s < SNAP_NSTATES; s++)
+        sum += x->state_bytes[s];
+    assert_int_equal(sum, st.capacity);
+    assert_int_equal(v.data->nalloc, SNAP_ALLOCS);
+    assert_int_equal(v.alloc[0].size, RUN);
+    assert_int_equal(v.alloc[0].addr, (uintptr_t)p[0]);
+    snap_view_free(&v);
+    for (size_t i = 0; i < N; i += 2)
+        tu_free(pool, p[i]);
+    free(p);
+    tu_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -461,6 +724,10 @@ int main(void)
         cmocka_unit_test(test_busy_destroy),
         cmocka_unit_test(test_consistent),
         cmocka_unit_test(test_fork),
+        cmocka_unit_test(test_scribbled_header),
+        cmocka_unit_test(test_shrunk),
+        cmocka_unit_test(test_removed_and_replaced),
+        cmocka_unit_test(test_many_runs),
         cmocka_unit_test(test_largest_allocs),
         cmocka_unit_test(test_fragmentation),
     };

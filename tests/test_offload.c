@@ -23,6 +23,7 @@
 
 #include "testutil.h"
 
+#include "backend/backend.h"
 #include "offload.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -1407,6 +1408,111 @@ static void test_small_offload_no_nvme(void **state)
     tu_pool_destroy(pool);
 }
 
+/* ---- 12. what a review found ------------------------------------------- */
+
+/* The driver refusing an unmap in the middle of a move: the move fails,
+ * the data stays on the device, usable, and the pool goes on. */
+static void test_unmap_refused(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(BASE_CONF ",sim_devices:1,"
+                                      "sim_device_mem:32M,host_limit:32M");
+    size_t size = 8 * MIB;
+    char *p = alloc_flags(pool, size, 0, 0, NULL);
+    tu_fill(p, size, 90);
+    ump_stats_t before = tu_stats(pool, 0);
+    /* the first unmap of a move is its switch's, of the source */
+    assert_int_equal(sim_inject_fault(pool->bctx, "unmap", 1, -EIO), 0);
+    assert_int_equal(ump_evict(pool, p, 0, UMP_TIER_HOST), -EIO);
+    sim_inject_fault(pool->bctx, "unmap", 0, 0);
+    assert_tier(pool, p, size, UMP_TIER_DEVICE);
+    tu_assert_pattern(p, size, 90);
+    ump_stats_t after = tu_stats(pool, 0);
+    assert_int_equal(after.mapped_bytes, before.mapped_bytes);
+    /* and it still moves, both ways */
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    assert_tier(pool, p, size, UMP_TIER_HOST);
+    tu_assert_pattern(p, size, 90);
+    acquire_check(pool, p, size, 90);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+}
+
+/* DONTNEED drops the data of the next move only: what is written after
+ * it survives the moves that follow. */
+static void test_dontneed_once(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:32M");
+    size_t size = 4 * MIB;
+    char *p = alloc_flags(pool, size, 0, 0, NULL);
+    tu_fill(p, size, 91);
+    assert_int_equal(ump_advise(pool, p, 0, UMP_ADVISE_DONTNEED), 0);
+    evict_ok(pool, p, 0, UMP_TIER_HOST); /* no copy: undefined data */
+    tu_fill(p, size, 92);                /* the host tier is usable */
+    evict_ok(pool, p, 0, UMP_TIER_NVME);
+    acquire_check(pool, p, size, 92);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
+/* UMP_HINT_NO_SPILL wins over UMP_HINT_OFFLOAD: the pool never moves it,
+ * not even when an allocation would otherwise fail. */
+static void test_no_spill_offload(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:8M,"
+                                  "host_limit:32M");
+    char *stay = alloc_flags(pool, 6 * MIB, 0,
+                             UMP_HINT_OFFLOAD | UMP_HINT_NO_SPILL, NULL);
+    tu_fill(stay, 6 * MIB, 93);
+    void *q = NULL;
+    ump_hints_t h = tu_hints(0);
+    assert_int_equal(ump_alloc(pool, 6 * MIB, &h, &q), -ENOMEM);
+    assert_null(q);
+    assert_tier(pool, stay, 6 * MIB, UMP_TIER_DEVICE);
+    tu_assert_pattern(stay, 6 * MIB, 93);
+    assert_int_equal(tu_stats(pool, 0).evictions, 0);
+    tu_free(pool, stay);
+    fx_pool_destroy(f);
+}
+
+/* With the tiers full, the watermark thread stops trying (and counting)
+ * until space comes back. */
+static void test_full_tiers_quiet(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(BASE_CONF ",sim_devices:1,"
+                                      "sim_device_mem:16M,host_limit:4M,"
+                                      "high_watermark:25,low_watermark:10");
+    enum { N = 3 };
+    char *t[N];
+    for (int i = 0; i < N; i++) {
+        t[i] = alloc_flags(pool, 4 * MIB, 0, UMP_HINT_OFFLOAD, NULL);
+        acquire_ok(pool, t[i], 0);
+        tu_fill(t[i], 4 * MIB, 94 + (uint64_t)i);
+    }
+    for (int i = 0; i < N; i++)
+        release_ok(pool, t[i], 0);
+    /* one tensor fits on the host tier, nothing else anywhere */
+    for (int ms = 0; ms < WAIT_MS && tu_stats(pool, 0).host_bytes < 4 * MIB;
+         ms += 10)
+        sleep_ms(10);
+    sleep_ms(100);
+    uint64_t e1 = tu_stats(pool, 0).evictions;
+    sleep_ms(300); /* 15 ticks of the background thread */
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.host_bytes, 4 * MIB);
+    assert_int_equal(st.evictions, e1);
+    assert_int_equal(st.spill_count, e1);
+    for (int i = 0; i < N; i++)
+        acquire_check(pool, t[i], 4 * MIB, 94 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    tu_pool_destroy(pool);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1435,6 +1541,10 @@ int main(void)
         T(test_watermarks),
         T(test_watermarks_resume),
         T(test_small_offload_no_nvme),
+        T(test_unmap_refused),
+        T(test_dontneed_once),
+        T(test_no_spill_offload),
+        T(test_full_tiers_quiet),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -511,3 +511,51 @@ void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n)
             }
     }
 }
+
+static uint64_t sum_dev(const struct snap_view *v, size_t off)
+{
+    uint64_t sum = 0;
+    for (uint32_t d = 0; d < v->hdr->ndev; d++) {
+        uint64_t x;
+        memcpy(&x, (const char *)&v->dev[d] + off, sizeof(x));
+        sum += x;
+    }
+    return sum;
+}
+
+void fmt_rates(FILE *out, const struct snap_view *v, struct fmt_prev *prev,
+               size_t *n_p, size_t cap)
+{
+    struct fmt_prev now = {
+        v->hdr->pid, v->hdr->pid_ns, v->hdr->pool_id, v->hdr->created_ns,
+        v->data->updated_ns,
+        sum_dev(v, offsetof(struct snap_device, alloc_count)),
+        sum_dev(v, offsetof(struct snap_device, free_count)),
+        sum_dev(v, offsetof(struct snap_device, spill_count)),
+        sum_dev(v, offsetof(struct snap_device, restore_count)),
+    };
+    size_t i = 0;
+    while (i < *n_p && (prev[i].pid != now.pid || prev[i].pool != now.pool ||
+                        prev[i].pid_ns != now.pid_ns))
+        i++;
+    const struct fmt_prev *p = i < *n_p ? &prev[i] : NULL;
+    bool restarted = p && (p->created != now.created || now.at < p->at ||
+                           now.allocs < p->allocs || now.frees < p->frees ||
+                           now.spills < p->spills ||
+                           now.restores < p->restores);
+    if (p && !restarted && now.at > p->at) {
+        double dt = (double)(now.at - p->at) / 1e9;
+        fprintf(out, "rates: %.0f allocs/s, %.0f frees/s, %.0f spills/s, "
+                "%.0f restores/s\n", (double)(now.allocs - p->allocs) / dt,
+                (double)(now.frees - p->frees) / dt,
+                (double)(now.spills - p->spills) / dt,
+                (double)(now.restores - p->restores) / dt);
+    } else {
+        fprintf(out, "rates: %s(from the next refresh on)\n",
+                restarted ? "restarted " : "");
+    }
+    if (i == *n_p && *n_p < cap)
+        (*n_p)++;
+    if (i < cap)
+        prev[i] = now;
+}

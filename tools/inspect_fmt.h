@@ -37,6 +37,19 @@ void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n);
  * state (one <g> per state), a legend and totals. */
 void fmt_svg(FILE *out, const struct snap_view *v);
 
+/* A pool's counters at one round of watch, for rates. */
+struct fmt_prev {
+    int32_t pid;
+    uint32_t pid_ns;
+    uint64_t pool, created, at, allocs, frees, spills, restores;
+};
+/* The line of rates of v since the round prev[0..*n_p) holds for its pool
+ * (none the first time), then records v there (cap entries at most). A
+ * pool whose counters went back, or that was created anew, is another
+ * process under the same pid and pool id: its rates start afresh. */
+void fmt_rates(FILE *out, const struct snap_view *v, struct fmt_prev *prev,
+               size_t *n_p, size_t cap);
+
 /* Writes s as a JSON string, quotes included. */
 void fmt_json_string(FILE *out, const char *s);
 

@@ -26,13 +26,16 @@ static int seg_cmp(const void *a, const void *b)
     const struct seg *x = a, *y = b;
     if (x->pid != y->pid)
         return x->pid < y->pid ? -1 : 1;
+    if (x->pid_ns != y->pid_ns)
+        return x->pid_ns < y->pid_ns ? -1 : 1;
     if (x->pool_id != y->pool_id)
         return x->pool_id < y->pool_id ? -1 : 1;
     return (int)x->hidden - (int)y->hidden;
 }
 
 int seg_scan(const char *dir, uint32_t uid, bool with_hidden,
-             struct seg **segs_p, size_t *n_p, char *err, size_t errlen)
+             struct seg **segs_p, size_t *n_p, size_t *foreign_p,
+             char *foreign, size_t foreignlen, char *err, size_t errlen)
 {
     DIR *dp = opendir(dir);
     if (!dp) {
@@ -41,20 +44,40 @@ int seg_scan(const char *dir, uint32_t uid, bool with_hidden,
         return rc;
     }
     struct seg *segs = NULL;
-    size_t n = 0, cap = 0;
+    size_t n = 0, cap = 0, nforeign = 0;
     int rc = 0;
     struct dirent *de;
     while ((de = readdir(dp))) {
         bool hidden = de->d_name[0] == '.';
         struct seg s = {.hidden = hidden};
+        struct snap_name sn;
         if ((hidden && !with_hidden) ||
-            !snap_name_parse(de->d_name + hidden, &s.uid, &s.pid,
-                             &s.pool_id) ||
-            s.uid != uid)
+            !snap_name_parse(de->d_name + hidden, &sn) || sn.uid != uid)
             continue;
+        s.uid = sn.uid;
+        s.pid_ns = sn.pid_ns;
+        s.pid = sn.pid;
+        s.pool_id = sn.pool_id;
         if ((size_t)snprintf(s.path, sizeof(s.path), "%s/%s", dir,
                              de->d_name) >= sizeof(s.path))
             continue;
+        /* Anyone may create a file under our name in a shared /dev/shm:
+         * another user's is none of ours, not even an error. */
+        struct stat st;
+        if (fstatat(dirfd(dp), de->d_name, &st, AT_SYMLINK_NOFOLLOW)) {
+            if (errno == ENOENT)
+                continue;
+            s.owner = (uid_t)-1; /* reading it will say why */
+        } else if (st.st_uid != uid) {
+            if (!nforeign++)
+                snprintf(foreign, foreignlen, "%s", s.path);
+            continue;
+        } else {
+            s.dev = st.st_dev;
+            s.ino = st.st_ino;
+            s.ctime = st.st_ctim;
+            s.owner = st.st_uid;
+        }
         if (n == cap) {
             cap = cap ? 2 * cap : 16;
             struct seg *bigger = realloc(segs, cap * sizeof(*segs));
@@ -76,6 +99,7 @@ int seg_scan(const char *dir, uint32_t uid, bool with_hidden,
         qsort(segs, n, sizeof(*segs), seg_cmp);
     *segs_p = segs;
     *n_p = n;
+    *foreign_p = nforeign;
     return 0;
 }
 
@@ -219,7 +243,7 @@ static int read_parse(int fd, size_t len, const struct snap_expect *ex,
 /* Maps s, or reads and checks it at once when it is too short to map. */
 static void seg_map(struct seg *s, uint32_t uid)
 {
-    struct snap_expect base = {uid, 0, s->pid, s->pool_id}, ex;
+    struct snap_expect base = {uid, 0, s->pid, s->pool_id, s->pid_ns}, ex;
     struct stat st;
     int fd = open_checked(s->path, &base, &s->writable, &st, &ex, s->err,
                           sizeof(s->err));
@@ -227,6 +251,10 @@ static void seg_map(struct seg *s, uint32_t uid)
         s->rc = fd;
         return;
     }
+    s->dev = st.st_dev;
+    s->ino = st.st_ino;
+    s->ctime = st.st_ctim;
+    s->owner = st.st_uid;
     s->len = (size_t)st.st_size;
     if (s->len < sizeof(struct snap_header)) {
         s->rc = read_parse(fd, s->len, &ex, &s->view, s->err,
@@ -275,16 +303,31 @@ static void seg_read_mapped(struct seg *s, uint32_t uid)
     } else if (rc) {
         snprintf(s->err, sizeof(s->err), "truncated while being read");
     } else {
-        struct snap_expect ex = {uid, uid, s->pid, s->pool_id};
+        struct snap_expect ex = {uid, uid, s->pid, s->pool_id, s->pid_ns};
         rc = snap_parse(buf, s->len, &ex, &s->view, s->err, sizeof(s->err));
     }
     free(buf);
     s->rc = rc;
 }
 
-void seg_load_all(struct seg *segs, size_t n, bool refresh)
+/* The file's ctime once it has been read, so that our own request for a
+ * refresh does not count as a change. */
+static void settle(struct seg *s)
 {
-    uint32_t uid = (uint32_t)getuid();
+    struct stat st;
+    if (!lstat(s->path, &st) && st.st_dev == s->dev && st.st_ino == s->ino)
+        s->ctime = st.st_ctim;
+}
+
+/* Whether s's writer is known to run: only a pid of our namespace says. */
+static bool running(const struct seg *s, uint32_t pid_ns)
+{
+    return s->pid_ns == pid_ns && seg_liveness(s->pid, 0) == SEG_RUNNING;
+}
+
+void seg_load_all(struct seg *segs, size_t n, bool refresh, uint32_t pid_ns)
+{
+    uint32_t uid = (uint32_t)geteuid();
     bool asked = false;
     for (size_t i = 0; i < n; i++) {
         struct seg *s = &segs[i];
@@ -298,8 +341,7 @@ void seg_load_all(struct seg *segs, size_t n, bool refresh)
             continue;
         if (touch(s, TOUCH_SEQ, NULL, &s->seq0))
             continue;
-        if (refresh && s->writable && !s->hidden &&
-            seg_liveness(s->pid, 0) == SEG_RUNNING &&
+        if (refresh && s->writable && !s->hidden && running(s, pid_ns) &&
             !touch(s, TOUCH_REQUEST, NULL, NULL))
             asked = true;
     }
@@ -312,8 +354,7 @@ void seg_load_all(struct seg *segs, size_t n, bool refresh)
             struct seg *s = &segs[i];
             if (s->map && s->writable && !s->hidden &&
                 !touch(s, TOUCH_SEQ, NULL, &seq) &&
-                (seq == s->seq0 || (seq & 1)) &&
-                seg_liveness(s->pid, 0) == SEG_RUNNING)
+                (seq == s->seq0 || (seq & 1)) && running(s, pid_ns))
                 all = false;
         }
         if (all)
@@ -325,15 +366,43 @@ void seg_load_all(struct seg *segs, size_t n, bool refresh)
         if (s->map) {
             seg_read_mapped(s, uid);
             seg_unmap(s);
+            settle(s);
         }
-        s->status = seg_liveness(s->pid, s->rc ? 0 : s->view.hdr->pid_start);
+        s->status = s->pid_ns != pid_ns
+                        ? SEG_UNKNOWN
+                        : seg_liveness(s->pid,
+                                       s->rc ? 0 : s->view.hdr->pid_start);
     }
+}
+
+bool seg_removable(const struct seg *s, uint32_t uid)
+{
+    return (s->status == SEG_EXITED || s->status == SEG_REUSED) &&
+           s->rc != -EPERM && s->ino && s->owner == (uid_t)uid;
+}
+
+int seg_remove(const struct seg *s, uint32_t uid)
+{
+    int fd = open(s->path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ELOOP ? -ESTALE : -errno;
+    struct stat st;
+    int rc = fstat(fd, &st) ? -errno : 0;
+    close(fd);
+    if (!rc && (st.st_dev != s->dev || st.st_ino != s->ino ||
+                st.st_ctim.tv_sec != s->ctime.tv_sec ||
+                st.st_ctim.tv_nsec != s->ctime.tv_nsec ||
+                st.st_uid != (uid_t)uid))
+        rc = -ESTALE;
+    if (!rc && unlink(s->path))
+        rc = -errno;
+    return rc;
 }
 
 int seg_load_file(const char *path, struct snap_view *view_p, char *err,
                   size_t errlen)
 {
-    struct snap_expect base = {(uint32_t)getuid(), 0, 0, 0}, ex;
+    struct snap_expect base = {(uint32_t)geteuid(), 0, 0, 0, 0}, ex;
     struct stat st;
     bool writable;
     int fd = open_checked(path, &base, &writable, &st, &ex, err, errlen);

@@ -98,6 +98,15 @@ static void widths(const struct snap_map *m, uint32_t n, uint64_t total,
         w[widest] += RIBBON - sum;
 }
 
+/* px as bytes, at least 1: converting a double at or above 2^64 to
+ * uint64_t is undefined (map units as large as UINT64_MAX get there). */
+static uint64_t px_bytes(double px)
+{
+    if (!(px >= 1))
+        return 1;
+    return px >= 0x1p64 ? UINT64_MAX : (uint64_t)px;
+}
+
 static void device(FILE *out, const struct snap_view *v, uint32_t d,
                    uint64_t y)
 {
@@ -119,8 +128,7 @@ static void device(FILE *out, const struct snap_view *v, uint32_t d,
         }
     /* A pixel's worth, for people reading the picture. */
     double px = (double)total * (double)x->map_unit / (double)RIBBON;
-    fprintf(out, "; 1 px = %s</text>\n",
-            fmt_size(s[2], (uint64_t)(px < 1 ? 1 : px)));
+    fprintf(out, "; 1 px = %s</text>\n", fmt_size(s[2], px_bytes(px)));
     fprintf(out, "    <g transform=\"translate(0,%d)\">\n", LABEL);
     uint64_t w[SNAP_MAX_MAP];
     if (total)

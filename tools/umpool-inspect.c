@@ -236,23 +236,35 @@ static bool selected(const struct opts *o, const struct seg *s)
 }
 
 /* Scans and reads the segments the options select (hidden ones too with
- * `hidden`); reports each that cannot be read on stderr. */
+ * `hidden`); reports each that cannot be read on stderr, and once per run
+ * those left out because another user owns them. */
 static int load(const struct opts *o, bool hidden, struct loaded *l)
 {
-    char err[256];
+    static bool warned;
+    char err[256], foreign[512];
     struct seg *all;
-    size_t n;
-    int rc = seg_scan(o->dir ? o->dir : SNAP_DIR, (uint32_t)getuid(), hidden,
-                      &all, &n, err, sizeof(err));
+    size_t n, nforeign;
+    int rc = seg_scan(o->dir ? o->dir : SNAP_DIR, (uint32_t)geteuid(), hidden,
+                      &all, &n, &nforeign, foreign, sizeof(foreign), err,
+                      sizeof(err));
     if (rc) {
         fprintf(stderr, "umpool-inspect: %s\n", err);
         return 1;
     }
+    if (nforeign && !warned) {
+        fprintf(stderr, "umpool-inspect: warning: skipped %zu segment%s "
+                "named for you but owned by another user (%s)\n", nforeign,
+                nforeign > 1 ? "s" : "", foreign);
+        warned = true;
+    }
+    uint32_t pid_ns;
+    if (snap_pid_ns(&pid_ns))
+        pid_ns = 0;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if ((hidden && all[i].hidden) || selected(o, &all[i]))
             all[k++] = all[i];
-    seg_load_all(all, k, true);
+    seg_load_all(all, k, true, pid_ns);
     /* A pool destroyed since the scan is gone, not an error. */
     size_t kept = 0;
     for (size_t i = 0; i < k; i++) {
@@ -277,32 +289,35 @@ static const char *status_name(int status)
 {
     return status == SEG_RUNNING  ? "running"
            : status == SEG_EXITED ? "exited"
-                                  : "exited (pid reused)";
+           : status == SEG_REUSED ? "exited (pid reused)"
+                                  : "unknown (other pid namespace)";
 }
 
 /* A note for people about a pool's snapshot, or NULL. */
 static const char *note(const struct seg *s, char *buf, size_t len)
 {
-    if (s->status != SEG_RUNNING)
+    if (s->status == SEG_EXITED || s->status == SEG_REUSED)
         return "its process exited: the last snapshot it wrote";
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     uint64_t at = s->view.data->updated_ns;
-    if (now > at && now - at > STALE_NS) {
+    bool stale = now > at && now - at > STALE_NS;
+    if (s->status == SEG_UNKNOWN && stale)
+        snprintf(buf, len, "written in another pid namespace, %.0f s ago: "
+                 "its process may have exited", (double)(now - at) / 1e9);
+    else if (s->status == SEG_UNKNOWN)
+        snprintf(buf, len, "written in another pid namespace: whether its "
+                 "process runs is unknown");
+    else if (stale)
         snprintf(buf, len, "stale: written %.0f s ago (is the program "
                  "stopped?)", (double)(now - at) / 1e9);
-        return buf;
-    }
-    return NULL;
+    else
+        return NULL;
+    return buf;
 }
 
 /* ---- list ---------------------------------------------------------------- */
-
-static bool removable(const struct seg *s)
-{
-    return s->status != SEG_RUNNING && s->rc != -EPERM;
-}
 
 static int cmd_list(const struct opts *o)
 {
@@ -321,14 +336,18 @@ static int cmd_list(const struct opts *o)
     for (size_t i = 0; i < l.n; i++) {
         struct seg *s = &l.segs[i];
         bool removed = false;
-        if (clean && removable(s)) {
-            if (unlink(s->path) == 0) {
+        if (clean && seg_removable(s, (uint32_t)geteuid())) {
+            int err = seg_remove(s, (uint32_t)geteuid());
+            if (err == 0) {
                 removed = true;
                 fprintf(stderr, "umpool-inspect: removed %s (process %" PRId32
                         " %s)\n", s->path, s->pid, status_name(s->status));
-            } else if (errno != ENOENT) { /* ENOENT: its exit beat us */
+            } else if (err == -ESTALE) { /* a new process took the name */
+                fprintf(stderr, "umpool-inspect: kept %s: replaced since it "
+                        "was checked\n", s->path);
+            } else if (err != -ENOENT) { /* ENOENT: its exit beat us */
                 fprintf(stderr, "umpool-inspect: cannot remove %s: %s\n",
-                        s->path, strerror(errno));
+                        s->path, strerror(-err));
                 rc = 1;
             }
         }
@@ -342,8 +361,9 @@ static int cmd_list(const struct opts *o)
             cached += s->view.dev[d].cached_bytes;
         }
         if (json) {
-            printf("%s\n    {\"pid\": %" PRId32 ", \"pool\": %" PRIu64
-                   ", \"program\": ", shown ? "," : "", h->pid, h->pool_id);
+            printf("%s\n    {\"pid\": %" PRId32 ", \"pid_ns\": %" PRIu32
+                   ", \"pool\": %" PRIu64 ", \"program\": ",
+                   shown ? "," : "", h->pid, h->pid_ns, h->pool_id);
             fmt_json_string(stdout, h->program);
             printf(", \"backend\": ");
             fmt_json_string(stdout, h->backend);
@@ -353,7 +373,9 @@ static int cmd_list(const struct opts *o)
                    ", \"live_bytes\": %" PRIu64 ", \"cached_bytes\": %" PRIu64
                    ", \"status\": \"%s\", \"removed\": %s, \"segment\": ",
                    h->ndev, cap, live, cached,
-                   s->status == SEG_RUNNING ? "running" : "exited",
+                   s->status == SEG_RUNNING   ? "running"
+                   : s->status == SEG_UNKNOWN ? "unknown"
+                                              : "exited",
                    removed ? "true" : "false");
             fmt_json_string(stdout, s->path);
             printf("}");
@@ -377,15 +399,16 @@ static int cmd_list(const struct opts *o)
 
 /* ---- show and watch ------------------------------------------------------ */
 
-/* The pools of l that show prints: every readable one for a PID, only
- * running ones without. */
+/* The pools of l that show prints: every readable one for a PID, without
+ * one those that run or may (another pid namespace's). */
 static size_t pick(const struct opts *o, const struct loaded *l,
                    struct fmt_pool *out, char (*notes)[128])
 {
     size_t k = 0;
     for (size_t i = 0; i < l->n; i++) {
         const struct seg *s = &l->segs[i];
-        if (s->rc || (!o->pid && s->status != SEG_RUNNING))
+        if (s->rc || (!o->pid && s->status != SEG_RUNNING &&
+                      s->status != SEG_UNKNOWN))
             continue;
         out[k].v = &s->view;
         out[k].note = note(s, notes[k], sizeof(notes[k]));
@@ -471,53 +494,6 @@ static void on_interrupt(int sig)
     interrupted = 1;
 }
 
-/* Counters of the last round, for rates. */
-struct prev {
-    int32_t pid;
-    uint64_t pool, at, allocs, frees, spills, restores;
-};
-
-static uint64_t sum_dev(const struct snap_view *v, size_t off)
-{
-    uint64_t sum = 0;
-    for (uint32_t d = 0; d < v->hdr->ndev; d++) {
-        uint64_t x;
-        memcpy(&x, (const char *)&v->dev[d] + off, sizeof(x));
-        sum += x;
-    }
-    return sum;
-}
-
-static void rates(const struct snap_view *v, struct prev *prev, size_t *nprev,
-                  size_t cap)
-{
-    struct prev now = {
-        v->hdr->pid, v->hdr->pool_id, v->data->updated_ns,
-        sum_dev(v, offsetof(struct snap_device, alloc_count)),
-        sum_dev(v, offsetof(struct snap_device, free_count)),
-        sum_dev(v, offsetof(struct snap_device, spill_count)),
-        sum_dev(v, offsetof(struct snap_device, restore_count)),
-    };
-    size_t i = 0;
-    while (i < *nprev && (prev[i].pid != now.pid || prev[i].pool != now.pool))
-        i++;
-    if (i < *nprev && now.at > prev[i].at && now.allocs >= prev[i].allocs &&
-        now.frees >= prev[i].frees) {
-        double dt = (double)(now.at - prev[i].at) / 1e9;
-        printf("rates: %.0f allocs/s, %.0f frees/s, %.0f spills/s, %.0f "
-               "restores/s\n", (double)(now.allocs - prev[i].allocs) / dt,
-               (double)(now.frees - prev[i].frees) / dt,
-               (double)(now.spills - prev[i].spills) / dt,
-               (double)(now.restores - prev[i].restores) / dt);
-    } else {
-        printf("rates: (from the next refresh on)\n");
-    }
-    if (i == *nprev && *nprev < cap)
-        (*nprev)++;
-    if (i < cap)
-        prev[i] = now;
-}
-
 static int cmd_watch(const struct opts *o)
 {
     struct sigaction sa;
@@ -528,7 +504,7 @@ static int cmd_watch(const struct opts *o)
     sigaction(SIGTERM, &sa, NULL);
     bool tty = isatty(STDOUT_FILENO);
     double interval = o->given & O_INTERVAL ? o->interval : 1.0;
-    struct prev prev[64];
+    struct fmt_prev prev[64];
     size_t nprev = 0;
     int rc = 0;
     for (unsigned long round = 0; !interrupted; round++) {
@@ -559,7 +535,7 @@ static int cmd_watch(const struct opts *o)
             if (i)
                 printf("\n");
             fmt_show(stdout, &p[i]);
-            rates(p[i].v, prev, &nprev, ARRAY_LEN(prev));
+            fmt_rates(stdout, p[i].v, prev, &nprev, ARRAY_LEN(prev));
         }
         if (!n)
             printf(o->pid ? "pid %" PRId32 " publishes no pool (yet)\n"

@@ -3,7 +3,9 @@
  * for the umpool-inspect script tests and the fuzz target's seed corpus.
  *
  *   mksnap FILE [--uid N] [--pid N] [--pid-start N] [--pool N]
+ *               [--pid-ns N] [--ndev N] [--max-allocs N] [--map-cap N]
  *               [--break magic|version|truncate|grow|ndev|nalloc|map|frag]
+ *   mksnap --size-max      the largest snapshot a reader accepts, in bytes
  */
 #include "config.h"
 
@@ -19,8 +21,9 @@
 static int usage(void)
 {
     fprintf(stderr, "usage: mksnap FILE [--uid N] [--pid N] [--pid-start N] "
-            "[--pool N] [--break magic|version|truncate|grow|ndev|nalloc|"
-            "map|frag]\n");
+            "[--pool N] [--pid-ns N] [--ndev N] [--max-allocs N] [--map-cap N] "
+            "[--break magic|version|truncate|grow|ndev|nalloc|map|frag]\n"
+            "       mksnap --size-max\n");
     return 2;
 }
 
@@ -53,9 +56,13 @@ static bool damage(char *buf, size_t *len, const char *how)
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && !strcmp(argv[1], "--size-max")) {
+        printf("%zu\n", snap_size_max());
+        return 0;
+    }
     if (argc < 2 || argv[1][0] == '-')
         return usage();
-    struct snapgen_opts o = {(uint32_t)getuid(), 4242, 0, 3};
+    struct snapgen_opts o = {(uint32_t)geteuid(), 4242, 0, 3, 0, 0, 0, 0};
     const char *how = NULL;
     for (int i = 2; i < argc; i++) {
         if (i + 1 == argc)
@@ -70,6 +77,14 @@ int main(int argc, char **argv)
             o.pid_start = n;
         else if (!strcmp(k, "--pool"))
             o.pool_id = n;
+        else if (!strcmp(k, "--pid-ns"))
+            o.pid_ns = (uint32_t)n;
+        else if (!strcmp(k, "--ndev") && n >= 1 && n <= SNAP_MAX_DEVICES)
+            o.ndev = (uint32_t)n;
+        else if (!strcmp(k, "--max-allocs") && n >= 1 && n <= SNAP_MAX_ALLOCS)
+            o.max_allocs = (uint32_t)n;
+        else if (!strcmp(k, "--map-cap") && n >= 1 && n <= SNAP_MAX_MAP)
+            o.map_cap = (uint32_t)n;
         else if (!strcmp(k, "--break"))
             how = v;
         else

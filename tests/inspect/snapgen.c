@@ -11,6 +11,7 @@
 #define GIB (1ull << 30)
 #define GRAN (2 * MIB)
 #define NDEV 4
+#define NALLOC 3
 #define MAP_CAP 256
 
 /* One device's layout, in granules, address order; the rest is free. */
@@ -23,27 +24,28 @@ static const struct snap_run layouts[NDEV][6] = {
     {{SNAP_CACHED, 0}},
 };
 
-static void fill_device(struct snap_device *d, uint32_t i, struct snap_map *map)
+static void fill_device(struct snap_device *d, uint32_t i, uint32_t map_cap,
+                        struct snap_map *map)
 {
     static const char *const pci[NDEV] = {"0000:1a:00.0", "0000:1b:00.0",
                                           "0000:9a:00.0", "0000:9b:00.0"};
     struct snap_run fine[7];
     size_t n = 0;
     uint64_t used = 0;
-    for (size_t k = 0; k < 6 && layouts[i][k].n; k++) {
-        fine[n++] = layouts[i][k];
-        used += layouts[i][k].n;
+    for (size_t k = 0; k < 6 && layouts[i % NDEV][k].n; k++) {
+        fine[n++] = layouts[i % NDEV][k];
+        used += layouts[i % NDEV][k].n;
     }
     uint64_t capacity = 48 * GIB;
     fine[n++] = (struct snap_run){SNAP_FREE, capacity / GRAN - used};
     memset(d, 0, sizeof(*d));
     strcpy(d->model, "L40S");
-    strcpy(d->pci, pci[i]);
+    strcpy(d->pci, pci[i % NDEV]);
     d->numa = i < 2 ? 0 : 1;
     for (size_t k = 0; k < n; k++)
         d->state_bytes[fine[k].state] += fine[k].n * GRAN;
     uint64_t per;
-    d->map_count = snap_map_encode(fine, n, MAP_CAP, map, &per);
+    d->map_count = snap_map_encode(fine, n, map_cap, map, &per);
     d->map_unit = per * GRAN;
     d->capacity = capacity;
     d->live_bytes = d->state_bytes[SNAP_USED] - (i == 0 ? 14 * MIB : 0);
@@ -68,16 +70,20 @@ static void fill_device(struct snap_device *d, uint32_t i, struct snap_map *map)
 
 void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
 {
-    size_t len = snap_size(NDEV, SNAP_ALLOCS, MAP_CAP);
+    uint32_t ndev = o->ndev ? o->ndev : NDEV;
+    uint32_t rows = o->max_allocs ? o->max_allocs : SNAP_ALLOCS;
+    uint32_t map_cap = o->map_cap ? o->map_cap : MAP_CAP;
+    size_t len = snap_size(ndev, rows, map_cap);
     void *buf = calloc(1, len);
     if (!buf)
         return NULL;
     struct snap_header *h = buf;
-    snap_header_init(h, NDEV, SNAP_ALLOCS, MAP_CAP);
+    snap_header_init(h, ndev, rows, map_cap);
     h->uid = o->uid;
     h->pid = o->pid;
     h->pid_start = o->pid_start;
     h->pool_id = o->pool_id;
+    h->pid_ns = o->pid_ns;
     h->created_ns = 1700000000000000000ull;
     strcpy(h->program, "trainer");
     strcpy(h->backend, "sim");
@@ -99,19 +105,23 @@ void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
     struct snap_device *dev = (struct snap_device *)((char *)buf +
                                                      snap_off_dev());
     struct snap_map *map = (struct snap_map *)(
-        (char *)buf + snap_off_map(NDEV, SNAP_ALLOCS));
-    for (uint32_t i = 0; i < NDEV; i++)
-        fill_device(&dev[i], i, map + (size_t)i * MAP_CAP);
+        (char *)buf + snap_off_map(ndev, rows));
+    for (uint32_t i = 0; i < ndev; i++)
+        fill_device(&dev[i], i, map_cap, map + (size_t)i * map_cap);
 
-    struct snap_alloc *a = (struct snap_alloc *)((char *)buf +
-                                                 snap_off_alloc(NDEV));
+    /* The rows that fit, on devices that exist. */
+    struct snap_alloc a[NALLOC];
     a[0] = (struct snap_alloc){0x7f2a00000000ull, 2 * GIB, 0, 1,
                                UMP_TIER_DEVICE, UMP_HINT_OFFLOAD, 12.5};
     a[1] = (struct snap_alloc){0x7f2a80000000ull, GIB, 0, 1, UMP_TIER_HOST,
                                UMP_HINT_OFFLOAD, 300.0};
     a[2] = (struct snap_alloc){0x7f2ac0000000ull, 512 * MIB + 1000, 1, 2,
                                UMP_TIER_DEVICE, UMP_HINT_NO_SPILL, 0.4};
-    d->nalloc = 3;
+    struct snap_alloc *rowp = (struct snap_alloc *)((char *)buf +
+                                                    snap_off_alloc(ndev));
+    for (uint32_t i = 0; i < NALLOC && d->nalloc < rows; i++)
+        if ((uint32_t)a[i].device < ndev && (uint32_t)a[i].ndevices <= ndev)
+            rowp[d->nalloc++] = a[i];
     *len_p = len;
     return buf;
 }

@@ -15,6 +15,11 @@ struct snapgen_opts {
     int32_t pid;
     uint64_t pid_start;
     uint64_t pool_id;
+    uint32_t pid_ns;
+    /* The table sizes; 0: those of the golden snapshot (4 devices, 16
+     * allocation rows, 256 map entries). Devices past the fourth repeat
+     * the first four. */
+    uint32_t ndev, max_allocs, map_cap;
 };
 
 /* The snapshot as malloc'ed bytes (free them), *len_p its length; NULL

@@ -753,9 +753,9 @@ static void slots_free(ump_pool_t *pool, uint64_t *slots, size_t n)
 static void slots_free_later(ump_pool_t *pool, uint64_t *slots, size_t n)
 {
     struct offload *o = pool->off;
-    struct dead_slots *d = malloc(sizeof(*d));
     if (!slots)
         return;
+    struct dead_slots *d = malloc(sizeof(*d));
     if (!d) { /* rare: wait for the store rather than lose the slots */
         pthread_mutex_lock(&o->io_lock);
         slots_release(o, slots, n);

@@ -557,6 +557,53 @@ static void test_fake_pool(void **state)
     assert_fake_clean();
 }
 
+/* Tiers on backend:cuda: chunks moved to HOST_NUMA chunks remapped at the
+ * same address (readable there by the CPU), to NVMe, and back, under an
+ * oversubscribed device; nothing is left in the driver or on disk. */
+static void test_fake_tiers(void **state)
+{
+    (void)state;
+    use_fake("devices=1,mem=32,hostmem=128");
+    char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char conf[256];
+    snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
+             "host_reserve:0,nvme_dir:%s", dir);
+    ump_pool_t *pool = tu_pool_create(conf);
+    ump_hints_t h = tu_hints(0);
+    h.flags = UMP_HINT_OFFLOAD;
+    enum { N = 6 }; /* 48 MiB through a 32 MiB device */
+    void *t[N];
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(ump_alloc(pool, 8 * TU_MIB, &h, &t[i]), 0);
+        assert_int_equal(ump_acquire(pool, t[i], 0, 0, NULL), 0);
+        tu_fill(t[i], 8 * TU_MIB, 40 + (uint64_t)i);
+        assert_int_equal(ump_release(pool, t[i], 0), 0);
+    }
+    assert_true(fake_count("host_allocs") > 0);
+    assert_int_equal(ump_evict(pool, t[0], 0, UMP_TIER_HOST), 0);
+    assert_int_equal(tu_info(pool, t[0]).tier, UMP_TIER_HOST);
+    tu_assert_pattern(t[0], 8 * TU_MIB, 40); /* the CPU, same pointer */
+    assert_int_equal(ump_evict(pool, t[0], 0, UMP_TIER_NVME), 0);
+    assert_int_equal(tu_info(pool, t[0]).tier, UMP_TIER_NVME);
+    for (int round = 0; round < 2; round++)
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(ump_acquire(pool, t[i], 0, 0, NULL), 0);
+            assert_int_equal(tu_info(pool, t[i]).tier, UMP_TIER_DEVICE);
+            tu_assert_pattern(t[i], 8 * TU_MIB, 40 + (uint64_t)i);
+            assert_int_equal(ump_release(pool, t[i], 0), 0);
+        }
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_true(st.spill_count > 0 && st.restore_count > 0);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    tu_pool_destroy(pool);
+    assert_int_equal(fake_count("host_allocs"), 0);
+    assert_fake_clean();
+    assert_int_equal(tu_count_entries(dir), 0);
+    rmdir(dir);
+}
+
 /* More than one device holds: the allocation is stitched from both. */
 static void test_fake_stitch(void **state)
 {
@@ -1269,6 +1316,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_no_device, test_setup),
         cmocka_unit_test_setup(test_fake_no_vmm, test_setup),
         cmocka_unit_test_setup(test_fake_pool, test_setup),
+        cmocka_unit_test_setup(test_fake_tiers, test_setup),
         cmocka_unit_test_setup(test_fake_stitch, test_setup),
         cmocka_unit_test_setup(test_fake_full, test_setup),
         cmocka_unit_test_setup(test_fake_faults, test_setup),

@@ -1299,6 +1299,7 @@ NO_FAKE(test_fake_auto)
 NO_FAKE(test_fake_fork)
 NO_FAKE(test_fake_host_chunks)
 NO_FAKE(test_fake_host_driver)
+NO_FAKE(test_fake_tiers)
 NO_FAKE(test_fake_topology_pcie)
 NO_FAKE(test_fake_topology_nvlink)
 #endif /* HAVE_CUDA_H */

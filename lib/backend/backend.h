@@ -2,7 +2,7 @@
  * The backend interface: the only code that talks to a driver. It mirrors
  * the CUDA driver's virtual memory management (reserve, create, map, set
  * access) plus streams, events, copies and memset. lib/backend/sim.c emulates
- * all of it on the CPU; lib/backend/cuda.c will implement it on the driver.
+ * all of it on the CPU; lib/backend/cuda.c implements it on the driver.
  *
  * Contracts shared by every backend:
  *  - every call returns 0 or a negative errno and logs its own failures once;

@@ -138,22 +138,29 @@ int offload_home(const struct run *r, size_t i)
     return seg_at(r->res, r->start + i)->home;
 }
 
+/* Logs a bad pointer for fn; fn NULL: quietly -EINVAL. */
+static int bad_range(ump_pool_t *pool, const void *ptr, const char *fn,
+                     const char *why)
+{
+    return fn ? pool_bad_pointer(pool, ptr, fn, why) : -EINVAL;
+}
+
 /* The live run holding ptr, and the granules [*g0_p, *g1_p) that the range
  * [ptr, ptr+size) touches (size 0: the whole run). -EINVAL when ptr is not
- * in a live allocation or the range leaves it; -ENOTSUP for a slab object.
- * Pool lock held. */
+ * in a live allocation or the range leaves it, logged for the public call
+ * fn (NULL: not logged); -ENOTSUP for a slab object. Pool lock held. */
 static int find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
                       struct run **r_p, size_t *g0_p, size_t *g1_p)
 {
     if (!ptr || !vas_contains(&pool->vas, ptr))
-        return pool_bad_pointer(pool, ptr, fn, "not a pointer of this pool");
+        return bad_range(pool, ptr, fn, "not a pointer of this pool");
     size_t g = vas_index(&pool->vas, ptr);
     uintptr_t tag = vas_tag(&pool->vas, g);
     if (vas_tag_kind(tag) == VAS_SLAB)
         return -ENOTSUP;
     struct run *r = vas_tag_kind(tag) == VAS_RUN ? vas_tag_owner(tag) : NULL;
     if (!r || obj_state(atomic_load(&r->word)) != OBJ_LIVE)
-        return pool_bad_pointer(pool, ptr, fn, "not inside a live allocation");
+        return bad_range(pool, ptr, fn, "not inside a live allocation");
     char *base = vas_addr(&pool->vas, r->start);
     size_t rsize = atomic_load(&r->size);
     size_t off = (size_t)((char *)ptr - base);
@@ -162,8 +169,7 @@ static int find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
         size = rsize;
     }
     if (off >= rsize || size > rsize - off)
-        return pool_bad_pointer(pool, ptr, fn,
-                                "the range leaves its allocation");
+        return bad_range(pool, ptr, fn, "the range leaves its allocation");
     *r_p = r;
     *g0_p = r->start + (off >> pool->chunk_shift);
     *g1_p = r->start + ((off + size - 1) >> pool->chunk_shift) + 1;
@@ -1186,19 +1192,6 @@ static int move_up(ump_pool_t *pool, struct seg *s, int device)
     return rc;
 }
 
-/* Readies segments [s0, s1) of a busy run for first use, if the backend
- * wants it (sim: page tables), without the lock: it takes a while, and it
- * is harmless if a segment moves meanwhile. Pool lock held. */
-static void prefault(ump_pool_t *pool, struct seg *s0, struct seg *s1)
-{
-    if (!pool->be->prefault || s0 == s1)
-        return;
-    size_t g = s0->g, n = s1[-1].g + s1[-1].n - g;
-    pthread_mutex_unlock(&pool->lock);
-    pool->be->prefault(pool->bctx, vas_addr(&pool->vas, g), bytes_of(pool, n));
-    pthread_mutex_lock(&pool->lock);
-}
-
 /* --- teardown ------------------------------------------------------------------- */
 
 static void teardown(ump_pool_t *pool, struct res *res)
@@ -1248,14 +1241,7 @@ static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
     struct run *r;
     size_t g0, g1;
     /* The allocation may be gone by now: quietly nothing to do. */
-    if (!vas_contains(&pool->vas, pf->ptr))
-        return;
-    uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, pf->ptr));
-    if (vas_tag_kind(tag) != VAS_RUN)
-        return;
-    r = vas_tag_owner(tag);
-    if (obj_state(atomic_load(&r->word)) != OBJ_LIVE || !r->res ||
-        find_range(pool, "ump_prefetch", pf->ptr, pf->size, &r, &g0, &g1))
+    if (find_range(pool, NULL, pf->ptr, pf->size, &r, &g0, &g1) || !r->res)
         return;
     struct res *res = r->res;
     res->busy++;
@@ -1272,8 +1258,6 @@ static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
         if (!res->dead)
             lru_touch(pool->off, s, true);
     }
-    if (!res->dead)
-        prefault(pool, seg_at(res, g0), seg_at(res, g1 - 1) + 1);
     res_unbusy(pool, res);
 }
 

@@ -60,12 +60,6 @@ struct backend_ops {
     int (*set_access_host)(void *ctx, void *va, size_t size,
                            const int *devices, int ndevices);
 
-    /* Optional (NULL: nothing to do): readies a mapped range for fast first
-     * use. The sim's mappings fault in each 4 KiB page on first touch, which
-     * device memory never does; the pool calls this, without its lock, on
-     * memory it has just brought back. Best effort: no error. */
-    void (*prefault)(void *ctx, void *va, size_t size);
-
     int (*stream_create)(void *ctx, int device, void **stream_p);
     int (*stream_destroy)(void *ctx, void *stream);
     int (*stream_sync)(void *ctx, void *stream);

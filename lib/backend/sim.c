@@ -1109,19 +1109,6 @@ int sim_check_range(void *ctx, const void *p, size_t size)
     return err;
 }
 
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
-
-/* Fills the page tables of a mapped range (its pages hold data already, so
- * nothing is allocated); an older kernel, or a range unmapped meanwhile,
- * refuses, which only costs the faults later. */
-static void sim_prefault(void *ctx, void *va, size_t size)
-{
-    (void)ctx;
-    (void)madvise(va, size, MADV_POPULATE_WRITE);
-}
-
 const struct backend_ops sim_backend_ops = {
     .name = "sim",
     .open = sim_open,
@@ -1137,7 +1124,6 @@ const struct backend_ops sim_backend_ops = {
     .unmap = sim_unmap,
     .set_access = sim_set_access,
     .set_access_host = sim_set_access_host,
-    .prefault = sim_prefault,
     .stream_create = sim_stream_create,
     .stream_destroy = sim_stream_destroy,
     .stream_sync = sim_stream_sync,

@@ -32,6 +32,9 @@
 #define NVME_QD_MAX 4096
 /* File space grows this many slots at a time, so that fallocate is rare. */
 #define NVME_GROW_SLOTS 16
+/* A file grows by its own size (a spill of many slots costs a few calls,
+ * not one every NVME_GROW_SLOTS), at most this much at once. */
+#define NVME_GROW_MAX_BYTES ((uint64_t)1 << 30)
 /* The registered arena pins memory: keep it bounded. */
 #define NVME_ARENA_MAX ((size_t)256 << 20)
 /* One submission moves at most this much; the rest is resumed. */
@@ -356,23 +359,31 @@ void nvme_close(struct nvme_store *st)
     free(st);
 }
 
-/* Makes the file of dir cover need slots, growing in steps. */
+/* Makes the file of dir cover need slots, growing in steps; only the new
+ * part is allocated. */
 static int nvme_dir_grow(struct nvme_store *st, struct nvme_dir *dir,
                          uint64_t need)
 {
     if (need <= dir->file_slots)
         return 0;
 
-    uint64_t target = nvme_max(need, dir->file_slots + NVME_GROW_SLOTS);
+    uint64_t have = dir->file_slots;
+    uint64_t step = nvme_max(NVME_GROW_SLOTS, have);
+    uint64_t step_max = nvme_max(1, NVME_GROW_MAX_BYTES / st->slot_size);
+    uint64_t target = nvme_max(need, have + (step < step_max ? step
+                                                             : step_max));
+    off_t from = (off_t)(have * st->slot_size);
 
     /* no directory ever holds more slots than the whole limit */
     if (st->limited && target > st->limit_slots)
         target = nvme_max(need, st->limit_slots);
-    if (fallocate(dir->fd, 0, 0, (off_t)(target * st->slot_size)) < 0) {
+    if (fallocate(dir->fd, 0, from,
+                  (off_t)(target * st->slot_size) - from) < 0) {
         int err = errno;
 
         if (err == ENOSPC && target > need &&
-            fallocate(dir->fd, 0, 0, (off_t)(need * st->slot_size)) == 0) {
+            fallocate(dir->fd, 0, from,
+                      (off_t)(need * st->slot_size) - from) == 0) {
             target = need;
         } else if (err == EOPNOTSUPP &&
                    ftruncate(dir->fd, (off_t)(target * st->slot_size)) == 0) {

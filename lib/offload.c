@@ -34,7 +34,7 @@
 
 /* Attempts of a move up that finds no room on its device. */
 #define MOVE_UP_ROUNDS 8
-/* How often the background thread looks at the watermarks. */
+/* How often the eviction worker looks at the watermarks. */
 #define OFFLOAD_TICK_MS 20
 
 struct hpiece {
@@ -84,15 +84,36 @@ struct prefetch {
     struct prefetch *next;
 };
 
+/*
+ * Two background workers, so that a spill and a restore run at the same
+ * time, as a GPU's copy engines do them (and as a full-duplex link carries
+ * them): one runs the prefetches (moves up), the other the watermarks
+ * (moves down) and the host reserve. The eviction worker is woken as soon
+ * as a move up maps its destination above the high watermark, so the
+ * room the next prefetch needs is made while this one copies.
+ */
+enum { W_PREFETCH, W_EVICT, W_COUNT };
+
+struct worker {
+    pthread_cond_t wake; /* work for it; with pool->lock */
+    pthread_t thread;
+    bool on;
+    bool kicked; /* woken while busy: look again before sleeping */
+};
+
+/* A device's internal streams: moves down and moves up apart, so that the
+ * two workers' copies do not queue behind each other. */
+enum { DIR_DOWN, DIR_UP };
+
 struct offload {
     pthread_cond_t moved; /* a move ended; with pool->lock */
-    pthread_cond_t wake;  /* work for the background thread */
-    pthread_t thread;
-    bool thread_on, stopping;
+    struct worker w[W_COUNT];
+    bool stopping;
     struct seg *lru_head, *lru_tail;
-    void **stream;        /* per device, made on first use */
+    void **stream;        /* [device * 2 + DIR_*], made on first use */
     struct tier_ctr *ctr; /* per home device */
     bool *draining;       /* per device: above high, not yet at low */
+    size_t *evicting;     /* per device: granules moving down from it */
     bool full;            /* a move down found no room: the watermarks
                              wait until a tier gives space back */
     /* host tier */
@@ -228,16 +249,27 @@ static int copy_sync(ump_pool_t *pool, void *stream, void *dst, const void *src,
     return rc ? rc : rc2;
 }
 
-/* Device d's internal stream for moves. Pool lock held. */
-static int stream_of(ump_pool_t *pool, int d, void **s_p)
+static void wake(ump_pool_t *pool, int w);
+
+/* Is device d in use (mapped, not in cached blocks) above its high
+ * watermark? */
+static bool above_high(const ump_pool_t *pool, int d)
 {
-    struct offload *o = pool->off;
-    if (!o->stream[d]) {
-        int rc = pool->be->stream_create(pool->bctx, d, &o->stream[d]);
+    const struct dev_state *ds = &pool->dev[d];
+    return ds->mapped - ds->cached >
+           ds->capacity * (size_t)pool->cfg.high_watermark / 100;
+}
+
+/* Device d's internal stream for moves in direction dir. Pool lock held. */
+static int stream_of(ump_pool_t *pool, int d, int dir, void **s_p)
+{
+    void **sp = &pool->off->stream[d * 2 + dir];
+    if (!*sp) {
+        int rc = pool->be->stream_create(pool->bctx, d, sp);
         if (rc)
             return rc;
     }
-    *s_p = o->stream[d];
+    *s_p = *sp;
     return 0;
 }
 
@@ -559,6 +591,8 @@ static int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
     int rc = pieces_do(pool, b, g, k, true, &done);
     if (!rc)
         rc = backing_access(pool, b, g, n);
+    if (!rc && b->tier != UMP_TIER_HOST && above_high(pool, b->dev))
+        wake(pool, W_EVICT); /* room for the next move up, while this one copies */
     if (rc && pieces_do(pool, b, g, done, false, &undone))
         ump_log_error("cannot undo a failed mapping at %p: %zu bytes stay "
                       "mapped", vas_addr(&pool->vas, g),
@@ -799,6 +833,92 @@ static int slots_alloc(ump_pool_t *pool, size_t n, uint64_t **slots_p)
     return rc;
 }
 
+/* Queues the copies between the granules [i, i + m) at va and the bounce
+ * buffers buf on stream (to_buf: from va). */
+static int bounce_copy(ump_pool_t *pool, char *va, void **buf, size_t i,
+                       size_t m, bool to_buf, void *stream)
+{
+    size_t gran = pool->chunk_size;
+    int rc = 0;
+    for (size_t j = 0; j < m && !rc; j++) {
+        char *at = va + (i + j) * gran;
+        rc = to_buf ? pool->be->memcpy_async(pool->bctx, buf[j], at, gran,
+                                             stream)
+                    : pool->be->memcpy_async(pool->bctx, at, buf[j], gran,
+                                             stream);
+    }
+    return rc;
+}
+
+/* One batch of m granules from granule i: slots and buffers into io. */
+static void batch_io(struct nvme_io *io, const uint64_t *slots, void **buf,
+                     size_t i, size_t m)
+{
+    for (size_t j = 0; j < m; j++) {
+        io[j].slot = slots[i + j];
+        io[j].buf = buf[j];
+    }
+}
+
+/*
+ * The n granules at va (device memory) to or from slots through the k
+ * bounce buffers, in batches of half of them: the device copy of one batch
+ * runs on stream while the disk works on the other, so a move between a
+ * device and NVMe takes about as long as its slower leg, not the sum. k is
+ * at least 2 unless n is 1. io_lock held.
+ */
+static int bounce_xfer(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
+                       bool write, void **buf, size_t k, struct nvme_io *io,
+                       void *stream)
+{
+    struct nvme_store *st = pool->off->nvme;
+    size_t h = k > 1 ? k / 2 : 1, nb = (n + h - 1) / h;
+    void **half[2] = {buf, buf + (k > 1 ? h : 0)};
+    int rc, r2;
+    /* batch b: granules [b * h, b * h + size(b)) in half[b % 2] */
+#define SIZE(b) ((b) * h + h <= n ? h : n - (b) * h)
+    if (write) {
+        rc = bounce_copy(pool, va, half[0], 0, SIZE(0), true, stream);
+        r2 = pool->be->stream_sync(pool->bctx, stream);
+        rc = rc ? rc : r2;
+        for (size_t b = 0; b < nb && !rc; b++) {
+            if (b + 1 < nb)
+                rc = bounce_copy(pool, va, half[(b + 1) % 2], (b + 1) * h,
+                                 SIZE(b + 1), true, stream);
+            batch_io(io, slots, half[b % 2], b * h, SIZE(b));
+            if (!rc)
+                rc = nvme_write(st, io, SIZE(b));
+            r2 = pool->be->stream_sync(pool->bctx, stream);
+            rc = rc ? rc : r2;
+        }
+    } else {
+        batch_io(io, slots, half[0], 0, SIZE(0));
+        rc = nvme_read(st, io, SIZE(0));
+        for (size_t b = 0; b < nb && !rc; b++) {
+            rc = bounce_copy(pool, va, half[b % 2], b * h, SIZE(b), false,
+                             stream);
+            if (!rc && b + 1 < nb) {
+                batch_io(io, slots, half[(b + 1) % 2], (b + 1) * h,
+                         SIZE(b + 1));
+                rc = nvme_read(st, io, SIZE(b + 1));
+            }
+            r2 = pool->be->stream_sync(pool->bctx, stream);
+            rc = rc ? rc : r2;
+        }
+    }
+#undef SIZE
+    return rc;
+}
+
+/* Where the CPU does file I/O on the host granule at va. */
+static void *io_addr(ump_pool_t *pool, char *va)
+{
+    void *view = pool->be->io_view
+                     ? pool->be->io_view(pool->bctx, va, pool->chunk_size)
+                     : NULL;
+    return view ? view : va;
+}
+
 /* Writes (or reads) the n granules at va to (from) slots. direct: va is
  * host memory the CPU reaches, used as the I/O buffer; else the data goes
  * through bounce buffers copied on stream. Pool lock not held. */
@@ -807,39 +927,28 @@ static int nvme_xfer(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
 {
     struct offload *o = pool->off;
     size_t gran = pool->chunk_size;
-    size_t k = direct ? n : (n < o->qd ? n : o->qd);
+    size_t qd = o->qd < 2 ? 2 : o->qd; /* two halves, see bounce_xfer */
+    size_t k = direct || n < qd ? n : qd;
     struct nvme_io *io = calloc(k, sizeof(*io));
     void **buf = calloc(k, sizeof(*buf));
     int rc = io && buf ? 0 : -ENOMEM;
     pthread_mutex_lock(&o->io_lock);
     slots_drain(o);
-    for (size_t i = 0; !rc && !direct && i < k; i++)
-        if (!(buf[i] = nvme_buffer_alloc(o->nvme, gran)))
-            rc = -ENOMEM;
-    for (size_t i = 0; !rc && i < n; i += k) {
-        size_t m = n - i < k ? n - i : k;
-        for (size_t j = 0; j < m; j++) {
-            io[j].slot = slots[i + j];
-            io[j].buf = direct ? va + (i + j) * gran : buf[j];
-        }
-        if (write && !direct) {
-            for (size_t j = 0; j < m && !rc; j++)
-                rc = pool->be->memcpy_async(pool->bctx, buf[j],
-                                            va + (i + j) * gran, gran, stream);
-            int r2 = pool->be->stream_sync(pool->bctx, stream);
-            rc = rc ? rc : r2;
+    if (direct) {
+        for (size_t i = 0; !rc && i < n; i++) {
+            io[i].slot = slots[i];
+            io[i].buf = io_addr(pool, va + i * gran);
         }
         if (!rc)
-            rc = write ? nvme_write(o->nvme, io, m) : nvme_read(o->nvme, io, m);
-        if (!rc && !write && !direct) {
-            for (size_t j = 0; j < m && !rc; j++)
-                rc = pool->be->memcpy_async(pool->bctx, va + (i + j) * gran,
-                                            buf[j], gran, stream);
-            int r2 = pool->be->stream_sync(pool->bctx, stream);
-            rc = rc ? rc : r2;
-        }
+            rc = write ? nvme_write(o->nvme, io, n) : nvme_read(o->nvme, io, n);
+    } else {
+        for (size_t i = 0; !rc && i < k; i++)
+            if (!(buf[i] = nvme_buffer_alloc(o->nvme, gran)))
+                rc = -ENOMEM;
+        if (!rc)
+            rc = bounce_xfer(pool, va, slots, n, write, buf, k, io, stream);
     }
-    for (size_t i = 0; buf && i < k; i++)
+    for (size_t i = 0; buf && !direct && i < k; i++)
         nvme_buffer_free(o->nvme, buf[i]);
     pthread_mutex_unlock(&o->io_lock);
     free(buf);
@@ -856,8 +965,10 @@ static int nvme_xfer(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
 static int move_stream(ump_pool_t *pool, const struct seg *s, int dev,
                        void **stream_p)
 {
-    int d = dev >= 0 ? dev : s->tier == UMP_TIER_DEVICE ? s->dev : s->home;
-    return stream_of(pool, d, stream_p);
+    if (dev >= 0)
+        return stream_of(pool, dev, DIR_UP, stream_p);
+    return stream_of(pool, s->tier == UMP_TIER_DEVICE ? s->dev : s->home,
+                     DIR_DOWN, stream_p);
 }
 
 /* Moves claimed s, on a device or the host, to device dev (tier DEVICE) or
@@ -935,7 +1046,7 @@ static int move_to_nvme(ump_pool_t *pool, struct seg *s)
         return -ENOSPC;
     }
     if (s->tier == UMP_TIER_DEVICE)
-        rc = stream_of(pool, s->dev, &stream);
+        rc = stream_of(pool, s->dev, DIR_DOWN, &stream);
     if (rc)
         return rc;
     bool copy = !s->discard;
@@ -1082,19 +1193,26 @@ static int host_make_room(ump_pool_t *pool, size_t n)
  * (or can make) room, else to NVMe. Pool lock held. */
 static int move_down(ump_pool_t *pool, struct seg *s)
 {
+    struct offload *o = pool->off;
     int rc = -ENOSPC, home = s->home;
     claim(pool, s);
+    int from = s->tier == UMP_TIER_DEVICE ? s->dev : -1;
+    size_t n = s->n;
+    if (from >= 0)
+        o->evicting[from] += n;
     if (host_make_room(pool, s->n) == 0)
         rc = s->pins ? -EBUSY : move_mem(pool, s, UMP_TIER_HOST, -1);
     /* ENOTSUP: a driver too old for pinned host chunks (before 12.2). The
      * lock was dropped: s may have been acquired meanwhile. */
-    if ((rc == -ENOSPC || rc == -ENOMEM || rc == -ENOTSUP) && pool->off->nvme)
+    if ((rc == -ENOSPC || rc == -ENOMEM || rc == -ENOTSUP) && o->nvme)
         rc = s->pins ? -EBUSY : move_to_nvme(pool, s);
+    if (from >= 0)
+        o->evicting[from] -= n;
     unclaim(pool, s);
     if (!rc)
-        pool->off->ctr[home].evictions++;
+        o->ctr[home].evictions++;
     else if (rc == -ENOSPC || rc == -ENOMEM)
-        pool->off->full = true; /* until a tier gives space back */
+        o->full = true; /* until a tier gives space back */
     return rc;
 }
 
@@ -1102,9 +1220,18 @@ static int move_down(ump_pool_t *pool, struct seg *s)
  * or, dev -1, one segment from any device. Pool lock held. */
 static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
 {
+    size_t *evicting = pool->off->evicting;
     for (;;) {
-        if (dev >= 0 && chunks_available(pool, dev) >= n)
+        size_t have = dev >= 0 ? chunks_available(pool, dev) : 0;
+        if (dev >= 0 && have >= n)
             return 0;
+        /* Enough is on its way down already (the eviction worker): wait
+         * for it rather than evict more than needed. */
+        if (dev >= 0 && evicting[dev] && have + evicting[dev] >= n) {
+            pthread_cond_wait(&pool->off->moved, &pool->lock);
+            *moved_p = true;
+            continue;
+        }
         bool wait = false;
         struct seg *v = victim(pool, dev, &wait);
         if (!v && wait) { /* another thread is making room: see after it */
@@ -1269,9 +1396,8 @@ static void watermarks(ump_pool_t *pool)
     struct offload *o = pool->off;
     for (int d = 0; d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
-        size_t high = ds->capacity * (size_t)pool->cfg.high_watermark / 100;
         size_t low = ds->capacity * (size_t)pool->cfg.low_watermark / 100;
-        if (ds->mapped - ds->cached > high)
+        if (above_high(pool, d))
             o->draining[d] = true;
         while (o->draining[d] && !o->stopping && !o->full) {
             if (ds->mapped - ds->cached <= low) {
@@ -1300,24 +1426,44 @@ static void refill(ump_pool_t *pool)
     }
 }
 
-static void *bg_main(void *arg)
+/* The prefetch worker: the queue, in order. */
+static void *prefetch_main(void *arg)
 {
     ump_pool_t *pool = arg;
     struct offload *o = pool->off;
     pthread_mutex_lock(&pool->lock);
     while (!o->stopping) {
-        while (o->pf_head && !o->stopping) {
-            struct prefetch *pf = o->pf_head;
-            o->pf_head = pf->next;
-            if (!o->pf_head)
-                o->pf_tail = NULL;
-            prefetch_one(pool, pf);
-            free(pf);
+        struct prefetch *pf = o->pf_head;
+        if (!pf) {
+            pthread_cond_wait(&o->w[W_PREFETCH].wake, &pool->lock);
+            continue;
         }
-        if (o->stopping)
-            break;
+        o->pf_head = pf->next;
+        if (!o->pf_head)
+            o->pf_tail = NULL;
+        prefetch_one(pool, pf);
+        free(pf);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+/* The eviction worker: watermarks and the host reserve, when woken and
+ * every OFFLOAD_TICK_MS. */
+static void *evict_main(void *arg)
+{
+    ump_pool_t *pool = arg;
+    struct offload *o = pool->off;
+    struct worker *k = &o->w[W_EVICT];
+    pthread_mutex_lock(&pool->lock);
+    while (!o->stopping) {
+        k->kicked = false;
         watermarks(pool);
         refill(pool);
+        if (o->stopping)
+            break;
+        if (k->kicked)
+            continue;
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_nsec += OFFLOAD_TICK_MS * 1000000L;
@@ -1325,28 +1471,35 @@ static void *bg_main(void *arg)
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        if (!o->pf_head && !o->stopping)
-            pthread_cond_timedwait(&o->wake, &pool->lock, &ts);
+        pthread_cond_timedwait(&k->wake, &pool->lock, &ts);
     }
     pthread_mutex_unlock(&pool->lock);
     return NULL;
 }
 
-/* Starts the background thread on first need. Pool lock held. */
-static void wake_bg(ump_pool_t *pool)
+/* Wakes worker w, started on first need. Pool lock held. */
+static void wake(ump_pool_t *pool, int w)
 {
+    static const char *const names[W_COUNT] = {"umpool-prefetch",
+                                               "umpool-evict"};
     struct offload *o = pool->off;
-    if (!o->thread_on && !o->stopping) {
-        int rc = pthread_create(&o->thread, NULL, bg_main, pool);
+    struct worker *k = &o->w[w];
+    if (!k->on && !o->stopping) {
+        int rc = pthread_create(&k->thread, NULL,
+                                w == W_PREFETCH ? prefetch_main : evict_main,
+                                pool);
         if (rc) {
-            ump_log_warn("cannot start the offload thread: %s (no watermark "
-                         "eviction or prefetch)", strerror(rc));
+            ump_log_warn("cannot start the offload thread %s: %s (no "
+                         "watermark eviction or prefetch)", names[w],
+                         strerror(rc));
             o->stopping = true; /* do not try again */
             return;
         }
-        o->thread_on = true;
+        pthread_setname_np(k->thread, names[w]);
+        k->on = true;
     }
-    pthread_cond_signal(&o->wake);
+    k->kicked = true;
+    pthread_cond_signal(&k->wake);
 }
 
 int offload_track(ump_pool_t *pool, struct run *r)
@@ -1355,7 +1508,7 @@ int offload_track(ump_pool_t *pool, struct run *r)
     int rc = res_get(pool, r, &res);
     if (!rc) {
         pool->off->full = false; /* new pressure: worth another try */
-        wake_bg(pool);
+        wake(pool, W_EVICT);
     }
     return rc;
 }
@@ -1463,7 +1616,7 @@ UMP_EXPORT int ump_release(ump_pool_t *pool, void *ptr, size_t size)
                 s->pins--;
                 lru_touch(pool->off, s, true);
             }
-            wake_bg(pool); /* it may now go below the watermark */
+            wake(pool, W_EVICT); /* it may now go below the watermark */
         } else {
             res = NULL;
         }
@@ -1489,7 +1642,7 @@ static int queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest)
     else
         o->pf_head = pf;
     o->pf_tail = pf;
-    wake_bg(pool);
+    wake(pool, W_PREFETCH);
     return 0;
 }
 
@@ -1753,15 +1906,17 @@ int offload_init(ump_pool_t *pool)
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&o->wake, &ca);
+    for (int w = 0; w < W_COUNT; w++)
+        pthread_cond_init(&o->w[w].wake, &ca);
     pthread_condattr_destroy(&ca);
     pthread_cond_init(&o->moved, NULL);
     pthread_mutex_init(&o->io_lock, NULL);
     pthread_mutex_init(&o->dead_lock, NULL);
-    o->stream = calloc((size_t)pool->ndev, sizeof(*o->stream));
+    o->stream = calloc((size_t)pool->ndev * 2, sizeof(*o->stream));
     o->ctr = calloc((size_t)pool->ndev, sizeof(*o->ctr));
     o->draining = calloc((size_t)pool->ndev, sizeof(*o->draining));
-    if (!o->stream || !o->ctr || !o->draining)
+    o->evicting = calloc((size_t)pool->ndev, sizeof(*o->evicting));
+    if (!o->stream || !o->ctr || !o->draining || !o->evicting)
         return -ENOMEM;
     o->host_limit = pool->cfg.host_limit; /* resolved by pool_setup */
     o->host_reserve = pool->cfg.host_reserve < o->host_limit
@@ -1775,14 +1930,18 @@ void offload_stop(ump_pool_t *pool)
     struct offload *o = pool->off;
     if (!o)
         return;
+    bool on[W_COUNT];
     pthread_mutex_lock(&pool->lock);
     o->stopping = true;
-    pthread_cond_signal(&o->wake);
-    bool on = o->thread_on;
-    o->thread_on = false;
+    for (int w = 0; w < W_COUNT; w++) {
+        pthread_cond_signal(&o->w[w].wake);
+        on[w] = o->w[w].on;
+        o->w[w].on = false;
+    }
     pthread_mutex_unlock(&pool->lock);
-    if (on)
-        pthread_join(o->thread, NULL);
+    for (int w = 0; w < W_COUNT; w++)
+        if (on[w])
+            pthread_join(o->w[w].thread, NULL);
 }
 
 void offload_trim_locked(ump_pool_t *pool)
@@ -1809,13 +1968,15 @@ static void free_state(struct offload *o)
         free(d->slots);
         free(d);
     }
-    pthread_cond_destroy(&o->wake);
+    for (int w = 0; w < W_COUNT; w++)
+        pthread_cond_destroy(&o->w[w].wake);
     pthread_cond_destroy(&o->moved);
     pthread_mutex_destroy(&o->io_lock);
     pthread_mutex_destroy(&o->dead_lock);
     free(o->stream);
     free(o->ctr);
     free(o->draining);
+    free(o->evicting);
     free(o);
 }
 
@@ -1828,9 +1989,9 @@ void offload_fini(ump_pool_t *pool)
     if (o->host_created)
         ump_log_warn("%zu bytes of pinned host memory still held at destroy",
                      o->host_created);
-    for (int d = 0; o->stream && d < pool->ndev; d++)
-        if (o->stream[d])
-            pool->be->stream_destroy(pool->bctx, o->stream[d]);
+    for (int i = 0; o->stream && i < pool->ndev * 2; i++)
+        if (o->stream[i])
+            pool->be->stream_destroy(pool->bctx, o->stream[i]);
     if (o->nvme) {
         pthread_mutex_lock(&o->io_lock);
         slots_drain(o);

@@ -120,6 +120,9 @@ l = r["loop"]
 assert l["tensors"] * l["tensor_size"] >= 2 * l["device_capacity"]
 assert l["spill_bytes"] > 0 and l["restore_bytes"] > 0, "nothing moved"
 assert l["wall_s"] > 0
+# its ideal comes from raw copies of one tensor, timed in the same run
+assert l["raw_d2h_gbs"] > 0 and l["raw_h2d_gbs"] > 0, "no loop baseline"
+assert l["transfer_s"] > 0 and l["ideal_s"] >= l["transfer_s"]
 ' "$tmp/offload_json.out" || fail "--json offload results are incomplete"
     echo "  valid JSON, 6 transfers, the loop moved data both ways"
 

@@ -78,6 +78,33 @@ static void test_crc32c_vectors(void **state)
                      crc32c_sw(0, big, sizeof(big)));
 }
 
+/* Buffers long enough for the three-lane path (blocks of 3 x 4096 bytes),
+ * at lengths around the block edges, misaligned, and extended piecewise
+ * from a non-zero crc. */
+static void test_crc32c_lanes(void **state)
+{
+    enum { LEN = 5 * 3 * 4096 + 777 };
+    static const size_t lens[] = {12287, 12288, 12289, 24576, 24583,
+                                  LEN - 1};
+    unsigned char *b = malloc(LEN);
+
+    (void)state;
+    assert_non_null(b);
+    for (size_t i = 0; i < LEN; i++)
+        b[i] = (unsigned char)(i * 131 + (i >> 9) * 7 + 3);
+    for (size_t k = 0; k < sizeof(lens) / sizeof(lens[0]); k++)
+        assert_int_equal(crc32c(0, b + 1, lens[k]),
+                         crc32c_sw(0, b + 1, lens[k]));
+    assert_int_equal(crc32c(crc32c(0, b, 5000), b + 5000, LEN - 5000),
+                     crc32c_sw(0, b, LEN));
+    /* one flipped bit in the last lane of a block changes the result */
+    uint32_t good = crc32c(0, b, LEN);
+    b[2 * 4096 + 100] ^= 0x10;
+    assert_int_not_equal(crc32c(0, b, LEN), good);
+    assert_int_equal(crc32c(0, b, LEN), crc32c_sw(0, b, LEN));
+    free(b);
+}
+
 struct store_case {
     const char *base;
     bool force_threads;
@@ -385,6 +412,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_crc32c_vectors),
+        cmocka_unit_test(test_crc32c_lanes),
         cmocka_unit_test(test_tmp),
         cmocka_unit_test(test_tmp_default_qd),
         cmocka_unit_test(test_shm),

@@ -49,6 +49,12 @@ struct backend_ops {
      * CU_MEM_LOCATION_TYPE_HOST_NUMA (HOST without a node). */
     int (*host_chunk_create)(void *ctx, int numa_node, size_t size,
                              ump_handle_t *h_p);
+    /* Optional. Where the CPU should do file I/O on [va, va + size), a
+     * range inside one mapped host chunk: another address of the same
+     * memory, or NULL for va itself. On sim, the memfd window, whose page
+     * tables stay filled while the pool's own mapping is made afresh at
+     * every move. */
+    void *(*io_view)(void *ctx, void *va, size_t size);
     int (*map)(void *ctx, void *va, size_t size, ump_handle_t h);
     int (*unmap)(void *ctx, void *va, size_t size);
     /* Read-write access for the listed devices (and the CPU on sim). */

@@ -63,6 +63,9 @@ struct sim_chunk {
 
 struct sim_device {
     int fd;
+    /* The whole memfd, mapped once: the device's own view of its memory,
+     * through which the streams copy and set (see sim_view_of). */
+    char *win;
     size_t cap, used;
     struct sim_extent *free; /* sorted by offset, never adjacent */
 };
@@ -319,6 +322,15 @@ static int mem_open(struct sim_device *d, size_t cap, bool host, int i)
             return -ENOMEM;
         }
         d->free->len = cap;
+        d->win = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+                      MAP_SHARED | MAP_NORESERVE, d->fd, 0);
+        if (d->win == MAP_FAILED) {
+            int err = errno;
+            d->win = NULL;
+            ump_log_error("sim: cannot map %s %d's memory (%zu bytes): %s",
+                          what, i, cap, strerror(err));
+            return -err;
+        }
     }
     return 0;
 }
@@ -397,6 +409,8 @@ static void mem_close(struct sim_device *d)
         en = e->next;
         free(e);
     }
+    if (d->win)
+        munmap(d->win, d->cap);
     if (d->fd >= 0)
         close(d->fd);
 }
@@ -799,9 +813,32 @@ static int sim_host_chunk_create(void *ctx, int numa_node, size_t size,
         goto out;
     }
     err = chunk_new(c, &c->host[numa_node], true, numa_node, size, h_p);
+    if (!err) {
+        struct sim_chunk *ch = chunk_of(c, *h_p);
+        char *at = c->host[numa_node].win + ch->off;
+
+        pthread_mutex_unlock(&c->lock);
+        /* Pinning allocates every page, as cuMemCreate on HOST_NUMA does:
+         * the cost lands here (the pool keeps a reserve made ahead), not
+         * on the first copy. Only a hint: kernels before 5.14 lack it. */
+#ifdef MADV_POPULATE_WRITE
+        (void)madvise(at, size, MADV_POPULATE_WRITE);
+#else
+        (void)at;
+#endif
+        return 0;
+    }
 out:
     pthread_mutex_unlock(&c->lock);
     return err;
+}
+
+static void *sim_io_view(void *ctx, void *va, size_t size)
+{
+    size_t len = 0;
+    char *view = sim_view_of(ctx, va, size, &len);
+
+    return view && len == size ? view : NULL;
 }
 
 static int sim_chunk_release(void *ctx, ump_handle_t h)
@@ -1047,12 +1084,11 @@ out:
     return err;
 }
 
-int sim_extent_of(void *ctx, const void *p, size_t max, int *fd_p,
-                  off_t *off_p, size_t *len_p)
+char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p)
 {
     struct sim_ctx *c = ctx;
     uintptr_t a = (uintptr_t)p;
-    int err = -ENOENT;
+    char *view = NULL;
 
     pthread_mutex_lock(&c->lock);
     for (struct sim_resv *r = c->resv; r; r = r->next) {
@@ -1063,15 +1099,14 @@ int sim_extent_of(void *ctx, const void *p, size_t max, int *fd_p,
         struct sim_granule *g = &r->g[i];
         if (!g->chunk || !g->access)
             break;
+        size_t at = g->chunk->off + (size_t)g->idx * SIM_GRAN + in;
         size_t left = g->chunk->size - (size_t)g->idx * SIM_GRAN - in;
-        *fd_p = chunk_mem(c, g->chunk)->fd;
-        *off_p = (off_t)(g->chunk->off + (size_t)g->idx * SIM_GRAN + in);
+        view = chunk_mem(c, g->chunk)->win + at;
         *len_p = left < max ? left : max;
-        err = 0;
         break;
     }
     pthread_mutex_unlock(&c->lock);
-    return err;
+    return view;
 }
 
 int sim_check_range(void *ctx, const void *p, size_t size)
@@ -1120,6 +1155,7 @@ const struct backend_ops sim_backend_ops = {
     .chunk_create = sim_chunk_create,
     .chunk_release = sim_chunk_release,
     .host_chunk_create = sim_host_chunk_create,
+    .io_view = sim_io_view,
     .map = sim_map,
     .unmap = sim_unmap,
     .set_access = sim_set_access,

@@ -29,11 +29,11 @@ struct sim_streams *sim_streams_of(void *ctx);
  * Takes the context's lock. */
 int sim_check_range(void *ctx, const void *p, size_t size);
 
-/* The memfd behind p when p lies in a chunk mapped with access: the file,
- * p's offset in it and how many bytes from p the chunk runs on (at most
- * max). -ENOENT otherwise. Takes the context's lock. */
-int sim_extent_of(void *ctx, const void *p, size_t max, int *fd_p,
-                  off_t *off_p, size_t *len_p);
+/* Where the device sees p: when p lies in a chunk mapped with access, the
+ * same bytes in the window that maps the chunk's memfd whole, and in *len_p
+ * how many bytes from p the chunk runs on (at most max). NULL otherwise.
+ * Takes the context's lock. */
+char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p);
 
 /* Logs and returns -EPERM when the calling thread runs a host function:
  * CUDA does not permit driver calls there, so sim refuses them. Else 0. */

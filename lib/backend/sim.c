@@ -820,9 +820,13 @@ static int sim_host_chunk_create(void *ctx, int numa_node, size_t size,
         pthread_mutex_unlock(&c->lock);
         /* Pinning allocates every page, as cuMemCreate on HOST_NUMA does:
          * the cost lands here (the pool keeps a reserve made ahead), not
-         * on the first copy. Only a hint: kernels before 5.14 lack it. */
+         * on the first copy. A granule at a time: populating holds the
+         * process's mmap lock, and a whole chunk at once would stall every
+         * map and unmap of the other threads for tens of milliseconds.
+         * Only a hint: kernels before 5.14 lack it. */
 #ifdef MADV_POPULATE_WRITE
-        (void)madvise(at, size, MADV_POPULATE_WRITE);
+        for (size_t done = 0; done < size; done += SIM_GRAN)
+            (void)madvise(at + done, SIM_GRAN, MADV_POPULATE_WRITE);
 #else
         (void)at;
 #endif

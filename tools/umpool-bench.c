@@ -118,7 +118,7 @@ static void usage(FILE *f)
             "                   (default 256M; 1G with backend:cuda)\n"
             "    --budget BYTES the loop's device budget (default --size / 2,\n"
             "                   min 8M)\n"
-            "    --reps N       repetitions; medians are shown (default 3)\n"
+            "    --reps N       repetitions; medians are shown (default 5)\n"
             "\n"
             "options:\n"
             "  --json         one JSON object on stdout instead of text\n"

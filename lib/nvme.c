@@ -98,9 +98,11 @@ struct nvme_req {
     uint32_t crc;  /* write: of the buffer, recorded once it is on disk */
 };
 
-/* A request's crc32c is computed when it is first submitted (write) or as
- * soon as it completes (read), so that checking one overlaps the I/O of
- * the others instead of adding a pass over the whole batch. */
+/* A request's crc32c is computed while it is written and checked once it
+ * has been read, each overlapping the I/O of the others instead of adding
+ * a pass over the whole batch: the io_uring engine sums what it has just
+ * submitted, and checks what it has reaped after submitting the next
+ * requests (the data in flight does not change: the caller owns it). */
 static void nvme_req_sum(const struct nvme_store *st, struct nvme_req *rq)
 {
     if (rq->write && !rq->summed) {
@@ -551,17 +553,23 @@ static bool nvme_req_complete(const struct nvme_store *st, struct nvme_req *rq,
     if (rq->done < st->slot_size)
         return false;
     rq->io->res = 0;
-    if (!rq->write) {
-        if (rq->fault == NVME_F_CORRUPT)
-            ((unsigned char *)rq->io->buf)[7] ^= 0xff;
-        if (crc32c(0, rq->io->buf, st->slot_size) !=
-            st->slots[rq->io->slot].crc) {
-            ump_log_error("nvme: crc32c mismatch reading slot %llu",
-                          (unsigned long long)rq->io->slot);
-            rq->io->res = -EIO;
-        }
-    }
     return true;
+}
+
+/* A finished read: its data against the slot's crc32c (-EIO, logged, on a
+ * mismatch). */
+static void nvme_req_verify(const struct nvme_store *st, struct nvme_req *rq)
+{
+    if (rq->write || rq->io->res < 0)
+        return;
+    if (rq->fault == NVME_F_CORRUPT)
+        ((unsigned char *)rq->io->buf)[7] ^= 0xff;
+    if (crc32c(0, rq->io->buf, st->slot_size) !=
+        st->slots[rq->io->slot].crc) {
+        ump_log_error("nvme: crc32c mismatch reading slot %llu",
+                      (unsigned long long)rq->io->slot);
+        rq->io->res = -EIO;
+    }
 }
 
 static void nvme_req_sync(const struct nvme_store *st, struct nvme_req *rq)
@@ -574,8 +582,10 @@ static void nvme_req_sync(const struct nvme_store *st, struct nvme_req *rq)
         ssize_t r = rq->write ? pwrite(rq->dir->fd, buf, len, off)
                               : pread(rq->dir->fd, buf, len, off);
 
-        if (nvme_req_complete(st, rq, r < 0 ? -errno : (long)r))
+        if (nvme_req_complete(st, rq, r < 0 ? -errno : (long)r)) {
+            nvme_req_verify(st, rq);
             return;
+        }
     }
 }
 
@@ -623,8 +633,6 @@ static void nvme_prep(struct nvme_store *st, struct nvme_req *rq,
     off_t off = rq->off + (off_t)rq->done;
     unsigned idx;
 
-    nvme_req_sum(st, rq);
-
     if (st->fixed && nvme_in_arena(st, rq->io->buf, &idx)) {
         if (rq->write)
             io_uring_prep_write_fixed(sqe, rq->dir->fd, buf, (unsigned)len,
@@ -642,9 +650,11 @@ static void nvme_prep(struct nvme_store *st, struct nvme_req *rq,
     io_uring_sqe_set_data64(sqe, i);
 }
 
-/* Reaps what dir's ring has completed; requeues unfinished requests. */
+/* Reaps what dir's ring has completed: unfinished requests back to pend,
+ * finished ones to done (for nvme_req_verify). */
 static void nvme_reap(struct nvme_store *st, struct nvme_dir *dir,
-                      struct nvme_req *rq, size_t *pend, size_t *npend)
+                      struct nvme_req *rq, size_t *pend, size_t *npend,
+                      size_t *done, size_t *ndone)
 {
     struct io_uring_cqe *cqe;
 
@@ -656,6 +666,8 @@ static void nvme_reap(struct nvme_store *st, struct nvme_dir *dir,
         dir->inflight--;
         if (!nvme_req_complete(st, &rq[i], res))
             pend[(*npend)++] = i;
+        else
+            done[(*ndone)++] = i;
     }
 }
 
@@ -678,16 +690,17 @@ static void nvme_submit_failed(struct nvme_dir *dir, struct nvme_req *rq,
 }
 
 /* Runs the batch through the rings, at most qd in flight per ring. A failed
- * submission finishes the requests it held with its error. */
+ * submission finishes the requests it held with its error. pend, sent and
+ * done have room for n indices each. */
 static void nvme_run_uring(struct nvme_store *st, struct nvme_req *rq,
-                           size_t n, size_t *pend)
+                           size_t n, size_t *pend, size_t *sent, size_t *done)
 {
-    size_t npend = n;
+    size_t npend = n, ndone = 0;
 
     for (size_t i = 0; i < n; i++)
         pend[i] = i;
     for (;;) {
-        size_t keep = 0;
+        size_t keep = 0, nsent = 0;
         unsigned busy = 0;
 
         for (size_t k = 0; k < npend; k++) {
@@ -702,6 +715,7 @@ static void nvme_run_uring(struct nvme_store *st, struct nvme_req *rq,
             }
             nvme_prep(st, r, sqe, pend[k]);
             r->dir->queued++;
+            sent[nsent++] = pend[k];
         }
         npend = keep;
         for (int d = 0; d < st->ndirs; d++) {
@@ -724,6 +738,12 @@ static void nvme_run_uring(struct nvme_store *st, struct nvme_req *rq,
             }
             busy += dir->inflight;
         }
+        /* The disk has work: now the CPU's share, on what it holds. */
+        for (size_t k = 0; k < nsent; k++)
+            nvme_req_sum(st, &rq[sent[k]]);
+        for (size_t k = 0; k < ndone; k++)
+            nvme_req_verify(st, &rq[done[k]]);
+        ndone = 0;
         if (!busy && !npend)
             return;
         for (int d = 0; d < st->ndirs; d++) {
@@ -734,7 +754,7 @@ static void nvme_run_uring(struct nvme_store *st, struct nvme_req *rq,
                 continue;
             if (io_uring_wait_cqe(&dir->ring, &cqe) < 0)
                 continue;     /* interrupted: peek below, then loop */
-            nvme_reap(st, dir, rq, pend, &npend);
+            nvme_reap(st, dir, rq, pend, &npend, done, &ndone);
         }
     }
 }
@@ -766,7 +786,7 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
         return 0;
 
     struct nvme_req *rq = calloc(n, sizeof(*rq));
-    size_t *pend = calloc(n, sizeof(*pend));
+    size_t *pend = calloc(3 * n, sizeof(*pend)); /* pend, sent, done */
     size_t nrun = 0;
     int first = 0;
 
@@ -809,7 +829,7 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
 
 #ifdef HAVE_LIBURING
     if (st->uring)
-        nvme_run_uring(st, rq, nrun, pend);
+        nvme_run_uring(st, rq, nrun, pend, pend + n, pend + 2 * n);
     else
 #endif
         nvme_run_threads(st, rq, nrun);

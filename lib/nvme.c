@@ -488,6 +488,12 @@ void nvme_buffer_free(struct nvme_store *st, void *p)
         free(p);
 }
 
+void *nvme_arena(const struct nvme_store *st, size_t *len_p)
+{
+    *len_p = st && st->arena ? st->arena_len : 0;
+    return *len_p ? st->arena : NULL;
+}
+
 const char *nvme_engine(const struct nvme_store *st)
 {
     return st && st->uring ? "io_uring" : "threads";

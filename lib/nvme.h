@@ -61,6 +61,10 @@ int nvme_write(struct nvme_store *st, struct nvme_io *io, size_t n);
  * mismatch, -ENODATA for a slot holding no successfully written data. */
 int nvme_read(struct nvme_store *st, struct nvme_io *io, size_t n);
 
+/* The arena of bounce buffers, or NULL (*len_p 0) when there is none: for
+ * the caller to page-lock for its devices' copies. */
+void *nvme_arena(const struct nvme_store *st, size_t *len_p);
+
 /* "io_uring" or "threads". */
 const char *nvme_engine(const struct nvme_store *st);
 

@@ -128,6 +128,7 @@ struct offload {
     pthread_mutex_t dead_lock; /* dead (a leaf: nothing taken inside) */
     struct dead_slots *dead;
     struct nvme_store *nvme;
+    void *arena_registered; /* the store's bounce buffers, page-locked */
     size_t nvme_limit, nvme_used, nvme_peak;
     uint64_t nvme_segs;
     unsigned qd;
@@ -1894,6 +1895,13 @@ static int nvme_setup(ump_pool_t *pool)
     }
     o->qd = (unsigned)cfg->nvme_queue_depth;
     o->nvme_limit = cfg->nvme_limit;
+    /* The bounce buffers take device copies: page-locked for the driver,
+     * those copies run at the link's speed and overlap the disk's I/O. */
+    size_t len;
+    void *arena = nvme_arena(o->nvme, &len);
+    if (arena && pool->be->host_register &&
+        pool->be->host_register(pool->bctx, arena, len) == 0)
+        o->arena_registered = arena;
     return 0;
 }
 
@@ -1997,6 +2005,8 @@ void offload_fini(ump_pool_t *pool)
         slots_drain(o);
         pthread_mutex_unlock(&o->io_lock);
     }
+    if (o->arena_registered)
+        pool->be->host_unregister(pool->bctx, o->arena_registered);
     nvme_close(o->nvme);
     free_state(o);
     pool->off = NULL;

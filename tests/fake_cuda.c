@@ -905,6 +905,58 @@ static CUresult fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src,
     return end(CUDA_SUCCESS);
 }
 
+/* Page-locked ranges of ordinary host memory (cuMemHostRegister). */
+#define FAKE_MAX_HOSTREG 16
+static struct {
+    uintptr_t p;
+    size_t size;
+} hostregs[FAKE_MAX_HOSTREG];
+
+static CUresult fake_cuMemHostRegister(void *p, size_t size, unsigned flags)
+{
+    uintptr_t a = (uintptr_t)p;
+    CUresult res;
+    int free_i = -1;
+
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (!p || !size || a + size < a ||
+        (flags & ~(unsigned)(CU_MEMHOSTREGISTER_PORTABLE |
+                             CU_MEMHOSTREGISTER_DEVICEMAP)))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    res = injected("cuMemHostRegister");
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    for (int i = 0; i < FAKE_MAX_HOSTREG; i++) {
+        if (!hostregs[i].size) {
+            free_i = free_i < 0 ? i : free_i;
+            continue;
+        }
+        if (a < hostregs[i].p + hostregs[i].size &&
+            hostregs[i].p < a + size)
+            return end(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
+    }
+    if (free_i < 0)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    hostregs[free_i].p = a;
+    hostregs[free_i].size = size;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemHostUnregister(void *p)
+{
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    for (int i = 0; i < FAKE_MAX_HOSTREG; i++)
+        if (hostregs[i].size && hostregs[i].p == (uintptr_t)p) {
+            hostregs[i].size = 0;
+            return end(CUDA_SUCCESS);
+        }
+    return end(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+}
+
 static CUresult fake_cuMemsetD8Async(CUdeviceptr dst, unsigned char v,
                                      size_t n, CUstream s)
 {
@@ -1042,6 +1094,8 @@ static const struct {
     FAKE_ENTRY(cuStreamSynchronize),
     FAKE_ENTRY(cuStreamGetCtx),
     FAKE_ENTRY(cuMemcpyAsync),
+    FAKE_ENTRY(cuMemHostRegister),
+    FAKE_ENTRY(cuMemHostUnregister),
     FAKE_ENTRY(cuMemsetD8Async),
     FAKE_ENTRY(cuLaunchHostFunc),
     FAKE_ENTRY(cuEventCreate),
@@ -1200,6 +1254,9 @@ long fake_cuda_count(const char *what)
     } else if (strcmp(what, "ctx_refs") == 0) {
         for (int d = 0; d < FAKE_MAX_DEV; d++)
             n += ctxs[d].refs;
+    } else if (strcmp(what, "host_regs") == 0) {
+        for (int i = 0; i < FAKE_MAX_HOSTREG; i++)
+            n += hostregs[i].size != 0;
     } else if (strcmp(what, "streams") == 0) {
         for (struct CUstream_st *s = streams; s; s = s->next)
             n++;

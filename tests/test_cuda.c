@@ -436,6 +436,7 @@ static void assert_fake_clean(void)
     assert_int_equal(fake_count("ctx_refs"), 0);
     assert_int_equal(fake_count("streams"), 0);
     assert_int_equal(fake_count("events"), 0);
+    assert_int_equal(fake_count("host_regs"), 0);
     assert_int_equal(fake_count("current"), 0);
     assert_int_equal(fake_count("hostfn_calls"), 0);
 }
@@ -570,6 +571,8 @@ static void test_fake_tiers(void **state)
     snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
              "host_reserve:0,nvme_dir:%s", dir);
     ump_pool_t *pool = tu_pool_create(conf);
+    /* the NVMe store's bounce buffers, page-locked for device copies */
+    assert_int_equal(fake_count("host_regs"), 1);
     ump_hints_t h = tu_hints(0);
     h.flags = UMP_HINT_OFFLOAD;
     enum { N = 6 }; /* 48 MiB through a 32 MiB device */
@@ -605,6 +608,37 @@ static void test_fake_tiers(void **state)
 }
 
 /* More than one device holds: the allocation is stitched from both. */
+/* A driver that refuses to page-lock the bounce buffers: the pool goes on
+ * with them unlocked (slower copies), and device <-> NVMe moves still keep
+ * every byte. */
+static void test_fake_hostreg_refused(void **state)
+{
+    (void)state;
+    use_fake("devices=1,mem=32,hostmem=128,fail=cuMemHostRegister:1:2");
+    char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char conf[256];
+    snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
+             "host_reserve:0,nvme_dir:%s", dir);
+    ump_pool_t *pool = tu_pool_create(conf);
+    assert_int_equal(fake_count("host_regs"), 0);
+    ump_hints_t h = tu_hints(0);
+    h.flags = UMP_HINT_OFFLOAD;
+    void *p;
+    assert_int_equal(ump_alloc(pool, 8 * TU_MIB, &h, &p), 0);
+    tu_fill(p, 8 * TU_MIB, 77);
+    assert_int_equal(ump_evict(pool, p, 0, UMP_TIER_NVME), 0);
+    assert_int_equal(tu_info(pool, p).tier, UMP_TIER_NVME);
+    assert_int_equal(ump_acquire(pool, p, 0, 0, NULL), 0);
+    tu_assert_pattern(p, 8 * TU_MIB, 77);
+    assert_int_equal(ump_release(pool, p, 0), 0);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+    assert_int_equal(tu_count_entries(dir), 0);
+    rmdir(dir);
+}
+
 static void test_fake_stitch(void **state)
 {
     (void)state;
@@ -1300,6 +1334,7 @@ NO_FAKE(test_fake_fork)
 NO_FAKE(test_fake_host_chunks)
 NO_FAKE(test_fake_host_driver)
 NO_FAKE(test_fake_tiers)
+NO_FAKE(test_fake_hostreg_refused)
 NO_FAKE(test_fake_topology_pcie)
 NO_FAKE(test_fake_topology_nvlink)
 #endif /* HAVE_CUDA_H */
@@ -1318,6 +1353,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_no_vmm, test_setup),
         cmocka_unit_test_setup(test_fake_pool, test_setup),
         cmocka_unit_test_setup(test_fake_tiers, test_setup),
+        cmocka_unit_test_setup(test_fake_hostreg_refused, test_setup),
         cmocka_unit_test_setup(test_fake_stitch, test_setup),
         cmocka_unit_test_setup(test_fake_full, test_setup),
         cmocka_unit_test_setup(test_fake_faults, test_setup),

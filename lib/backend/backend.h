@@ -55,6 +55,12 @@ struct backend_ops {
      * tables stay filled while the pool's own mapping is made afresh at
      * every move. */
     void *(*io_view)(void *ctx, void *va, size_t size);
+    /* Optional. Page-locks ordinary host memory [p, p + size) for every
+     * device's copies (cuMemHostRegister), so that copies between it and
+     * device memory run at the link's speed and on their stream, not staged
+     * through the driver's own buffers. NULL: nothing to do (sim). */
+    int (*host_register)(void *ctx, void *p, size_t size);
+    int (*host_unregister)(void *ctx, void *p);
     int (*map)(void *ctx, void *va, size_t size, ump_handle_t h);
     int (*unmap)(void *ctx, void *va, size_t size);
     /* Read-write access for the listed devices (and the CPU on sim). */

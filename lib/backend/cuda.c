@@ -231,6 +231,8 @@ static const struct {
     CUDA_ENTRY(cuStreamSynchronize),
     CUDA_ENTRY(cuStreamGetCtx),
     CUDA_ENTRY(cuMemcpyAsync),
+    CUDA_ENTRY(cuMemHostRegister),
+    CUDA_ENTRY(cuMemHostUnregister),
     CUDA_ENTRY(cuMemsetD8Async),
     CUDA_ENTRY(cuLaunchHostFunc),
     CUDA_ENTRY(cuEventCreate),
@@ -721,6 +723,41 @@ static int cuda_unreserve(void *ctx, void *va, size_t size)
     res = c->api.cuMemAddressFree((CUdeviceptr)(uintptr_t)va, size);
     return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
                             "cuMemAddressFree of [%p, +%zu)", va, size);
+}
+
+/* PORTABLE: page-locked for every context, hence every device. */
+static int cuda_host_register(void *ctx, void *p, size_t size)
+{
+    struct cuda_ctx *c = ctx;
+    CUcontext saved;
+    CUresult res;
+    int err;
+
+    err = cuda_ctx_enter(&c->api, c->pctx[ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    res = c->api.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+    cuda_ctx_leave(&c->api, c->pctx[ANY_DEVICE], saved);
+    /* The caller goes on without it (copies are slower): a warning. */
+    return res == CUDA_SUCCESS
+               ? 0
+               : cuda_fail(&c->api, res, UMP_LOG_WARN,
+                           "cuMemHostRegister of [%p, +%zu)", p, size);
+}
+
+static int cuda_host_unregister(void *ctx, void *p)
+{
+    struct cuda_ctx *c = ctx;
+    CUcontext saved;
+    CUresult res;
+    int err;
+
+    err = cuda_ctx_enter(&c->api, c->pctx[ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    res = c->api.cuMemHostUnregister(p);
+    return cuda_leave_check(c, c->pctx[ANY_DEVICE], saved, res,
+                            "cuMemHostUnregister of %p", p);
 }
 
 static int cuda_chunk_create(void *ctx, int device, size_t size,
@@ -1342,6 +1379,8 @@ const struct backend_ops cuda_backend_ops = {
     .chunk_create = cuda_chunk_create,
     .chunk_release = cuda_chunk_release,
     .host_chunk_create = cuda_host_chunk_create,
+    .host_register = cuda_host_register,
+    .host_unregister = cuda_host_unregister,
     .map = cuda_map,
     .unmap = cuda_unmap,
     .set_access = cuda_set_access,

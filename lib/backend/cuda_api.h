@@ -91,6 +91,8 @@ struct cuda_api {
     CUDA_API_ENTRY(cuStreamSynchronize);
     CUDA_API_ENTRY(cuStreamGetCtx);
     CUDA_API_ENTRY(cuMemcpyAsync);
+    CUDA_API_ENTRY(cuMemHostRegister);
+    CUDA_API_ENTRY(cuMemHostUnregister);
     CUDA_API_ENTRY(cuMemsetD8Async);
     CUDA_API_ENTRY(cuLaunchHostFunc);
     CUDA_API_ENTRY(cuEventCreate);

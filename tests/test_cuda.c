@@ -558,19 +558,35 @@ static void test_fake_pool(void **state)
     assert_fake_clean();
 }
 
+/* A pool with both tiers on the fake driver set up by fake, spilling into
+ * a new directory made from the template dir. */
+static ump_pool_t *tiers_open(const char *fake, char *dir)
+{
+    char conf[256];
+    use_fake(fake);
+    assert_non_null(mkdtemp(dir));
+    snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
+             "host_reserve:0,nvme_dir:%s", dir);
+    return tu_pool_create(conf);
+}
+
+/* Destroys it: nothing may be left in the driver or in dir. */
+static void tiers_close(ump_pool_t *pool, char *dir)
+{
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+    assert_int_equal(tu_count_entries(dir), 0);
+    rmdir(dir);
+}
+
 /* Tiers on backend:cuda: chunks moved to HOST_NUMA chunks remapped at the
  * same address (readable there by the CPU), to NVMe, and back, under an
  * oversubscribed device; nothing is left in the driver or on disk. */
 static void test_fake_tiers(void **state)
 {
     (void)state;
-    use_fake("devices=1,mem=32,hostmem=128");
     char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char conf[256];
-    snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
-             "host_reserve:0,nvme_dir:%s", dir);
-    ump_pool_t *pool = tu_pool_create(conf);
+    ump_pool_t *pool = tiers_open("devices=1,mem=32,hostmem=128", dir);
     /* the NVMe store's bounce buffers, page-locked for device copies */
     assert_int_equal(fake_count("host_regs"), 1);
     ump_hints_t h = tu_hints(0);
@@ -600,11 +616,8 @@ static void test_fake_tiers(void **state)
     assert_true(st.spill_count > 0 && st.restore_count > 0);
     for (int i = 0; i < N; i++)
         tu_free(pool, t[i]);
-    tu_pool_destroy(pool);
+    tiers_close(pool, dir);
     assert_int_equal(fake_count("host_allocs"), 0);
-    assert_fake_clean();
-    assert_int_equal(tu_count_entries(dir), 0);
-    rmdir(dir);
 }
 
 /* More than one device holds: the allocation is stitched from both. */
@@ -614,13 +627,9 @@ static void test_fake_tiers(void **state)
 static void test_fake_hostreg_refused(void **state)
 {
     (void)state;
-    use_fake("devices=1,mem=32,hostmem=128,fail=cuMemHostRegister:1:2");
     char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
-    assert_non_null(mkdtemp(dir));
-    char conf[256];
-    snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
-             "host_reserve:0,nvme_dir:%s", dir);
-    ump_pool_t *pool = tu_pool_create(conf);
+    ump_pool_t *pool = tiers_open(
+        "devices=1,mem=32,hostmem=128,fail=cuMemHostRegister:1:2", dir);
     assert_int_equal(fake_count("host_regs"), 0);
     ump_hints_t h = tu_hints(0);
     h.flags = UMP_HINT_OFFLOAD;
@@ -633,10 +642,7 @@ static void test_fake_hostreg_refused(void **state)
     tu_assert_pattern(p, 8 * TU_MIB, 77);
     assert_int_equal(ump_release(pool, p, 0), 0);
     tu_free(pool, p);
-    tu_pool_destroy(pool);
-    assert_fake_clean();
-    assert_int_equal(tu_count_entries(dir), 0);
-    rmdir(dir);
+    tiers_close(pool, dir);
 }
 
 static void test_fake_stitch(void **state)

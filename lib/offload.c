@@ -261,6 +261,16 @@ static bool above_high(const ump_pool_t *pool, int d)
            ds->capacity * (size_t)pool->cfg.high_watermark / 100;
 }
 
+/* A move up has mapped its destination on dev: when that put dev above
+ * its high watermark, the eviction worker makes the room the next move up
+ * will need while this one copies. (Only moves up call it, so the worker,
+ * which moves down, never wakes itself.) Pool lock held. */
+static void room_ahead(ump_pool_t *pool, int dev)
+{
+    if (above_high(pool, dev))
+        wake(pool, W_EVICT);
+}
+
 /* Device d's internal stream for moves in direction dir. Pool lock held. */
 static int stream_of(ump_pool_t *pool, int d, int dir, void **s_p)
 {
@@ -592,8 +602,6 @@ static int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
     int rc = pieces_do(pool, b, g, k, true, &done);
     if (!rc)
         rc = backing_access(pool, b, g, n);
-    if (!rc && b->tier != UMP_TIER_HOST && above_high(pool, b->dev))
-        wake(pool, W_EVICT); /* room for the next move up, while this one copies */
     if (rc && pieces_do(pool, b, g, done, false, &undone))
         ump_log_error("cannot undo a failed mapping at %p: %zu bytes stay "
                       "mapped", vas_addr(&pool->vas, g),
@@ -998,6 +1006,8 @@ static int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
         vas_give(v, st, n);
         return rc;
     }
+    if (tier == UMP_TIER_DEVICE)
+        room_ahead(pool, dev);
     bool copy = !s->discard;
     pthread_mutex_unlock(&pool->lock);
     if (copy)
@@ -1094,6 +1104,8 @@ static int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
         backing_put(pool, &dst);
         return rc;
     }
+    if (tier == UMP_TIER_DEVICE)
+        room_ahead(pool, dev);
     /* s is claimed: nobody else reads or changes s->slots meanwhile */
     pthread_mutex_unlock(&pool->lock);
     if (s->slots)
@@ -1137,10 +1149,10 @@ static bool movable(const struct seg *s)
  * will free room or become a victim is moving there (evicted, or
  * prefetched up by another thread), *wait_p is set.
  *
- * Waiting cannot cycle: only callers of room_locked wait; a move down
- * never waits (it falls back to NVMe or fails), and the only unpinned
- * moves up are the background thread's prefetches, one at a time. Pool
- * lock held. */
+ * Waiting cannot cycle: only callers of room_locked wait (for a moving
+ * segment, or for the evictions under way); a move down never waits (it
+ * falls back to NVMe or fails), and the only unpinned moves up are the
+ * prefetch worker's, one at a time. Pool lock held. */
 static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
 {
     for (struct seg *s = pool->off->lru_tail; s; s = s->prev) {
@@ -1362,7 +1374,7 @@ void offload_run_free(ump_pool_t *pool, struct run *r)
         teardown(pool, res);
 }
 
-/* --- the background thread ------------------------------------------------------- */
+/* --- the background workers ------------------------------------------------------ */
 
 static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
 {
@@ -1630,7 +1642,7 @@ UMP_EXPORT int ump_release(ump_pool_t *pool, void *ptr, size_t size)
     return rc > 0 ? 0 : rc;
 }
 
-/* Queues a prefetch for the background thread. Pool lock held. */
+/* Queues a prefetch for the prefetch worker. Pool lock held. */
 static int queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest)
 {
     struct offload *o = pool->off;
@@ -2025,9 +2037,14 @@ void offload_fini_in_child(ump_pool_t *pool)
         free(p);
     }
     nvme_close(o->nvme);
-    /* the parent's threads may have held these at fork */
+    /* The parent's threads may have held these at fork, or slept on the
+     * conditions: glibc's pthread_cond_destroy would wait for those
+     * sleepers, who do not exist here, forever. */
     pthread_mutex_init(&o->io_lock, NULL);
     pthread_mutex_init(&o->dead_lock, NULL);
+    pthread_cond_init(&o->moved, NULL);
+    for (int w = 0; w < W_COUNT; w++)
+        pthread_cond_init(&o->w[w].wake, NULL);
     free_state(o);
     pool->off = NULL;
 }

@@ -167,6 +167,34 @@ static void test_child_destroys_inherited(void **state)
     parent_check(&ps);
 }
 
+/* The same while the parent's offload workers sleep on their conditions
+ * (an offloadable allocation starts the eviction worker, a prefetch the
+ * other): the child's destroy must not wait for sleepers it does not have. */
+static void test_child_destroys_offloading(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(CONF);
+    ump_hints_t h = UMP_HINTS_INIT;
+    h.flags = UMP_HINT_OFFLOAD;
+    void *p;
+    assert_int_equal(ump_alloc(pool, 4 * TU_MIB, &h, &p), 0);
+    tu_fill(p, 4 * TU_MIB, 5);
+    assert_int_equal(ump_prefetch(pool, p, 0, 0, NULL), 0);
+    usleep(50 * 1000); /* both workers asleep again */
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        alarm(20);
+        CHILD_CHECK(ump_pool_destroy(pool) == 0);
+        _exit(0);
+    }
+    wait_child(pid);
+    tu_assert_pattern(p, 4 * TU_MIB, 5);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+}
+
 /* The child makes and uses its own pool, with the inherited one alive or
  * destroyed first. */
 static void test_child_new_pool(void **state)
@@ -306,6 +334,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_child_refuses_inherited),
         cmocka_unit_test(test_child_destroys_inherited),
+        cmocka_unit_test(test_child_destroys_offloading),
         cmocka_unit_test(test_child_new_pool),
         cmocka_unit_test(test_grandchild),
         cmocka_unit_test(test_fork_while_busy),

@@ -1056,8 +1056,9 @@ static int move_to_nvme(ump_pool_t *pool, struct seg *s)
         ump_log_error("no NVMe tier: nvme_dir is not set");
         return -ENOSPC;
     }
-    if (s->tier == UMP_TIER_DEVICE)
-        rc = stream_of(pool, s->dev, DIR_DOWN, &stream);
+    /* Host memory needs a stream too: a driver that refuses direct I/O on
+     * it sends the data through the bounce buffers (nvme_xfer). */
+    rc = move_stream(pool, s, -1, &stream);
     if (rc)
         return rc;
     bool copy = !s->discard;

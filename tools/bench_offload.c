@@ -761,7 +761,6 @@ struct loop_res {
     double touch_gbs;         /* ump_memset_async on a resident tensor */
     double base_ns[2][LOOP_BASE_REPS]; /* raw copies of one tensor: */
     double d2h_gbs, h2d_gbs;           /* device->host, host->device */
-    bool base_ok;
     char why[300];                     /* why there are none */
     double transfer_s, touch_s, ideal_s;
     bool ideal_ok; /* the raw copies ran */
@@ -1170,27 +1169,17 @@ static int loop_touch_rate(struct off *x, ump_pool_t *pool, ump_stream_t s,
     return 0;
 }
 
-/* The raw device<->host copies of one tensor: reps [from, to) of each
- * direction, alternating, into res->base_ns; with none, res->why says why
- * and res->base_ok goes false. */
-static void loop_base(struct off *x, int from, int to)
+/* The raw device<->host copies of one tensor through c (set up for that
+ * size): reps [from, to) of each direction, alternating, into
+ * res->base_ns. A failure leaves c->ok false, with c->why. */
+static void loop_base(struct loop_res *res, struct copy_base *c, int from,
+                      int to)
 {
-    struct loop_res *res = &x->loop;
-    struct copy_base c;
-
-    if (!res->base_ok)
-        return;
-    copy_setup(&c, x->copy.cuda, res->tensor);
-    for (int r = from; c.ok && r < to; r++) {
-        copy_run(&c, true, &res->base_ns[0][r]);
-        if (c.ok)
-            copy_run(&c, false, &res->base_ns[1][r]);
+    for (int r = from; c->ok && r < to; r++) {
+        copy_run(c, true, &res->base_ns[0][r]);
+        if (c->ok)
+            copy_run(c, false, &res->base_ns[1][r]);
     }
-    if (!c.ok) {
-        res->base_ok = false;
-        snprintf(res->why, sizeof(res->why), "%s", c.why);
-    }
-    copy_cleanup(&c);
 }
 
 /* One untimed round of the loop, then the timed rounds between two
@@ -1246,6 +1235,7 @@ static int loop_rounds(struct off *x, ump_pool_t *pool, ump_stream_t s,
 static int loop_run(struct off *x)
 {
     struct loop_res *res = &x->loop;
+    struct copy_base base = {0}; /* the raw copies of one tensor */
     ump_hints_t hints = UMP_HINTS_INIT;
     void *t[LOOP_TENSORS] = {0};
     ump_stream_t s, cs;
@@ -1295,15 +1285,19 @@ static int loop_run(struct off *x)
             goto out_free;
     if (loop_touch_rate(x, pool, s, t[LOOP_TENSORS - 1], &res->touch_gbs))
         goto out_free;
-    res->base_ok = true;
-    loop_base(x, 0, LOOP_BASE_REPS / 2);
+    copy_setup(&base, x->copy.cuda, res->tensor);
+    loop_base(res, &base, 0, LOOP_BASE_REPS / 2);
     if (loop_rounds(x, pool, s, cs, t))
         goto out_free;
     /* The last visits prefetched the first tensors: let that copy end. */
     nanosleep(&(struct timespec){0, LOOP_SETTLE_NS}, NULL);
-    loop_base(x, LOOP_BASE_REPS / 2, LOOP_BASE_REPS);
+    loop_base(res, &base, LOOP_BASE_REPS / 2, LOOP_BASE_REPS);
+    res->ideal_ok = base.ok;
+    if (!base.ok)
+        snprintf(res->why, sizeof(res->why), "%s", base.why);
     ret = 0;
 out_free:
+    copy_cleanup(&base);
     for (int i = 0; i < LOOP_TENSORS; i++) {
         rc = t[i] ? ump_free(pool, t[i]) : 0;
         if (rc)
@@ -1326,7 +1320,6 @@ static void loop_ideal(struct off *x)
     double touched = (double)res->tensor * LOOP_TENSORS * LOOP_ROUNDS;
 
     res->touch_s = touched / res->touch_gbs / 1e9;
-    res->ideal_ok = res->base_ok;
     if (!res->ideal_ok)
         return;
     res->d2h_gbs = (double)res->tensor / median(res->base_ns[0],

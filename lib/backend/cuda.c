@@ -861,6 +861,21 @@ static int cuda_unmap(void *ctx, void *va, size_t size)
                             "cuMemUnmap of [%p, +%zu)", va, size);
 }
 
+/* Read-write descriptors for the listed devices into desc[0..ndevices);
+ * false (logged by device_ok) when one is not a device of the pool. */
+static bool device_access(struct cuda_ctx *c, CUmemAccessDesc *desc,
+                          const int *devices, int ndevices, const char *op)
+{
+    for (int i = 0; i < ndevices; i++) {
+        if (!device_ok(c, devices[i], op))
+            return false;
+        desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc[i].location.id = devices[i];
+        desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    return true;
+}
+
 /* One call for the whole range: the driver charges per handle, not per
  * call, but every call also has a fixed cost. */
 static int cuda_set_access(void *ctx, void *va, size_t size,
@@ -878,13 +893,8 @@ static int cuda_set_access(void *ctx, void *va, size_t size,
         return -EINVAL;
     }
     memset(desc, 0, sizeof(desc));
-    for (int i = 0; i < ndevices; i++) {
-        if (!device_ok(c, devices[i], "set_access"))
-            return -EINVAL;
-        desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        desc[i].location.id = devices[i];
-        desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    }
+    if (!device_access(c, desc, devices, ndevices, "set_access"))
+        return -EINVAL;
     err = cuda_ctx_enter(&c->api, c->pctx[ANY_DEVICE], &saved);
     if (err)
         return err;
@@ -1011,13 +1021,8 @@ static int cuda_set_access_host(void *ctx, void *va, size_t size,
         return -EINVAL;
     }
     memset(desc, 0, sizeof(desc));
-    for (int i = 0; i < ndevices; i++) {
-        if (!device_ok(c, devices[i], "set_access_host"))
-            return -EINVAL;
-        desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        desc[i].location.id = devices[i];
-        desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    }
+    if (!device_access(c, desc, devices, ndevices, "set_access_host"))
+        return -EINVAL;
     cpu = (CUmemLocationType)atomic_load_explicit(&c->cpu_access_type,
                                                   memory_order_relaxed);
     other = cpu == CPU_ACCESS_FIRST ? CPU_ACCESS_SECOND : CPU_ACCESS_FIRST;

@@ -29,9 +29,16 @@
  *   hostmem=N     MiB of pinnable host memory, all nodes together (default
  *                 64)
  *   hostgran=N    MiB of host memory granularity (default 2)
- *   cpuhost       cuMemSetAccess names the CPU with a HOST location (by
- *                 default it takes HOST_NUMA, as documented, and refuses
- *                 HOST)
+ *   cpuhost       cuMemSetAccess names the CPU with a HOST location for
+ *                 every host allocation (by default, as cuda.h documents,
+ *                 the CPU's location type must be the allocation's own:
+ *                 HOST_NUMA for HOST_NUMA memory, HOST for HOST memory)
+ *   nohostnuma    devices say 0 to HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_
+ *                 SUPPORTED (host chunks on a NUMA node)
+ *   nohostvmm     devices say 0 to HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
+ *                 (host chunks without a node)
+ *   hostnuma=N    devices say N to HOST_NUMA_ID (by default the attribute
+ *                 is unknown, as to drivers before 12.2)
  *   fail=CALL:N:CODE  the Nth call of CALL ("cuMemMap") from now fails
  *                 with CUresult CODE
  *   evdelay=N     a recorded event is not ready for its first N queries
@@ -63,7 +70,8 @@
 static struct fake_config {
     int driver, devices;
     size_t mem, hostmem, hostgran;
-    bool novmm, nofd, nopeer, cpuhost;
+    bool novmm, nofd, nopeer, cpuhost, nohostnuma, nohostvmm;
+    int hostnuma; /* -2: HOST_NUMA_ID unknown */
     char fail_call[64];
     int fail_nth, fail_code;
     int evdelay;
@@ -83,6 +91,7 @@ static void load_config(void)
     cfg.hostmem = (size_t)64 << 20;
     cfg.hostgran = (size_t)2 << 20;
     cfg.nvver = 6;
+    cfg.hostnuma = -2;
     snprintf(buf, sizeof(buf), "%s", env ? env : "");
     for (char *w = strtok_r(buf, ",", &save); w;
          w = strtok_r(NULL, ",", &save)) {
@@ -93,7 +102,8 @@ static void load_config(void)
             sscanf(w, "evdelay=%d", &cfg.evdelay) == 1 ||
             sscanf(w, "nvswitch=%d", &cfg.nvswitch) == 1 ||
             sscanf(w, "nvpair=%d", &cfg.nvpair) == 1 ||
-            sscanf(w, "nvver=%u", &cfg.nvver) == 1)
+            sscanf(w, "nvver=%u", &cfg.nvver) == 1 ||
+            sscanf(w, "hostnuma=%d", &cfg.hostnuma) == 1)
             continue;
         if (sscanf(w, "devices=%d", &cfg.devices) == 1) {
             if (cfg.devices > FAKE_MAX_DEV)
@@ -116,6 +126,10 @@ static void load_config(void)
             cfg.nopeer = true;
         } else if (strcmp(w, "cpuhost") == 0) {
             cfg.cpuhost = true;
+        } else if (strcmp(w, "nohostnuma") == 0) {
+            cfg.nohostnuma = true;
+        } else if (strcmp(w, "nohostvmm") == 0) {
+            cfg.nohostvmm = true;
         } else {
             fprintf(stderr, "fake_cuda: unknown setting '%s'\n", w);
         }
@@ -145,6 +159,8 @@ struct fake_alloc {
     int dev, fd, refs; /* refs: the handle and each mapping */
     size_t size;
     bool host;         /* pinned host memory; dev is unused */
+    CUmemLocation loc; /* as created */
+    int retained;      /* references cuMemRetainAllocationHandle handed out */
     bool released;
     struct fake_alloc *next;
 };
@@ -174,7 +190,7 @@ static size_t used[FAKE_MAX_DEV], used_host;
 static bool initialized;
 static pid_t init_pid;
 static long n_child_calls, n_hostfn_calls, n_creates, n_fd_creates, n_abi;
-static long n_set_access;
+static long n_set_access, n_cpu_refused, last_cpu_type, last_host_node = -1;
 static _Thread_local struct CUctx_st *current;
 static _Thread_local bool in_host_func;
 
@@ -446,6 +462,17 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute attr,
     case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
         *v = 256; /* with the clock: 64 GB/s */
         break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        *v = !cfg.nohostnuma;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        *v = !cfg.nohostvmm;
+        break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID:
+        if (cfg.hostnuma < -1)
+            return end(CUDA_ERROR_INVALID_VALUE);
+        *v = cfg.hostnuma;
+        break;
     default:
         return end(CUDA_ERROR_INVALID_VALUE);
     }
@@ -695,6 +722,9 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     }
     a->dev = host ? -1 : dev;
     a->host = host;
+    a->loc = prop->location;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
+        last_host_node = dev;
     a->size = size;
     a->refs = 1;
     a->next = allocs;
@@ -710,16 +740,59 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     return end(CUDA_SUCCESS);
 }
 
+/* The handle, released or not (references retained by address count). */
+static struct fake_alloc *alloc_any(CUmemGenericAllocationHandle h)
+{
+    for (struct fake_alloc *a = allocs; a; a = a->next)
+        if ((uintptr_t)a == (uintptr_t)h)
+            return a;
+    return NULL;
+}
+
 static CUresult fake_cuMemRelease(CUmemGenericAllocationHandle h)
 {
     struct fake_alloc *a;
 
     BEGIN();
-    a = alloc_of(h);
-    if (!a)
+    a = alloc_any(h);
+    if (!a || (a->released && !a->retained))
         return end(CUDA_ERROR_INVALID_VALUE);
-    a->released = true;
+    if (a->retained)
+        a->retained--;
+    else
+        a->released = true;
     alloc_put(a);
+    return end(CUDA_SUCCESS);
+}
+
+/* The same handle value as the mapping's, one more reference. */
+static CUresult fake_cuMemRetainAllocationHandle(
+    CUmemGenericAllocationHandle *h, void *addr)
+{
+    struct fake_map *m;
+
+    BEGIN();
+    m = map_at((uintptr_t)addr);
+    if (!h || !m)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    m->a->retained++;
+    m->a->refs++;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)m->a;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemGetAllocationPropertiesFromHandle(
+    CUmemAllocationProp *prop, CUmemGenericAllocationHandle h)
+{
+    struct fake_alloc *a;
+
+    BEGIN();
+    a = alloc_any(h);
+    if (!prop || !a || (a->released && !a->retained))
+        return end(CUDA_ERROR_INVALID_VALUE);
+    memset(prop, 0, sizeof(*prop));
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location = a->loc;
     return end(CUDA_SUCCESS);
 }
 
@@ -807,8 +880,8 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
         return end(CUDA_ERROR_INVALID_VALUE);
     for (size_t i = 0; i < count; i++) {
         CUmemLocationType t = desc[i].location.type;
-        bool cpu = t == (cfg.cpuhost ? CU_MEM_LOCATION_TYPE_HOST
-                                     : CU_MEM_LOCATION_TYPE_HOST_NUMA);
+        bool cpu = t == CU_MEM_LOCATION_TYPE_HOST ||
+                   t == CU_MEM_LOCATION_TYPE_HOST_NUMA;
 
         if ((t != CU_MEM_LOCATION_TYPE_DEVICE && !cpu) ||
             desc[i].flags != CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
@@ -818,9 +891,14 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
         for (uintptr_t p = va; p < va + size;) {
             struct fake_map *m = map_at(p);
 
-            /* cuda.h: host access only to host allocations. */
-            if (cpu && !m->a->host)
+            /* cuda.h: host access only to host allocations, and HOST_NUMA
+             * access only to HOST_NUMA ones. */
+            if (cpu && (!m->a->host ||
+                        t != (cfg.cpuhost ? CU_MEM_LOCATION_TYPE_HOST
+                                          : m->a->loc.type))) {
+                n_cpu_refused++;
                 return end(CUDA_ERROR_INVALID_VALUE);
+            }
             /* Without peer access a device may reach its own memory (and
              * host memory) only. */
             if (!cpu && cfg.nopeer && !m->a->host &&
@@ -831,6 +909,9 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
     }
     if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
         return end(CUDA_ERROR_UNKNOWN);
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+            last_cpu_type = desc[i].location.type;
     for (uintptr_t p = va; p < va + size;) {
         struct fake_map *m = map_at(p);
 
@@ -1089,6 +1170,8 @@ static const struct {
     FAKE_ENTRY(cuMemMap),
     FAKE_ENTRY(cuMemUnmap),
     FAKE_ENTRY(cuMemSetAccess),
+    FAKE_ENTRY(cuMemRetainAllocationHandle),
+    FAKE_ENTRY(cuMemGetAllocationPropertiesFromHandle),
     FAKE_ENTRY(cuStreamCreate),
     FAKE_ENTRY(cuStreamDestroy),
     FAKE_ENTRY(cuStreamSynchronize),
@@ -1275,6 +1358,12 @@ long fake_cuda_count(const char *what)
         n = n_fd_creates;
     } else if (strcmp(what, "set_access_calls") == 0) {
         n = n_set_access;
+    } else if (strcmp(what, "cpu_refused") == 0) {
+        n = n_cpu_refused; /* CPU descriptors refused for their type */
+    } else if (strcmp(what, "last_cpu_type") == 0) {
+        n = last_cpu_type; /* of the last cuMemSetAccess that took one */
+    } else if (strcmp(what, "last_host_node") == 0) {
+        n = last_host_node; /* of the last HOST_NUMA cuMemCreate */
     } else if (strcmp(what, "abi") == 0) {
         n = n_abi;
     } else {

@@ -13,7 +13,7 @@
 
 #include "fuzz_entry.h"
 #include "inspect_fmt.h"
-#include "snapshot.h"
+#include "publish/snapshot.h"
 
 int fuzz_snapshot_one(const uint8_t *data, size_t size)
 {

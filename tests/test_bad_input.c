@@ -383,6 +383,150 @@ static void test_stream_create_bad_device(void **state)
     assert_ptr_equal(s, SENTINEL);
 }
 
+/* ---- streams that are not the pool's ------------------------------------ */
+
+/* Destroy last: the others leave the stream as it was. */
+enum sop { S_SYNC, S_MEMCPY, S_MEMSET, S_HOST_FUNC, S_FREE_ASYNC, S_DESTROY };
+static const char *const sop_names[] = {
+    "ump_stream_synchronize", "ump_memcpy_async", "ump_memset_async",
+    "ump_launch_host_func", "ump_free_async", "ump_stream_destroy",
+};
+
+static int host_func_runs;
+
+static void count_run(void *arg)
+{
+    (void)arg;
+    host_func_runs++;
+}
+
+/* One call on f->pool with a stream that is not one of its live streams:
+ * -EINVAL, exactly one log line, the stream never touched, nothing queued
+ * or freed, both pools' statistics unchanged, the allocations intact. */
+static void expect_bad_stream(struct fixture *f, enum sop op, ump_stream_t s)
+{
+    ump_stats_t before = tu_stats(f->pool, UMP_DEVICE_ALL);
+    ump_stats_t obefore = tu_stats(f->other, UMP_DEVICE_ALL);
+    char buf[4096];
+    struct tu_capture cap;
+    int rc = 0;
+
+    tu_capture_start(&cap);
+    switch (op) {
+    case S_DESTROY:
+        rc = ump_stream_destroy(f->pool, s);
+        break;
+    case S_SYNC:
+        rc = ump_stream_synchronize(f->pool, s);
+        break;
+    case S_MEMCPY: /* size 0: nothing wrong but the stream */
+        rc = ump_memcpy_async(f->pool, NULL, NULL, 0, s);
+        break;
+    case S_MEMSET:
+        rc = ump_memset_async(f->pool, NULL, 0, 0, s);
+        break;
+    case S_HOST_FUNC:
+        rc = ump_launch_host_func(f->pool, s, count_run, NULL);
+        break;
+    case S_FREE_ASYNC:
+        rc = ump_free_async(f->pool, f->small, s);
+        break;
+    }
+    tu_capture_stop(&cap, buf, sizeof(buf));
+
+    if (rc != -EINVAL)
+        fail_msg("%s with stream %p: rc %d, expected -EINVAL", sop_names[op],
+                 s, rc);
+    if (tu_count_log_lines(buf) != 1)
+        fail_msg("%s with stream %p: %d log lines, expected 1:\n%s",
+                 sop_names[op], s, tu_count_log_lines(buf), buf);
+    ump_stats_t after = tu_stats(f->pool, UMP_DEVICE_ALL);
+    ump_stats_t oafter = tu_stats(f->other, UMP_DEVICE_ALL);
+    tu_assert_stats_equal(&before, &after);
+    tu_assert_stats_equal(&obefore, &oafter);
+    check_intact(f);
+}
+
+/* Every call that takes a stream, with s. */
+static void expect_bad_stream_everywhere(struct fixture *f, ump_stream_t s)
+{
+    for (int op = S_SYNC; op <= S_DESTROY; op++)
+        expect_bad_stream(f, (enum sop)op, s);
+}
+
+/* Destroying another pool's stream used to return 0 and unlink it from the
+ * wrong pool's list: destroying either pool then read freed memory. */
+static void test_stream_destroy_other_pool(void **state)
+{
+    struct fixture *f = *state;
+    ump_stream_t s = NULL;
+
+    assert_int_equal(ump_stream_create(f->other, 0, &s), 0);
+    expect_bad_stream(f, S_DESTROY, s);
+    /* Still the other pool's, and working there. */
+    assert_int_equal(ump_stream_synchronize(f->other, s), 0);
+    assert_int_equal(ump_stream_destroy(f->other, s), 0);
+}
+
+/* Another pool's stream, in every call that takes a stream. */
+static void test_stream_of_other_pool(void **state)
+{
+    struct fixture *f = *state;
+    ump_stream_t s = NULL;
+
+    host_func_runs = 0;
+    assert_int_equal(ump_stream_create(f->other, 0, &s), 0);
+    expect_bad_stream_everywhere(f, s);
+    assert_int_equal(ump_stream_synchronize(f->other, s), 0);
+    assert_int_equal(host_func_runs, 0);
+    assert_int_equal(ump_launch_host_func(f->other, s, count_run, NULL), 0);
+    assert_int_equal(ump_stream_destroy(f->other, s), 0);
+    assert_int_equal(host_func_runs, 1);
+}
+
+/* A destroyed stream is refused without being touched: destroying it twice
+ * or synchronizing it used to read the freed stream. */
+static void test_stream_destroyed(void **state)
+{
+    struct fixture *f = *state;
+    ump_stream_t s = NULL;
+
+    host_func_runs = 0;
+    assert_int_equal(ump_stream_create(f->pool, 0, &s), 0);
+    assert_int_equal(ump_stream_destroy(f->pool, s), 0);
+    expect_bad_stream_everywhere(f, s);
+    assert_int_equal(host_func_runs, 0);
+}
+
+/* The memory of a destroyed stream reused by a stream of the other pool:
+ * the stale handle is still not this pool's (it used to pass for a live
+ * stream, and destroying it destroyed the other pool's). */
+static void test_stream_stale_handle_reused(void **state)
+{
+    struct fixture *f = *state;
+    ump_stream_t s = NULL, s2 = NULL;
+
+    assert_int_equal(ump_stream_create(f->pool, 0, &s), 0);
+    assert_int_equal(ump_stream_destroy(f->pool, s), 0);
+    assert_int_equal(ump_stream_create(f->other, 0, &s2), 0);
+    /* Whether the allocator reused it is up to malloc; either way: */
+    expect_bad_stream_everywhere(f, s);
+    assert_int_equal(ump_stream_synchronize(f->other, s2), 0);
+    assert_int_equal(ump_stream_destroy(f->other, s2), 0);
+}
+
+/* Made-up handles: a pointer to something else, and the default stream
+ * where it cannot be used. */
+static void test_stream_made_up(void **state)
+{
+    struct fixture *f = *state;
+    char junk[64];
+
+    memset(junk, 0, sizeof(junk));
+    expect_bad_stream_everywhere(f, junk);
+    expect_bad_stream(f, S_DESTROY, NULL);
+}
+
 static void test_pool_create_bad(void **state)
 {
     (void)state;
@@ -451,6 +595,11 @@ int main(void)
         T(test_set_device_bad),
         T(test_stats_bad_device),
         T(test_stream_create_bad_device),
+        T(test_stream_destroy_other_pool),
+        T(test_stream_of_other_pool),
+        T(test_stream_destroyed),
+        T(test_stream_stale_handle_reused),
+        T(test_stream_made_up),
         cmocka_unit_test(test_null_pool),
         cmocka_unit_test(test_pool_create_bad),
         cmocka_unit_test(test_destroy_busy),

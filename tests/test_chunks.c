@@ -9,7 +9,7 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
-#include "pool.h"
+#include "mem/pool.h"
 
 #define GIB ((size_t)1 << 30)
 

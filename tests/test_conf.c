@@ -14,8 +14,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "conf.h"
-#include "log.h"
+#include "util/conf.h"
+#include "util/log.h"
 #include "umpool.h"
 
 #define MIB ((size_t)1 << 20)
@@ -670,6 +670,48 @@ static void test_message_format(void **state)
                              "'backend' (accepted: auto|sim|cuda)\n");
 }
 
+/* Control bytes in what the user gave are escaped in the log line, so one
+ * bad item is one line and cannot forge others or drive the terminal. */
+static void test_control_chars_escaped(void **state)
+{
+    (void)state;
+    struct ump_config base, cfg;
+    char log[2048];
+    struct capture cap;
+
+    conf_defaults(&base);
+    /* A bad value that carries two forged lines, a carriage return, an
+     * escape sequence, a tab and DEL. */
+    memcpy(&cfg, &base, sizeof(cfg));
+    capture_begin(&cap);
+    int rc = conf_apply(&cfg,
+                        "backend:fast\numpool: error: forged\n"
+                        "umpool: warn: again\r\x1b[2Kx\ty\x7fz",
+                        "config");
+    int lines = capture_end(&cap, log, sizeof(log));
+    if (lines != 1)
+        print_error("log: %s", log);
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(lines, 1);
+    assert_memory_equal(&cfg, &base, sizeof(cfg));
+    assert_string_equal(log, "umpool: error: config: bad value 'fast\\n"
+                             "umpool: error: forged\\numpool: warn: again"
+                             "\\r\\x1b[2Kx\\ty\\x7fz' for key 'backend' "
+                             "(accepted: auto|sim|cuda)\n");
+
+    /* The same for a key and for an item without ':'. */
+    expect_error(&base, "bad\nkey:1", "config", "unknown key 'bad\\nkey'",
+                 NULL);
+    expect_error(&base, "no\ncolon", "config", "'no\\ncolon'", NULL);
+
+    /* The helper: truncated to fit, never in the middle of an escape. */
+    char out[8];
+    assert_int_equal(log_escape(out, sizeof(out), "a\nb\x01"), 4);
+    assert_string_equal(out, "a\\nb");
+    assert_int_equal(log_escape(out, sizeof(out), "plain"), 5);
+    assert_string_equal(out, "plain");
+}
+
 /* ---- ump_strerror and the version ----------------------------------------- */
 
 static const int known_codes[] = {
@@ -789,6 +831,7 @@ int main(void)
         cmocka_unit_test(test_load_env_and_arg),
         cmocka_unit_test(test_load_errors),
         cmocka_unit_test(test_message_format),
+        cmocka_unit_test(test_control_chars_escaped),
         cmocka_unit_test(test_strerror_known),
         cmocka_unit_test(test_strerror_unknown),
         cmocka_unit_test(test_strerror_threads),

@@ -18,7 +18,8 @@
 #include "testutil.h"
 
 #include "backend/backend.h"
-#include "backend/cuda_api.h"
+#include "backend/cuda/cuda_backend.h"
+#include "util/log.h"
 
 #define NO_DRIVER "/nonexistent/libcuda.so.1"
 #ifdef HAVE_CUDA_H
@@ -194,9 +195,9 @@ static void test_errno_mapping(void **state)
     };
 
     for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
-        if (cuda_errno(map[i].res) != map[i].err)
+        if (cudrv_errno(map[i].res) != map[i].err)
             fail_msg("CUresult %d maps to %d, want %d", (int)map[i].res,
-                     cuda_errno(map[i].res), map[i].err);
+                     cudrv_errno(map[i].res), map[i].err);
 }
 
 #else
@@ -828,7 +829,9 @@ static void test_fake_streams(void **state)
     tu_capture_stop(&cap, buf, sizeof(buf));
     assert_int_equal(rc, -EINVAL);
     assert_int_equal(tu_count_log_lines(buf), 1);
-    assert_int_equal(count_lines_with(buf, "not created by this pool"), 1);
+    /* said by the front end ("not a stream of this pool") since it checks
+     * streams itself, else by the backend ("not created by this pool") */
+    assert_int_equal(count_lines_with(buf, "this pool"), 1);
     assert_int_equal(ump_stream_destroy(pool, s1), 0);
     free(host);
     tu_pool_destroy(pool);
@@ -1091,11 +1094,17 @@ static void test_fake_host_chunks(void **state)
     assert_int_equal(be->map(b.ctx, va, 4 * M, h0), 0);
     assert_int_equal(be->map(b.ctx, va + 4 * M, 2 * M, h1), 0);
     assert_int_equal(be->map(b.ctx, va + 8 * M, 2 * M, hd), 0);
-    /* Every device reaches host memory, peers or not, and the CPU too. */
-    assert_int_equal(be->set_access_host(b.ctx, va, 6 * M, devs, 2), 0);
+    /* Every device reaches host memory, peers or not, and the CPU too; one
+     * call per location type (HOST_NUMA h0, HOST h1), as cuda.h wants the
+     * CPU named by the allocation's own type. */
+    assert_int_equal(be->set_access_host(b.ctx, va, 4 * M, devs, 2), 0);
+    assert_int_equal(be->set_access_host(b.ctx, va + 4 * M, 2 * M, devs, 2),
+                     0);
     tu_fill(va, 6 * M, 31);
     assert_int_equal(be->set_access(b.ctx, va, 6 * M, devs, 2), 0);
-    assert_int_equal(be->set_access_host(b.ctx, va, 6 * M, NULL, 0), 0);
+    assert_int_equal(be->set_access_host(b.ctx, va, 4 * M, NULL, 0), 0);
+    assert_int_equal(be->set_access_host(b.ctx, va + 4 * M, 2 * M, NULL, 0),
+                     0);
     /* Host access to a device's memory is the driver's to refuse. */
     tu_capture_start(&cap);
     int rc = be->set_access_host(b.ctx, va + 8 * M, 2 * M, devs + 1, 1);
@@ -1156,7 +1165,9 @@ static void test_fake_host_driver(void **state)
     assert_int_equal(fake_count("fd_creates"), fds);
     backend_close(&b);
 
-    /* A driver that wants HOST for the CPU: learnt once, then kept. */
+    /* A driver that wants HOST for the CPU even on HOST_NUMA memory: the
+     * chunk's own type is tried first, then the other, on every call (not
+     * learnt pool-wide: another chunk may be of the other type). */
     backend_open(&b, "cpuhost");
     assert_int_equal(b.be->reserve(b.ctx, 4 * M, 0, (void **)&va), 0);
     assert_int_equal(b.be->host_chunk_create(b.ctx, 0, 2 * M, &h), 0);
@@ -1169,7 +1180,7 @@ static void test_fake_host_driver(void **state)
     assert_int_equal(fake_count("set_access_calls"), calls + 2);
     assert_int_equal(b.be->set_access_host(b.ctx, va, 2 * M, (int[]){0}, 1),
                      0);
-    assert_int_equal(fake_count("set_access_calls"), calls + 3);
+    assert_int_equal(fake_count("set_access_calls"), calls + 4);
     va[0] = 1;
     assert_int_equal(b.be->set_access_host(b.ctx, va + 2 * M, 2 * M,
                                            (int[]){0}, 1), -EINVAL);
@@ -1193,10 +1204,196 @@ static void test_fake_host_driver(void **state)
     backend_close(&b);
 }
 
+/* GPU readiness 1: the host tier is gated per device on the driver's
+ * HOST_NUMA_ / HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED attributes, not on
+ * the driver's version: where a device says 0, host chunks of that type
+ * are -ENOTSUP without asking cuMemCreate, and why is said once. */
+static void test_fake_host_gate(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    const char *numa_attr =
+        "CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED";
+
+    /* The second device lacks it: the whole host tier's node chunks go. */
+    backend_open(&b, "devices=2,nohostnuma");
+    long creates = fake_count("creates");
+    check_host_create(&b, 0, 2 * M, -ENOTSUP, numa_attr);
+    check_host_create(&b, 0, 2 * M, -ENOTSUP, NULL); /* said once */
+    assert_int_equal(fake_count("creates"), creates);
+    check_host_create(&b, -1, 2 * M, 0, NULL); /* HOST still supported */
+    backend_close(&b);
+
+    backend_open(&b, "nohostvmm");
+    creates = fake_count("creates");
+    check_host_create(&b, -1, 2 * M, -ENOTSUP,
+                      "CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_"
+                      "SUPPORTED: is 0");
+    check_host_create(&b, -1, 2 * M, -ENOTSUP, NULL);
+    assert_int_equal(fake_count("creates"), creates);
+    check_host_create(&b, 0, 2 * M, 0, NULL);
+    backend_close(&b);
+
+    backend_open(&b, "nohostnuma,nohostvmm");
+    check_host_create(&b, 0, 2 * M, -ENOTSUP, numa_attr);
+    assert_int_equal(b.be->set_access_host(b.ctx, NULL, 2 * M, NULL, 0),
+                     -ENOTSUP);
+    backend_close(&b);
+}
+
+/* The host tier of a pool whose device refuses host chunks: an eviction
+ * to the host is -ENOTSUP, the data stays on the device intact, and the
+ * pool goes on and closes clean. */
+static void test_fake_host_gate_pool(void **state)
+{
+    (void)state;
+    char buf[8192];
+    ump_pool_t *pool = NULL;
+    void *p;
+
+    use_fake("devices=1,mem=32,hostmem=64,nohostnuma,nohostvmm");
+    assert_int_equal(ump_pool_create("backend:cuda,host_limit:32M", &pool),
+                     0);
+    ump_hints_t h = tu_hints(0);
+    h.flags = UMP_HINT_OFFLOAD;
+    assert_int_equal(ump_alloc(pool, 4 * TU_MIB, &h, &p), 0);
+    assert_int_equal(ump_acquire(pool, p, 0, 0, NULL), 0);
+    tu_fill(p, 4 * TU_MIB, 77);
+    assert_int_equal(ump_release(pool, p, 0), 0);
+    struct tu_capture cap;
+    tu_capture_start(&cap);
+    int rc = ump_evict(pool, p, 0, UMP_TIER_HOST);
+    int rc2 = ump_evict(pool, p, 0, UMP_TIER_HOST);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -ENOTSUP);
+    assert_int_equal(rc2, -ENOTSUP);
+    if (count_lines_with(buf, "the host tier is off") != 1)
+        fail_msg("want the host tier's reason once, got:\n%s", buf);
+    assert_int_equal(tu_info(pool, p).tier, UMP_TIER_DEVICE);
+    assert_int_equal(ump_acquire(pool, p, 0, 0, NULL), 0);
+    tu_assert_pattern(p, 4 * TU_MIB, 77);
+    assert_int_equal(ump_release(pool, p, 0), 0);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* A fake sysfs tree of host NUMA nodes only: node 0 with memory, node 1
+ * without (the GPU's), node 2 with memory and nearer node 1 than node 0. */
+static void fake_nodes_make(struct fake_sys *fs)
+{
+    snprintf(fs->root, sizeof(fs->root), "/tmp/umpool-sysfs-XXXXXX");
+    assert_non_null(mkdtemp(fs->root));
+    make_dirs(fs->root, "devices/system/node/node0");
+    make_dirs(fs->root, "devices/system/node/node1");
+    make_dirs(fs->root, "devices/system/node/node2");
+    put_file(fs->root, "devices/system/node/node0/meminfo",
+             "Node 0 MemTotal:       16384 kB\nNode 0 MemFree: 1 kB\n");
+    put_file(fs->root, "devices/system/node/node1/meminfo",
+             "Node 1 MemTotal:           0 kB\nNode 1 MemFree: 0 kB\n");
+    put_file(fs->root, "devices/system/node/node2/meminfo",
+             "Node 2 MemTotal:        8192 kB\n");
+    put_file(fs->root, "devices/system/node/node0/distance", "10 20 30\n");
+    put_file(fs->root, "devices/system/node/node1/distance", "20 10 15\n");
+    put_file(fs->root, "devices/system/node/node2/distance", "30 15 10\n");
+}
+
+/* GPU readiness 2: the device's host node comes from the driver's
+ * HOST_NUMA_ID, and host chunks for a node without memory are created on
+ * the nearest node with memory (cuMemCreate on a memoryless HOST_NUMA node
+ * crashes drivers before r595), said once. */
+static void test_fake_host_memoryless_node(void **state)
+{
+    (void)state;
+    struct fake_sys fs;
+    struct backend b;
+    const size_t M = TU_MIB;
+    char buf[4096];
+    ump_handle_t h;
+
+    assert_int_equal(cuda_sysfs_node_has_memory("/nonexistent", 0), -ENOENT);
+    fake_nodes_make(&fs);
+    assert_int_equal(cuda_sysfs_node_has_memory(fs.root, 0), 1);
+    assert_int_equal(cuda_sysfs_node_has_memory(fs.root, 1), 0);
+    assert_int_equal(cuda_sysfs_node_has_memory(fs.root, 3), 0);
+    assert_int_equal(cuda_sysfs_node_distance(fs.root, 1, 2), 15);
+    assert_int_equal(cuda_sysfs_node_distance(fs.root, 1, 3), -1);
+    assert_int_equal(setenv("UMPOOL_SYSFS_ROOT", fs.root, 1), 0);
+    int level = log_get_level();
+    log_set_level(UMP_LOG_INFO);
+
+    backend_open(&b, "hostnuma=1");
+    assert_int_equal(b.topo->dev[0].numa, 1);
+    assert_true(b.topo->nnuma >= 2);
+    for (int i = 0; i < 2; i++) {
+        struct tu_capture cap;
+        tu_capture_start(&cap);
+        int rc = b.be->host_chunk_create(b.ctx, 1, 2 * M, &h);
+        tu_capture_stop(&cap, buf, sizeof(buf));
+        assert_int_equal(rc, 0);
+        assert_int_equal(fake_count("last_host_node"), 2); /* nearest */
+        if (count_lines_with(buf, "node 1 has no memory") != (i == 0) ||
+            tu_count_log_lines(buf) != (i == 0))
+            fail_msg("want one line the first time only, got:\n%s", buf);
+        assert_int_equal(b.be->chunk_release(b.ctx, h), 0);
+    }
+    /* A node with memory is taken as asked. */
+    assert_int_equal(b.be->host_chunk_create(b.ctx, 0, 2 * M, &h), 0);
+    assert_int_equal(fake_count("last_host_node"), 0);
+    assert_int_equal(b.be->chunk_release(b.ctx, h), 0);
+    backend_close(&b);
+
+    log_set_level(level);
+    unsetenv("UMPOOL_SYSFS_ROOT");
+    fake_sys_remove(&fs);
+}
+
+/* GPU readiness 3: the CPU's access descriptor has the location type of
+ * the host chunk it is for (cuda.h refuses HOST_NUMA access to HOST
+ * memory), from the first call on and whatever chunk came before. */
+static void test_fake_cpu_access_type(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    ump_handle_t hn, hh;
+    char *va;
+
+    backend_open(&b, "devices=1");
+    assert_int_equal(b.be->reserve(b.ctx, 4 * M, 0, (void **)&va), 0);
+    assert_int_equal(b.be->host_chunk_create(b.ctx, 0, 2 * M, &hn), 0);
+    assert_int_equal(b.be->host_chunk_create(b.ctx, -1, 2 * M, &hh), 0);
+    assert_int_equal(b.be->map(b.ctx, va, 2 * M, hn), 0);
+    assert_int_equal(b.be->map(b.ctx, va + 2 * M, 2 * M, hh), 0);
+    long calls = fake_count("set_access_calls");
+    long refused = fake_count("cpu_refused");
+    for (int round = 0; round < 2; round++) {
+        assert_int_equal(b.be->set_access_host(b.ctx, va + 2 * M, 2 * M,
+                                               (int[]){0}, 1), 0);
+        assert_int_equal(fake_count("last_cpu_type"),
+                         CU_MEM_LOCATION_TYPE_HOST);
+        assert_int_equal(b.be->set_access_host(b.ctx, va, 2 * M, NULL, 0),
+                         0);
+        assert_int_equal(fake_count("last_cpu_type"),
+                         CU_MEM_LOCATION_TYPE_HOST_NUMA);
+    }
+    /* One call each, none refused. */
+    assert_int_equal(fake_count("set_access_calls"), calls + 4);
+    assert_int_equal(fake_count("cpu_refused"), refused);
+    va[0] = 1;
+    va[2 * M] = 2;
+    assert_int_equal(b.be->unmap(b.ctx, va, 4 * M), 0);
+    assert_int_equal(b.be->chunk_release(b.ctx, hn), 0);
+    assert_int_equal(b.be->chunk_release(b.ctx, hh), 0);
+    assert_int_equal(b.be->unreserve(b.ctx, va, 4 * M), 0);
+    backend_close(&b);
+}
+
 /* --- the fake driver: topology discovery -------------------------------- */
 
 struct opened {
-    struct cuda_api api;
+    struct cudrv_api api;
     CUcontext ctx[4];
     int ndev;
 };
@@ -1206,7 +1403,7 @@ static void open_fake(struct opened *o, const char *mode, int ndev)
     char why[256];
 
     use_fake(mode);
-    assert_int_equal(cuda_api_load(fake_path(), &o->api, why, sizeof(why)),
+    assert_int_equal(cudrv_load(fake_path(), &o->api, why, sizeof(why)),
                      0);
     assert_int_equal(o->api.cuInit(0), CUDA_SUCCESS);
     o->ndev = ndev;
@@ -1339,6 +1536,10 @@ NO_FAKE(test_fake_auto)
 NO_FAKE(test_fake_fork)
 NO_FAKE(test_fake_host_chunks)
 NO_FAKE(test_fake_host_driver)
+NO_FAKE(test_fake_host_gate)
+NO_FAKE(test_fake_host_gate_pool)
+NO_FAKE(test_fake_host_memoryless_node)
+NO_FAKE(test_fake_cpu_access_type)
 NO_FAKE(test_fake_tiers)
 NO_FAKE(test_fake_hostreg_refused)
 NO_FAKE(test_fake_topology_pcie)
@@ -1373,6 +1574,10 @@ int main(void)
         cmocka_unit_test_setup(test_fake_fork, test_setup),
         cmocka_unit_test_setup(test_fake_host_chunks, test_setup),
         cmocka_unit_test_setup(test_fake_host_driver, test_setup),
+        cmocka_unit_test_setup(test_fake_host_gate, test_setup),
+        cmocka_unit_test_setup(test_fake_host_gate_pool, test_setup),
+        cmocka_unit_test_setup(test_fake_host_memoryless_node, test_setup),
+        cmocka_unit_test_setup(test_fake_cpu_access_type, test_setup),
         cmocka_unit_test_setup(test_fake_topology_pcie, test_setup),
         cmocka_unit_test_setup(test_fake_topology_nvlink, test_setup),
     };

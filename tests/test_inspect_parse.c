@@ -4,7 +4,7 @@
  * the map encoding, the seqlock (its writer through pwrite); a corpus of
  * truncated and mutated snapshots through the fuzz target's entry point
  * (so that make check exercises it without libFuzzer); and the tool's
- * handling of segments (tools/inspect_seg.c: other owners, other pid
+ * handling of segments (tools/inspect/inspect_seg.c: other owners, other pid
  * namespaces, --clean against a replaced file) and of watch's rates.
  */
 #include "config.h"
@@ -30,7 +30,7 @@
 #include "inspect_fmt.h"
 #include "inspect_seg.h"
 #include "snapgen.h"
-#include "snapshot.h"
+#include "publish/snapshot.h"
 
 static const struct snapgen_opts gen = {FUZZ_UID, 4242, 0, 3, 0, 0, 0, 0};
 static const struct snap_expect ex_ok = {FUZZ_UID, FUZZ_UID, 0, 0, 0};
@@ -611,7 +611,7 @@ static void test_rates(void **state)
     free(buf);
 }
 
-/* ---- the tool's segments (tools/inspect_seg.c) ------------------------- */
+/* ---- the tool's segments (tools/inspect/inspect_seg.c) ------------------------- */
 
 struct shm_dir {
     char path[64];

@@ -22,8 +22,8 @@
 
 #include "testutil.h"
 
-#include "pool.h"
-#include "snapshot.h"
+#include "mem/pool.h"
+#include "publish/snapshot.h"
 
 #define CONF "backend:sim,sim_devices:2,sim_device_mem:64M"
 

@@ -14,8 +14,8 @@
 
 #include <cmocka.h>
 
-#include "crc32c.h"
-#include "nvme.h"
+#include "util/crc32c.h"
+#include "tier/nvme.h"
 #include "testutil.h"
 
 #define MIB ((size_t)1 << 20)

@@ -17,8 +17,8 @@
 
 #include "testutil.h"
 
-#include "../policies/builtin.h"
-#include "costmodel.h"
+#include "place/builtin.h"
+#include "topo/costmodel.h"
 
 #define DEV_MEM (256 * TU_MIB)
 #define DEV_CHUNKS (DEV_MEM / TU_CHUNK)

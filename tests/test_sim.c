@@ -17,8 +17,8 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
-#include "conf.h"
-#include "topology.h"
+#include "util/conf.h"
+#include "topo/topology.h"
 
 #define G ((size_t)2 << 20)
 #define MiB ((size_t)1 << 20)
@@ -1035,6 +1035,65 @@ static void test_fault_injection(void **state)
 }
 
 /* close frees whatever the caller left behind (ASan reports leaks). */
+static void never_run(void *arg)
+{
+    *(int *)arg = 1;
+}
+
+/* Stream handles are looked up in their context before they are touched:
+ * another context's stream, a destroyed one and a made-up pointer are
+ * -EINVAL everywhere (destroying another context's stream used to return 0
+ * and unlink it from the wrong list; a destroyed one used to be read). */
+static void test_stream_handles(void **state)
+{
+    struct ump_topology topo, topo2;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    void *ctx2 = open_sim(1, 64 * MiB, &topo2);
+    char buf[64], junk[64];
+    void *s, *s2, *ev;
+    int ran = 0;
+
+    (void)state;
+    memset(junk, 0, sizeof(junk));
+    assert_int_equal(B->stream_create(ctx, 0, &s), 0);
+    assert_int_equal(B->stream_create(ctx2, 0, &s2), 0);
+    assert_int_equal(B->event_create(ctx2, &ev), 0);
+
+    /* s is ctx's, not ctx2's. */
+    assert_int_equal(B->stream_destroy(ctx2, s), -EINVAL);
+    assert_int_equal(B->stream_sync(ctx2, s), -EINVAL);
+    assert_int_equal(B->memcpy_async(ctx2, buf, junk, 8, s), -EINVAL);
+    assert_int_equal(B->memset_async(ctx2, buf, 0, 8, s), -EINVAL);
+    assert_int_equal(B->host_func(ctx2, s, never_run, &ran), -EINVAL);
+    assert_int_equal(B->event_record(ctx2, ev, s), -EINVAL);
+    /* ... and still works in ctx. */
+    assert_int_equal(B->memset_async(ctx, buf, 5, sizeof(buf), s), 0);
+    assert_int_equal(B->stream_sync(ctx, s), 0);
+    assert_int_equal(buf[63], 5);
+
+    /* Destroyed: refused, never read. */
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+    assert_int_equal(B->stream_destroy(ctx, s), -EINVAL);
+    assert_int_equal(B->stream_sync(ctx, s), -EINVAL);
+    assert_int_equal(B->memcpy_async(ctx, buf, junk, 8, s), -EINVAL);
+    assert_int_equal(B->memset_async(ctx, buf, 0, 8, s), -EINVAL);
+    assert_int_equal(B->host_func(ctx, s, never_run, &ran), -EINVAL);
+
+    /* Made up. */
+    assert_int_equal(B->stream_destroy(ctx, junk), -EINVAL);
+    assert_int_equal(B->stream_sync(ctx, junk), -EINVAL);
+    assert_int_equal(B->event_record(ctx2, ev, junk), -EINVAL);
+
+    /* ctx2 kept its stream through all of it. */
+    assert_int_equal(B->event_record(ctx2, ev, s2), 0);
+    assert_int_equal(B->event_sync(ctx2, ev), 0);
+    assert_int_equal(B->event_destroy(ctx2, ev), 0);
+    assert_int_equal(B->stream_destroy(ctx2, s2), 0);
+    assert_int_equal(ran, 0);
+    B->close(ctx2);
+    B->close(ctx);
+}
+
 static void test_close_with_leftovers(void **state)
 {
     struct ump_topology topo;
@@ -1125,6 +1184,7 @@ int main(void)
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_default_stream),
         cmocka_unit_test(test_host_func_no_backend),
+        cmocka_unit_test(test_stream_handles),
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_close_with_leftovers),
         cmocka_unit_test(test_close_in_child),

@@ -7,7 +7,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "sizeclass.h"
+#include "mem/sizeclass.h"
 
 static void test_classes_increase_and_align(void **state)
 {

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,8 +26,9 @@
 
 #include <cmocka.h>
 
-#include "log.h"
-#include "topology.h"
+#include "util/log.h"
+#include "topo/topology.h"
+#include "umpool.h"
 
 #define GiB ((size_t)1 << 30)
 
@@ -624,6 +626,7 @@ struct scratch {
 
 static const char *const scratch_files[] = {
     "err.topo", "nul.topo", "max.topo", "big.topo", "mine.topo", "plain",
+    "fifo.topo",
 };
 
 static int scratch_setup(void **state)
@@ -802,6 +805,67 @@ static void test_resolve(void **state)
                      -ENOENT);
 }
 
+/* A test that would block forever fails instead: SIGALRM ends the program
+ * with a message (the harness counts it as a failure). */
+static void on_alarm(int sig)
+{
+    static const char msg[] = "test_topology: blocked on a fifo for 10 s\n";
+
+    (void)sig;
+    (void)!write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    _exit(99);
+}
+
+/* A FIFO (or any file that is not regular) is refused at once, with one
+ * line: opening it for reading used to wait for a writer forever. */
+static void test_not_regular(void **state)
+{
+    struct scratch *s = *state;
+    struct ump_topology *t = s->t;
+    char path[96], out[96];
+    struct capture c;
+
+    snprintf(path, sizeof(path), "%s/fifo.topo", s->dir);
+    assert_int_equal(mkfifo(path, 0600), 0);
+    signal(SIGALRM, on_alarm);
+    alarm(10);
+
+    memset(t, 0x5a, sizeof(*t));
+    assert_int_equal(CAPTURE(&c, topo_load_file(path, t)), -EINVAL);
+    assert_int_equal(count_lines(c.text), 1);
+    assert_non_null(strstr(c.text, path));
+    assert_non_null(strstr(c.text, "fifo"));
+    assert_int_equal(t->ndev, 0x5a5a5a5a);
+
+    /* Named as a path: refused by the resolution already. */
+    assert_int_equal(CAPTURE(&c, topo_resolve(path, out, sizeof(out))),
+                     -EINVAL);
+    assert_int_equal(count_lines(c.text), 1);
+    assert_non_null(strstr(c.text, "not a regular file"));
+
+    /* Found by name in a folder: not a match. */
+    assert_int_equal(setenv("UMPOOL_TOPOLOGY_DIR", s->dir, 1), 0);
+    assert_int_equal(CAPTURE(&c, topo_resolve("fifo", out, sizeof(out))),
+                     -ENOENT);
+    assert_int_equal(count_lines(c.text), 1);
+
+    /* A character device. */
+    assert_int_equal(CAPTURE(&c, topo_load_file("/dev/null", t)), -EINVAL);
+    assert_int_equal(count_lines(c.text), 1);
+    assert_non_null(strstr(c.text, "device"));
+
+    /* And through the public API: the pool is refused, not stuck. */
+    char conf[160];
+    ump_pool_t *pool = NULL;
+    snprintf(conf, sizeof(conf), "backend:sim,sim_topology:%s", path);
+    assert_true(CAPTURE(&c, ump_pool_create(conf, &pool)) < 0);
+    assert_null(pool);
+    assert_non_null(strstr(c.text, path));
+
+    alarm(0);
+    signal(SIGALRM, SIG_DFL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -819,6 +883,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_load_file, scratch_setup,
                                         scratch_teardown),
         cmocka_unit_test_setup_teardown(test_resolve, scratch_setup,
+                                        scratch_teardown),
+        cmocka_unit_test_setup_teardown(test_not_regular, scratch_setup,
                                         scratch_teardown),
     };
     const char *dir = getenv("UMPOOL_TOPOLOGY_DIR");

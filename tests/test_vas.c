@@ -9,7 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "vas.h"
+#include "mem/vas.h"
 
 #define G ((size_t)2 << 20)
 

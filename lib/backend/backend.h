@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../conf.h"
-#include "../topology.h"
+#include "util/conf.h"
+#include "topo/topology.h"
 
 typedef uint64_t ump_handle_t; /* a physical chunk */
 

@@ -76,6 +76,19 @@ static void held_by_kernel(struct fixture *f, size_t size,
     int during = 0, late = 0, enomem = 0;
 
     char *a = tu_alloc(f->pool, size, 0);
+    /* The first allocation below must return while the kernel runs, so it
+     * must not wait on the driver: creating, mapping or giving access to
+     * new memory may wait for the work in flight. A spare of A's size,
+     * allocated and freed before the kernel starts, leaves memory of that
+     * size mapped and cached in the pool (a parked run, or a slab object in
+     * the thread cache), which the first ump_alloc takes back with no driver
+     * call. It is allocated after A, and the same way as below (no hints),
+     * so that A cannot have taken it and the loop finds it. */
+    void *spare = NULL;
+    ump_ok(ump_alloc(f->pool, size, NULL, &spare));
+    uintptr_t spare_at = (uintptr_t)spare;
+    ump_ok(ump_free(f->pool, spare));
+    uintptr_t first = 0; /* the first allocation below: the spare, likely */
     gpu_result_init(f->pool, f->s1, f->res);
     gpu_ok(gk_spin_fill_check(f->rtdev, f->s1, a, size, 1, 2, SPIN_MS,
                               f->res));
@@ -96,6 +109,8 @@ static void held_by_kernel(struct fixture *f, size_t size,
             }
             if (rc != 0)
                 fail_msg("ump_alloc(%zu) = %d (%s)", sz, rc, ump_strerror(rc));
+            if (!first)
+                first = (uintptr_t)q;
             live[f->nlive++] = q;
             if (gpu_overlaps(q, sz, a, size)) {
                 if (running)
@@ -118,7 +133,11 @@ static void held_by_kernel(struct fixture *f, size_t size,
                   "-ENOMEM\n", during, late, enomem);
     if (during == 0)
         fail_msg("the kernel finished before the first allocation returned: "
-                 "nothing was tested (SPIN_MS too short?)");
+                 "nothing was tested (SPIN_MS too short?%s)",
+                 first && first != spare_at
+                     ? " the first allocation did not reuse the spare, so "
+                       "it may have waited on the driver"
+                     : "");
 
     ump_ok(ump_stream_synchronize(f->pool, f->s1));
     ump_ok(ump_stream_synchronize(f->pool, f->s2));

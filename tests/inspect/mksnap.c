@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "snapgen.h"
-#include "snapshot.h"
+#include "publish/snapshot.h"
 
 static int usage(void)
 {

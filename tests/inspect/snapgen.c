@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "snapgen.h"
-#include "snapshot.h"
+#include "publish/snapshot.h"
 #include "umpool.h"
 
 #define MIB (1ull << 20)

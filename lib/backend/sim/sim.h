@@ -1,0 +1,64 @@
+/*
+ * Internal to the sim backend: what sim.c (memory) and sim_stream.c (streams
+ * and events) share. Nothing outside lib/backend/sim*.c includes this.
+ */
+#ifndef UMP_SIM_H
+#define UMP_SIM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct sim_stream;
+struct sim_event;
+
+/* Every stream and event of one backend context, so that close can drain
+ * and free what the caller did not destroy. Every stream call looks its
+ * handle up in this list, by value, before touching it: another context's
+ * stream, a destroyed one or any other pointer is -EINVAL, never read. */
+struct sim_streams {
+    pthread_mutex_t lock; /* guards the two lists; taken before a stream's */
+    struct sim_stream *streams;
+    struct sim_event *events;
+    int ndev;
+};
+
+/* The registry of the context (sim.c). */
+struct sim_streams *sim_streams_of(void *ctx);
+/* 0 when [p, p + size) may be touched by a copy: outside every reservation
+ * (host memory), or mapped with access granted. -EINVAL (logged) otherwise.
+ * Takes the context's lock. */
+int sim_check_range(void *ctx, const void *p, size_t size);
+
+/* Where the device sees p: when p lies in a chunk mapped with access, the
+ * same bytes in the window that maps the chunk's memfd whole, and in *len_p
+ * how many bytes from p the chunk runs on (at most max). NULL otherwise.
+ * Takes the context's lock. */
+char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p);
+
+/* Logs and returns -EPERM when the calling thread runs a host function:
+ * CUDA does not permit driver calls there, so sim refuses them. Else 0. */
+int sim_check_caller(const char *op);
+
+int sim_streams_init(struct sim_streams *ss, int ndev);
+/* Drains and joins every stream still alive, frees every event. */
+void sim_streams_fini(struct sim_streams *ss);
+/* In a forked child: frees the memory only; no lock, no join. */
+void sim_streams_forget(struct sim_streams *ss);
+
+int sim_stream_create(void *ctx, int device, void **stream_p);
+int sim_stream_destroy(void *ctx, void *stream);
+int sim_stream_sync(void *ctx, void *stream);
+int sim_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
+                     void *stream);
+int sim_memset_async(void *ctx, void *dst, int value, size_t size,
+                     void *stream);
+int sim_host_func(void *ctx, void *stream, void (*fn)(void *), void *arg);
+int sim_event_create(void *ctx, void **event_p);
+int sim_event_destroy(void *ctx, void *event);
+int sim_event_record(void *ctx, void *event, void *stream);
+int sim_event_query(void *ctx, void *event);
+int sim_event_sync(void *ctx, void *event);
+
+#endif

@@ -1,0 +1,724 @@
+/*
+ * Sim streams and events.
+ *
+ * A stream is a FIFO of operations (copy, memset, host function) run one
+ * after another by the stream's own worker thread, so work on one stream is
+ * ordered and work on different streams overlaps, as on a GPU.
+ *
+ * Stream NULL, the default stream, is synchronous on sim: the operation runs
+ * in the calling thread before the call returns, stream_sync(NULL) returns at
+ * once and an event recorded on it is complete. Unlike CUDA's legacy default
+ * stream it does not wait for work queued on other streams: code that needs
+ * that order must synchronise explicitly, which is also correct on cuda.
+ *
+ * A stream numbers its operations: "queued" counts those enqueued, "finished"
+ * those done. Recording an event notes the stream and its current "queued";
+ * the event is complete once "finished" reaches that number. An event holds
+ * a reference on the stream, so it stays valid after stream_destroy.
+ *
+ * A stream handle is looked up by value in its context's registry before it
+ * is touched (stream_get): a destroyed stream, another context's stream or
+ * any other pointer is -EINVAL and never dereferenced. Destroy takes the
+ * stream out of the registry first, so a second destroy finds nothing.
+ *
+ * Strictness, to catch bugs above without a GPU:
+ *  - a host function must not call the backend (CUDA does not permit driver
+ *    calls there): such calls fail with -EPERM;
+ *  - a copy or memset is checked when queued: bytes inside a reservation
+ *    must be mapped with access, and copy ranges must not overlap.
+ *
+ * Lock order: registry lock alone; event lock, then stream lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "util/internal.h"
+#include "util/log.h"
+#include "backend/sim/sim.h"
+
+#define EVENT_MAGIC 0x53494d45u  /* "SIME" */
+
+enum sim_op_kind { OP_COPY, OP_SET, OP_FUNC };
+
+struct sim_op {
+    enum sim_op_kind kind;
+    void *ctx;
+    void *dst;
+    const void *src;
+    size_t size;
+    int value;
+    void (*fn)(void *);
+    void *arg;
+    struct sim_op *next;
+};
+
+struct sim_stream {
+    pthread_mutex_t lock;
+    pthread_cond_t work; /* an operation was queued, or stop was set */
+    pthread_cond_t done; /* an operation finished */
+    pthread_t thread;
+    int device;
+    struct sim_op *head, *tail;
+    uint64_t queued, finished;
+    bool stop;   /* the worker exits once the queue is empty */
+    bool dying;  /* destroy has begun: no new work */
+    /* the registry's, plus one per event recorded on it and one per call
+     * using it (stream_get) */
+    atomic_int refs;
+    struct sim_stream *prev, *next; /* registry */
+};
+
+struct sim_event {
+    unsigned magic;
+    pthread_mutex_t lock;
+    struct sim_stream *stream; /* NULL: nothing pending */
+    uint64_t target;           /* complete once stream->finished reaches it */
+    struct sim_event *prev, *next; /* registry */
+};
+
+static _Thread_local bool in_host_func;
+
+int sim_check_caller(const char *op)
+{
+    if (!in_host_func)
+        return 0;
+    ump_log_error("sim: %s called from a host function (cuda does not permit "
+                  "driver calls there)", op);
+    return -EPERM;
+}
+
+/*
+ * Copies and sets reach pool memory through the device's view of it (the
+ * windows of sim_view_of), not through the pool's addresses. The pool maps
+ * a chunk afresh at every move between tiers, and the first touch of a
+ * fresh mapping faults in each 4 KiB page table entry: a cost a GPU's copy
+ * engine never pays (cuMemMap fills its page tables), and one that would
+ * cut the copy to a fifth of memcpy here. The windows stay populated.
+ */
+static void copy_run(void *ctx, char *dst, const char *src, size_t size)
+{
+    while (size) {
+        size_t n = size;
+        char *d = sim_view_of(ctx, dst, n, &n);
+        const char *s = sim_view_of(ctx, src, n, &n);
+
+        memcpy(d ? d : dst, s ? s : src, n);
+        dst += n;
+        src += n;
+        size -= n;
+    }
+}
+
+static void set_run(void *ctx, char *dst, int value, size_t size)
+{
+    while (size) {
+        size_t n = size;
+        char *d = sim_view_of(ctx, dst, n, &n);
+
+        memset(d ? d : dst, value, n);
+        dst += n;
+        size -= n;
+    }
+}
+
+static void op_run(const struct sim_op *op)
+{
+    switch (op->kind) {
+    case OP_COPY:
+        copy_run(op->ctx, op->dst, op->src, op->size);
+        break;
+    case OP_SET:
+        set_run(op->ctx, op->dst, op->value, op->size);
+        break;
+    case OP_FUNC:
+        in_host_func = true;
+        op->fn(op->arg);
+        in_host_func = false;
+        break;
+    }
+}
+
+/* Frees a stream once nobody refers to it; its worker has been joined. */
+static void stream_unref(struct sim_stream *s)
+{
+    if (atomic_fetch_sub(&s->refs, 1) != 1)
+        return;
+    pthread_cond_destroy(&s->done);
+    pthread_cond_destroy(&s->work);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+}
+
+static void *stream_main(void *arg)
+{
+    struct sim_stream *s = arg;
+    struct sim_op *op;
+
+    pthread_mutex_lock(&s->lock);
+    for (;;) {
+        while (!s->head && !s->stop)
+            pthread_cond_wait(&s->work, &s->lock);
+        op = s->head;
+        if (!op)
+            break;
+        s->head = op->next;
+        if (!s->head)
+            s->tail = NULL;
+        pthread_mutex_unlock(&s->lock);
+        op_run(op);
+        free(op);
+        pthread_mutex_lock(&s->lock);
+        s->finished++;
+        pthread_cond_broadcast(&s->done);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* The live stream of ss whose handle is stream, with a reference the
+ * caller drops with stream_unref; NULL (logged) when there is none. The
+ * handle is compared, never dereferenced, so a freed one is harmless. */
+static struct sim_stream *stream_get(struct sim_streams *ss, void *stream,
+                                     const char *op)
+{
+    struct sim_stream *s;
+
+    pthread_mutex_lock(&ss->lock);
+    for (s = ss->streams; s && s != stream; s = s->next)
+        ;
+    if (s)
+        atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_unlock(&ss->lock);
+    if (!s)
+        ump_log_error("sim: %s: %p is not a live stream of this context", op,
+                      stream);
+    return s;
+}
+
+static struct sim_event *event_of(void *event, const char *op)
+{
+    struct sim_event *ev = event;
+
+    if (!ev || ev->magic != EVENT_MAGIC) {
+        ump_log_error("sim: %s: %p is not an event", op, event);
+        return NULL;
+    }
+    return ev;
+}
+
+int sim_streams_init(struct sim_streams *ss, int ndev)
+{
+    int err = pthread_mutex_init(&ss->lock, NULL);
+
+    if (err) {
+        ump_log_error("sim: pthread_mutex_init: %s", strerror(err));
+        return -err;
+    }
+    ss->streams = NULL;
+    ss->events = NULL;
+    ss->ndev = ndev;
+    return 0;
+}
+
+/* Stops the worker after the queued work and joins it; the stream is out of
+ * the registry or about to leave it. */
+static void stream_stop(struct sim_stream *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->stop = true;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    pthread_join(s->thread, NULL);
+}
+
+static void event_free(struct sim_event *ev)
+{
+    ev->magic = 0;
+    if (ev->stream)
+        stream_unref(ev->stream);
+    pthread_mutex_destroy(&ev->lock);
+    free(ev);
+}
+
+void sim_streams_fini(struct sim_streams *ss)
+{
+    struct sim_stream *s;
+    struct sim_event *ev;
+
+    /* One at a time, without the registry lock while joining. */
+    for (;;) {
+        pthread_mutex_lock(&ss->lock);
+        s = ss->streams;
+        if (s) {
+            ss->streams = s->next;
+            if (s->next)
+                s->next->prev = NULL;
+        }
+        pthread_mutex_unlock(&ss->lock);
+        if (!s)
+            break;
+        pthread_mutex_lock(&s->lock);
+        s->dying = true;
+        pthread_mutex_unlock(&s->lock);
+        stream_stop(s);
+        stream_unref(s);
+    }
+    while ((ev = ss->events)) {
+        ss->events = ev->next;
+        event_free(ev);
+    }
+    pthread_mutex_destroy(&ss->lock);
+}
+
+/* In a forked child nothing may be locked or destroyed: free memory only. */
+void sim_streams_forget(struct sim_streams *ss)
+{
+    struct sim_stream *s, *sn;
+    struct sim_event *ev, *evn;
+    struct sim_op *op, *opn;
+
+    for (ev = ss->events; ev; ev = evn) {
+        evn = ev->next;
+        if (ev->stream && atomic_fetch_sub(&ev->stream->refs, 1) == 1)
+            free(ev->stream);
+        free(ev);
+    }
+    for (s = ss->streams; s; s = sn) {
+        sn = s->next;
+        for (op = s->head; op; op = opn) {
+            opn = op->next;
+            free(op);
+        }
+        if (atomic_fetch_sub(&s->refs, 1) == 1)
+            free(s);
+    }
+    ss->streams = NULL;
+    ss->events = NULL;
+}
+
+int sim_stream_create(void *ctx, int device, void **stream_p)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_stream *s;
+    char name[16];
+    int err;
+
+    err = sim_check_caller("stream_create");
+    if (err)
+        return err;
+    if (device < 0 || device >= ss->ndev) {
+        ump_log_error("sim: stream_create: no device %d (have %d)", device,
+                      ss->ndev);
+        return -EINVAL;
+    }
+    s = calloc(1, sizeof(*s));
+    if (!s) {
+        ump_log_error("sim: out of host memory for a stream");
+        return -ENOMEM;
+    }
+    s->device = device;
+    atomic_init(&s->refs, 1);
+    err = pthread_mutex_init(&s->lock, NULL);
+    if (err)
+        goto err_free;
+    err = pthread_cond_init(&s->work, NULL);
+    if (err)
+        goto err_mutex;
+    err = pthread_cond_init(&s->done, NULL);
+    if (err)
+        goto err_work;
+    err = pthread_create(&s->thread, NULL, stream_main, s);
+    if (err)
+        goto err_done;
+    snprintf(name, sizeof(name), "umpool-sim-%d", device % 100);
+    pthread_setname_np(s->thread, name);
+
+    pthread_mutex_lock(&ss->lock);
+    s->next = ss->streams;
+    if (s->next)
+        s->next->prev = s;
+    ss->streams = s;
+    pthread_mutex_unlock(&ss->lock);
+    *stream_p = s;
+    return 0;
+
+err_done:
+    pthread_cond_destroy(&s->done);
+err_work:
+    pthread_cond_destroy(&s->work);
+err_mutex:
+    pthread_mutex_destroy(&s->lock);
+err_free:
+    free(s);
+    ump_log_error("sim: cannot create a stream: %s", strerror(err));
+    return -err;
+}
+
+int sim_stream_destroy(void *ctx, void *stream)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_stream *s;
+    int err;
+
+    err = sim_check_caller("stream_destroy");
+    if (err)
+        return err;
+    if (!stream) {
+        ump_log_error("sim: stream_destroy: the default stream cannot be "
+                      "destroyed");
+        return -EINVAL;
+    }
+    /* Out of the registry first, found by value: from here on no call can
+     * find it, and a second destroy fails without touching it. */
+    pthread_mutex_lock(&ss->lock);
+    for (s = ss->streams; s && s != stream; s = s->next)
+        ;
+    if (s) {
+        if (s->prev)
+            s->prev->next = s->next;
+        else
+            ss->streams = s->next;
+        if (s->next)
+            s->next->prev = s->prev;
+    }
+    pthread_mutex_unlock(&ss->lock);
+    if (!s) {
+        ump_log_error("sim: stream_destroy: %p is not a live stream of this "
+                      "context", stream);
+        return -EINVAL;
+    }
+    /* Calls that found it before still hold references: they see dying. */
+    pthread_mutex_lock(&s->lock);
+    s->dying = true;
+    pthread_mutex_unlock(&s->lock);
+    stream_stop(s);
+    stream_unref(s);
+    return 0;
+}
+
+int sim_stream_sync(void *ctx, void *stream)
+{
+    struct sim_stream *s;
+    uint64_t target;
+    int err;
+
+    err = sim_check_caller("stream_sync");
+    if (err)
+        return err;
+    if (!stream)
+        return 0;
+    s = stream_get(sim_streams_of(ctx), stream, "stream_sync");
+    if (!s)
+        return -EINVAL;
+    pthread_mutex_lock(&s->lock);
+    target = s->queued;
+    while (s->finished < target)
+        pthread_cond_wait(&s->done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    stream_unref(s);
+    return 0;
+}
+
+/* Runs op now on the default stream (s NULL), else queues a copy of it on
+ * s, which the caller holds a reference on. */
+static int submit(struct sim_stream *s, const struct sim_op *tmpl,
+                  const char *name)
+{
+    struct sim_op *op;
+
+    if (!s) {
+        op_run(tmpl);
+        return 0;
+    }
+    op = malloc(sizeof(*op));
+    if (!op) {
+        ump_log_error("sim: %s: out of host memory", name);
+        return -ENOMEM;
+    }
+    *op = *tmpl;
+    op->next = NULL;
+    pthread_mutex_lock(&s->lock);
+    if (s->dying) {
+        pthread_mutex_unlock(&s->lock);
+        free(op);
+        ump_log_error("sim: %s: stream %p is being destroyed", name,
+                      (void *)s);
+        return -EINVAL;
+    }
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    s->queued++;
+    pthread_cond_signal(&s->work);
+    pthread_mutex_unlock(&s->lock);
+    return 0;
+}
+
+int sim_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
+                     void *stream)
+{
+    struct sim_op op = {.kind = OP_COPY, .ctx = ctx, .dst = dst, .src = src,
+                        .size = size};
+    uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
+    struct sim_stream *st = NULL;
+    int err;
+
+    err = sim_check_caller("memcpy_async");
+    if (err)
+        return err;
+    if (stream) {
+        st = stream_get(sim_streams_of(ctx), stream, "memcpy_async");
+        if (!st)
+            return -EINVAL;
+    }
+    if (!size)
+        goto out;
+    err = -EINVAL;
+    if (!dst || !src) {
+        ump_log_error("sim: memcpy_async: NULL %s", dst ? "source" : "dest");
+        goto out;
+    }
+    err = sim_check_range(ctx, dst, size);
+    if (!err)
+        err = sim_check_range(ctx, src, size);
+    if (err)
+        goto out;
+    if (d < s + size && s < d + size) {
+        ump_log_error("sim: memcpy_async: [%p, +%zu) and [%p, +%zu) overlap",
+                      dst, size, src, size);
+        err = -EINVAL;
+        goto out;
+    }
+    err = submit(st, &op, "memcpy_async");
+out:
+    if (st)
+        stream_unref(st);
+    return err;
+}
+
+int sim_memset_async(void *ctx, void *dst, int value, size_t size,
+                     void *stream)
+{
+    struct sim_op op = {.kind = OP_SET, .ctx = ctx, .dst = dst, .value = value,
+                        .size = size};
+    struct sim_stream *st = NULL;
+    int err;
+
+    err = sim_check_caller("memset_async");
+    if (err)
+        return err;
+    if (stream) {
+        st = stream_get(sim_streams_of(ctx), stream, "memset_async");
+        if (!st)
+            return -EINVAL;
+    }
+    if (!size)
+        goto out;
+    if (!dst) {
+        ump_log_error("sim: memset_async: NULL destination");
+        err = -EINVAL;
+        goto out;
+    }
+    err = sim_check_range(ctx, dst, size);
+    if (!err)
+        err = submit(st, &op, "memset_async");
+out:
+    if (st)
+        stream_unref(st);
+    return err;
+}
+
+int sim_host_func(void *ctx, void *stream, void (*fn)(void *), void *arg)
+{
+    struct sim_op op = {.kind = OP_FUNC, .fn = fn, .arg = arg};
+    struct sim_stream *st = NULL;
+    int err;
+
+    err = sim_check_caller("host_func");
+    if (err)
+        return err;
+    if (!fn) {
+        ump_log_error("sim: host_func: NULL function");
+        return -EINVAL;
+    }
+    if (stream) {
+        st = stream_get(sim_streams_of(ctx), stream, "host_func");
+        if (!st)
+            return -EINVAL;
+    }
+    err = submit(st, &op, "host_func");
+    if (st)
+        stream_unref(st);
+    return err;
+}
+
+int sim_event_create(void *ctx, void **event_p)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_event *ev;
+    int err;
+
+    err = sim_check_caller("event_create");
+    if (err)
+        return err;
+    ev = calloc(1, sizeof(*ev));
+    if (!ev) {
+        ump_log_error("sim: out of host memory for an event");
+        return -ENOMEM;
+    }
+    err = pthread_mutex_init(&ev->lock, NULL);
+    if (err) {
+        ump_log_error("sim: pthread_mutex_init: %s", strerror(err));
+        free(ev);
+        return -err;
+    }
+    ev->magic = EVENT_MAGIC;
+    pthread_mutex_lock(&ss->lock);
+    ev->next = ss->events;
+    if (ev->next)
+        ev->next->prev = ev;
+    ss->events = ev;
+    pthread_mutex_unlock(&ss->lock);
+    *event_p = ev;
+    return 0;
+}
+
+int sim_event_destroy(void *ctx, void *event)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    struct sim_event *ev;
+    int err;
+
+    err = sim_check_caller("event_destroy");
+    if (err)
+        return err;
+    ev = event_of(event, "event_destroy");
+    if (!ev)
+        return -EINVAL;
+    pthread_mutex_lock(&ss->lock);
+    if (ev->prev)
+        ev->prev->next = ev->next;
+    else
+        ss->events = ev->next;
+    if (ev->next)
+        ev->next->prev = ev->prev;
+    pthread_mutex_unlock(&ss->lock);
+    event_free(ev);
+    return 0;
+}
+
+int sim_event_record(void *ctx, void *event, void *stream)
+{
+    struct sim_stream *s = NULL, *old;
+    struct sim_event *ev;
+    uint64_t target = 0;
+    bool pending;
+    int err;
+
+    err = sim_check_caller("event_record");
+    if (err)
+        return err;
+    ev = event_of(event, "event_record");
+    if (!ev)
+        return -EINVAL;
+    if (stream) {
+        s = stream_get(sim_streams_of(ctx), stream, "event_record");
+        if (!s)
+            return -EINVAL;
+        pthread_mutex_lock(&s->lock);
+        if (s->dying) {
+            pthread_mutex_unlock(&s->lock);
+            stream_unref(s);
+            ump_log_error("sim: event_record: stream %p is being destroyed",
+                          stream);
+            return -EINVAL;
+        }
+        target = s->queued;
+        pending = s->finished < target;
+        pthread_mutex_unlock(&s->lock);
+        if (!pending) {
+            stream_unref(s); /* nothing pending: complete already */
+            s = NULL;
+        } /* else the reference stream_get took is the event's */
+    }
+    pthread_mutex_lock(&ev->lock);
+    old = ev->stream;
+    ev->stream = s;
+    ev->target = target;
+    pthread_mutex_unlock(&ev->lock);
+    if (old)
+        stream_unref(old);
+    return 0;
+}
+
+int sim_event_query(void *ctx, void *event)
+{
+    struct sim_stream *s, *drop = NULL;
+    struct sim_event *ev;
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("event_query");
+    if (err)
+        return err;
+    ev = event_of(event, "event_query");
+    if (!ev)
+        return -EINVAL;
+    pthread_mutex_lock(&ev->lock);
+    s = ev->stream;
+    if (s) {
+        pthread_mutex_lock(&s->lock);
+        err = s->finished >= ev->target ? 0 : -EAGAIN;
+        pthread_mutex_unlock(&s->lock);
+        if (!err) {
+            /* Done: let go of the stream early. */
+            ev->stream = NULL;
+            drop = s;
+        }
+    }
+    pthread_mutex_unlock(&ev->lock);
+    if (drop)
+        stream_unref(drop);
+    return err;
+}
+
+int sim_event_sync(void *ctx, void *event)
+{
+    struct sim_stream *s;
+    struct sim_event *ev;
+    uint64_t target;
+    int err;
+
+    (void)ctx;
+    err = sim_check_caller("event_sync");
+    if (err)
+        return err;
+    ev = event_of(event, "event_sync");
+    if (!ev)
+        return -EINVAL;
+    pthread_mutex_lock(&ev->lock);
+    s = ev->stream;
+    target = ev->target;
+    if (s)
+        atomic_fetch_add(&s->refs, 1);
+    pthread_mutex_unlock(&ev->lock);
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->lock);
+    while (s->finished < target)
+        pthread_cond_wait(&s->done, &s->lock);
+    pthread_mutex_unlock(&s->lock);
+    stream_unref(s);
+    return 0;
+}

@@ -1,0 +1,629 @@
+/*
+ * ump_alloc, ump_free, ump_free_async and ump_ptr_info. Cached sizes are
+ * served from the calling thread's cache (tcache.h) with no lock shared
+ * between threads; everything else takes pool->lock.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+
+#include "mem/chunks.h"
+#include "tier/offload.h"
+#include "place/policy.h"
+#include "mem/slab.h"
+#include "front/tcache.h"
+#include "front/check.h"
+#include "front/front.h"
+#include "mem/pending.h"
+#include "front/stream.h"
+
+static int bad_arg(const char *fn, const char *what)
+{
+    ump_log_error("%s: %s", fn, what);
+    return -EINVAL;
+}
+
+/* Turns the hints into a placement request with the pool's default
+ * policy, or "local"; a policy named otherwise is left in *spec_p, to be
+ * looked up under the lock. */
+static int read_hints(ump_pool_t *pool, const struct tcache *tc,
+                      const ump_hints_t *h, size_t size, struct place_req *pr,
+                      const char **spec_p)
+{
+    pr->req = (ump_place_request_t){.size = size,
+                                    .chunk_size = pool->chunk_size,
+                                    .device = tc->device,
+                                    .access = UMP_ACCESS_PRIVATE};
+    pr->policy = pool->place.dflt;
+    *spec_p = NULL;
+    if (!h)
+        return 0;
+    if (h->flags & ~(UMP_HINT_NO_SPILL | UMP_HINT_OFFLOAD)) {
+        ump_log_error("ump_alloc: unknown hint flags 0x%x", h->flags);
+        return -EINVAL;
+    }
+    if (h->access < UMP_ACCESS_PRIVATE || h->access > UMP_ACCESS_STREAMING) {
+        ump_log_error("ump_alloc: unknown access pattern %d", h->access);
+        return -EINVAL;
+    }
+    if (h->device != UMP_DEVICE_CURRENT) {
+        if (h->device < 0 || h->device >= pool->ndev) {
+            ump_log_error("ump_alloc: device %d out of range (0..%d)",
+                          h->device, pool->ndev - 1);
+            return -EINVAL;
+        }
+        pr->req.device = h->device;
+    }
+    pr->req.flags = h->flags;
+    pr->req.group = h->group;
+    pr->req.access = h->access;
+    if (h->policy) {
+        if (!strcmp(h->policy, "local"))
+            pr->policy = pool->place.local;
+        else
+            *spec_p = h->policy;
+    }
+    return 0;
+}
+
+/* Looks up a policy named by hints. Pool lock held. */
+static int hinted_policy(ump_pool_t *pool, const char *spec,
+                         struct place_req *pr)
+{
+    if (!spec)
+        return 0;
+    size_t avail[UMP_MAX_DEVICES];
+    chunks_available_all(pool, avail);
+    return policy_get(&pool->place, spec, avail, &pr->policy);
+}
+
+static void oom(ump_pool_t *pool, size_t size, int dev)
+{
+    ump_log_info("out of memory: %zu bytes for device %d (%d devices full)",
+                 size, dev, pool->ndev);
+}
+
+/* --- counting ----------------------------------------------------------- */
+
+/* What a count records: an allocation, a free, or a free taken back (a
+ * deferred free that could not be queued: the allocation stays live and
+ * was never freed, so the free count goes down, the allocation count
+ * does not go up). */
+enum { COUNT_ALLOC = 1, COUNT_FREE = -1, COUNT_UNFREE = 2 };
+
+/* +1 or -1: the direction of the live bytes. */
+static int live_sign(int what) { return what == COUNT_FREE ? -1 : 1; }
+
+/* The counter `what` moves, and by how much (mod 2^64). */
+static void count_event(_Atomic uint64_t *allocs, _Atomic uint64_t *frees,
+                        int what)
+{
+    if (what == COUNT_ALLOC)
+        ctr_add_u(allocs, 1);
+    else
+        ctr_add_u(frees, what == COUNT_FREE ? 1 : UINT64_MAX);
+}
+
+/* Counts one allocation, free or taken-back free (`what`, COUNT_*) of bin
+ * b on device d in the owner's counters: the bin's own when it exists.
+ * Between tc_enter/exit. */
+static void count_bin(struct tcache *tc, int d, unsigned b, size_t bytes,
+                      int what)
+{
+    struct tc_bin *bin = tcache_bin(tc, d, b);
+    if (ump_likely(bin != NULL)) {
+        count_event(&bin->allocs, &bin->frees, what);
+        return;
+    }
+    struct counters *c = &tc->cnt[d];
+    ctr_add_i(&c->live_bytes, live_sign(what) * (int64_t)bytes);
+    count_event(&c->allocs, &c->frees, what);
+}
+
+static size_t run_bin(const ump_pool_t *pool, size_t n)
+{
+    return pool->nsmall + n - 1;
+}
+
+static bool run_cacheable(const struct run *r)
+{
+    return !r->mixed && r->n <= RUN_TCACHE_MAX;
+}
+
+/* Counts a run (what: COUNT_*). Runs a thread may cache count in their
+ * bin; the others per device of their chunks (a live run's chunks do not
+ * change, so no lock is needed to read them). */
+static void count_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
+                      int what)
+{
+    size_t bytes = r->n << pool->chunk_shift;
+    int sign = live_sign(what);
+    tc_enter(tc);
+    if (run_cacheable(r)) {
+        count_bin(tc, r->device, (unsigned)run_bin(pool, r->n), bytes, what);
+    } else if (!r->mixed) {
+        ctr_add_i(&tc->cnt[r->device].live_bytes, sign * (int64_t)bytes);
+    } else {
+        for (size_t g = r->start; g < r->start + r->n; g++)
+            ctr_add_i(&tc->cnt[r->res ? offload_home(r, g - r->start)
+                                      : chunks_device(pool, g)].live_bytes,
+                      sign * (int64_t)pool->chunk_size);
+    }
+    if (!run_cacheable(r))
+        count_event(&tc->cnt[r->device].allocs, &tc->cnt[r->device].frees,
+                    what);
+    tc_exit(tc);
+}
+
+/* --- small sizes: slab objects ------------------------------------------ */
+
+static void give_object(const struct obj_ref *it, size_t size, void **ptr_p)
+{
+    struct slab *s = it->meta;
+    atomic_store_explicit(&s->word[it->idx], obj_word(OBJ_LIVE, size),
+                          memory_order_release);
+    *ptr_p = it->ptr;
+}
+
+static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
+                            const ump_place_request_t *req, unsigned cls,
+                            void **ptr_p)
+{
+    int dev = req->device;
+    size_t size = req->size;
+    struct obj_ref items[64];
+    tc_enter(tc);
+    struct tc_bin *bin = tcache_bin(tc, dev, cls);
+    /* Fill the bin: a fresh slab hands out consecutive objects, so a whole
+     * bin's object words share cache lines with no other thread's. */
+    unsigned batch = bin && bin->cap > 1 ? bin->cap : 1;
+    tc_exit(tc);
+
+    unsigned n;
+    int got;
+    pthread_mutex_lock(&pool->lock);
+    pool_poll_pending(pool, false);
+    int rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
+    if (rc == -ENOMEM) { /* what other threads park may be enough */
+        pool_flush_tcaches(pool);
+        rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    /* Moving offloadable memory down makes room: only when it would fail,
+     * and a few rounds at most (each frees a chunk's worth or more). */
+    for (int round = 0; rc == -ENOMEM && round < OFFLOAD_ROUNDS &&
+                        !offload_make_room(pool, dev, pool->chunk_size);
+         round++) {
+        pthread_mutex_lock(&pool->lock);
+        rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    if (rc) {
+        if (rc == -ENOMEM)
+            oom(pool, size, dev);
+        return rc;
+    }
+    unsigned i = 1;
+    tc_enter(tc);
+    struct tc_bin *b = tcache_bin(tc, got, cls);
+    for (; b && i < n && b->count < b->cap; i++)
+        b->items[b->count++] = items[i];
+    count_bin(tc, got, cls, sc_size(cls), COUNT_ALLOC);
+    tc_exit(tc);
+    if (i < n) {
+        pthread_mutex_lock(&pool->lock);
+        for (; i < n; i++)
+            slab_put(pool, items[i].meta, items[i].idx);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    give_object(&items[0], size, ptr_p);
+    return 0;
+}
+
+static int alloc_small(ump_pool_t *pool, struct tcache *tc,
+                       const ump_place_request_t *req, unsigned cls,
+                       void **ptr_p)
+{
+    tc_enter(tc);
+    struct tc_bin *bin = tcache_bin(tc, req->device, cls);
+    if (ump_likely(bin && bin->count)) {
+        struct obj_ref it = bin->items[--bin->count];
+        ctr_add_u(&bin->allocs, 1);
+        tc_exit(tc);
+        give_object(&it, req->size, ptr_p);
+        return 0;
+    }
+    tc_exit(tc);
+    return alloc_small_slow(pool, tc, req, cls, ptr_p);
+}
+
+/* --- big sizes: runs of chunks ------------------------------------------ */
+
+static void give_run(ump_pool_t *pool, struct run *r, size_t size,
+                     void **ptr_p)
+{
+    atomic_store_explicit(&r->size, size, memory_order_relaxed);
+    atomic_store_explicit(&r->born,
+                          atomic_load_explicit(&pool->clock,
+                                               memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&r->word, obj_word(OBJ_LIVE, 0),
+                          memory_order_release);
+    *ptr_p = vas_addr(&pool->vas, r->start);
+}
+
+
+static void add_run_bytes(struct tcache *tc, int dev, int64_t delta)
+{
+    size_t v = atomic_load_explicit(&tc->run_bytes[dev], memory_order_relaxed);
+    atomic_store_explicit(&tc->run_bytes[dev], v + (size_t)delta,
+                          memory_order_relaxed);
+}
+
+static int alloc_run(ump_pool_t *pool, struct tcache *tc,
+                     const struct place_req *pr, void **ptr_p)
+{
+    int dev = pr->req.device;
+    size_t n = pr->req.chunks, size = pr->req.size;
+    /* The thread's cached runs are on the requesting device: what "local"
+     * would choose, so only "local" requests take them. */
+    bool offload = pr->req.flags & UMP_HINT_OFFLOAD;
+    /* Offloadable runs are tracked from the start: never thread-cached. */
+    if (n <= RUN_TCACHE_MAX && pr->policy == pool->place.local && !offload) {
+        tc_enter(tc);
+        struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
+        if (bin && bin->count) {
+            struct obj_ref it = bin->items[--bin->count];
+            ctr_add_u(&bin->allocs, 1);
+            add_run_bytes(tc, dev, -(int64_t)(n << pool->chunk_shift));
+            tc_exit(tc);
+            /* Statistics read it under the lock (stats.c): relaxed. */
+            atomic_store_explicit(&((struct run *)it.meta)->flags,
+                                  (unsigned char)pr->req.flags,
+                                  memory_order_relaxed);
+            give_run(pool, it.meta, size, ptr_p);
+            return 0;
+        }
+        tc_exit(tc);
+    }
+    struct run *r;
+    int rc, round = 0;
+    for (;;) {
+        pthread_mutex_lock(&pool->lock);
+        rc = pool_run_alloc(pool, pr, &r);
+        if (!rc && offload && (rc = offload_track(pool, r)))
+            pool_run_free(pool, r);
+        /* Moved memory keeps its addresses: no eviction makes more. */
+        bool addresses = rc == -ENOMEM && vas_largest_free(&pool->vas) >= n;
+        pthread_mutex_unlock(&pool->lock);
+        /* Moving offloadable memory down makes room: only when it would
+         * otherwise fail, and a few rounds at most (each makes n chunks of
+         * room, or moves all there is). */
+        if (!addresses || ++round > OFFLOAD_ROUNDS ||
+            offload_make_room(pool, dev, n << pool->chunk_shift))
+            break;
+    }
+    if (rc) {
+        if (rc == -ENOMEM)
+            oom(pool, size, dev);
+        return rc;
+    }
+    count_run(pool, tc, r, COUNT_ALLOC);
+    give_run(pool, r, size, ptr_p);
+    return 0;
+}
+
+UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
+                         void **ptr_p)
+{
+    int rc = pool_check(pool, "ump_alloc");
+    if (rc)
+        return rc;
+    if (ump_unlikely(!ptr_p))
+        return bad_arg("ump_alloc", "ptr_p is NULL");
+    if (ump_unlikely(!size))
+        return bad_arg("ump_alloc", "size 0");
+    struct tcache *tc = tcache_get(pool);
+    if (ump_unlikely(!tc))
+        return -ENOMEM;
+    struct place_req pr;
+    const char *spec;
+    rc = read_hints(pool, tc, hints, size, &pr, &spec);
+    if (rc)
+        return rc;
+    if (ump_unlikely(spec)) { /* a policy by name: check it exists */
+        pthread_mutex_lock(&pool->lock);
+        rc = hinted_policy(pool, spec, &pr);
+        pthread_mutex_unlock(&pool->lock);
+        if (rc)
+            return rc;
+    }
+    /* Slabs, near the requesting device; what may move is made of whole
+     * chunks, since a chunk is what moves. */
+    if (size <= pool->small_max && !(pr.req.flags & UMP_HINT_OFFLOAD))
+        return alloc_small(pool, tc, &pr.req, sc_index(size), ptr_p);
+    if (size > pool->vas.size - pool->chunk_size) {
+        oom(pool, size, pr.req.device);
+        return -ENOMEM;
+    }
+    pr.req.chunks = (size + pool->chunk_size - 1) >> pool->chunk_shift;
+    return alloc_run(pool, tc, &pr, ptr_p);
+}
+
+/* --- frees ------------------------------------------------------------- */
+
+struct claim {
+    struct slab *slab; /* a slab object ... */
+    uint32_t idx;
+    struct run *run;   /* ... or a run */
+    _Atomic uint32_t *word;
+};
+
+/* Moves a claimed object's state on, keeping its requested size. Only the
+ * claimer does this, so a load and a store suffice. */
+static void set_state(_Atomic uint32_t *word, unsigned state)
+{
+    uint32_t w = atomic_load_explicit(word, memory_order_relaxed);
+    atomic_store_explicit(word, obj_word(state, obj_req(w)),
+                          memory_order_release);
+}
+
+/* Checks that ptr is a live allocation of the pool and moves its state from
+ * live to `to` atomically, so that two frees of one pointer, even racing in
+ * two threads, cannot both succeed. */
+static int claim(ump_pool_t *pool, void *ptr, unsigned to, const char *fn,
+                 struct claim *c)
+{
+    if (!vas_contains(&pool->vas, ptr))
+        return pool_bad_pointer(ptr, fn, "not a pointer of this pool");
+    uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, ptr));
+    _Atomic uint32_t *word;
+    switch (vas_tag_kind(tag)) {
+    case VAS_SLAB: {
+        struct slab *s = vas_tag_owner(tag);
+        /* A slab struct outlives its chunk (slab.c keeps them): a stale
+         * tag may name one that moved on; its granule says so. */
+        if (s->granule != vas_index(&pool->vas, ptr))
+            return pool_bad_pointer(ptr, fn,
+                                    "not allocated (freed twice?)");
+        uint32_t off = (uint32_t)((char *)ptr - s->base);
+        uint32_t idx = slab_index(s, off);
+        if (idx * s->size != off || idx >= s->nobj)
+            return pool_bad_pointer(ptr, fn,
+                                    "inside an allocation, not its start");
+        word = &s->word[idx];
+        *c = (struct claim){.slab = s, .idx = idx, .word = word};
+        break;
+    }
+    case VAS_RUN: {
+        struct run *r = vas_tag_owner(tag);
+        if (ptr != vas_addr(&pool->vas, r->start))
+            return pool_bad_pointer(ptr, fn,
+                                    "inside an allocation, not its start");
+        word = &r->word;
+        *c = (struct claim){.run = r, .word = word};
+        break;
+    }
+    default:
+        return pool_bad_pointer(ptr, fn, "not allocated (freed twice?)");
+    }
+    uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+    if (obj_state(w) != OBJ_LIVE ||
+        !atomic_compare_exchange_strong_explicit(
+            word, &w, obj_word(to, obj_req(w)), memory_order_acq_rel,
+            memory_order_acquire))
+        return pool_bad_pointer(ptr, fn, "not allocated (freed twice?)");
+    return 0;
+}
+
+static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
+                       uint32_t idx, void *ptr)
+{
+    struct obj_ref back[64];
+    unsigned k = 0;
+    tc_enter(tc);
+    struct tc_bin *bin = tcache_bin(tc, s->device, s->cls);
+    if (ump_likely(bin != NULL))
+        ctr_add_u(&bin->frees, 1);
+    else
+        count_bin(tc, s->device, s->cls, s->size, COUNT_FREE);
+    if (ump_likely(bin && bin->count < bin->cap)) {
+        bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
+        tc_exit(tc);
+        return;
+    }
+    if (bin && bin->cap) { /* full: half goes back to the slabs */
+        k = bin->count / 2;
+        bin->count -= k;
+        memcpy(back, bin->items + bin->count, k * sizeof(*back));
+        bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
+    } else {
+        back[k++] = (struct obj_ref){ptr, s, idx};
+    }
+    tc_exit(tc);
+    pthread_mutex_lock(&pool->lock);
+    for (unsigned i = 0; i < k; i++)
+        slab_put(pool, back[i].meta, back[i].idx);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
+{
+    if (!run_cacheable(r)) {
+        count_run(pool, tc, r, COUNT_FREE);
+    } else {
+        tc_enter(tc);
+        unsigned b = (unsigned)run_bin(pool, r->n);
+        count_bin(tc, r->device, b, r->n << pool->chunk_shift, COUNT_FREE);
+        struct tc_bin *bin = tcache_bin(tc, r->device, b);
+        if (bin && bin->count < bin->cap && !r->res) {
+            bin->items[bin->count++] = (struct obj_ref){
+                vas_addr(&pool->vas, r->start), r, 0};
+            add_run_bytes(tc, r->device, (int64_t)(r->n << pool->chunk_shift));
+            tc_exit(tc);
+            return;
+        }
+        tc_exit(tc);
+    }
+    pthread_mutex_lock(&pool->lock);
+    if (r->res)
+        offload_wait_idle(pool, r);
+    pool_run_free(pool, r);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+/* The start of ump_free and ump_free_async: 1 for a NULL ptr (nothing to
+ * do), 0 once ptr is claimed (its state moved to `to`), else an error. */
+static int free_begin(ump_pool_t *pool, void *ptr, unsigned to,
+                      const char *fn, struct tcache **tc_p, struct claim *c)
+{
+    int rc = pool_check(pool, fn);
+    if (rc || !ptr)
+        return rc ? rc : 1;
+    *tc_p = tcache_get(pool);
+    if (ump_unlikely(!*tc_p))
+        return -ENOMEM;
+    return claim(pool, ptr, to, fn, c);
+}
+
+UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
+{
+    struct tcache *tc;
+    struct claim c;
+    int rc = free_begin(pool, ptr, OBJ_FREE, "ump_free", &tc, &c);
+    if (rc)
+        return rc > 0 ? 0 : rc;
+    if (c.slab)
+        free_small(pool, tc, c.slab, c.idx, ptr);
+    else
+        free_run(pool, tc, c.run);
+    return 0;
+}
+
+/* A deferred free whose stream work is done: the memory goes back to the
+ * pool (not to a thread cache: this may run in any thread). Lock held. */
+static void pending_done(ump_pool_t *pool, struct pending *p)
+{
+    if (p->is_slab) {
+        set_state(&((struct slab *)p->meta)->word[p->idx], OBJ_FREE);
+        slab_put(pool, p->meta, p->idx);
+    } else {
+        set_state(&((struct run *)p->meta)->word, OBJ_FREE);
+        pool_run_free(pool, p->meta);
+    }
+    pending_recycle(pool, p);
+}
+
+void pool_poll_pending(ump_pool_t *pool, bool wait)
+{
+    struct pending *p = pending_collect(pool, wait), *next;
+    for (; p; p = next) {
+        next = p->next;
+        pending_done(pool, p);
+    }
+}
+
+/* Counts a claimed allocation (what: COUNT_FREE or COUNT_UNFREE). */
+static void count_claimed(ump_pool_t *pool, struct tcache *tc,
+                          const struct claim *c, int what)
+{
+    if (c->slab) {
+        tc_enter(tc);
+        count_bin(tc, c->slab->device, c->slab->cls, c->slab->size, what);
+        tc_exit(tc);
+    } else {
+        count_run(pool, tc, c->run, what);
+    }
+}
+
+UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
+{
+    struct tcache *tc;
+    struct claim c;
+    /* A stream of another pool, or a destroyed one, is refused before the
+     * pointer is claimed: nothing to count or undo. */
+    int rc = pool_check(pool, "ump_free_async");
+    if (!rc)
+        rc = pool_stream_check(pool, stream, "ump_free_async");
+    if (rc)
+        return rc;
+    rc = free_begin(pool, ptr, OBJ_PENDING, "ump_free_async", &tc, &c);
+    if (rc)
+        return rc > 0 ? 0 : rc;
+    /* Counted now, while the pending state pins the slab or run: once it is
+     * queued, another thread may complete it and reuse the memory. */
+    count_claimed(pool, tc, &c, COUNT_FREE);
+    pthread_mutex_lock(&pool->lock);
+    pool_poll_pending(pool, false);
+    struct pending *done;
+    rc = pending_queue(pool, c.slab ? (void *)c.slab : (void *)c.run, c.idx,
+                       c.slab != NULL, stream, &done);
+    if (rc) {
+        pthread_mutex_unlock(&pool->lock);
+        /* Undo the claim: the allocation stays live, nothing changed (the
+         * backend logged why). */
+        count_claimed(pool, tc, &c, COUNT_UNFREE);
+        set_state(c.word, OBJ_LIVE);
+        return rc;
+    }
+    if (done)
+        pending_done(pool, done);
+    pthread_mutex_unlock(&pool->lock);
+    return 0;
+}
+
+UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
+                            ump_ptr_info_t *info_p)
+{
+    int rc = pool_check(pool, "ump_ptr_info");
+    if (rc)
+        return rc;
+    if (!info_p)
+        return bad_arg("ump_ptr_info", "info_p is NULL");
+    if (!vas_contains(&pool->vas, ptr))
+        return pool_bad_pointer(ptr, "ump_ptr_info",
+                                "not a pointer of this pool");
+    ump_ptr_info_t info;
+    bool tracked = false;
+    size_t g = vas_index(&pool->vas, ptr);
+    pthread_mutex_lock(&pool->lock);
+    uintptr_t tag = vas_tag(&pool->vas, g);
+    rc = -EINVAL;
+    if (vas_tag_kind(tag) == VAS_SLAB) {
+        struct slab *s = vas_tag_owner(tag);
+        size_t idx = (size_t)((const char *)ptr - s->base) / s->size;
+        uint32_t w = idx < s->nobj ? atomic_load(&s->word[idx]) : 0;
+        if (obj_state(w) == OBJ_LIVE) {
+            info.base = s->base + idx * s->size;
+            info.size = obj_req(w);
+            info.device = s->device;
+            rc = 0;
+        }
+    } else if (vas_tag_kind(tag) == VAS_RUN) {
+        struct run *r = vas_tag_owner(tag);
+        if (obj_state(atomic_load(&r->word)) == OBJ_LIVE) {
+            info.base = vas_addr(&pool->vas, r->start);
+            info.size = atomic_load(&r->size);
+            if (r->res) { /* it may be on another tier */
+                offload_ptr_info(pool, r, g, &info);
+                tracked = true;
+            } else {
+                info.device = chunks_device(pool, g);
+            }
+            rc = 0;
+        }
+    }
+    if (!rc && !tracked) {
+        const struct chunk *c = chunks_at(pool, g);
+        info.chunk_base = vas_addr(&pool->vas, c->g);
+        info.chunk_size = c->n << pool->chunk_shift;
+        info.tier = UMP_TIER_DEVICE;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    if (rc || (size_t)((const char *)ptr - (char *)info.base) >= info.size)
+        return pool_bad_pointer(ptr, "ump_ptr_info",
+                                "not inside a live allocation");
+    *info_p = info;
+    return 0;
+}

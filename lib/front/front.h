@@ -1,0 +1,29 @@
+/*
+ * What the files of the front end share: the allocation slow path over the
+ * memory and tier layers. The front end decides what a layer below must not
+ * (a run tracked by the tiers is freed by them; thread caches are flushed
+ * before an allocation gives up). Pool lock held for all.
+ */
+#ifndef UMP_FRONT_FRONT_H
+#define UMP_FRONT_FRONT_H
+
+#include <stdbool.h>
+
+#include "mem/pool.h"
+
+/* A run for pr: deferred frees collected first; when it does not fit, what
+ * threads park is flushed and it is tried once more. */
+int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
+                   struct run **run_p);
+/* A freed run: to the tiers when they track it (it may have moved), else
+ * parked or cached (mem/runs.c). */
+void pool_run_free(ump_pool_t *pool, struct run *run);
+/* Frees what ump_free_async deferred once its event is done; wait: all. */
+void pool_poll_pending(ump_pool_t *pool, bool wait);
+/* Everything parked (thread caches, parked runs) goes back to the pool's
+ * slabs and cached blocks. */
+void pool_flush_tcaches(ump_pool_t *pool);
+/* Gives cached physical memory back (ump_trim); thread caches flushed. */
+void pool_trim_locked(ump_pool_t *pool);
+
+#endif

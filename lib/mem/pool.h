@@ -1,0 +1,206 @@
+/*
+ * The pool: what ties the layers together. One struct ump_pool per
+ * ump_pool_create; its slow-path state is guarded by one mutex (pool->lock),
+ * while the hot path (cached sizes) runs on per-thread caches (tcache.h).
+ *
+ * Memory states, per device:
+ *   created = mapped + idle
+ *   mapped  = in use (slabs and runs) + cached blocks
+ *   in use includes runs and slab objects parked in thread caches and the
+ *   freed runs parked whole on the device (runs_free).
+ * What ump_trim gives back (cached_bytes): cached blocks, idle chunks, wholly
+ * free slabs, and every parked run.
+ */
+#ifndef UMP_POOL_H
+#define UMP_POOL_H
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "util/conf.h"
+#include "util/clock.h"
+#include "util/internal.h"
+#include "util/list.h"
+#include "mem/sizeclass.h"
+#include "topo/topology.h"
+#include "mem/vas.h"
+#include "place/policy.h"
+#include "umpool.h"
+
+/* Runs of up to this many chunks are cached per thread (64 MiB at 2 MiB). */
+#define RUN_TCACHE_MAX 32
+/* Freed runs parked per device, whole, for the next allocation of a size. */
+#define RUN_PARK_MAX 8
+/* Fully free slabs kept per device and class before their chunk goes back. */
+#define SLAB_EMPTY_KEEP 1
+
+struct slab;
+struct tcache;
+struct pool_observer;
+struct publisher;
+
+/* A physical chunk: one backend handle of n granules (a power of two, at
+ * most max_chunk bytes), mapped at granules [g, g+n) or idle. */
+struct chunk {
+    ump_handle_t handle;
+    int device;
+    size_t n;
+    size_t g;
+    struct chunk *next; /* idle list */
+};
+
+/* A run: one allocation of whole chunks, possibly from several devices.
+ * Cache-line aligned: its word and size are written on every allocation,
+ * by whichever thread holds it. */
+struct __attribute__((aligned(UMP_CACHELINE))) run {
+    size_t start, n;       /* granules */
+    _Atomic size_t size;   /* as requested */
+    int device;            /* the first chunk's device (the home device) */
+    bool mixed;            /* chunks from more than one device */
+    /* Both written as it is handed out, maybe with no lock, and read
+     * under the lock by statistics: relaxed atomics. */
+    _Atomic unsigned char flags; /* UMP_HINT_* it was allocated with */
+    _Atomic uint32_t born; /* pool->clock then (ages) */
+    struct res *res;       /* residency, once it may move (offload.c) */
+    _Atomic uint32_t word; /* obj_word(OBJ_*, 0) */
+    struct run *next;      /* free list of run structs */
+};
+
+/* A cached block: free granules that stay mapped, all on one device. */
+struct block {
+    size_t start, n;
+    int device;
+    struct ump_list_node link; /* in the device's cached list */
+};
+
+/* The state of a slab object or a run, for double-free detection, packed
+ * with a slab object's requested size into one word: one cache line to
+ * touch per object, and one compare-and-swap decides between racing frees. */
+enum { OBJ_FREE = 0, OBJ_LIVE = 1, OBJ_PENDING = 2 };
+#define OBJ_STATE_SHIFT 30
+#define OBJ_REQ_MASK ((1u << OBJ_STATE_SHIFT) - 1)
+static inline uint32_t obj_word(unsigned state, size_t req)
+{
+    return ((uint32_t)state << OBJ_STATE_SHIFT) | (uint32_t)req;
+}
+static inline unsigned obj_state(uint32_t w) { return w >> OBJ_STATE_SHIFT; }
+static inline uint32_t obj_req(uint32_t w) { return w & OBJ_REQ_MASK; }
+
+/* One allocation as the caches hold it: a slab object (meta = the slab,
+ * idx = its index) or a run (meta = the run). */
+struct obj_ref {
+    void *ptr;
+    void *meta;
+    uint32_t idx;
+};
+
+struct slab_list {
+    struct ump_list l;
+    size_t count;
+};
+
+/* The first slab of a list, or NULL. */
+#define slab_list_first(sl)                                                    \
+    ump_list_entry_or_null((sl)->l.first, struct slab, link)
+
+/* Per device, under pool->lock. */
+struct dev_state {
+    size_t capacity;          /* bytes the device offers ... */
+    size_t capacity_max;      /* ... unless the driver said less */
+    size_t created;           /* bytes of chunks created */
+    size_t mapped;            /* bytes of chunks mapped */
+    size_t cached;            /* bytes in cached blocks */
+    size_t peak;              /* high-water mark of mapped - cached */
+    size_t idle_n;            /* granules of the idle chunks */
+    struct chunk *idle;       /* created, not mapped */
+    struct ump_list blocks;   /* cached blocks, most recently freed first */
+    struct run *runs;         /* freed runs parked whole (runs_free) */
+    size_t nruns, parked;     /* how many, and their bytes */
+    uint64_t chunks_created, chunks_released;
+    /* slabs by class: with free objects, without, and wholly free */
+    struct slab_list *partial, *full, *empty;
+};
+
+/* Counters of allocations, kept per thread (no shared cache line on the
+ * hot path) and folded into the pool when a thread cache goes away. */
+struct counters {
+    _Atomic int64_t live_bytes;
+    _Atomic uint64_t allocs, frees;
+};
+
+/* A deferred free (ump_free_async): reused once the event has completed. */
+struct pending {
+    void *meta;      /* the slab or the run */
+    uint32_t idx;    /* the slab object */
+    bool is_slab;
+    void *event;     /* kept with the struct when it is recycled */
+    struct pending *next;
+};
+
+struct ump_pool {
+    uint64_t id;          /* unique per process, never reused */
+    uint64_t fork_gen;    /* the fork generation the pool belongs to */
+    pthread_mutex_t lock; /* everything below marked (L) */
+    struct ump_config cfg;
+    const struct backend_ops *be;
+    void *bctx;
+    struct ump_topology topo;
+    int ndev;
+    size_t chunk_size;    /* the granule: unit of addresses, slabs, stitching */
+    unsigned chunk_shift;
+    size_t max_chunk_n;   /* largest chunk, in granules */
+    unsigned nsmall;      /* small classes used (fit twice in a chunk) */
+    unsigned nbins;       /* nsmall + RUN_TCACHE_MAX */
+    size_t small_max;     /* largest size served from slabs */
+    void *va;
+    struct vas vas;       /* (L) except the tags */
+    struct dev_state *dev;   /* (L) */
+    size_t peak;             /* (L) pool-wide high-water mark of in use */
+    struct run *free_runs;   /* (L) */
+    struct slab **free_slabs; /* (L) retired slabs, per class (slab.c) */
+    struct pending *pending; /* (L) */
+    struct pending *spare_pending; /* (L) recycled, each with its event */
+    struct tcache *tcaches;  /* (L) every thread cache of this pool */
+    struct counters *folded; /* (L) counters of thread caches gone, per device */
+    struct ump_pool *reg_next; /* registry of live pools (fork.c) */
+    struct policy_set place;            /* (L) policies and their view */
+    struct offload *off;                /* tiers and residency (lib/tier) */
+    /* Who watches the pool (lib/publish's statistics segment), set at
+     * creation by the library's assembly (lib/umpool.c); front calls it,
+     * so that it never names a layer above itself. */
+    const struct pool_observer *observer;
+    struct publisher *pub;              /* the observer's state, or NULL */
+    uint64_t clock_base;     /* CLOCK_MONOTONIC at creation, ns */
+    _Atomic uint32_t clock;  /* tenths of a second since: ticked by the
+                                publisher and the slow path (stats.c) */
+};
+
+/* The pool's coarse clock (pool->clock, tenths of a second since
+ * creation), which allocations copy into their run with no system call:
+ * the publisher ticks it every 100 ms, the slow path of allocations and
+ * the readers of ages whenever they run. Racing ticks may store a value a
+ * tick old: ages are coarse anyway. */
+static inline void pool_clock_init(ump_pool_t *pool)
+{
+    pool->clock_base = ump_clock_ns();
+    atomic_store_explicit(&pool->clock, 0, memory_order_relaxed);
+}
+static inline uint32_t pool_clock_tick(ump_pool_t *pool)
+{
+    uint32_t now = (uint32_t)((ump_clock_ns() - pool->clock_base) /
+                              100000000ull);
+    atomic_store_explicit(&pool->clock, now, memory_order_relaxed);
+    return now;
+}
+
+/* What the slow path of an allocation needs to place it. */
+struct place_req {
+    ump_place_request_t req;
+    struct policy_inst *policy;
+};
+
+#endif

@@ -1,0 +1,155 @@
+/*
+ * Runs: allocations of whole chunks (struct run, in mem/pool.h), possibly
+ * from several devices. A run is planned by its request's policy and built
+ * by chunks.c, or reused: a freed run parked whole on its device, or a
+ * cached block. Run structs are recycled for the pool's life. Every
+ * function here runs with pool->lock held.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mem/chunks.h"
+#include "mem/runs.h"
+
+static struct run *runs_get(ump_pool_t *pool)
+{
+    struct run *r = pool->free_runs;
+    if (r) {
+        pool->free_runs = r->next;
+        return r;
+    }
+    r = aligned_alloc(UMP_CACHELINE, sizeof(*r));
+    if (r)
+        memset(r, 0, sizeof(*r));
+    return r;
+}
+
+/* Run structs are recycled, never freed while the pool lives: a stale
+ * pointer's lookup then reads a valid (free) run, not freed memory. */
+void runs_put(ump_pool_t *pool, struct run *r)
+{
+    r->next = pool->free_runs;
+    pool->free_runs = r;
+}
+
+/* Plans (with the request's policy) and maps a new range. */
+static int run_build(ump_pool_t *pool, const struct place_req *pr,
+                     size_t *start_p, bool *mixed_p)
+{
+    ump_place_part_t *parts;
+    size_t np;
+    size_t avail[UMP_MAX_DEVICES];
+    chunks_available_all(pool, avail);
+    int rc = policy_plan(&pool->place, pr->policy, &pr->req, avail, &parts,
+                         &np);
+    if (rc)
+        return rc;
+    rc = chunks_build(pool, parts, np, pr->req.chunks, start_p);
+    if (!rc) {
+        *mixed_p = false;
+        for (size_t p = 0; p < np; p++) {
+            *mixed_p |= parts[p].device != parts[0].device;
+            chunks_note_in_use(pool, parts[p].device);
+        }
+    }
+    free(parts);
+    return rc;
+}
+
+/* A parked run of exactly n chunks of device, taken off the list. */
+static struct run *unpark(ump_pool_t *pool, int device, size_t n)
+{
+    struct dev_state *ds = &pool->dev[device];
+    for (struct run **pr = &ds->runs; *pr; pr = &(*pr)->next) {
+        struct run *r = *pr;
+        if (r->n == n) {
+            *pr = r->next;
+            ds->nruns--;
+            ds->parked -= n << pool->chunk_shift;
+            return r;
+        }
+    }
+    return NULL;
+}
+
+/* A cached block serves a request only where its policy would put all of
+ * it on the requesting device anyway: "local" without a group. */
+static bool reuse_ok(ump_pool_t *pool, const struct place_req *pr)
+{
+    return pr->policy == pool->place.local;
+}
+
+int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
+               struct run **run_p)
+{
+    struct run *r = runs_get(pool);
+    if (!r)
+        return -ENOMEM;
+    size_t start, n = pr->req.chunks;
+    int dev = pr->req.device;
+    bool mixed = false;
+    int rc = -ENOENT;
+    if (reuse_ok(pool, pr)) {
+        struct run *p = unpark(pool, dev, n);
+        if (p) {
+            runs_put(pool, r);
+            p->flags = (unsigned char)pr->req.flags;
+            *run_p = p;
+            return 0;
+        }
+        rc = chunks_reuse(pool, dev, n, &start);
+    }
+    if (rc == -ENOENT)
+        rc = run_build(pool, pr, &start, &mixed);
+    if (rc) {
+        runs_put(pool, r);
+        return rc == -ENOENT ? -ENOMEM : rc;
+    }
+    r->start = start;
+    r->n = n;
+    r->mixed = mixed;
+    r->device = chunks_device(pool, start);
+    r->flags = (unsigned char)pr->req.flags;
+    chunks_note_in_use(pool, r->device);
+    atomic_store_explicit(&r->word, obj_word(OBJ_FREE, 0),
+                          memory_order_relaxed);
+    vas_set(&pool->vas, start, n, VAS_RUN, r);
+    *run_p = r;
+    return 0;
+}
+
+/* A freed run on one device is parked as it is, still tagged as a run, so
+ * that the next allocation of its size takes it back with no work per
+ * granule (retagging a 1 GiB run is 512 stores each way); it becomes cached
+ * blocks when memory is tight, at ump_trim, or when too many are parked. */
+void runs_free(ump_pool_t *pool, struct run *r)
+{
+    struct dev_state *ds = &pool->dev[r->device];
+    if (!r->mixed && ds->nruns < RUN_PARK_MAX) {
+        r->next = ds->runs;
+        ds->runs = r;
+        ds->nruns++;
+        ds->parked += r->n << pool->chunk_shift;
+        return;
+    }
+    chunks_cache(pool, r->start, r->n); /* retags the granules */
+    runs_put(pool, r);
+}
+
+void runs_unpark_all(ump_pool_t *pool)
+{
+    for (int d = 0; d < pool->ndev; d++) {
+        struct dev_state *ds = &pool->dev[d];
+        while (ds->runs) {
+            struct run *r = ds->runs;
+            ds->runs = r->next;
+            ds->nruns--;
+            ds->parked -= r->n << pool->chunk_shift;
+            chunks_cache(pool, r->start, r->n); /* retags the granules */
+            runs_put(pool, r);
+        }
+    }
+}

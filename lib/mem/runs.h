@@ -1,0 +1,27 @@
+/*
+ * Runs: allocations of whole chunks (struct run, in mem/pool.h), possibly
+ * from several devices. A run is planned by its request's policy and built
+ * by chunks.c, or reused: a freed run parked whole on its device, or a
+ * cached block. Run structs are recycled for the pool's life. Every
+ * function here runs with pool->lock held.
+ */
+#ifndef UMP_MEM_RUNS_H
+#define UMP_MEM_RUNS_H
+
+#include "mem/pool.h"
+
+/* A run of pr->req.chunks chunks placed by pr->policy: a parked run or a
+ * cached block where the policy would place it on the requesting device
+ * anyway, else a new range. -ENOMEM when it does not fit now (the caller
+ * may flush what threads park and try again); the run is not counted yet. */
+int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
+               struct run **run_p);
+/* A freed run not tracked by the tiers (r->res NULL) is parked whole or
+ * becomes cached blocks. */
+void runs_free(ump_pool_t *pool, struct run *r);
+/* A run struct no longer used goes back to the free list. */
+void runs_put(ump_pool_t *pool, struct run *r);
+/* Every parked run becomes cached blocks. */
+void runs_unpark_all(ump_pool_t *pool);
+
+#endif

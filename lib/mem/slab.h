@@ -1,0 +1,57 @@
+/*
+ * Slabs: one chunk cut into objects of one size class. Small allocations
+ * come from slabs so that they cost no driver call and no chunk each. The
+ * per-object word (state and requested size) makes double frees detectable
+ * on the lock-free free path; the free index stack is used under pool->lock
+ * only, when thread caches refill or flush.
+ */
+#ifndef UMP_SLAB_H
+#define UMP_SLAB_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "mem/pool.h"
+
+enum { SLAB_PARTIAL, SLAB_FULL, SLAB_EMPTY };
+
+struct slab {
+    char *base;        /* the chunk's address */
+    size_t granule;
+    uint32_t size;     /* object size */
+    uint64_t recip;    /* ceil(2^52 / size): division by multiplication */
+    uint32_t nobj;
+    uint32_t nfree;    /* objects on the free stack (pool->lock) */
+    unsigned cls;
+    int device;
+    int list;          /* SLAB_PARTIAL / FULL / EMPTY */
+    struct ump_list_node link; /* in its device's list (SLAB_*) */
+    struct slab *next_retired; /* in pool->free_slabs */
+    uint32_t *free_idx;            /* stack of free object indices */
+    _Atomic uint32_t *word;        /* obj_word(state, requested size) */
+};
+
+/* off / s->size, for off < 2^31 (chunks are at most 2 GiB, conf.c) and
+ * sizes up to 2^20: the error of the reciprocal, off / 2^52 < 2^-21, stays
+ * below the 1/size gap to the next integer, so the floor is exact. */
+static inline uint32_t slab_index(const struct slab *s, uint32_t off)
+{
+    return (uint32_t)(((unsigned __int128)off * s->recip) >> 52);
+}
+
+/* Takes up to max free objects of class cls for a request from device,
+ * making a slab if needed (on the nearest device with room when device is
+ * full, unless flags has UMP_HINT_NO_SPILL). Objects are written to out,
+ * all from one device, returned in *device_p. -ENOMEM when no device has
+ * room. Pool lock held. */
+int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
+              unsigned max, struct obj_ref *out, unsigned *n_p,
+              int *device_p);
+/* Gives back object idx, whose state is already OBJ_FREE. Pool lock held. */
+void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx);
+/* Releases every wholly free slab's chunk to the cached blocks. */
+void slab_trim(ump_pool_t *pool);
+/* Frees every slab's metadata (pool teardown). */
+void slab_free_all(ump_pool_t *pool);
+
+#endif

@@ -1,0 +1,124 @@
+#include "config.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "util/internal.h"
+#include "mem/vas.h"
+
+int vas_init(struct vas *v, void *base, size_t size, size_t granule)
+{
+    if (!ump_is_pow2(granule) || size % granule || !size)
+        return -EINVAL;
+    memset(v, 0, sizeof(*v));
+    v->base = (uintptr_t)base;
+    v->size = size;
+    v->shift = (unsigned)__builtin_ctzll(granule);
+    v->ngran = size >> v->shift;
+    /* A terabyte of addresses is half a million granules: map the table
+     * without reserving memory, so only the touched part costs pages. */
+    size_t bytes = v->ngran * sizeof(*v->gran);
+    void *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (t == MAP_FAILED) {
+        ump_log_error("cannot map the granule table (%zu bytes): %s", bytes,
+                      strerror(errno));
+        return -ENOMEM;
+    }
+    v->gran = t;
+    v->capfree = 16;
+    v->free = malloc(v->capfree * sizeof(*v->free));
+    if (!v->free) {
+        munmap(t, bytes);
+        return -ENOMEM;
+    }
+    v->free[0] = (struct vas_range){0, v->ngran};
+    v->nfree = 1;
+    return 0;
+}
+
+void vas_fini(struct vas *v)
+{
+    if (v->gran)
+        munmap(v->gran, v->ngran * sizeof(*v->gran));
+    free(v->free);
+    memset(v, 0, sizeof(*v));
+}
+
+int vas_take(struct vas *v, size_t n, size_t *start_p)
+{
+    for (size_t i = 0; i < v->nfree; i++) {
+        struct vas_range *r = &v->free[i];
+        if (r->n < n)
+            continue;
+        *start_p = r->start;
+        r->start += n;
+        r->n -= n;
+        if (!r->n) {
+            memmove(r, r + 1, (v->nfree - i - 1) * sizeof(*r));
+            v->nfree--;
+        }
+        return 0;
+    }
+    return -ENOMEM;
+}
+
+int vas_give(struct vas *v, size_t start, size_t n)
+{
+    /* i: the first range after the given one */
+    size_t lo = 0, hi = v->nfree;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (v->free[mid].start < start)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t i = lo;
+    bool join_prev = i > 0 && v->free[i - 1].start + v->free[i - 1].n == start;
+    bool join_next = i < v->nfree && start + n == v->free[i].start;
+    UMP_ASSERT(!(i > 0 && v->free[i - 1].start + v->free[i - 1].n > start));
+    UMP_ASSERT(!(i < v->nfree && start + n > v->free[i].start));
+    if (join_prev && join_next) {
+        v->free[i - 1].n += n + v->free[i].n;
+        memmove(&v->free[i], &v->free[i + 1],
+                (v->nfree - i - 1) * sizeof(*v->free));
+        v->nfree--;
+    } else if (join_prev) {
+        v->free[i - 1].n += n;
+    } else if (join_next) {
+        v->free[i].start = start;
+        v->free[i].n += n;
+    } else {
+        if (v->nfree == v->capfree) {
+            size_t cap = v->capfree * 2;
+            struct vas_range *f = realloc(v->free, cap * sizeof(*f));
+            if (!f)
+                return -ENOMEM;
+            v->free = f;
+            v->capfree = cap;
+        }
+        memmove(&v->free[i + 1], &v->free[i],
+                (v->nfree - i) * sizeof(*v->free));
+        v->free[i] = (struct vas_range){start, n};
+        v->nfree++;
+    }
+    return 0;
+}
+
+size_t vas_largest_free(const struct vas *v)
+{
+    size_t best = 0;
+    for (size_t i = 0; i < v->nfree; i++)
+        if (v->free[i].n > best)
+            best = v->free[i].n;
+    return best;
+}
+
+void vas_set(struct vas *v, size_t start, size_t n, int kind, void *owner)
+{
+    uintptr_t tag = (uintptr_t)owner | (uintptr_t)kind;
+    for (size_t g = start; g < start + n; g++)
+        atomic_store_explicit(&v->gran[g].tag, tag, memory_order_release);
+}

@@ -1,0 +1,28 @@
+/*
+ * Moves: copy-then-switch of one claimed segment (res_move_begin) between
+ * device memory, the host tier and NVMe. Which segment moves where, and
+ * making room for it, is evict.c's. Pool lock held on entry and return;
+ * dropped for the copy or the disk I/O.
+ *
+ * On error the data stays where it was and usable, and the destination's
+ * memory is given back (unless the driver refuses to undo, logged).
+ */
+#ifndef UMP_TIER_MOVE_H
+#define UMP_TIER_MOVE_H
+
+#include "tier/tier.h"
+
+/* Moves claimed s, on a device or the host, to device dev (tier DEVICE)
+ * or to the host tier (dev -1). -ENOMEM when there is no room there. */
+int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev);
+/* Moves claimed s, on a device or the host, to NVMe. -ENOSPC when there is
+ * no NVMe tier or it is full, -EIO when the disk fails. */
+int move_to_nvme(ump_pool_t *pool, struct seg *s);
+/* Moves claimed s from NVMe to device dev (tier DEVICE) or the host tier;
+ * the data is checked (crc32c) before it is used. -EIO when the disk fails
+ * or the data is corrupt (s stays on NVMe), -ENOMEM without room. */
+int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev);
+/* Destroys the devices' internal streams (pool teardown). */
+void move_streams_destroy(ump_pool_t *pool, struct offload *o);
+
+#endif

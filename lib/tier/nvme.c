@@ -1,0 +1,864 @@
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifdef HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#ifdef HAVE_LIBNUMA
+#include <numa.h>
+#include <numaif.h>
+#endif
+
+#include "util/crc32c.h"
+#include "util/log.h"
+#include "tier/nvme.h"
+#include "topo/topology.h"
+
+#define NVME_MIB ((size_t)1 << 20)
+#define NVME_ALIGN_MIN 4096
+#define NVME_QD_DEFAULT 32
+#define NVME_QD_MAX 4096
+/* File space grows this many slots at a time, so that fallocate is rare. */
+#define NVME_GROW_SLOTS 16
+/* A file grows by its own size (a spill of many slots costs a few calls,
+ * not one every NVME_GROW_SLOTS), at most this much at once. */
+#define NVME_GROW_MAX_BYTES ((uint64_t)1 << 30)
+/* The registered arena pins memory: keep it bounded. */
+#define NVME_ARENA_MAX ((size_t)256 << 20)
+/* One submission moves at most this much; the rest is resumed. */
+#define NVME_MAX_XFER ((size_t)1 << 30)
+#define NVME_RETRIES 1000
+#define NVME_THREADS 4
+
+enum nvme_fault { NVME_F_NONE, NVME_F_EIO, NVME_F_ENOSPC, NVME_F_SHORT,
+                  NVME_F_CORRUPT };
+
+struct nvme_dir {
+    char *path;
+    int fd;
+    bool direct;
+    uint64_t file_slots;      /* slots covered by allocated file space */
+#ifdef HAVE_LIBURING
+    struct io_uring ring;
+    bool ring_ok;
+    unsigned inflight;
+    unsigned queued;          /* prepared, not yet submitted */
+#endif
+};
+
+struct nvme_slot {
+    bool used;
+    bool valid;               /* holds data written successfully */
+    uint32_t crc;
+};
+
+struct nvme_store {
+    struct nvme_dir *dirs;
+    int ndirs;
+    size_t slot_size;
+    size_t align;
+    unsigned qd;
+    bool limited;
+    uint64_t limit_slots;
+    uint64_t nused;
+    struct nvme_slot *slots;
+    uint64_t cap;
+    int rr;
+    bool uring;
+    bool fixed;               /* arena registered with every ring */
+    unsigned char *arena;
+    size_t arena_len;
+    unsigned arena_n;
+    bool *arena_busy;
+    enum nvme_fault fault;
+    int fault_nth;
+};
+
+struct nvme_req {
+    struct nvme_io *io;
+    struct nvme_dir *dir;
+    off_t off;
+    size_t done;
+    int retries;
+    enum nvme_fault fault;
+    bool write;
+    bool summed;   /* write: crc computed */
+    uint32_t crc;  /* write: of the buffer, recorded once it is on disk */
+};
+
+/* A request's crc32c is computed while it is written and checked once it
+ * has been read, each overlapping the I/O of the others instead of adding
+ * a pass over the whole batch: the io_uring engine sums what it has just
+ * submitted, and checks what it has reaped after submitting the next
+ * requests (the data in flight does not change: the caller owns it). */
+static void nvme_req_sum(const struct nvme_store *st, struct nvme_req *rq)
+{
+    if (rq->write && !rq->summed) {
+        rq->crc = crc32c(0, rq->io->buf, st->slot_size);
+        rq->summed = true;
+    }
+}
+
+static size_t nvme_max(size_t a, size_t b)
+{
+    return a > b ? a : b;
+}
+
+/* Opens a hidden file in path: O_TMPFILE, else a named file unlinked at once.
+ * Returns the fd or a negative errno. */
+static int nvme_open_file(const char *path, bool direct)
+{
+    int flags = O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0);
+    int fd = open(path, O_TMPFILE | flags, 0600);
+
+    if (fd >= 0)
+        return fd;
+    if (errno != EOPNOTSUPP && errno != EISDIR)
+        return -errno;
+
+    size_t len = strlen(path) + sizeof("/umpool-nvme-XXXXXX");
+    char *name = malloc(len);
+
+    if (!name)
+        return -ENOMEM;
+    snprintf(name, len, "%s/umpool-nvme-XXXXXX", path);
+    fd = mkostemp(name, flags & ~O_RDWR);
+    if (fd < 0) {
+        int err = -errno;
+
+        free(name);
+        return err;
+    }
+    unlink(name);
+    free(name);
+    return fd;
+}
+
+static size_t nvme_dio_align(int fd)
+{
+    size_t align = NVME_ALIGN_MIN;
+#ifdef STATX_DIOALIGN
+    struct statx stx;
+
+    if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+        (stx.stx_mask & STATX_DIOALIGN)) {
+        align = nvme_max(align, stx.stx_dio_offset_align);
+        align = nvme_max(align, stx.stx_dio_mem_align);
+    }
+#else
+    (void)fd;
+#endif
+    return align;
+}
+
+/* Opens dir's file; *why is set when O_DIRECT was refused. */
+static int nvme_dir_open(struct nvme_store *st, struct nvme_dir *dir,
+                         const char *path, const char **why)
+{
+    dir->path = strdup(path);
+    if (!dir->path)
+        return -ENOMEM;
+    dir->direct = true;
+    dir->fd = nvme_open_file(path, true);
+    if (dir->fd == -EINVAL) {
+        dir->direct = false;
+        dir->fd = nvme_open_file(path, false);
+        *why = "o_direct refused";
+    }
+    if (dir->fd < 0) /* the caller logs it, once (offload's xfer_open) */
+        return dir->fd;
+    if (dir->direct)
+        st->align = nvme_max(st->align, nvme_dio_align(dir->fd));
+    return 0;
+}
+
+#ifdef HAVE_LIBURING
+/* Sets up one ring per directory and registers the arena; false when
+ * io_uring is unavailable (then reason, of len bytes, says why). */
+static bool nvme_uring_setup(struct nvme_store *st, char *reason, size_t len)
+{
+    for (int d = 0; d < st->ndirs; d++) {
+        int ret = io_uring_queue_init(st->qd, &st->dirs[d].ring, 0);
+
+        if (ret < 0) {
+            snprintf(reason, len, "io_uring unavailable (%s)", strerror(-ret));
+            return false;
+        }
+        st->dirs[d].ring_ok = true;
+    }
+    if (!st->arena)
+        return true;
+
+    struct iovec *iov = calloc(st->arena_n, sizeof(*iov));
+
+    if (!iov)
+        return true;
+    for (unsigned i = 0; i < st->arena_n; i++) {
+        iov[i].iov_base = st->arena + (size_t)i * st->slot_size;
+        iov[i].iov_len = st->slot_size;
+    }
+    st->fixed = true;
+    for (int d = 0; d < st->ndirs && st->fixed; d++) {
+        int ret = io_uring_register_buffers(&st->dirs[d].ring, iov,
+                                            st->arena_n);
+        if (ret < 0) {
+            ump_log_debug("nvme: buffers not registered: %s", strerror(-ret));
+            for (int e = 0; e < d; e++)
+                io_uring_unregister_buffers(&st->dirs[e].ring);
+            st->fixed = false;
+        }
+    }
+    free(iov);
+    return true;
+}
+#endif
+
+/* The bounce buffers go on the NUMA node of the memory they are copied
+ * from and to, before their pages exist (registering them with io_uring
+ * touches and pins them). Best effort: a machine without NUMA or libnuma
+ * only loses some bandwidth. */
+static void nvme_arena_bind(void *p, size_t len, int node)
+{
+#ifdef HAVE_LIBNUMA
+    if (node < 0 || numa_available() < 0 || node > numa_max_node())
+        return;
+    unsigned long mask[(UMP_MAX_NUMA + 63) / 64] = {0};
+    if (node >= UMP_MAX_NUMA)
+        return;
+    mask[node / 64] = 1ul << (node % 64);
+    if (mbind(p, len, MPOL_PREFERRED, mask, UMP_MAX_NUMA + 1, 0) != 0)
+        ump_log_debug("nvme: bounce buffers not bound to node %d: %s", node,
+                      strerror(errno));
+#else
+    (void)p;
+    (void)len;
+    (void)node;
+#endif
+}
+
+int nvme_open(const struct nvme_config *cfg, struct nvme_store **st_p)
+{
+    const char *why = NULL;
+#ifdef HAVE_LIBURING
+    char reason[96];
+#endif
+    int ret;
+
+    if (!cfg || !st_p || !cfg->dirs || cfg->ndirs <= 0 ||
+        cfg->slot_size == 0 || cfg->slot_size % NVME_MIB)
+        return -EINVAL;
+    for (int d = 0; d < cfg->ndirs; d++)
+        if (!cfg->dirs[d])
+            return -EINVAL;
+
+    struct nvme_store *st = calloc(1, sizeof(*st));
+
+    if (!st)
+        return -ENOMEM;
+    st->slot_size = cfg->slot_size;
+    st->align = NVME_ALIGN_MIN;
+    st->qd = cfg->queue_depth ? cfg->queue_depth : NVME_QD_DEFAULT;
+    if (st->qd > NVME_QD_MAX)
+        st->qd = NVME_QD_MAX;
+    st->limited = cfg->limit != 0;
+    st->limit_slots = cfg->limit / cfg->slot_size;
+    st->dirs = calloc((size_t)cfg->ndirs, sizeof(*st->dirs));
+    if (!st->dirs) {
+        ret = -ENOMEM;
+        goto err_st;
+    }
+    for (int d = 0; d < cfg->ndirs; d++) {
+        st->dirs[d].fd = -1;
+        st->ndirs = d + 1;
+        ret = nvme_dir_open(st, &st->dirs[d], cfg->dirs[d], &why);
+        if (ret < 0)
+            goto err_dirs;
+    }
+
+    st->arena_n = st->qd;
+    if ((size_t)st->arena_n * st->slot_size > NVME_ARENA_MAX)
+        st->arena_n = (unsigned)(NVME_ARENA_MAX / st->slot_size);
+    if (st->arena_n) {
+        st->arena_len = (size_t)st->arena_n * st->slot_size;
+        st->arena = mmap(NULL, st->arena_len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        st->arena_busy = calloc(st->arena_n, sizeof(*st->arena_busy));
+        if (st->arena == MAP_FAILED || !st->arena_busy) {
+            ret = -ENOMEM;
+            goto err_arena;
+        }
+        nvme_arena_bind(st->arena, st->arena_len, cfg->numa_node);
+    }
+
+    if (cfg->force_threads)
+        why = why ? why : "threads forced";
+#ifdef HAVE_LIBURING
+    else if (!why) {
+        st->uring = nvme_uring_setup(st, reason, sizeof(reason));
+        if (!st->uring)
+            why = reason;
+    }
+#else
+    else if (!why)
+        why = "built without liburing";
+#endif
+    if (!st->uring)
+        ump_log_info("nvme: using the pread/pwrite thread engine: %s", why);
+    *st_p = st;
+    return 0;
+
+err_arena:
+    if (st->arena && st->arena != MAP_FAILED)
+        munmap(st->arena, st->arena_len);
+    st->arena = NULL;
+    free(st->arena_busy);
+    st->arena_busy = NULL;
+err_dirs:
+    nvme_close(st);
+    return ret;
+err_st:
+    free(st);
+    return ret;
+}
+
+void nvme_close(struct nvme_store *st)
+{
+    if (!st)
+        return;
+    for (int d = 0; d < st->ndirs; d++) {
+        struct nvme_dir *dir = &st->dirs[d];
+
+#ifdef HAVE_LIBURING
+        if (dir->ring_ok)
+            io_uring_queue_exit(&dir->ring);
+#endif
+        if (dir->fd >= 0)
+            close(dir->fd);
+        free(dir->path);
+    }
+    if (st->arena)
+        munmap(st->arena, st->arena_len);
+    free(st->arena_busy);
+    free(st->dirs);
+    free(st->slots);
+    free(st);
+}
+
+/* Makes the file of dir cover need slots, growing in steps; only the new
+ * part is allocated. */
+static int nvme_dir_grow(struct nvme_store *st, struct nvme_dir *dir,
+                         uint64_t need)
+{
+    if (need <= dir->file_slots)
+        return 0;
+
+    uint64_t have = dir->file_slots;
+    uint64_t step = nvme_max(NVME_GROW_SLOTS, have);
+    uint64_t step_max = nvme_max(1, NVME_GROW_MAX_BYTES / st->slot_size);
+    uint64_t target = nvme_max(need, have + (step < step_max ? step
+                                                             : step_max));
+    off_t from = (off_t)(have * st->slot_size);
+
+    /* no directory ever holds more slots than the whole limit */
+    if (st->limited && target > st->limit_slots)
+        target = nvme_max(need, st->limit_slots);
+    if (fallocate(dir->fd, 0, from,
+                  (off_t)(target * st->slot_size) - from) < 0) {
+        int err = errno;
+
+        if (err == ENOSPC && target > need &&
+            fallocate(dir->fd, 0, from,
+                      (off_t)(need * st->slot_size) - from) == 0) {
+            target = need;
+        } else if (err == EOPNOTSUPP &&
+                   ftruncate(dir->fd, (off_t)(target * st->slot_size)) == 0) {
+            /* a sparse file is the best this filesystem offers */
+        } else {
+            ump_log_warn("nvme: cannot grow the spill file in %s: %s",
+                         dir->path, strerror(err));
+            return err == ENOSPC ? -ENOSPC : -err;
+        }
+    }
+    dir->file_slots = target;
+    return 0;
+}
+
+int nvme_slot_alloc(struct nvme_store *st, uint64_t *slot_p)
+{
+    if (!st || !slot_p)
+        return -EINVAL;
+    if (st->limited && st->nused >= st->limit_slots)
+        return -ENOSPC;
+
+    /* a linear scan: stores hold thousands of slots, not millions */
+    uint64_t n = (uint64_t)st->ndirs;
+    uint64_t d = (uint64_t)st->rr;
+    uint64_t s = d;
+
+    while (s < st->cap && st->slots[s].used)
+        s += n;
+    if (s >= st->cap) {
+        uint64_t cap = nvme_max(st->cap * 2, (s + n) / n * n);
+        struct nvme_slot *slots = realloc(st->slots, cap * sizeof(*slots));
+
+        if (!slots)
+            return -ENOMEM;
+        memset(slots + st->cap, 0, (cap - st->cap) * sizeof(*slots));
+        st->slots = slots;
+        st->cap = cap;
+    }
+
+    int ret = nvme_dir_grow(st, &st->dirs[d], s / n + 1);
+
+    if (ret < 0)
+        return ret;
+    st->slots[s] = (struct nvme_slot){ .used = true };
+    st->nused++;
+    st->rr = (int)((d + 1) % n);
+    *slot_p = s;
+    return 0;
+}
+
+void nvme_slot_free(struct nvme_store *st, uint64_t slot)
+{
+    if (!st || slot >= st->cap || !st->slots[slot].used)
+        return;
+    st->slots[slot] = (struct nvme_slot){ .used = false };
+    st->nused--;
+}
+
+static bool nvme_in_arena(const struct nvme_store *st, const void *p,
+                          unsigned *idx_p)
+{
+    const unsigned char *b = p;
+
+    if (!st->arena || b < st->arena || b >= st->arena + st->arena_len)
+        return false;
+    *idx_p = (unsigned)((size_t)(b - st->arena) / st->slot_size);
+    return true;
+}
+
+void *nvme_buffer_alloc(struct nvme_store *st, size_t size)
+{
+    if (!st || size == 0)
+        return NULL;
+    if (size <= st->slot_size) {
+        for (unsigned i = 0; i < st->arena_n; i++) {
+            if (!st->arena_busy[i]) {
+                st->arena_busy[i] = true;
+                return st->arena + (size_t)i * st->slot_size;
+            }
+        }
+    }
+
+    void *p;
+    size_t len = (size + st->align - 1) / st->align * st->align;
+
+    if (posix_memalign(&p, st->align, len) != 0)
+        return NULL;
+    return p;
+}
+
+void nvme_buffer_free(struct nvme_store *st, void *p)
+{
+    unsigned idx;
+
+    if (!st || !p)
+        return;
+    if (nvme_in_arena(st, p, &idx))
+        st->arena_busy[idx] = false;
+    else
+        free(p);
+}
+
+void *nvme_arena(const struct nvme_store *st, size_t *len_p)
+{
+    *len_p = st && st->arena ? st->arena_len : 0;
+    return *len_p ? st->arena : NULL;
+}
+
+const char *nvme_engine(const struct nvme_store *st)
+{
+    return st && st->uring ? "io_uring" : "threads";
+}
+
+int nvme_inject_fault(struct nvme_store *st, const char *what, int nth)
+{
+    static const struct { const char *name; enum nvme_fault f; } kinds[] = {
+        { "eio", NVME_F_EIO }, { "enospc", NVME_F_ENOSPC },
+        { "short_write", NVME_F_SHORT }, { "corrupt", NVME_F_CORRUPT },
+    };
+
+    if (!st || nth < 0)
+        return -EINVAL;
+    if (nth == 0) {
+        st->fault = NVME_F_NONE;
+        st->fault_nth = 0;
+        return 0;
+    }
+    for (size_t i = 0; what && i < sizeof(kinds) / sizeof(kinds[0]); i++) {
+        if (strcmp(what, kinds[i].name) == 0) {
+            st->fault = kinds[i].f;
+            st->fault_nth = nth;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
+static enum nvme_fault nvme_fault_take(struct nvme_store *st)
+{
+    if (st->fault == NVME_F_NONE || --st->fault_nth > 0)
+        return NVME_F_NONE;
+
+    enum nvme_fault f = st->fault;
+
+    st->fault = NVME_F_NONE;
+    return f;
+}
+
+/* Length of the next transfer of rq; a short fault halves the first one. */
+static size_t nvme_req_len(const struct nvme_store *st,
+                           const struct nvme_req *rq)
+{
+    size_t len = st->slot_size - rq->done;
+
+    if (rq->fault == NVME_F_SHORT && rq->done == 0)
+        len = nvme_max(len / 2 / st->align * st->align, st->align);
+    return len < NVME_MAX_XFER ? len : NVME_MAX_XFER;
+}
+
+/* Accounts one completion; true when rq is finished (io->res set). */
+static bool nvme_req_complete(const struct nvme_store *st, struct nvme_req *rq,
+                              long res)
+{
+    if ((res == -EAGAIN || res == -EINTR) && ++rq->retries < NVME_RETRIES)
+        return false;
+    if (res <= 0) {
+        rq->io->res = res < 0 ? (int)res : -EIO;  /* 0: the file ended */
+        return true;
+    }
+    rq->done += (size_t)res;
+    if (rq->done < st->slot_size)
+        return false;
+    rq->io->res = 0;
+    return true;
+}
+
+/* A finished read: its data against the slot's crc32c (-EIO, logged, on a
+ * mismatch). */
+static void nvme_req_verify(const struct nvme_store *st, struct nvme_req *rq)
+{
+    if (rq->write || rq->io->res < 0)
+        return;
+    if (rq->fault == NVME_F_CORRUPT)
+        ((unsigned char *)rq->io->buf)[7] ^= 0xff;
+    if (crc32c(0, rq->io->buf, st->slot_size) !=
+        st->slots[rq->io->slot].crc) {
+        ump_log_error("nvme: crc32c mismatch reading slot %llu",
+                      (unsigned long long)rq->io->slot);
+        rq->io->res = -EIO;
+    }
+}
+
+static void nvme_req_sync(const struct nvme_store *st, struct nvme_req *rq)
+{
+    nvme_req_sum(st, rq);
+    for (;;) {
+        size_t len = nvme_req_len(st, rq);
+        char *buf = (char *)rq->io->buf + rq->done;
+        off_t off = rq->off + (off_t)rq->done;
+        ssize_t r = rq->write ? pwrite(rq->dir->fd, buf, len, off)
+                              : pread(rq->dir->fd, buf, len, off);
+
+        if (nvme_req_complete(st, rq, r < 0 ? -errno : (long)r)) {
+            nvme_req_verify(st, rq);
+            return;
+        }
+    }
+}
+
+struct nvme_batch {
+    const struct nvme_store *st;
+    struct nvme_req *rq;
+    size_t n;
+    atomic_size_t next;
+};
+
+static void *nvme_worker(void *arg)
+{
+    struct nvme_batch *b = arg;
+    size_t i;
+
+    while ((i = atomic_fetch_add(&b->next, 1)) < b->n)
+        nvme_req_sync(b->st, &b->rq[i]);
+    return NULL;
+}
+
+/* The fallback engine: a few threads share the batch; the caller works too,
+ * so a failed pthread_create only costs parallelism. */
+static void nvme_run_threads(struct nvme_store *st, struct nvme_req *rq,
+                             size_t n)
+{
+    struct nvme_batch b = { .st = st, .rq = rq, .n = n };
+    pthread_t tid[NVME_THREADS - 1];
+    int nt = 0;
+
+    atomic_init(&b.next, 0);
+    while (nt < NVME_THREADS - 1 && (size_t)nt + 1 < n &&
+           pthread_create(&tid[nt], NULL, nvme_worker, &b) == 0)
+        nt++;
+    nvme_worker(&b);
+    for (int t = 0; t < nt; t++)
+        pthread_join(tid[t], NULL);
+}
+
+#ifdef HAVE_LIBURING
+static void nvme_prep(struct nvme_store *st, struct nvme_req *rq,
+                      struct io_uring_sqe *sqe, size_t i)
+{
+    size_t len = nvme_req_len(st, rq);
+    char *buf = (char *)rq->io->buf + rq->done;
+    off_t off = rq->off + (off_t)rq->done;
+    unsigned idx;
+
+    if (st->fixed && nvme_in_arena(st, rq->io->buf, &idx)) {
+        if (rq->write)
+            io_uring_prep_write_fixed(sqe, rq->dir->fd, buf, (unsigned)len,
+                                      (uint64_t)off, (int)idx);
+        else
+            io_uring_prep_read_fixed(sqe, rq->dir->fd, buf, (unsigned)len,
+                                     (uint64_t)off, (int)idx);
+    } else if (rq->write) {
+        io_uring_prep_write(sqe, rq->dir->fd, buf, (unsigned)len,
+                            (uint64_t)off);
+    } else {
+        io_uring_prep_read(sqe, rq->dir->fd, buf, (unsigned)len,
+                           (uint64_t)off);
+    }
+    io_uring_sqe_set_data64(sqe, i);
+}
+
+/* Reaps what dir's ring has completed: unfinished requests back to pend,
+ * finished ones to done (for nvme_req_verify). */
+static void nvme_reap(struct nvme_store *st, struct nvme_dir *dir,
+                      struct nvme_req *rq, size_t *pend, size_t *npend,
+                      size_t *done, size_t *ndone)
+{
+    struct io_uring_cqe *cqe;
+
+    while (dir->inflight && io_uring_peek_cqe(&dir->ring, &cqe) == 0) {
+        size_t i = (size_t)io_uring_cqe_get_data64(cqe);
+        long res = cqe->res;
+
+        io_uring_cqe_seen(&dir->ring, cqe);
+        dir->inflight--;
+        if (!nvme_req_complete(st, &rq[i], res))
+            pend[(*npend)++] = i;
+        else
+            done[(*ndone)++] = i;
+    }
+}
+
+/* The kernel took none of the prepared sqes: fail their requests and drop
+ * them from the ring (sqe_head..sqe_tail are liburing's unsubmitted ones),
+ * so that no stale request reaches the kernel with a later submit. */
+static void nvme_submit_failed(struct nvme_dir *dir, struct nvme_req *rq,
+                               int err)
+{
+    struct io_uring_sq *sq = &dir->ring.sq;
+
+    ump_log_error("nvme: io_uring submit failed: %s", strerror(-err));
+    for (unsigned h = sq->sqe_head; h != sq->sqe_tail; h++) {
+        struct io_uring_sqe *sqe = &sq->sqes[h & sq->ring_mask];
+
+        rq[(size_t)sqe->user_data].io->res = err;
+    }
+    sq->sqe_tail = sq->sqe_head;
+    dir->queued = 0;
+}
+
+/* Runs the batch through the rings, at most qd in flight per ring. A failed
+ * submission finishes the requests it held with its error. pend, sent and
+ * done have room for n indices each. */
+static void nvme_run_uring(struct nvme_store *st, struct nvme_req *rq,
+                           size_t n, size_t *pend, size_t *sent, size_t *done)
+{
+    size_t npend = n, ndone = 0;
+
+    for (size_t i = 0; i < n; i++)
+        pend[i] = i;
+    for (;;) {
+        size_t keep = 0, nsent = 0;
+        unsigned busy = 0;
+
+        for (size_t k = 0; k < npend; k++) {
+            struct nvme_req *r = &rq[pend[k]];
+            struct io_uring_sqe *sqe = NULL;
+
+            if (r->dir->inflight + r->dir->queued < st->qd)
+                sqe = io_uring_get_sqe(&r->dir->ring);
+            if (!sqe) {
+                pend[keep++] = pend[k];
+                continue;
+            }
+            nvme_prep(st, r, sqe, pend[k]);
+            r->dir->queued++;
+            sent[nsent++] = pend[k];
+        }
+        npend = keep;
+        for (int d = 0; d < st->ndirs; d++) {
+            struct nvme_dir *dir = &st->dirs[d];
+
+            int tries = 0;
+
+            while (dir->queued) {
+                int ret = io_uring_submit(&dir->ring);
+
+                if ((ret == -EINTR || ret == -EAGAIN || ret == -EBUSY) &&
+                    ++tries < NVME_RETRIES)
+                    continue;
+                if (ret <= 0) {
+                    nvme_submit_failed(dir, rq, ret < 0 ? ret : -EIO);
+                    break;
+                }
+                dir->inflight += (unsigned)ret;
+                dir->queued -= (unsigned)ret;
+            }
+            busy += dir->inflight;
+        }
+        /* The disk has work: now the CPU's share, on what it holds. */
+        for (size_t k = 0; k < nsent; k++)
+            nvme_req_sum(st, &rq[sent[k]]);
+        for (size_t k = 0; k < ndone; k++)
+            nvme_req_verify(st, &rq[done[k]]);
+        ndone = 0;
+        if (!busy && !npend)
+            return;
+        for (int d = 0; d < st->ndirs; d++) {
+            struct nvme_dir *dir = &st->dirs[d];
+            struct io_uring_cqe *cqe;
+
+            if (!dir->inflight)
+                continue;
+            if (io_uring_wait_cqe(&dir->ring, &cqe) < 0)
+                continue;     /* interrupted: peek below, then loop */
+            nvme_reap(st, dir, rq, pend, &npend, done, &ndone);
+        }
+    }
+}
+#endif
+
+static void nvme_corrupt_on_disk(const struct nvme_store *st,
+                                 const struct nvme_req *rq)
+{
+    void *tmp;
+
+    if (posix_memalign(&tmp, st->align, st->align) != 0)
+        return;
+    if (pread(rq->dir->fd, tmp, st->align, rq->off) == (ssize_t)st->align) {
+        ((unsigned char *)tmp)[7] ^= 0xff;
+        if (pwrite(rq->dir->fd, tmp, st->align, rq->off) < 0)
+            ump_log_debug("nvme: corrupt fault not applied: %s",
+                          strerror(errno));
+    }
+    free(tmp);
+}
+
+/* Checks each request, draws its fault, runs the batch, then checks crcs. */
+static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
+                         bool write)
+{
+    if (!st || (!io && n))
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+
+    struct nvme_req *rq = calloc(n, sizeof(*rq));
+    size_t *pend = calloc(3 * n, sizeof(*pend)); /* pend, sent, done */
+    size_t nrun = 0;
+    int first = 0;
+
+    if (!rq || !pend) {
+        free(rq);
+        free(pend);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint64_t s = io[i].slot;
+
+        io[i].res = 0;
+        if (s >= st->cap || !st->slots[s].used || !io[i].buf ||
+            (uintptr_t)io[i].buf % st->align) {
+            io[i].res = -EINVAL;
+            continue;
+        }
+        if (!write && !st->slots[s].valid) {
+            ump_log_error("nvme: slot %llu holds no written data",
+                          (unsigned long long)s);
+            io[i].res = -ENODATA;
+            continue;
+        }
+        if (write)
+            st->slots[s].valid = false;
+
+        struct nvme_req *r = &rq[nrun];
+
+        r->io = &io[i];
+        r->dir = &st->dirs[s % (uint64_t)st->ndirs];
+        r->off = (off_t)(s / (uint64_t)st->ndirs * st->slot_size);
+        r->write = write;
+        r->fault = nvme_fault_take(st);
+        if (r->fault == NVME_F_EIO || r->fault == NVME_F_ENOSPC) {
+            io[i].res = r->fault == NVME_F_EIO ? -EIO : -ENOSPC;
+            continue;
+        }
+        nrun++;
+    }
+
+#ifdef HAVE_LIBURING
+    if (st->uring)
+        nvme_run_uring(st, rq, nrun, pend, pend + n, pend + 2 * n);
+    else
+#endif
+        nvme_run_threads(st, rq, nrun);
+
+    for (size_t k = 0; write && k < nrun; k++) { /* reads: checked already */
+        struct nvme_req *r = &rq[k];
+        struct nvme_slot *slot = &st->slots[r->io->slot];
+
+        if (r->io->res < 0)
+            continue;
+        slot->crc = r->crc;
+        slot->valid = true;
+        if (r->fault == NVME_F_CORRUPT)
+            nvme_corrupt_on_disk(st, r);
+    }
+    for (size_t i = 0; i < n && !first; i++)
+        first = io[i].res;
+    free(pend);
+    free(rq);
+    return first;
+}
+
+int nvme_write(struct nvme_store *st, struct nvme_io *io, size_t n)
+{
+    return nvme_io_batch(st, io, n, true);
+}
+
+int nvme_read(struct nvme_store *st, struct nvme_io *io, size_t n)
+{
+    return nvme_io_batch(st, io, n, false);
+}

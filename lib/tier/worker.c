@@ -1,0 +1,167 @@
+/*
+ * Workers (contract in worker.h): two threads, so that a spill and a
+ * restore run at the same time, as a GPU's copy engines do them (and as a
+ * full-duplex link carries them). The eviction worker is woken as soon as
+ * a move up maps its destination above the high watermark (move.c), so
+ * the room the next prefetch needs is made while this one copies.
+ *
+ * A queued prefetch holds only a pointer: the allocation may be freed
+ * before it runs, so it is looked up again, quietly, when it does.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tier/evict.h"
+#include "tier/host.h"
+#include "tier/move.h"
+#include "tier/residency.h"
+#include "tier/worker.h"
+#include "util/internal.h"
+
+static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
+{
+    struct run *r;
+    size_t g0, g1;
+    /* The allocation may be gone by now: quietly nothing to do. */
+    if (res_find_range(pool, NULL, pf->ptr, pf->size, &r, &g0, &g1) ||
+        !r->res)
+        return;
+    struct res *res = r->res;
+    res->busy++;
+    for (struct seg *s = res_seg_at(res, g0); s < res->seg + res->nseg &&
+                                              s->g < g1 && !res->dead; s++) {
+        if (pf->device == UMP_LOC_HOST) {
+            res_move_begin(pool, s);
+            if (s->tier == UMP_TIER_NVME && !evict_host_room(pool, s->n))
+                move_from_nvme(pool, s, UMP_TIER_HOST, -1);
+            res_move_end(pool, s);
+        } else {
+            evict_up(pool, s, pf->device);
+        }
+        if (!res->dead)
+            res_lru_touch(pool->off, s, true);
+    }
+    res_unbusy(pool, res);
+}
+
+/* The prefetch worker: the queue, in order. */
+static void *prefetch_main(void *arg)
+{
+    ump_pool_t *pool = arg;
+    struct offload *o = pool->off;
+    pthread_mutex_lock(&pool->lock);
+    while (!o->stopping) {
+        struct prefetch *pf = o->pf_head;
+        if (!pf) {
+            pthread_cond_wait(&o->w[W_PREFETCH].wake, &pool->lock);
+            continue;
+        }
+        o->pf_head = pf->next;
+        if (!o->pf_head)
+            o->pf_tail = NULL;
+        prefetch_one(pool, pf);
+        free(pf);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+/* The eviction worker: watermarks and the host reserve, when woken and
+ * every WORKER_TICK_MS. */
+static void *evict_main(void *arg)
+{
+    ump_pool_t *pool = arg;
+    struct offload *o = pool->off;
+    struct worker *k = &o->w[W_EVICT];
+    pthread_mutex_lock(&pool->lock);
+    while (!o->stopping) {
+        k->kicked = false;
+        evict_watermarks(pool);
+        host_refill(pool);
+        if (o->stopping)
+            break;
+        if (k->kicked)
+            continue;
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += WORKER_TICK_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&k->wake, &pool->lock, &ts);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+void worker_wake(ump_pool_t *pool, int w)
+{
+    static const char *const names[W_COUNT] = {"umpool-prefetch",
+                                               "umpool-evict"};
+    struct offload *o = pool->off;
+    struct worker *k = &o->w[w];
+    if (!k->on && !o->stopping) {
+        int rc = pthread_create(&k->thread, NULL,
+                                w == W_PREFETCH ? prefetch_main : evict_main,
+                                pool);
+        if (rc) {
+            ump_log_warn("cannot start the offload thread %s: %s (no "
+                         "watermark eviction or prefetch)", names[w],
+                         strerror(rc));
+            o->stopping = true; /* do not try again */
+            return;
+        }
+        pthread_setname_np(k->thread, names[w]);
+        k->on = true;
+    }
+    k->kicked = true;
+    pthread_cond_signal(&k->wake);
+}
+
+int worker_queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest)
+{
+    struct offload *o = pool->off;
+    struct prefetch *pf = malloc(sizeof(*pf));
+    if (!pf)
+        return -ENOMEM;
+    *pf = (struct prefetch){ptr, size, dest, NULL};
+    if (o->pf_tail)
+        o->pf_tail->next = pf;
+    else
+        o->pf_head = pf;
+    o->pf_tail = pf;
+    worker_wake(pool, W_PREFETCH);
+    return 0;
+}
+
+void worker_stop(ump_pool_t *pool)
+{
+    struct offload *o = pool->off;
+    bool on[W_COUNT];
+    pthread_mutex_lock(&pool->lock);
+    o->stopping = true;
+    for (int w = 0; w < W_COUNT; w++) {
+        pthread_cond_signal(&o->w[w].wake);
+        on[w] = o->w[w].on;
+        o->w[w].on = false;
+    }
+    pthread_mutex_unlock(&pool->lock);
+    for (int w = 0; w < W_COUNT; w++)
+        if (on[w])
+            pthread_join(o->w[w].thread, NULL);
+}
+
+void worker_forget(struct offload *o)
+{
+    while (o->pf_head) {
+        struct prefetch *pf = o->pf_head;
+        o->pf_head = pf->next;
+        free(pf);
+    }
+    o->pf_tail = NULL;
+}

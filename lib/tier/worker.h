@@ -1,0 +1,28 @@
+/*
+ * Workers: the two background threads of a pool's tiers, started on first
+ * need. The prefetch worker runs the queue of ump_prefetch / WILLNEED in
+ * order (moves up); the eviction worker keeps the watermarks and the host
+ * reserve, when woken and every WORKER_TICK_MS (moves down). Both run with
+ * pool->lock held except while a move copies or they sleep.
+ */
+#ifndef UMP_TIER_WORKER_H
+#define UMP_TIER_WORKER_H
+
+#include "tier/tier.h"
+
+/* How often the eviction worker looks at the watermarks. */
+#define WORKER_TICK_MS 20
+
+/* Wakes worker w (W_PREFETCH, W_EVICT), started on first need. Pool lock
+ * held. */
+void worker_wake(ump_pool_t *pool, int w);
+/* Queues a prefetch of [ptr, ptr+size) to dest (a device, UMP_LOC_HOST or
+ * TIER_DEST_HOME) and wakes the prefetch worker. Pool lock held. */
+int worker_queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest);
+/* Stops and joins both workers; they do not start again. Pool lock not
+ * held. */
+void worker_stop(ump_pool_t *pool);
+/* Frees the prefetch queue (the workers are stopped or gone). */
+void worker_forget(struct offload *o);
+
+#endif

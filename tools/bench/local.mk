@@ -1,0 +1,17 @@
+# tools/bench/: umpool-bench, timings and a narrated demo on the public API
+# only (include/umpool.h, never lib/ internals). Included from the top
+# Makefile.am; paths are relative to the top. umpool-bench.c parses the
+# command line and dispatches; one file per scenario (alloc, demo,
+# placement, offload), their output in *_report.c; the CUDA runtime and
+# driver loaders of the baselines in cuda_loader.c, the io_uring/fio disk
+# baseline in offload_base.c.
+bin_PROGRAMS = tools/umpool-bench
+tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
+	tools/bench/alloc.c tools/bench/alloc_report.c tools/bench/alloc.h \
+	tools/bench/demo.c \
+	tools/bench/placement.c \
+	tools/bench/offload.c tools/bench/offload_base.c \
+	tools/bench/offload_report.c tools/bench/offload.h \
+	tools/bench/cuda_loader.c tools/bench/cuda_loader.h
+tools_umpool_bench_LDADD = lib/libumpool.la $(URING_LIBS)
+tools_umpool_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(URING_CFLAGS)

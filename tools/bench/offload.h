@@ -1,0 +1,155 @@
+/*
+ * umpool-bench offload: what its three files share. offload.c runs the
+ * scenario (the moves between tiers and the oversubscribed loop),
+ * offload_base.c the raw baselines it is compared with (the spill
+ * directory, device<->host copies, host<->NVMe disk I/O by fio or
+ * io_uring), offload_report.c prints the results.
+ */
+#ifndef UMP_BENCH_OFFLOAD_H
+#define UMP_BENCH_OFFLOAD_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "bench.h"
+#include "cuda_loader.h"
+#include "umpool.h"
+
+#define DEFAULT_SIZE (256 * MiB)
+#define CUDA_DEFAULT_SIZE (1024 * MiB) /* with backend:cuda in --config */
+#define DEFAULT_REPS 5 /* a noisy machine needs more than 3 */
+#define FILL 0x5a /* the contents of (a)'s allocation */
+
+/* The disk pattern of the baselines, fio's and ours. */
+#define IO_BLOCK MiB
+#define IO_DEPTH 32
+#define IO_ALIGN 4096
+
+/* ump_prefetch to the host has no completion call: poll this often. */
+#define POLL_NS 20000L
+#define POLL_MAX_NS (60 * 1000000000ull)
+
+#define LOOP_PER_BUDGET 4 /* tensors the device budget holds */
+#define LOOP_TENSORS (3 * LOOP_PER_BUDGET)
+#define LOOP_ROUNDS 3
+#define LOOP_PREFETCH 2
+#define LOOP_BASE_REPS 12 /* raw copies of one tensor, each way */
+#define LOOP_SETTLE_NS 100000000L /* after the rounds: prefetches end */
+
+#define TARGET_XFER 0.9 /* umpool / raw, at least */
+#define TARGET_LOOP 1.15 /* wall / ideal, at most */
+
+/* The moves of (a), in the order of the table. */
+enum xfer { X_D2H, X_H2D, X_H2N, X_N2H, X_D2N, X_N2D, X_COUNT };
+
+struct xfer_desc {
+    const char *key, *label, *call;
+    double target; /* 0: none */
+};
+
+/* ---- the spill directory ------------------------------------------------ */
+
+struct spill_dir {
+    char path[PATH_MAX];
+    bool tmpfs;
+    bool tmpdir_skipped; /* $TMPDIR was tmpfs, so /var/tmp is used */
+    bool direct;         /* an O_DIRECT write worked there */
+    bool uring;          /* this build could set up an io_uring */
+    char why[300];       /* why one of the two did not */
+};
+
+/* Picks the directory (dir, or NULL: $TMPDIR unless tmpfs, else /var/tmp)
+ * and finds out what the NVMe store can use there. */
+void spill_dir_probe(struct spill_dir *d, const char *dir);
+
+/* ---- device<->host baseline --------------------------------------------- */
+
+/* memcpy between two buffers on sim, pinned cuMemcpy on cuda. */
+struct copy_base {
+    bool ok;
+    bool cuda;
+    const char *name; /* short, for the table */
+    char why[300];
+    size_t size;
+    void *dev, *host; /* sim: the two buffers */
+#ifdef BENCH_CUDA
+    struct bench_cu drv;
+    CUdeviceptr dptr;
+#endif
+};
+
+void copy_setup(struct copy_base *c, bool cuda, size_t size);
+void copy_cleanup(struct copy_base *c);
+/* One copy of c->size bytes, timed into *ns_p; on failure c->ok goes
+ * false with why set. */
+void copy_run(struct copy_base *c, bool to_host, double *ns_p);
+
+/* ---- host<->NVMe baseline ----------------------------------------------- */
+
+enum disk_kind { DISK_NONE, DISK_FIO, DISK_URING };
+
+struct disk_base {
+    enum disk_kind kind;
+    bool ok;
+    char why[600];
+    char fio[PATH_MAX];  /* fio's path */
+    char file[PATH_MAX]; /* fio's file */
+    int fd;              /* ours: an O_DIRECT file, unlinked */
+    void *bufs[IO_DEPTH];
+};
+
+/* fio when it is in PATH, else an io_uring loop, else nothing (why). */
+void disk_setup(struct disk_base *d, const struct spill_dir *dir,
+                size_t size);
+void disk_cleanup(struct disk_base *d);
+/* One pass of size bytes; on failure d->ok goes false with why set. */
+void disk_run(struct disk_base *d, size_t size, bool write, double *ns_p);
+const char *disk_name(const struct disk_base *d);
+
+/* ---- the run ------------------------------------------------------------ */
+
+struct loop_res {
+    size_t capacity; /* device 0's, as ump_stats gives it */
+    size_t tensor;
+    int tensors, rounds;
+    double wall_s;
+    double first_s;               /* the untimed round */
+    double acquire_s, prefetch_s; /* inside those calls, of wall_s */
+    uint64_t spill_bytes, restore_bytes, evictions;
+    double touch_gbs;         /* ump_memset_async on a resident tensor */
+    double base_ns[2][LOOP_BASE_REPS]; /* raw copies of one tensor: */
+    double d2h_gbs, h2d_gbs;           /* device->host, host->device */
+    char why[300];                     /* why there are none */
+    double transfer_s, touch_s, ideal_s;
+    bool ideal_ok; /* the raw copies ran */
+    bool nvme_used; /* the NVMe tier held data: the ideal is a lower bound */
+};
+
+struct off {
+    const struct bench_offload_opts *o;
+    size_t size, budget;
+    int reps;
+    struct spill_dir dir;
+    char engine[64];    /* what the NVMe store should use, and why */
+    char *config;       /* (a)'s pool */
+    char *loop_config;  /* (b)'s pool */
+    const char *backend;
+    struct copy_base copy;
+    struct disk_base disk;
+    ump_pool_t *pool;
+    ump_stream_t stream;
+    void *p; /* (a)'s allocation */
+    double ump_ns[X_COUNT][BENCH_OFFLOAD_MAX_REPS];
+    double base_ns[X_COUNT][BENCH_OFFLOAD_MAX_REPS];
+    double ump_gbs[X_COUNT], base_gbs[X_COUNT];
+    bool base_ok[X_COUNT];
+    struct loop_res loop;
+};
+
+/* The results on stdout, as JSON or as a table. */
+void offload_print_json(const struct off *x);
+void offload_print_table(const struct off *x);
+
+#endif

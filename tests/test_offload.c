@@ -1583,10 +1583,72 @@ static void test_evict_host_while_pinning(void **state)
     fx_pool_destroy(f);
 }
 
-/* Defect 6: two threads, each holding at most one 5 MiB allocation of two
- * 32 MiB devices, cycling allocate, evict to host, acquire, release: an
- * acquire must never find no room while memory sits cached on the device
- * or is on its way. */
+/* Defect 6: two threads, each holding at most one allocation at a time,
+ * on two 32 MiB devices: an acquire must never find no room while memory
+ * sits cached on the device (freed runs another thread keeps in its cache,
+ * or runs parked whole) or is on its way down. Thread B allocates and frees
+ * plain runs one at a time (2, 4, 5, 8 and 10 MiB: 15 of device 0's 16
+ * chunks end up cached) while thread A's 5 MiB allocation is on the host
+ * tier; B stays alive, its cache full, while A acquires. Before the fix the
+ * acquire was -ENOMEM with 30 MiB cached on device 0. */
+struct cyc_cache {
+    ump_pool_t *pool;
+    pthread_barrier_t bar;
+    char err[256];
+};
+
+static void *cyc_cacher(void *arg)
+{
+    struct cyc_cache *a = arg;
+    static const size_t sizes[] = {2 * MIB, 4 * MIB, 5 * MIB, 8 * MIB,
+                                   10 * MIB};
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+        void *p = NULL;
+        int rc = ump_alloc(a->pool, sizes[i], NULL, &p);
+        if (!rc)
+            tu_fill(p, 4096, 340 + (uint64_t)i);
+        if (!rc)
+            rc = ump_free(a->pool, p);
+        if (rc && !a->err[0])
+            snprintf(a->err, sizeof(a->err), "thread B: %zu bytes: %s",
+                     sizes[i], ump_strerror(rc));
+    }
+    pthread_barrier_wait(&a->bar); /* its cache is full */
+    pthread_barrier_wait(&a->bar); /* A acquired: B keeps its cache till then */
+    return NULL;
+}
+
+static void cycle_cached(struct fx *f, const char *conf)
+{
+    ump_pool_t *pool = fx_pool(f, conf);
+    struct cyc_cache a;
+    pthread_t th;
+    memset(&a, 0, sizeof(a));
+    a.pool = pool;
+    char *x = alloc_flags(pool, 5 * MIB, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(x, 5 * MIB, 345);
+    evict_ok(pool, x, 0, UMP_TIER_HOST);
+    assert_int_equal(pthread_barrier_init(&a.bar, NULL, 2), 0);
+    assert_int_equal(pthread_create(&th, NULL, cyc_cacher, &a), 0);
+    pthread_barrier_wait(&a.bar);
+    ump_stats_t st;
+    expect_rc(ump_stats(pool, 0, &st), 0);
+    int rc = ump_acquire(pool, x, 0, UMP_DEVICE_CURRENT, NULL);
+    pthread_barrier_wait(&a.bar);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    pthread_barrier_destroy(&a.bar);
+    if (a.err[0])
+        fail_msg("%s", a.err);
+    if (rc)
+        fail_msg("%s: ump_acquire = %d (%s) with %zu bytes cached on device 0",
+                 conf, rc, ump_strerror(rc), st.cached_bytes);
+    tu_assert_pattern(x, 5 * MIB, 345);
+    release_ok(pool, x, 0);
+    tu_free(pool, x);
+    fx_pool_destroy(f);
+}
+
+/* The filed cycle: allocate, evict to host, acquire, release, free. */
 #define CYC_THREADS 2
 struct cyc_arg {
     ump_pool_t *pool;
@@ -1628,6 +1690,10 @@ static void *cyc_worker(void *arg)
 static void test_two_threads_cycle(void **state)
 {
     struct fx *f = *state;
+    /* runs in the other thread's cache; runs parked whole */
+    cycle_cached(f, "sim_devices:2,sim_device_mem:32M,host_limit:64M");
+    cycle_cached(f, "sim_devices:2,sim_device_mem:32M,host_limit:64M,"
+                    "tcache:0");
     ump_pool_t *pool = fx_pool(f, "sim_devices:2,sim_device_mem:32M,"
                                   "host_limit:64M");
     struct cyc_arg args[CYC_THREADS];

@@ -259,6 +259,9 @@ int pool_create(const char *config, const struct pool_observer *obs,
     rc = offload_init(pool);
     if (rc)
         goto fail;
+    /* Before live data moves to make room, what threads keep cached goes
+     * back (the tier cannot name the thread caches). */
+    offload_set_reclaim(pool, pool_flush_tcaches);
     rc = registry_add(pool);
     if (rc)
         goto fail;

@@ -15,6 +15,7 @@
 #include <errno.h>
 
 #include "mem/chunks.h"
+#include "mem/runs.h"
 #include "tier/evict.h"
 #include "tier/host.h"
 #include "tier/move.h"
@@ -123,25 +124,57 @@ int evict_down(ump_pool_t *pool, struct seg *s)
     return rc;
 }
 
+/* Memory kept for reuse but not in the cached blocks (runs parked whole,
+ * runs in threads' caches) becomes cached blocks, which chunks_available
+ * counts and chunks_get takes back. */
+static void reclaim_parked(ump_pool_t *pool)
+{
+    if (pool->off->reclaim)
+        pool->off->reclaim(pool); /* the front end's: parked runs too */
+    else
+        runs_unpark_all(pool);
+}
+
+/* Granules moving down from dev (any device when -1): ump_evict and the
+ * eviction worker. */
+static size_t evicting_from(const ump_pool_t *pool, int dev)
+{
+    size_t sum = 0;
+    for (int d = 0; d < pool->ndev; d++)
+        if (dev < 0 || d == dev)
+            sum += pool->off->evicting[d];
+    return sum;
+}
+
 /* Evicts from device dev until n granules could be allocated there (0),
- * or, dev -1, one segment from any device. */
+ * or, dev -1, one segment from any device. Memory threads keep cached is
+ * taken back before any live data moves, and room on its way (moves down
+ * under way, whoever started them) is waited for: only when neither is
+ * left and nothing may move is it -ENOMEM. */
 static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
 {
-    size_t *evicting = pool->off->evicting;
+    bool reclaimed = false;
     for (;;) {
         size_t have = dev >= 0 ? chunks_available(pool, dev) : 0;
         if (dev >= 0 && have >= n)
             return 0;
-        /* Enough is on its way down already (the eviction worker): wait
-         * for it rather than evict more than needed. */
-        if (dev >= 0 && evicting[dev] && have + evicting[dev] >= n) {
+        if (dev >= 0 && !reclaimed) {
+            reclaimed = true;
+            reclaim_parked(pool);
+            continue;
+        }
+        /* Enough is on its way down already (the eviction worker, another
+         * thread's ump_evict): wait for it rather than evict more than
+         * needed. */
+        size_t coming = evicting_from(pool, dev);
+        if (dev >= 0 && coming && have + coming >= n) {
             pthread_cond_wait(&pool->off->moved, &pool->lock);
             *moved_p = true;
             continue;
         }
         bool wait = false;
         struct seg *v = victim(pool, dev, &wait);
-        if (!v && wait) { /* another thread is making room: see after it */
+        if (!v && (wait || coming)) { /* room is being made: see after it */
             pthread_cond_wait(&pool->off->moved, &pool->lock);
             *moved_p = true;
             continue;

@@ -46,6 +46,12 @@ static void free_state(struct offload *o)
     free(o);
 }
 
+void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool))
+{
+    if (pool->off)
+        pool->off->reclaim = fn;
+}
+
 int offload_init(ump_pool_t *pool)
 {
     struct offload *o = calloc(1, sizeof(*o));
@@ -269,6 +275,13 @@ static int evict_one(ump_pool_t *pool, struct seg *s, void *ptr, int tier)
 {
     struct offload *o = pool->off;
     int rc = 0;
+    /* Room on its way for the room makers of its device (evict.c). */
+    int from = !s->pins && s->tier == UMP_TIER_DEVICE && s->tier < tier
+                   ? s->dev
+                   : -1;
+    size_t n = s->n;
+    if (from >= 0)
+        o->evicting[from] += n;
     if (s->pins) {
         ump_log_error("ump_evict: %p was acquired meanwhile", ptr);
         rc = -EBUSY;
@@ -287,6 +300,8 @@ static int evict_one(ump_pool_t *pool, struct seg *s, void *ptr, int tier)
             ump_log_error("ump_evict: the host tier is full (host_limit %zu)",
                           o->host_limit);
     }
+    if (from >= 0)
+        o->evicting[from] -= n;
     return rc;
 }
 

@@ -27,6 +27,11 @@ struct res;
 
 /* Sets up the tiers from the configuration (no thread, no file yet). */
 int offload_init(ump_pool_t *pool);
+/* The front end's hook for memory threads cache (thread caches, parked
+ * runs): room making for ump_acquire calls it, pool lock held, before it
+ * moves live data down (an allocation flushes them itself first). Set once
+ * after offload_init; without it only parked runs are taken back. */
+void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool));
 /* Stops the background thread; the pool lock is not held. */
 void offload_stop(ump_pool_t *pool);
 /* Frees host chunks, closes the NVMe store (nothing is left on disk) and

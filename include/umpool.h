@@ -144,7 +144,9 @@ int ump_prefetch(ump_pool_t *pool, void *ptr, size_t size, int device,
  * already there or lower stay. -EBUSY for an acquired chunk, -EPERM for
  * UMP_HINT_NO_SPILL, -ENOSPC when the tier is full, -EIO when the disk
  * fails: the data then stays where it was. Chunks moved before the error
- * stay moved. Small allocations (slab objects) do not move: -ENOTSUP. */
+ * stay moved. Small allocations (slab objects) do not move: -ENOTSUP; so
+ * does UMP_TIER_HOST where a device of the pool cannot map pinned host
+ * memory (the driver says so; logged once). */
 int ump_evict(ump_pool_t *pool, void *ptr, size_t size, int tier);
 
 #define UMP_ADVISE_HOT 0      /* used soon: evicted last */

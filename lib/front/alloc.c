@@ -266,11 +266,12 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
 {
     int dev = pr->req.device;
     size_t n = pr->req.chunks, size = pr->req.size;
-    /* The thread's cached runs are on the requesting device: what "local"
-     * would choose, so only "local" requests take them. */
+    /* The thread's cached runs are on the requesting device: taken only
+     * for a policy that would choose that device anyway. */
     bool offload = pr->req.flags & UMP_HINT_OFFLOAD;
     /* Offloadable runs are tracked from the start: never thread-cached. */
-    if (n <= RUN_TCACHE_MAX && pr->policy == pool->place.local && !offload) {
+    if (n <= RUN_TCACHE_MAX && !offload &&
+        policy_prefers_requester(&pool->place, pr->policy)) {
         tc_enter(tc);
         struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
         if (bin && bin->count) {

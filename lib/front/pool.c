@@ -139,13 +139,7 @@ static int pool_setup(ump_pool_t *pool)
      * never make a fitting allocation fail; memory moved to the host tier
      * or NVMe keeps its addresses, so the tiers count too (NVMe without a
      * limit as four times the devices). */
-    if (!pool->cfg.host_limit) {
-        long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-        pool->cfg.host_limit = pages > 0 && page > 0
-                                   ? (size_t)pages * (size_t)page / 4 : chunk;
-    }
-    pool->cfg.host_limit &= ~(chunk - 1);
-    size_t tiers = pool->cfg.host_limit;
+    size_t tiers = offload_host_limit(pool);
     if (pool->cfg.nvme_dir[0])
         tiers += pool->cfg.nvme_limit ? pool->cfg.nvme_limit : 4 * total;
     size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * (total + tiers);

@@ -76,10 +76,10 @@ static struct run *unpark(ump_pool_t *pool, int device, size_t n)
 }
 
 /* A cached block serves a request only where its policy would put all of
- * it on the requesting device anyway: "local" without a group. */
+ * it on the requesting device anyway. */
 static bool reuse_ok(ump_pool_t *pool, const struct place_req *pr)
 {
-    return pr->policy == pool->place.local;
+    return policy_prefers_requester(&pool->place, pr->policy);
 }
 
 int runs_alloc(ump_pool_t *pool, const struct place_req *pr,

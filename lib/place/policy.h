@@ -13,6 +13,7 @@
 #ifndef UMP_POLICY_H
 #define UMP_POLICY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "topo/topology.h"
@@ -51,6 +52,15 @@ void policy_set_fini(struct policy_set *set);
  * or an init that fails. */
 int policy_get(struct policy_set *set, const char *spec, const size_t *avail,
                struct policy_inst **inst_p);
+/* Does inst put a whole request on the requesting device whenever that
+ * device can supply it? Then memory already on that device (a cached block,
+ * a parked or thread-cached run) is the plan it would make, and the caller
+ * may take it without asking: only "local" promises that. */
+static inline bool policy_prefers_requester(const struct policy_set *set,
+                                            const struct policy_inst *inst)
+{
+    return inst == set->local;
+}
 /* The view a policy reads, over avail (which must outlive it). */
 void policy_view(const struct policy_set *set, const size_t *avail,
                  ump_place_view_t *view);

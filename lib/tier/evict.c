@@ -47,7 +47,7 @@ static bool movable(const struct seg *s)
  * *wait_p is set. */
 static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
 {
-    for (struct seg *s = pool->off->lru_tail; s; s = s->prev) {
+    ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru) {
         if (s->pins || !movable(s))
             continue;
         bool here = s->tier == UMP_TIER_DEVICE && (dev < 0 || s->dev == dev);
@@ -63,7 +63,7 @@ static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
 /* The coldest host segment the pool may move to NVMe by itself. */
 static struct seg *host_victim(ump_pool_t *pool)
 {
-    for (struct seg *s = pool->off->lru_tail; s; s = s->prev)
+    ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru)
         if (s->tier == UMP_TIER_HOST && !s->pins && !s->moving && movable(s))
             return s;
     return NULL;
@@ -207,7 +207,7 @@ static size_t available_all(ump_pool_t *pool)
 static size_t could_supply(ump_pool_t *pool)
 {
     size_t sum = available_all(pool);
-    for (struct seg *s = pool->off->lru_tail; s; s = s->prev)
+    ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru)
         if (s->tier == UMP_TIER_DEVICE && !s->pins && movable(s))
             sum += s->n;
     return sum;
@@ -241,14 +241,9 @@ int evict_make_room(ump_pool_t *pool, int device, size_t bytes)
     return moved ? 0 : -ENOMEM;
 }
 
-static bool reaches(const ump_pool_t *pool, int from, int to)
-{
-    return from == to || pool->topo.link[from][to].peer;
-}
-
 int evict_up(ump_pool_t *pool, struct seg *s, int device)
 {
-    int to = device == TIER_DEST_HOME || reaches(pool, device, s->home)
+    int to = device == TIER_DEST_HOME || topo_reaches(&pool->topo, device, s->home)
                  ? s->home
                  : device;
     int rc;
@@ -258,7 +253,7 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
     for (int round = 0;; round++) {
         bool moved = false;
         if (s->tier == UMP_TIER_DEVICE &&
-            (device == TIER_DEST_HOME || reaches(pool, device, s->dev))) {
+            (device == TIER_DEST_HOME || topo_reaches(&pool->topo, device, s->dev))) {
             rc = 0;
             break;
         }

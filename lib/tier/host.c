@@ -16,11 +16,6 @@
 #include "tier/host.h"
 #include "util/internal.h"
 
-static size_t pow2_floor(size_t x)
-{
-    return (size_t)1 << (63 - __builtin_clzll(x));
-}
-
 void host_release(ump_pool_t *pool, struct hpiece *p)
 {
     struct offload *o = pool->off;
@@ -55,7 +50,7 @@ int host_pin(ump_pool_t *pool, int node, size_t n, struct hpiece **p_p)
      * the pool lock. The budget is taken first, so that nobody else
      * counts on it meanwhile; host_pinning says it is coming, so that
      * whoever needs it waits for it rather than finding the tier full. */
-    n = pow2_floor(n);
+    n = ump_pow2_floor(n);
     size_t budget = tier_bytes(pool, n);
     o->host_created += budget;
     o->host_pinning += budget;

@@ -28,6 +28,13 @@
 
 /* --- set-up and tear-down -------------------------------------------------- */
 
+size_t offload_host_limit(const ump_pool_t *pool)
+{
+    size_t chunk = pool->chunk_size;
+    size_t limit = conf_host_limit(&pool->cfg);
+    return limit ? limit & ~(chunk - 1) : chunk; /* sysconf failed */
+}
+
 /* Frees what offload_init made, but not the store nor host memory: those
  * are closed or released first by the caller. */
 static void free_state(struct offload *o)
@@ -73,7 +80,7 @@ int offload_init(ump_pool_t *pool)
     o->evicting = calloc((size_t)pool->ndev, sizeof(*o->evicting));
     if (!o->stream || !o->ctr || !o->draining || !o->evicting)
         goto fail;
-    o->host_limit = pool->cfg.host_limit; /* resolved by pool_setup */
+    o->host_limit = offload_host_limit(pool);
     o->host_reserve = pool->cfg.host_reserve < o->host_limit
                           ? pool->cfg.host_reserve & ~(pool->chunk_size - 1)
                           : o->host_limit;

@@ -25,6 +25,9 @@
 struct offload;
 struct res;
 
+/* Bytes the host tier may pin: conf_host_limit rounded down to whole
+ * chunks (one chunk if physical memory is unknown); pool->chunk_size set. */
+size_t offload_host_limit(const ump_pool_t *pool);
 /* Sets up the tiers from the configuration (no thread, no file yet). */
 int offload_init(ump_pool_t *pool);
 /* The front end's hook for memory threads cache (thread caches, parked

@@ -74,36 +74,17 @@ void res_lru_unlink(struct offload *o, struct seg *s)
 {
     if (!s->in_lru)
         return;
-    if (s->prev)
-        s->prev->next = s->next;
-    else
-        o->lru_head = s->next;
-    if (s->next)
-        s->next->prev = s->prev;
-    else
-        o->lru_tail = s->prev;
-    s->prev = s->next = NULL;
+    ump_list_remove(&o->lru, &s->lru);
     s->in_lru = false;
 }
 
 void res_lru_touch(struct offload *o, struct seg *s, bool hot)
 {
     res_lru_unlink(o, s);
-    if (hot) {
-        s->next = o->lru_head;
-        if (o->lru_head)
-            o->lru_head->prev = s;
-        else
-            o->lru_tail = s;
-        o->lru_head = s;
-    } else {
-        s->prev = o->lru_tail;
-        if (o->lru_tail)
-            o->lru_tail->next = s;
-        else
-            o->lru_head = s;
-        o->lru_tail = s;
-    }
+    if (hot)
+        ump_list_push_front(&o->lru, &s->lru);
+    else
+        ump_list_push_back(&o->lru, &s->lru);
     s->in_lru = true;
 }
 

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "mem/pool.h"
+#include "util/list.h"
 
 /* A pinned host chunk. Free ones wait in off->host_free; one backing a
  * segment sits in that segment's list, at granule offset off. */
@@ -50,7 +51,7 @@ struct seg {
     struct hpiece *host;  /* tier HOST: its pieces */
     uint64_t *slots;      /* tier NVME: one per granule; NULL if discarded */
     struct res *res;
-    struct seg *prev, *next; /* LRU, head most recently used */
+    struct ump_list_node lru; /* in offload's LRU while in_lru */
 };
 
 struct res {
@@ -103,7 +104,7 @@ struct offload {
                              with pool->lock */
     struct worker w[W_COUNT];
     bool stopping;
-    struct seg *lru_head, *lru_tail;
+    struct ump_list lru; /* first most recently used */
     void **stream;        /* [device * 2 + DIR_*], made on first use */
     struct tier_ctr *ctr; /* per home device */
     bool *draining;       /* per device: above high, not yet at low */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "util/conf.h"
 #include "util/internal.h"
@@ -378,4 +379,12 @@ int conf_load(const char *arg, struct ump_config *cfg)
     }
     memcpy(cfg, &tmp, sizeof(tmp));
     return 0;
+}
+
+size_t conf_host_limit(const struct ump_config *cfg)
+{
+    if (cfg->host_limit)
+        return cfg->host_limit;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? (size_t)pages / 4 * (size_t)page : 0;
 }

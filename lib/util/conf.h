@@ -72,5 +72,9 @@ int conf_apply(struct ump_config *cfg, const char *str, const char *origin);
 void conf_defaults(struct ump_config *cfg);
 /* Parses "123", "4K", "2M", "1G", "1T" (binary units). -EINVAL if bad. */
 int conf_parse_size(const char *s, size_t *size_p);
+/* The host tier's size in bytes, as the host_limit key documents it: the
+ * configured value, else a quarter of physical memory. Each reader rounds it
+ * to its own granule; the configuration keeps what the user wrote. */
+size_t conf_host_limit(const struct ump_config *cfg);
 
 #endif

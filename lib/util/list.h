@@ -84,6 +84,10 @@ static inline struct ump_list_node *ump_list_pop_front(struct ump_list *l)
 #define ump_list_for_each(it, list, type, member)                              \
     for (type *it = ump_list_entry_or_null((list)->first, type, member); it;   \
          it = ump_list_entry_or_null(it->member.next, type, member))
+/* Last to first (the LRU's coldest first). */
+#define ump_list_for_each_reverse(it, list, type, member)                      \
+    for (type *it = ump_list_entry_or_null((list)->last, type, member); it;    \
+         it = ump_list_entry_or_null(it->member.prev, type, member))
 #define ump_list_for_each_safe(it, nx, list, type, member)                     \
     for (type *it = ump_list_entry_or_null((list)->first, type, member),       \
               *nx = it ? ump_list_entry_or_null(it->member.next, type, member) \

@@ -66,7 +66,7 @@ size_t log_escape(char *dst, size_t size, const char *src)
     return o;
 }
 
-void ump_log_at(int level, const char *fmt, ...)
+void log_at(int level, const char *fmt, ...)
 {
     if (level > log_get_level())
         return;

@@ -19,16 +19,16 @@ const char *log_level_name(int level);
 
 /* Copies src into dst (size bytes, always terminated, truncated to fit)
  * with every control byte escaped: \n, \r, \t, else \xNN. Returns the
- * length written. ump_log_at escapes every line this way, so one message
+ * length written. log_at escapes every line this way, so one message
  * is always one line. */
 size_t log_escape(char *dst, size_t size, const char *src);
 
-void ump_log_at(int level, const char *fmt, ...)
+void log_at(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-#define ump_log_error(...) ump_log_at(UMP_LOG_ERROR, __VA_ARGS__)
-#define ump_log_warn(...) ump_log_at(UMP_LOG_WARN, __VA_ARGS__)
-#define ump_log_info(...) ump_log_at(UMP_LOG_INFO, __VA_ARGS__)
-#define ump_log_debug(...) ump_log_at(UMP_LOG_DEBUG, __VA_ARGS__)
+#define ump_log_error(...) log_at(UMP_LOG_ERROR, __VA_ARGS__)
+#define ump_log_warn(...) log_at(UMP_LOG_WARN, __VA_ARGS__)
+#define ump_log_info(...) log_at(UMP_LOG_INFO, __VA_ARGS__)
+#define ump_log_debug(...) log_at(UMP_LOG_DEBUG, __VA_ARGS__)
 
 #endif

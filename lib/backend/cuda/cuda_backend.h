@@ -61,6 +61,7 @@ int cuda_sysfs_node_distance(const char *root, int node, int to);
 #include <stdatomic.h>
 
 #include "util/conf.h"
+#include "util/list.h"
 #include "backend/backend.h"
 #include "backend/cuda/driver.h"
 
@@ -108,7 +109,7 @@ struct cuda_ctx {
 
     pthread_mutex_t lock; /* guards the two lists below */
     struct custream_node *streams;
-    struct custream_event *events;
+    struct ump_list events; /* of struct custream_event, by link */
 };
 
 /* Device 0's context serves the calls that are not about one device (the

@@ -40,7 +40,7 @@ struct custream_node {
 struct custream_event {
     CUevent ev;
     CUcontext ctx;
-    struct custream_event *prev, *next;
+    struct ump_list_node link; /* in c->events */
 };
 
 /* NULL and the special handles CU_STREAM_LEGACY and CU_STREAM_PER_THREAD
@@ -233,10 +233,7 @@ int custream_event_create(void *ctx, void **event_p)
         return -ENOMEM;
     }
     pthread_mutex_lock(&c->lock);
-    e->next = c->events;
-    if (c->events)
-        c->events->prev = e;
-    c->events = e;
+    ump_list_push_front(&c->events, &e->link);
     pthread_mutex_unlock(&c->lock);
     *event_p = e;
     return 0;
@@ -251,12 +248,7 @@ int custream_event_destroy(void *ctx, void *event)
     if (!e)
         return -EINVAL;
     pthread_mutex_lock(&c->lock);
-    if (e->prev)
-        e->prev->next = e->next;
-    else
-        c->events = e->next;
-    if (e->next)
-        e->next->prev = e->prev;
+    ump_list_remove(&c->events, &e->link);
     pthread_mutex_unlock(&c->lock);
     if (e->ev) {
         CUcontext saved;
@@ -350,7 +342,7 @@ void custream_close(struct cuda_ctx *c)
     CUresult res;
 
     /* Each in its own context. */
-    for (struct custream_event *e = c->events; e; e = e->next) {
+    ump_list_for_each(e, &c->events, struct custream_event, link) {
         CUcontext saved;
 
         if (!e->ev || cudrv_ctx_enter(api, e->ctx, &saved))
@@ -379,11 +371,9 @@ void custream_free(struct cuda_ctx *c)
         c->streams = s->next;
         free(s);
     }
-    while (c->events) {
-        struct custream_event *e = c->events;
-        c->events = e->next;
-        free(e);
-    }
+    struct ump_list_node *n;
+    while ((n = ump_list_pop_front(&c->events)))
+        free(ump_container_of(n, struct custream_event, link));
 }
 
 #endif /* HAVE_CUDA_H */

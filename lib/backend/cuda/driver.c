@@ -83,7 +83,7 @@ static int fail_v(const struct cudrv_api *api, CUresult res, int level,
 
     vsnprintf(what, sizeof(what), fmt, ap);
     cudrv_error_text(api, res, why, sizeof(why));
-    ump_log_at(level, "cuda: %s: %s", what, why);
+    log_at(level, "cuda: %s: %s", what, why);
     return cudrv_errno(res);
 }
 

@@ -152,12 +152,7 @@ static int devices_open(struct sim_ctx *c)
  * the configuration documents; whole granules. */
 static size_t host_limit(const struct ump_config *cfg)
 {
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-    size_t limit = cfg->host_limit;
-
-    if (!limit && pages > 0 && page > 0)
-        limit = (size_t)pages / 4 * (size_t)page;
-    return limit / SIM_GRAN * SIM_GRAN;
+    return conf_host_limit(cfg) / SIM_GRAN * SIM_GRAN;
 }
 
 /* One memfd per host NUMA node, each as large as the whole host tier. */

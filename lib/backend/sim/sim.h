@@ -6,6 +6,8 @@
 #define UMP_SIM_H
 
 #include <pthread.h>
+
+#include "util/list.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
@@ -19,8 +21,8 @@ struct sim_event;
  * stream, a destroyed one or any other pointer is -EINVAL, never read. */
 struct sim_streams {
     pthread_mutex_t lock; /* guards the two lists; taken before a stream's */
-    struct sim_stream *streams;
-    struct sim_event *events;
+    struct ump_list streams; /* of struct sim_stream, by link */
+    struct ump_list events;  /* of struct sim_event, by link */
     int ndev;
 };
 

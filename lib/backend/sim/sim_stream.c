@@ -74,7 +74,7 @@ struct sim_stream {
     /* the registry's, plus one per event recorded on it and one per call
      * using it (stream_get) */
     atomic_int refs;
-    struct sim_stream *prev, *next; /* registry */
+    struct ump_list_node link; /* in the context's registry */
 };
 
 struct sim_event {
@@ -82,7 +82,7 @@ struct sim_event {
     pthread_mutex_t lock;
     struct sim_stream *stream; /* NULL: nothing pending */
     uint64_t target;           /* complete once stream->finished reaches it */
-    struct sim_event *prev, *next; /* registry */
+    struct ump_list_node link; /* in the context's registry */
 };
 
 static _Thread_local bool in_host_func;
@@ -190,13 +190,15 @@ static void *stream_main(void *arg)
 static struct sim_stream *stream_get(struct sim_streams *ss, void *stream,
                                      const char *op)
 {
-    struct sim_stream *s;
+    struct sim_stream *s = NULL;
 
     pthread_mutex_lock(&ss->lock);
-    for (s = ss->streams; s && s != stream; s = s->next)
-        ;
-    if (s)
-        atomic_fetch_add(&s->refs, 1);
+    ump_list_for_each(it, &ss->streams, struct sim_stream, link)
+        if (it == stream) {
+            s = it;
+            atomic_fetch_add(&s->refs, 1);
+            break;
+        }
     pthread_mutex_unlock(&ss->lock);
     if (!s)
         ump_log_error("sim: %s: %p is not a live stream of this context", op,
@@ -223,8 +225,8 @@ int sim_streams_init(struct sim_streams *ss, int ndev)
         ump_log_error("sim: pthread_mutex_init: %s", strerror(err));
         return -err;
     }
-    ss->streams = NULL;
-    ss->events = NULL;
+    ss->streams = (struct ump_list){NULL, NULL};
+    ss->events = (struct ump_list){NULL, NULL};
     ss->ndev = ndev;
     return 0;
 }
@@ -251,49 +253,38 @@ static void event_free(struct sim_event *ev)
 
 void sim_streams_fini(struct sim_streams *ss)
 {
-    struct sim_stream *s;
-    struct sim_event *ev;
+    struct ump_list_node *n;
 
     /* One at a time, without the registry lock while joining. */
     for (;;) {
         pthread_mutex_lock(&ss->lock);
-        s = ss->streams;
-        if (s) {
-            ss->streams = s->next;
-            if (s->next)
-                s->next->prev = NULL;
-        }
+        n = ump_list_pop_front(&ss->streams);
         pthread_mutex_unlock(&ss->lock);
-        if (!s)
+        if (!n)
             break;
+        struct sim_stream *s = ump_container_of(n, struct sim_stream, link);
         pthread_mutex_lock(&s->lock);
         s->dying = true;
         pthread_mutex_unlock(&s->lock);
         stream_stop(s);
         stream_unref(s);
     }
-    while ((ev = ss->events)) {
-        ss->events = ev->next;
-        event_free(ev);
-    }
+    while ((n = ump_list_pop_front(&ss->events)))
+        event_free(ump_container_of(n, struct sim_event, link));
     pthread_mutex_destroy(&ss->lock);
 }
 
 /* In a forked child nothing may be locked or destroyed: free memory only. */
 void sim_streams_forget(struct sim_streams *ss)
 {
-    struct sim_stream *s, *sn;
-    struct sim_event *ev, *evn;
     struct sim_op *op, *opn;
 
-    for (ev = ss->events; ev; ev = evn) {
-        evn = ev->next;
+    ump_list_for_each_safe(ev, evn, &ss->events, struct sim_event, link) {
         if (ev->stream && atomic_fetch_sub(&ev->stream->refs, 1) == 1)
             free(ev->stream);
         free(ev);
     }
-    for (s = ss->streams; s; s = sn) {
-        sn = s->next;
+    ump_list_for_each_safe(s, sn, &ss->streams, struct sim_stream, link) {
         for (op = s->head; op; op = opn) {
             opn = op->next;
             free(op);
@@ -301,8 +292,8 @@ void sim_streams_forget(struct sim_streams *ss)
         if (atomic_fetch_sub(&s->refs, 1) == 1)
             free(s);
     }
-    ss->streams = NULL;
-    ss->events = NULL;
+    ss->streams = (struct ump_list){NULL, NULL};
+    ss->events = (struct ump_list){NULL, NULL};
 }
 
 int sim_stream_create(void *ctx, int device, void **stream_p)
@@ -343,10 +334,7 @@ int sim_stream_create(void *ctx, int device, void **stream_p)
     pthread_setname_np(s->thread, name);
 
     pthread_mutex_lock(&ss->lock);
-    s->next = ss->streams;
-    if (s->next)
-        s->next->prev = s;
-    ss->streams = s;
+    ump_list_push_front(&ss->streams, &s->link);
     pthread_mutex_unlock(&ss->lock);
     *stream_p = s;
     return 0;
@@ -379,17 +367,14 @@ int sim_stream_destroy(void *ctx, void *stream)
     }
     /* Out of the registry first, found by value: from here on no call can
      * find it, and a second destroy fails without touching it. */
+    s = NULL;
     pthread_mutex_lock(&ss->lock);
-    for (s = ss->streams; s && s != stream; s = s->next)
-        ;
-    if (s) {
-        if (s->prev)
-            s->prev->next = s->next;
-        else
-            ss->streams = s->next;
-        if (s->next)
-            s->next->prev = s->prev;
-    }
+    ump_list_for_each(it, &ss->streams, struct sim_stream, link)
+        if (it == stream) {
+            s = it;
+            ump_list_remove(&ss->streams, &s->link);
+            break;
+        }
     pthread_mutex_unlock(&ss->lock);
     if (!s) {
         ump_log_error("sim: stream_destroy: %p is not a live stream of this "
@@ -585,10 +570,7 @@ int sim_event_create(void *ctx, void **event_p)
     }
     ev->magic = EVENT_MAGIC;
     pthread_mutex_lock(&ss->lock);
-    ev->next = ss->events;
-    if (ev->next)
-        ev->next->prev = ev;
-    ss->events = ev;
+    ump_list_push_front(&ss->events, &ev->link);
     pthread_mutex_unlock(&ss->lock);
     *event_p = ev;
     return 0;
@@ -607,12 +589,7 @@ int sim_event_destroy(void *ctx, void *event)
     if (!ev)
         return -EINVAL;
     pthread_mutex_lock(&ss->lock);
-    if (ev->prev)
-        ev->prev->next = ev->next;
-    else
-        ss->events = ev->next;
-    if (ev->next)
-        ev->next->prev = ev->prev;
+    ump_list_remove(&ss->events, &ev->link);
     pthread_mutex_unlock(&ss->lock);
     event_free(ev);
     return 0;

@@ -123,7 +123,9 @@ int ump_trim(ump_pool_t *pool);
  * ptr may point anywhere inside an allocation; size 0 means the whole
  * allocation. device is an index or UMP_DEVICE_CURRENT: a chunk off the
  * devices comes back to the device the policy placed it on when device can
- * reach that one, else to device.
+ * reach that one, else to device. A stream passed to ump_acquire or
+ * ump_prefetch must be NULL or one of the pool's (-EINVAL otherwise); it is
+ * not waited on.
  */
 /* Makes the range resident on the devices and pins it until ump_release
  * (acquires nest). Returns once the data is in place, so work queued on any

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Fails when a file of lib/ includes a header of a layer above its own (the
-# order is in lib/layers), naming the file, the line and the include. A
-# quoted include resolves next to the including file first, then from lib/
-# (as -I lib does); system headers, config.h and include/ are not layers.
+# order is in lib/layers), naming the file, the line and the include. An
+# include, quoted or in <>, resolves next to the including file first (for
+# quotes), then from lib/ (as -I lib does); system headers, config.h and
+# include/ are not layers.
 srcdir=${srcdir:-.}
 lib=$srcdir/lib
 [ -f "$lib/layers" ] || { echo "check-layers: no $lib/layers" >&2; exit 99; }
@@ -31,11 +32,14 @@ for f in $(cd "$lib" && find . -name '*.[ch]' | sed 's#^\./##' | sort); do
         continue
     fi
     dir=$(dirname "$f")
-    grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$lib/$f" |
+    grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*["<]' "$lib/$f" |
     while IFS= read -r line; do
         n=${line%%:*}
-        inc=$(printf '%s\n' "$line" | sed 's/.*include[[:space:]]*"\([^"]*\)".*/\1/')
-        if [ -f "$lib/$dir/$inc" ]; then
+        inc=$(printf '%s\n' "$line" |
+              sed 's/.*include[[:space:]]*["<]\([^">]*\)[">].*/\1/')
+        quoted=0
+        case $line in *include*'"'*) quoted=1 ;; esac
+        if [ "$quoted" -eq 1 ] && [ -f "$lib/$dir/$inc" ]; then
             target=$(cd "$lib/$dir" && cd "$(dirname "$inc")" && pwd)
             target=${target#"$(cd "$lib" && pwd)"}
             target=${target#/}/$(basename "$inc")

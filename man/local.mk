@@ -1,7 +1,7 @@
 # Man pages (issue 11): a man3 page per public call or tight group of calls
 # (liburing style; every other name of a group is a one-line ".so" page),
 # umpool(7) with the configuration table, and a man1 page per tool.
-# Included from the top Makefile.am, after EXTRA_DIST and SCRIPT_TESTS are
+# Included from the top Makefile.am, after EXTRA_DIST and SOURCE_CHECKS are
 # defined; paths are relative to the top. It defines (with '=')
 # dist_man_MANS, man_MANS, EXTRA_PROGRAMS and CLEANFILES: a later addition
 # to one of them elsewhere uses '+=' after this include.
@@ -76,4 +76,4 @@ CLEANFILES = man/umpool.7 man/umpool.7-t man/gen-conf-table$(EXEEXT)
 
 # man -l (or groff -ww) renders every page without a warning; every public
 # function has a page; every page is listed above.
-SCRIPT_TESTS += man/check-man.sh
+SOURCE_CHECKS += man/check-man.sh

@@ -35,10 +35,14 @@
  *                 HOST_NUMA for HOST_NUMA memory, HOST for HOST memory)
  *   nohostnuma    devices say 0 to HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_
  *                 SUPPORTED (host chunks on a NUMA node)
+ *   nohostnuma=D  only device D says 0 to it (the others 1)
  *   nohostvmm     devices say 0 to HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED
  *                 (host chunks without a node)
  *   hostnuma=N    devices say N to HOST_NUMA_ID (by default the attribute
  *                 is unknown, as to drivers before 12.2)
+ *
+ * As a real driver, the fake answers CUDA_ERROR_INVALID_VALUE to an
+ * attribute newer than its driver version (see attr_since).
  *   fail=CALL:N:CODE  the Nth call of CALL ("cuMemMap") from now fails
  *                 with CUresult CODE
  *   evdelay=N     a recorded event is not ready for its first N queries
@@ -70,7 +74,8 @@
 static struct fake_config {
     int driver, devices;
     size_t mem, hostmem, hostgran;
-    bool novmm, nofd, nopeer, cpuhost, nohostnuma, nohostvmm;
+    bool novmm, nofd, nopeer, cpuhost, nohostvmm;
+    int nohostnuma; /* -2: none; -1: every device; else that device */
     int hostnuma; /* -2: HOST_NUMA_ID unknown */
     char fail_call[64];
     int fail_nth, fail_code;
@@ -92,6 +97,7 @@ static void load_config(void)
     cfg.hostgran = (size_t)2 << 20;
     cfg.nvver = 6;
     cfg.hostnuma = -2;
+    cfg.nohostnuma = -2;
     snprintf(buf, sizeof(buf), "%s", env ? env : "");
     for (char *w = strtok_r(buf, ",", &save); w;
          w = strtok_r(NULL, ",", &save)) {
@@ -103,7 +109,8 @@ static void load_config(void)
             sscanf(w, "nvswitch=%d", &cfg.nvswitch) == 1 ||
             sscanf(w, "nvpair=%d", &cfg.nvpair) == 1 ||
             sscanf(w, "nvver=%u", &cfg.nvver) == 1 ||
-            sscanf(w, "hostnuma=%d", &cfg.hostnuma) == 1)
+            sscanf(w, "hostnuma=%d", &cfg.hostnuma) == 1 ||
+            sscanf(w, "nohostnuma=%d", &cfg.nohostnuma) == 1)
             continue;
         if (sscanf(w, "devices=%d", &cfg.devices) == 1) {
             if (cfg.devices > FAKE_MAX_DEV)
@@ -127,7 +134,7 @@ static void load_config(void)
         } else if (strcmp(w, "cpuhost") == 0) {
             cfg.cpuhost = true;
         } else if (strcmp(w, "nohostnuma") == 0) {
-            cfg.nohostnuma = true;
+            cfg.nohostnuma = -1;
         } else if (strcmp(w, "nohostvmm") == 0) {
             cfg.nohostvmm = true;
         } else {
@@ -443,12 +450,32 @@ static CUresult fake_cuDeviceGet(CUdevice *dev, int ordinal)
     return end(CUDA_SUCCESS);
 }
 
+/* The first driver version that knows the attribute; 0 for those the
+ * fake answers whatever its version. The real driver answers
+ * CUDA_ERROR_INVALID_VALUE to an attribute it does not know. */
+static int attr_since(CUdevice_attribute attr)
+{
+    switch (attr) {
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        /* Named in cuda.h well after HOST_NUMA memory itself (12.2); 12.4
+         * is a plausible first driver to know it, and leaves 12.2 and 12.3
+         * as the drivers that have the memory and lack the attribute. */
+        return 12040;
+    case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        return 13000; /* came with cuda.h 13.0 */
+    default:
+        return 0;
+    }
+}
+
 static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute attr,
                                           CUdevice dev)
 {
     BEGIN();
     if (!dev_ok(dev))
         return end(CUDA_ERROR_INVALID_DEVICE);
+    if (cfg.driver < attr_since(attr))
+        return end(CUDA_ERROR_INVALID_VALUE);
     switch (attr) {
     case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         *v = !cfg.novmm;
@@ -463,7 +490,7 @@ static CUresult fake_cuDeviceGetAttribute(int *v, CUdevice_attribute attr,
         *v = 256; /* with the clock: 64 GB/s */
         break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
-        *v = !cfg.nohostnuma;
+        *v = cfg.nohostnuma != -1 && cfg.nohostnuma != dev;
         break;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         *v = !cfg.nohostvmm;

@@ -30,8 +30,11 @@ UNIT_TESTS = \
 tests_test_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 
 SCRIPT_TESTS = tests/test_bench.sh tests/test_exports.sh
-EXTRA_DIST += tests/testutil.h $(SCRIPT_TESTS)
+# Checks of the source itself (the layers, the man pages): no cmocka needed.
+SOURCE_CHECKS = lib/check-layers.sh
+EXTRA_DIST += tests/testutil.h $(SCRIPT_TESTS) $(SOURCE_CHECKS)
+TESTS = $(SOURCE_CHECKS)
 if HAVE_CMOCKA
 check_PROGRAMS = $(UNIT_TESTS)
-TESTS = $(UNIT_TESTS) $(SCRIPT_TESTS)
+TESTS += $(UNIT_TESTS) $(SCRIPT_TESTS)
 endif

@@ -386,10 +386,12 @@ static void test_stream_create_bad_device(void **state)
 /* ---- streams that are not the pool's ------------------------------------ */
 
 /* Destroy last: the others leave the stream as it was. */
-enum sop { S_SYNC, S_MEMCPY, S_MEMSET, S_HOST_FUNC, S_FREE_ASYNC, S_DESTROY };
+enum sop { S_SYNC, S_MEMCPY, S_MEMSET, S_HOST_FUNC, S_FREE_ASYNC, S_ACQUIRE,
+           S_PREFETCH, S_DESTROY };
 static const char *const sop_names[] = {
     "ump_stream_synchronize", "ump_memcpy_async", "ump_memset_async",
-    "ump_launch_host_func", "ump_free_async", "ump_stream_destroy",
+    "ump_launch_host_func", "ump_free_async", "ump_acquire", "ump_prefetch",
+    "ump_stream_destroy",
 };
 
 static int host_func_runs;
@@ -430,6 +432,12 @@ static void expect_bad_stream(struct fixture *f, enum sop op, ump_stream_t s)
         break;
     case S_FREE_ASYNC:
         rc = ump_free_async(f->pool, f->small, s);
+        break;
+    case S_ACQUIRE: /* the stream is refused before the range is looked at */
+        rc = ump_acquire(f->pool, f->big, 0, UMP_DEVICE_CURRENT, s);
+        break;
+    case S_PREFETCH:
+        rc = ump_prefetch(f->pool, f->big, 0, UMP_DEVICE_CURRENT, s);
         break;
     }
     tu_capture_stop(&cap, buf, sizeof(buf));

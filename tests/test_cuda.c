@@ -1216,10 +1216,13 @@ static void test_fake_host_gate(void **state)
     const char *numa_attr =
         "CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED";
 
-    /* The second device lacks it: the whole host tier's node chunks go. */
-    backend_open(&b, "devices=2,nohostnuma");
+    /* The second device lacks it (the first has it): the whole host
+     * tier's node chunks go, and why names the second device. */
+    backend_open(&b, "devices=2,nohostnuma=1");
     long creates = fake_count("creates");
-    check_host_create(&b, 0, 2 * M, -ENOTSUP, numa_attr);
+    check_host_create(&b, 0, 2 * M, -ENOTSUP,
+                      "device 1 (NVIDIA Fake GPU) does not support pinned "
+                      "host memory on a NUMA node");
     check_host_create(&b, 0, 2 * M, -ENOTSUP, NULL); /* said once */
     assert_int_equal(fake_count("creates"), creates);
     check_host_create(&b, -1, 2 * M, 0, NULL); /* HOST still supported */
@@ -1239,6 +1242,44 @@ static void test_fake_host_gate(void **state)
     check_host_create(&b, 0, 2 * M, -ENOTSUP, numa_attr);
     assert_int_equal(b.be->set_access_host(b.ctx, NULL, 2 * M, NULL, 0),
                      -ENOTSUP);
+    backend_close(&b);
+
+    /* The plain form: every device says 0; why names the first. */
+    backend_open(&b, "devices=2,nohostnuma");
+    check_host_create(&b, 0, 2 * M, -ENOTSUP,
+                      "device 0 (NVIDIA Fake GPU) does not support pinned "
+                      "host memory on a NUMA node");
+    backend_close(&b);
+}
+
+/* A driver that has host memory in VMM (12.2) but predates the attributes
+ * that say so per device answers CUDA_ERROR_INVALID_VALUE to them: support
+ * is unknown, not refused, and the driver's version decides (on). */
+static void test_fake_host_gate_old_driver(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    ump_handle_t h;
+
+    for (int i = 0; i < 2; i++) {
+        backend_open(&b, i ? "driver=13000,devices=2"
+                           : "driver=12020,devices=2");
+        long creates = fake_count("creates");
+        check_host_create(&b, 0, 2 * M, 0, NULL);
+        check_host_create(&b, -1, 2 * M, 0, NULL);
+        assert_int_equal(fake_count("creates"), creates + 2);
+        assert_int_equal(b.be->host_chunk_create(b.ctx, 0, 2 * M, &h), 0);
+        assert_int_equal(fake_count("last_host_node"), 0);
+        assert_int_equal(b.be->chunk_release(b.ctx, h), 0);
+        backend_close(&b);
+    }
+
+    /* 12.4 knows HOST_NUMA's attribute, not HOST's: a 0 from the first
+     * still turns node chunks off; HOST stays on the version's word. */
+    backend_open(&b, "driver=12040,devices=2,nohostnuma=1");
+    check_host_create(&b, 0, 2 * M, -ENOTSUP, "device 1 (");
+    check_host_create(&b, -1, 2 * M, 0, NULL);
     backend_close(&b);
 }
 
@@ -1342,6 +1383,42 @@ static void test_fake_host_memoryless_node(void **state)
     assert_int_equal(b.be->host_chunk_create(b.ctx, 0, 2 * M, &h), 0);
     assert_int_equal(fake_count("last_host_node"), 0);
     assert_int_equal(b.be->chunk_release(b.ctx, h), 0);
+    backend_close(&b);
+
+    /* A meminfo that cannot be read, or says no MemTotal, is unknown, not
+     * "no memory": the node keeps its chunks. A FIFO is refused at once
+     * (no wait for a writer), a directory too. */
+    char fifo[PATH_MAX];
+    snprintf(fifo, sizeof(fifo), "%s/devices/system/node/node1/meminfo",
+             fs.root);
+    assert_int_equal(unlink(fifo), 0);
+    assert_int_equal(mkfifo(fifo, 0644), 0);
+    assert_true(cuda_sysfs_node_has_memory(fs.root, 1) < 0);
+    assert_true(cuda_sysfs_node_has_memory(fs.root, 1) != -ENOENT);
+    assert_int_equal(unlink(fifo), 0);
+    assert_int_equal(mkdir(fifo, 0755), 0);
+    assert_true(cuda_sysfs_node_has_memory(fs.root, 1) < 0);
+    assert_int_equal(rmdir(fifo), 0);
+    put_file(fs.root, "devices/system/node/node1/meminfo",
+             "Node 1 MemFree: 0 kB\n");
+    assert_int_equal(cuda_sysfs_node_has_memory(fs.root, 1), -ENODATA);
+    make_dirs(fs.root, "devices/system/node/node3");
+    assert_true(cuda_sysfs_node_has_memory(fs.root, 3) < 0);
+    assert_true(cuda_sysfs_node_has_memory(fs.root, 3) != -ENOENT);
+    assert_int_equal(cuda_sysfs_node_has_memory(fs.root, 4), 0);
+
+    backend_open(&b, "hostnuma=1");
+    {
+        struct tu_capture cap;
+        tu_capture_start(&cap);
+        int rc = b.be->host_chunk_create(b.ctx, 1, 2 * M, &h);
+        tu_capture_stop(&cap, buf, sizeof(buf));
+        assert_int_equal(rc, 0);
+        assert_int_equal(fake_count("last_host_node"), 1); /* kept */
+        if (tu_count_log_lines(buf) != 0)
+            fail_msg("want no line, got:\n%s", buf);
+        assert_int_equal(b.be->chunk_release(b.ctx, h), 0);
+    }
     backend_close(&b);
 
     log_set_level(level);
@@ -1575,6 +1652,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_host_chunks, test_setup),
         cmocka_unit_test_setup(test_fake_host_driver, test_setup),
         cmocka_unit_test_setup(test_fake_host_gate, test_setup),
+        cmocka_unit_test_setup(test_fake_host_gate_old_driver, test_setup),
         cmocka_unit_test_setup(test_fake_host_gate_pool, test_setup),
         cmocka_unit_test_setup(test_fake_host_memoryless_node, test_setup),
         cmocka_unit_test_setup(test_fake_cpu_access_type, test_setup),

@@ -73,6 +73,10 @@ static int hinted_policy(ump_pool_t *pool, const char *spec,
 {
     if (!spec)
         return 0;
+    pr->policy = policy_lookup(&pool->place, spec);
+    if (pr->policy)
+        return 0;
+    /* First use: the policy's init reads the view. */
     size_t avail[UMP_MAX_DEVICES];
     chunks_available_all(pool, avail);
     return policy_get(&pool->place, spec, avail, &pr->policy);
@@ -191,9 +195,14 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
     }
     pthread_mutex_unlock(&pool->lock);
     /* Moving offloadable memory down makes room: only when it would fail,
-     * and a few rounds at most (each frees a chunk's worth or more). */
+     * and a few rounds at most (each frees a chunk's worth or more). A new
+     * slab is one chunk placed by "local" (slab.c). */
+    struct place_req slab_pr = {
+        .req = {.chunks = 1, .chunk_size = pool->chunk_size, .device = dev,
+                .flags = req->flags},
+        .policy = pool->place.local};
     for (int round = 0; rc == -ENOMEM && round < OFFLOAD_ROUNDS &&
-                        !offload_make_room(pool, dev, pool->chunk_size);
+                        !offload_make_room(pool, &slab_pr);
          round++) {
         pthread_mutex_lock(&pool->lock);
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
@@ -302,7 +311,7 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
          * otherwise fail, and a few rounds at most (each makes n chunks of
          * room, or moves all there is). */
         if (!addresses || ++round > OFFLOAD_ROUNDS ||
-            offload_make_room(pool, dev, n << pool->chunk_shift))
+            offload_make_room(pool, pr))
             break;
     }
     if (rc) {

@@ -13,11 +13,11 @@
 #include "place/policy.h"
 #include "front/front.h"
 #include "front/lifecycle.h"
+#include "mem/pending.h"
 #include "mem/runs.h"
 #include "front/registry.h"
 #include "front/check.h"
 #include "front/stats.h"
-#include "front/stream.h"
 #include "mem/slab.h"
 #include "front/tcache.h"
 
@@ -39,6 +39,16 @@ void pool_flush_tcaches(ump_pool_t *pool)
     for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
         tcache_flush(tc);
     runs_unpark_all(pool);
+}
+
+void pool_reclaim_device(ump_pool_t *pool, int device)
+{
+    bool kept = pool->dev[device].parked != 0;
+    for (struct tcache *tc = pool->tcaches; tc && !kept; tc = tc->next)
+        kept = atomic_load_explicit(&tc->run_bytes[device],
+                                    memory_order_relaxed) != 0;
+    if (kept)
+        pool_flush_tcaches(pool);
 }
 
 int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
@@ -201,17 +211,13 @@ static void pool_free_meta(ump_pool_t *pool)
         pool->free_runs = r->next;
         free(r);
     }
-    struct pending *lists[] = {pool->pending, pool->spare_pending};
-    for (size_t i = 0; i < UMP_ARRAY_SIZE(lists); i++)
-        while (lists[i]) {
-            struct pending *p = lists[i];
-            lists[i] = p->next;
-            free(p);
-        }
+    pending_forget(pool);
     policy_set_fini(&pool->place);
     vas_fini(&pool->vas);
     free(pool->dev);
     free(pool->folded);
+    free(pool->streams); /* the backend closes the streams themselves */
+    pthread_mutex_destroy(&pool->streams_lock);
     pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
@@ -238,11 +244,13 @@ int pool_create(const char *config, const struct pool_observer *obs,
     }
     log_set_level(pool->cfg.log_level);
     pthread_mutex_init(&pool->lock, NULL);
+    pthread_mutex_init(&pool->streams_lock, NULL);
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     pool->fork_gen = atomic_load(&fork_generation);
     pool_clock_init(pool);
     rc = open_backend(pool);
     if (rc) {
+        pthread_mutex_destroy(&pool->streams_lock);
         pthread_mutex_destroy(&pool->lock);
         free(pool);
         return rc;
@@ -255,7 +263,7 @@ int pool_create(const char *config, const struct pool_observer *obs,
         goto fail;
     /* Before live data moves to make room, what threads keep cached goes
      * back (the tier cannot name the thread caches). */
-    offload_set_reclaim(pool, pool_flush_tcaches);
+    offload_set_reclaim(pool, pool_reclaim_device);
     rc = registry_add(pool);
     if (rc)
         goto fail;
@@ -298,7 +306,7 @@ static uint64_t live_count_locked(ump_pool_t *pool)
 static int destroy_in_child(ump_pool_t *pool)
 {
     registry_remove(pool);
-    if (pool->observer) /* the child's copy only: the segment is the parent's */
+    if (pool->observer && pool->observer->stop) /* the child's copy only */
         pool->observer->stop(pool);
     offload_fini_in_child(pool);
     pool->be->close_in_child(pool->bctx);
@@ -329,10 +337,9 @@ int pool_destroy(ump_pool_t *pool)
     pthread_mutex_unlock(&pool->lock);
     /* From here on no thread may use the pool (as with free()). Leaving the
      * registry first means exiting threads no longer touch it. */
-    if (pool->observer)
+    if (pool->observer && pool->observer->stop)
         pool->observer->stop(pool); /* its thread reads the pool */
     registry_remove(pool);
-    pool_streams_forget(pool); /* streams never destroyed: close frees them */
     offload_stop(pool); /* no move may run while the pool goes */
     pthread_mutex_lock(&pool->lock);
     pool_poll_pending(pool, true);
@@ -344,9 +351,7 @@ int pool_destroy(ump_pool_t *pool)
         if (pool->dev[d].mapped || pool->dev[d].created)
             ump_log_warn("device %d: %zu bytes still mapped at destroy", d,
                          pool->dev[d].mapped);
-    for (struct pending *p = pool->spare_pending; p; p = p->next)
-        if (p->event)
-            pool->be->event_destroy(pool->bctx, p->event);
+    pending_fini(pool);
     pthread_mutex_unlock(&pool->lock);
     int rc = pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
     if (rc)

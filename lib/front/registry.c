@@ -11,7 +11,6 @@
 #include <pthread.h>
 
 #include "front/registry.h"
-#include "front/stream.h"
 #include "front/tcache.h"
 
 _Atomic uint64_t fork_generation;
@@ -77,6 +76,7 @@ static void prefork(void)
     pthread_mutex_lock(&reg_lock);
     for (ump_pool_t *p = reg_head; p; p = p->reg_next) {
         pthread_mutex_lock(&p->lock);
+        pthread_mutex_lock(&p->streams_lock);
         for (struct tcache *tc = p->tcaches; tc; tc = tc->next)
             tc_seize(tc);
     }
@@ -87,6 +87,7 @@ static void postfork_parent(void)
     for (ump_pool_t *p = reg_head; p; p = p->reg_next) {
         for (struct tcache *tc = p->tcaches; tc; tc = tc->next)
             tc_release(tc);
+        pthread_mutex_unlock(&p->streams_lock);
         pthread_mutex_unlock(&p->lock);
     }
     pthread_mutex_unlock(&reg_lock);
@@ -95,7 +96,6 @@ static void postfork_parent(void)
 static void postfork_child(void)
 {
     atomic_fetch_add(&fork_generation, 1);
-    pool_streams_after_fork();
     /* membarrier registration belongs to the address space: do it again. */
     tcache_register_membarrier();
     /* The child's only thread is the one that took every lock in prefork:
@@ -104,6 +104,7 @@ static void postfork_child(void)
     for (ump_pool_t *p = reg_head; p; p = p->reg_next) {
         for (struct tcache *tc = p->tcaches; tc; tc = tc->next)
             tc_release(tc);
+        pthread_mutex_unlock(&p->streams_lock);
         pthread_mutex_unlock(&p->lock);
     }
     pthread_mutex_unlock(&reg_lock);

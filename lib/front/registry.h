@@ -2,8 +2,9 @@
  * The one registry of live pools, and fork(). Every pool is in it from
  * creation to destruction; the fork handlers (one pthread_atfork, in
  * registry.c) walk it. Lock order: the registry lock, then each pool's
- * lock, then its thread caches (tc_seize); nothing takes the registry lock
- * while holding a pool lock.
+ * lock, then its streams_lock, then its thread caches (tc_seize); nothing
+ * takes the registry lock while holding a pool lock, nor a pool lock while
+ * holding streams_lock.
  */
 #ifndef UMP_FRONT_REGISTRY_H
 #define UMP_FRONT_REGISTRY_H

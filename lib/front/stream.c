@@ -4,10 +4,10 @@
  * A stream is checked against the set of live streams (front/stream.h)
  * before the backend sees it, by value: a stream of another pool, one
  * already destroyed, or any other pointer is -EINVAL with one log line and
- * is never dereferenced. The set is an open-addressing hash table keyed by
- * (pool id, handle), linear probing with backward-shift deletion, under one
- * mutex held only for the lookup: stream calls are not the allocation hot
- * path, and a pool has few streams.
+ * is never dereferenced. The set is the pool's own open-addressing hash
+ * table of handles, under a lock of its own held only for the lookup, so
+ * that stream calls of different pools never meet and none waits for the
+ * pool lock.
  */
 #include "config.h"
 
@@ -19,30 +19,12 @@
 #include "front/check.h"
 #include "front/stream.h"
 
-struct live_stream {
-    uint64_t pool_id; /* 0: free slot (pool ids start at 1) */
-    void *handle;
-};
+/* The pool's set (pool->streams: stream_cap slots, a power of two, NULL
+ * marks a free one), under pool->streams_lock. */
 
-static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct live_stream *live; /* live_cap slots, a power of two */
-static size_t live_cap, live_n;
-
-/* In a forked child the set belongs to pools that refuse all work there
- * (pool_check): start empty, with a fresh lock in case a thread of the
- * parent held it at the fork. Called by the one set of fork handlers
- * (registry.c). */
-void pool_streams_after_fork(void)
+static size_t live_hash(const void *handle)
 {
-    free(live);
-    live = NULL;
-    live_cap = live_n = 0;
-    pthread_mutex_init(&live_lock, NULL);
-}
-
-static size_t live_hash(uint64_t pool_id, const void *handle)
-{
-    uint64_t h = (uint64_t)(uintptr_t)handle ^ (pool_id * 0x9e3779b97f4a7c15ull);
+    uint64_t h = (uint64_t)(uintptr_t)handle;
 
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
@@ -50,86 +32,84 @@ static size_t live_hash(uint64_t pool_id, const void *handle)
     return (size_t)h;
 }
 
-/* The slot of (pool_id, handle), or of the free slot that ends its probe.
- * live_lock held, live_cap > 0. */
-static size_t live_slot(uint64_t pool_id, const void *handle)
+/* The slot of handle, or of the free slot that ends its probe. Lock held,
+ * stream_cap > 0. */
+static size_t live_slot(const ump_pool_t *pool, const void *handle)
 {
-    size_t mask = live_cap - 1, i = live_hash(pool_id, handle) & mask;
+    size_t mask = pool->stream_cap - 1, i = live_hash(handle) & mask;
 
-    while (live[i].pool_id &&
-           (live[i].pool_id != pool_id || live[i].handle != handle))
+    while (pool->streams[i] && pool->streams[i] != handle)
         i = (i + 1) & mask;
     return i;
 }
 
-static bool live_has(uint64_t pool_id, const void *handle)
+static bool live_has(const ump_pool_t *pool, const void *handle)
 {
-    return live_cap && live[live_slot(pool_id, handle)].pool_id;
+    return pool->stream_cap && pool->streams[live_slot(pool, handle)];
 }
 
-/* Adds an entry not in the set; grows it to keep it at most half full.
- * -ENOMEM (not logged) when it cannot grow. live_lock held. */
-static int live_add(uint64_t pool_id, void *handle)
+/* Adds a handle not in the set; grows it to keep it at most half full.
+ * -ENOMEM (not logged) when it cannot grow. Lock held. */
+static int live_add(ump_pool_t *pool, void *handle)
 {
-    if ((live_n + 1) * 2 > live_cap) {
-        size_t cap = live_cap ? live_cap * 2 : 64;
-        struct live_stream *old = live, *bigger = calloc(cap, sizeof(*bigger));
-        size_t old_cap = live_cap;
+    if ((pool->stream_n + 1) * 2 > pool->stream_cap) {
+        size_t old_cap = pool->stream_cap;
+        size_t cap = old_cap ? old_cap * 2 : 16;
+        void **old = pool->streams, **bigger = calloc(cap, sizeof(*bigger));
 
         if (!bigger)
             return -ENOMEM;
-        live = bigger;
-        live_cap = cap;
+        pool->streams = bigger;
+        pool->stream_cap = cap;
         for (size_t i = 0; i < old_cap; i++)
-            if (old[i].pool_id)
-                live[live_slot(old[i].pool_id, old[i].handle)] = old[i];
+            if (old[i])
+                pool->streams[live_slot(pool, old[i])] = old[i];
         free(old);
     }
-    size_t i = live_slot(pool_id, handle);
-    live[i].pool_id = pool_id;
-    live[i].handle = handle;
-    live_n++;
+    pool->streams[live_slot(pool, handle)] = handle;
+    pool->stream_n++;
     return 0;
 }
 
-/* Removes the entry in slot i, shifting back the ones whose probe passed
- * through it. live_lock held. */
-static void live_remove_at(size_t i)
+/* Removes the handle in slot i, shifting back the ones whose probe passed
+ * through it (linear probing with backward-shift deletion). Lock held. */
+static void live_remove_at(ump_pool_t *pool, size_t i)
 {
-    size_t mask = live_cap - 1, j = i;
+    size_t mask = pool->stream_cap - 1, j = i;
+    void **slot = pool->streams;
 
-    live[i].pool_id = 0;
-    live_n--;
+    slot[i] = NULL;
+    pool->stream_n--;
     for (;;) {
         j = (j + 1) & mask;
-        if (!live[j].pool_id)
+        if (!slot[j])
             return;
-        size_t home = live_hash(live[j].pool_id, live[j].handle) & mask;
+        size_t home = live_hash(slot[j]) & mask;
         /* j's entry may move to the hole at i when its home is not in
          * (i, j], cyclically. */
         if ((j > i && (home <= i || home > j)) ||
             (j < i && home <= i && home > j)) {
-            live[i] = live[j];
-            live[j].pool_id = 0;
+            slot[i] = slot[j];
+            slot[j] = NULL;
             i = j;
         }
     }
 }
 
-/* Takes (pool_id, handle) out of the set: true when it was there. */
-static bool live_take(uint64_t pool_id, const void *handle)
+/* Takes handle out of the set: true when it was there. */
+static bool live_take(ump_pool_t *pool, const void *handle)
 {
     bool found = false;
 
-    pthread_mutex_lock(&live_lock);
-    if (live_cap) {
-        size_t i = live_slot(pool_id, handle);
-        if (live[i].pool_id) {
-            live_remove_at(i);
+    pthread_mutex_lock(&pool->streams_lock);
+    if (pool->stream_cap) {
+        size_t i = live_slot(pool, handle);
+        if (pool->streams[i]) {
+            live_remove_at(pool, i);
             found = true;
         }
     }
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_unlock(&pool->streams_lock);
     return found;
 }
 
@@ -146,23 +126,10 @@ int pool_stream_check(ump_pool_t *pool, ump_stream_t stream, const char *fn)
 
     if (!stream)
         return 0;
-    pthread_mutex_lock(&live_lock);
-    found = live_has(pool->id, stream);
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_lock(&pool->streams_lock);
+    found = live_has(pool, stream);
+    pthread_mutex_unlock(&pool->streams_lock);
     return found ? 0 : not_a_stream(stream, fn);
-}
-
-void pool_streams_forget(ump_pool_t *pool)
-{
-    pthread_mutex_lock(&live_lock);
-    for (size_t i = 0; i < live_cap;) {
-        /* A removal may shift a later entry into slot i: look again. */
-        if (live[i].pool_id == pool->id)
-            live_remove_at(i);
-        else
-            i++;
-    }
-    pthread_mutex_unlock(&live_lock);
 }
 
 static int need(ump_pool_t *pool, bool ok, const char *fn, const char *what)
@@ -200,9 +167,9 @@ UMP_EXPORT int ump_stream_create(ump_pool_t *pool, int device,
     rc = pool->be->stream_create(pool->bctx, device, &s);
     if (rc)
         return rc;
-    pthread_mutex_lock(&live_lock);
-    rc = live_add(pool->id, s);
-    pthread_mutex_unlock(&live_lock);
+    pthread_mutex_lock(&pool->streams_lock);
+    rc = live_add(pool, s);
+    pthread_mutex_unlock(&pool->streams_lock);
     if (rc) {
         pool->be->stream_destroy(pool->bctx, s);
         ump_log_error("ump_stream_create: out of host memory");
@@ -219,15 +186,15 @@ UMP_EXPORT int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream)
     if (rc)
         return rc;
     /* Taken out first: a second destroy, even a racing one, finds nothing. */
-    if (!live_take(pool->id, stream))
+    if (!live_take(pool, stream))
         return not_a_stream(stream, "ump_stream_destroy");
     rc = pool->be->stream_destroy(pool->bctx, stream);
     if (rc) {
         /* Still alive (say, destroyed from a host function): keep it. The
          * slot it left is free again, so this cannot need memory. */
-        pthread_mutex_lock(&live_lock);
-        live_add(pool->id, stream);
-        pthread_mutex_unlock(&live_lock);
+        pthread_mutex_lock(&pool->streams_lock);
+        live_add(pool, stream);
+        pthread_mutex_unlock(&pool->streams_lock);
     }
     return rc;
 }

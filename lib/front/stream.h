@@ -2,13 +2,12 @@
  * The streams of the public API (front/stream.c): which stream handles are
  * live in which pool.
  *
- * ump_stream_create records every stream it hands out in a process-wide set
- * keyed by (pool id, handle); ump_stream_destroy takes it out before the
+ * ump_stream_create records every stream it hands out in the pool's set of
+ * handles (pool->streams); ump_stream_destroy takes it out before the
  * backend frees it. Every call that takes a stream checks it there first,
  * by value, so a stream of another pool, a destroyed stream or a made-up
  * pointer is -EINVAL with one log line, on every backend, and the handle is
- * never dereferenced to find that out. Pool ids are never reused, so a
- * stream of a destroyed pool never matches a later pool at the same address.
+ * never dereferenced to find that out.
  *
  * NULL, the default stream, is valid everywhere except ump_stream_destroy.
  * As with CUDA, using a stream while another thread destroys it is the
@@ -24,12 +23,5 @@
  * this pool, or was destroyed".
  * pool must already have passed pool_check. */
 int pool_stream_check(ump_pool_t *pool, ump_stream_t stream, const char *fn);
-
-/* Forgets every stream of pool (the backend frees them when it closes):
- * for ump_pool_destroy. Without it the entries only cost memory, since no
- * later pool has the same id. */
-void pool_streams_forget(ump_pool_t *pool);
-/* In the child of fork(): the set starts empty (registry.c's handler). */
-void pool_streams_after_fork(void);
 
 #endif

@@ -80,3 +80,15 @@ void pending_fini(ump_pool_t *pool)
         free(p);
     }
 }
+
+void pending_forget(ump_pool_t *pool)
+{
+    struct pending *lists[] = {pool->pending, pool->spare_pending};
+    for (size_t i = 0; i < UMP_ARRAY_SIZE(lists); i++)
+        while (lists[i]) {
+            struct pending *p = lists[i];
+            lists[i] = p->next;
+            free(p);
+        }
+    pool->pending = pool->spare_pending = NULL;
+}

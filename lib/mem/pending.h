@@ -28,5 +28,9 @@ void pending_recycle(ump_pool_t *pool, struct pending *p);
 /* Destroys the events of the recycled structs and frees them (the queue is
  * empty: the pool is being destroyed). */
 void pending_fini(ump_pool_t *pool);
+/* Frees every struct, queued or recycled, and touches no event: for a
+ * child after fork(), whose events belong to the parent, and after
+ * pending_fini. No lock needed (nobody else uses the pool). */
+void pending_forget(ump_pool_t *pool);
 
 #endif

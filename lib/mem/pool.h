@@ -41,7 +41,6 @@
 struct slab;
 struct tcache;
 struct pool_observer;
-struct publisher;
 
 /* A physical chunk: one backend handle of n granules (a power of two, at
  * most max_chunk bytes), mapped at granules [g, g+n) or idle. */
@@ -173,7 +172,12 @@ struct ump_pool {
      * creation by the library's assembly (lib/umpool.c); front calls it,
      * so that it never names a layer above itself. */
     const struct pool_observer *observer;
-    struct publisher *pub;              /* the observer's state, or NULL */
+    void *observer_state;               /* the observer's, or NULL */
+    /* Live streams made by ump_stream_create (front/stream.c): a hash set
+     * of handles, under its own lock. */
+    pthread_mutex_t streams_lock;
+    void **streams;
+    size_t stream_cap, stream_n;
     uint64_t clock_base;     /* CLOCK_MONOTONIC at creation, ns */
     _Atomic uint32_t clock;  /* tenths of a second since: ticked by the
                                 publisher and the slow path (stats.c) */

@@ -106,7 +106,7 @@ int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
         rc = run_build(pool, pr, &start, &mixed);
     if (rc) {
         runs_put(pool, r);
-        return rc == -ENOENT ? -ENOMEM : rc;
+        return rc; /* a policy's own errno goes back as ump_alloc's */
     }
     r->start = start;
     r->n = n;

@@ -49,14 +49,23 @@ static int load_plugin(struct policy_inst *inst, const char *path)
     return 0;
 }
 
+struct policy_inst *policy_lookup(const struct policy_set *set,
+                                  const char *spec)
+{
+    for (struct policy_inst *i = set->list; i; i = i->next)
+        if (!strcmp(i->spec, spec))
+            return i;
+    return NULL;
+}
+
 int policy_get(struct policy_set *set, const char *spec, const size_t *avail,
                struct policy_inst **inst_p)
 {
-    for (struct policy_inst *i = set->list; i; i = i->next)
-        if (!strcmp(i->spec, spec)) {
-            *inst_p = i;
-            return 0;
-        }
+    struct policy_inst *found = policy_lookup(set, spec);
+    if (found) {
+        *inst_p = found;
+        return 0;
+    }
     if (strlen(spec) >= POLICY_SPEC_MAX) {
         ump_log_error("policy '%.40s...': longer than %d bytes", spec,
                       POLICY_SPEC_MAX - 1);

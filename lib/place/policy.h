@@ -47,6 +47,9 @@ int policy_set_init(struct policy_set *set, const struct ump_topology *topo,
                     const size_t *capacity, int ndev, const char *dflt_spec,
                     const size_t *avail);
 void policy_set_fini(struct policy_set *set);
+/* The instance of spec when it was made already, else NULL. */
+struct policy_inst *policy_lookup(const struct policy_set *set,
+                                  const char *spec);
 /* The instance for spec, made on first use. -EINVAL with one log line for
  * an unknown name, a plugin that cannot be loaded or has the wrong version,
  * or an init that fails. */

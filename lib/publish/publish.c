@@ -84,7 +84,7 @@ struct publisher {
     _Atomic uint32_t quit; /* a private futex, 1 once stop is set */
 };
 
-/* A publisher is found through its pool (pool->pub), and pools through the
+/* A publisher is found through its pool (pool->observer_state), and pools through the
  * front end's registry: one list of live pools and one set of fork
  * handlers for the whole library. */
 static pthread_once_t pubs_once = PTHREAD_ONCE_INIT;
@@ -109,7 +109,7 @@ static void unlink_own(const struct publisher *pub)
 static void unlink_pool_segment(ump_pool_t *pool, void *arg)
 {
     (void)arg;
-    struct publisher *p = pool->pub;
+    struct publisher *p = pool->observer_state;
     if (p && p->pid == getpid())
         unlink_own(p);
 }
@@ -540,12 +540,12 @@ static void stop_thread(struct publisher *pub)
     pthread_join(pub->thread, NULL);
 }
 
-static void set_pub(ump_pool_t *pool, void *pub) { pool->pub = pub; }
+static void set_pub(ump_pool_t *pool, void *pub) { pool->observer_state = pub; }
 
 static void take_pub(ump_pool_t *pool, void *pub_p)
 {
-    *(struct publisher **)pub_p = pool->pub;
-    pool->pub = NULL;
+    *(struct publisher **)pub_p = pool->observer_state;
+    pool->observer_state = NULL;
 }
 
 int publish_start(ump_pool_t *pool)
@@ -620,8 +620,8 @@ void publish_stop(ump_pool_t *pool)
     struct publisher *pub = NULL;
     if (!registry_with_pool(pool, pool->id, take_pub, &pub)) {
         /* a pool leaving the registry (a child's copy): no race left */
-        pub = pool->pub;
-        pool->pub = NULL;
+        pub = pool->observer_state;
+        pool->observer_state = NULL;
     }
     if (!pub)
         return;

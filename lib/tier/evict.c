@@ -13,9 +13,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "mem/chunks.h"
 #include "mem/runs.h"
+#include "place/policy.h"
 #include "tier/evict.h"
 #include "tier/host.h"
 #include "tier/move.h"
@@ -41,8 +44,7 @@ static bool movable(const struct seg *s)
                OBJ_LIVE;
 }
 
-/* The coldest segment the pool may move by itself from device dev (any
- * when -1). When there is none but one that will free room or become a
+/* The coldest segment the pool may move by itself from device dev. When there is none but one that will free room or become a
  * victim is moving there (evicted, or prefetched up by another thread),
  * *wait_p is set. */
 static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
@@ -50,11 +52,11 @@ static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
     ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru) {
         if (s->pins || !movable(s))
             continue;
-        bool here = s->tier == UMP_TIER_DEVICE && (dev < 0 || s->dev == dev);
+        bool here = s->tier == UMP_TIER_DEVICE && s->dev == dev;
         if (here && !s->moving)
             return s;
         if (wait_p && s->moving &&
-            (here || (s->dest >= 0 && (dev < 0 || s->dest == dev))))
+            (here || s->dest == dev))
             *wait_p = true;
     }
     return NULL;
@@ -124,50 +126,38 @@ int evict_down(ump_pool_t *pool, struct seg *s)
     return rc;
 }
 
-/* Memory kept for reuse but not in the cached blocks (runs parked whole,
- * runs in threads' caches) becomes cached blocks, which chunks_available
- * counts and chunks_get takes back. */
-static void reclaim_parked(ump_pool_t *pool)
+/* Memory kept for reuse on dev but not in its cached blocks (runs parked
+ * whole, runs in threads' caches) becomes cached blocks, which
+ * chunks_available counts and chunks_get takes back. */
+static void reclaim_parked(ump_pool_t *pool, int dev)
 {
     if (pool->off->reclaim)
-        pool->off->reclaim(pool); /* the front end's: parked runs too */
-    else
+        pool->off->reclaim(pool, dev); /* the front end's: thread caches */
+    else if (pool->dev[dev].parked)
         runs_unpark_all(pool);
 }
 
-/* Granules moving down from dev (any device when -1): ump_evict and the
- * eviction worker. */
-static size_t evicting_from(const ump_pool_t *pool, int dev)
-{
-    size_t sum = 0;
-    for (int d = 0; d < pool->ndev; d++)
-        if (dev < 0 || d == dev)
-            sum += pool->off->evicting[d];
-    return sum;
-}
-
-/* Evicts from device dev until n granules could be allocated there (0),
- * or, dev -1, one segment from any device. Memory threads keep cached is
- * taken back before any live data moves, and room on its way (moves down
- * under way, whoever started them) is waited for: only when neither is
- * left and nothing may move is it -ENOMEM. */
+/* Evicts from device dev until n granules could be allocated there (0).
+ * Memory threads keep cached is taken back before any live data moves,
+ * and room on its way (moves down from dev under way, the eviction
+ * worker's or another thread's ump_evict) is waited for: only when neither
+ * is left and nothing may move is it -ENOMEM. */
 static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
 {
     bool reclaimed = false;
     for (;;) {
-        size_t have = dev >= 0 ? chunks_available(pool, dev) : 0;
-        if (dev >= 0 && have >= n)
+        size_t have = chunks_available(pool, dev);
+        if (have >= n)
             return 0;
-        if (dev >= 0 && !reclaimed) {
+        if (!reclaimed) {
             reclaimed = true;
-            reclaim_parked(pool);
+            reclaim_parked(pool, dev);
             continue;
         }
-        /* Enough is on its way down already (the eviction worker, another
-         * thread's ump_evict): wait for it rather than evict more than
-         * needed. */
-        size_t coming = evicting_from(pool, dev);
-        if (dev >= 0 && coming && have + coming >= n) {
+        /* Enough is on its way down already: wait for it rather than
+         * evict more than needed. */
+        size_t coming = pool->off->evicting[dev];
+        if (coming && have + coming >= n) {
             pthread_cond_wait(&pool->off->moved, &pool->lock);
             *moved_p = true;
             continue;
@@ -187,58 +177,74 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
         if (rc)
             return rc;
         *moved_p = true;
-        if (dev < 0) /* one at a time: the caller counts */
-            return 0;
     }
 }
 
-/* Chunks every device could supply now. */
-static size_t available_all(ump_pool_t *pool)
+/* Granules the tiers below could take now: the host tier's room, plus
+ * NVMe's (unbounded without an nvme_limit) when there is an NVMe tier. */
+static size_t room_below(const ump_pool_t *pool)
 {
-    size_t sum = 0;
+    const struct offload *o = pool->off;
+    size_t bytes = host_room(pool);
+    if (o->nvme)
+        bytes = o->nvme_limit
+                    ? bytes + (o->nvme_limit - o->nvme_used)
+                    : SIZE_MAX;
+    return bytes == SIZE_MAX ? SIZE_MAX : bytes >> pool->chunk_shift;
+}
+
+/* Per device, granules of the unpinned offloadable segments the pool may
+ * move down by itself (those moving down already too: their room is
+ * coming). */
+static void movable_per_device(ump_pool_t *pool, size_t *per_dev)
+{
     for (int d = 0; d < pool->ndev; d++)
-        sum += chunks_available(pool, d);
-    return sum;
-}
-
-/* Granules every device could supply if the pool moved down all it may:
- * what they supply now, plus the unpinned offloadable segments on them
- * (those moving down too: their room is coming). */
-static size_t could_supply(ump_pool_t *pool)
-{
-    size_t sum = available_all(pool);
-    ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru)
+        per_dev[d] = 0;
+    ump_list_for_each(s, &pool->off->lru, struct seg, lru)
         if (s->tier == UMP_TIER_DEVICE && !s->pins && movable(s))
-            sum += s->n;
-    return sum;
+            per_dev[s->dev] += s->n;
 }
 
-int evict_make_room(ump_pool_t *pool, int device, size_t bytes)
+/* The room a request needs is what its own policy would place, on a
+ * machine where everything movable has moved (as far as the tiers below
+ * can take it): one plan against that view says both whether the request
+ * can fit at all (if not, nothing moves: -ENOMEM leaves the pool as it
+ * was) and how much each device must give. The allocation then makes its
+ * real plan on the room made. */
+int evict_make_room(ump_pool_t *pool, const struct place_req *pr)
 {
+    size_t avail[UMP_MAX_DEVICES], whatif[UMP_MAX_DEVICES];
+    size_t down[UMP_MAX_DEVICES]; /* movable, per device */
+    ump_place_part_t *parts = NULL;
+    size_t np = 0;
     bool moved = false;
-    size_t n = (bytes + pool->chunk_size - 1) >> pool->chunk_shift;
+
     pthread_mutex_lock(&pool->lock);
-    /* A request that cannot fit however much moves must leave the pool as
-     * it was: decide before moving anything for it. */
-    if (could_supply(pool) < n) {
-        pthread_mutex_unlock(&pool->lock);
-        return -ENOMEM;
-    }
-    if (chunks_available(pool, device) < n) {
-        room_locked(pool, device, n, &moved);
-    } else {
-        /* The device has room, yet the allocation failed: its plan wants
-         * other devices too. n chunks more, from any device. */
-        size_t want = available_all(pool) + n;
-        while (available_all(pool) < want) {
-            bool one = false;
-            if (room_locked(pool, -1, 1, &one) || !one)
-                break;
-            moved = true;
-        }
-    }
+    size_t below = room_below(pool);
+    chunks_available_all(pool, avail);
+    movable_per_device(pool, down);
+    for (int d = 0; d < pool->ndev; d++)
+        whatif[d] = avail[d] + (down[d] < below ? down[d] : below);
+    int rc = policy_plan(&pool->place, pr->policy, &pr->req, whatif, &parts,
+                         &np);
+    if (rc)
+        goto out;
+    size_t need[UMP_MAX_DEVICES] = {0}, short_by = 0;
+    for (size_t i = 0; i < np; i++)
+        need[parts[i].device] += parts[i].chunks;
+    for (int d = 0; d < pool->ndev; d++)
+        short_by += need[d] > avail[d] ? need[d] - avail[d] : 0;
+    rc = -ENOMEM;
+    if (short_by > below) /* the devices' shares together do not fit below */
+        goto out;
+    for (int d = 0; d < pool->ndev; d++)
+        if (need[d] > avail[d] && room_locked(pool, d, need[d], &moved))
+            break;
+    rc = moved ? 0 : -ENOMEM;
+out:
     pthread_mutex_unlock(&pool->lock);
-    return moved ? 0 : -ENOMEM;
+    free(parts);
+    return rc ? -ENOMEM : 0; /* a bad plan was logged by policy_plan */
 }
 
 int evict_up(ump_pool_t *pool, struct seg *s, int device)

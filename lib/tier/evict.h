@@ -22,10 +22,8 @@ int evict_host_room(ump_pool_t *pool, size_t n);
 /* Moves s down one step the pool chooses: to the host tier while it has
  * (or can make) room, else to NVMe. -EBUSY when s was acquired meanwhile. */
 int evict_down(ump_pool_t *pool, struct seg *s);
-/* Makes room for `bytes` on device (see offload_make_room): 0 when
- * something moved, -ENOMEM when nothing could, or when the request could
- * not fit even with every evictable byte moved (then nothing moves). */
-int evict_make_room(ump_pool_t *pool, int device, size_t bytes);
+/* Makes room for the request pr (see offload_make_room). */
+int evict_make_room(ump_pool_t *pool, const struct place_req *pr);
 /* Brings s onto a device that `device` reaches (see ump_acquire); device
  * may be TIER_DEST_HOME. The caller keeps s's run busy. */
 int evict_up(ump_pool_t *pool, struct seg *s, int device);

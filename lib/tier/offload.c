@@ -53,7 +53,8 @@ static void free_state(struct offload *o)
     free(o);
 }
 
-void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool))
+void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool,
+                                                   int device))
 {
     if (pool->off)
         pool->off->reclaim = fn;
@@ -171,9 +172,9 @@ void offload_wait_idle(ump_pool_t *pool, struct run *r)
         pthread_cond_wait(&pool->off->moved, &pool->lock);
 }
 
-int offload_make_room(ump_pool_t *pool, int device, size_t bytes)
+int offload_make_room(ump_pool_t *pool, const struct place_req *pr)
 {
-    return evict_make_room(pool, device, bytes);
+    return evict_make_room(pool, pr);
 }
 
 /* --- the calls behind the public tier API --------------------------------- */

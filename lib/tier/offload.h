@@ -30,11 +30,14 @@ struct res;
 size_t offload_host_limit(const ump_pool_t *pool);
 /* Sets up the tiers from the configuration (no thread, no file yet). */
 int offload_init(ump_pool_t *pool);
-/* The front end's hook for memory threads cache (thread caches, parked
- * runs): room making for ump_acquire calls it, pool lock held, before it
- * moves live data down (an allocation flushes them itself first). Set once
- * after offload_init; without it only parked runs are taken back. */
-void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool));
+/* The front end's hook for memory kept for reuse on a device outside its
+ * cached blocks (runs in thread caches, parked runs): room making for a
+ * move up calls it for that device, pool lock held, before it moves live
+ * data down. It never runs in a thread inside its own cache (tc_enter):
+ * the tier runs no code there. Set once after offload_init; without it
+ * only parked runs are taken back. */
+void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool,
+                                                   int device));
 /* Stops the background thread; the pool lock is not held. */
 void offload_stop(ump_pool_t *pool);
 /* Frees host chunks, closes the NVMe store (nothing is left on disk) and
@@ -56,12 +59,12 @@ void offload_run_free(ump_pool_t *pool, struct run *r);
 void offload_wait_idle(ump_pool_t *pool, struct run *r);
 /* Rounds of offload_make_room an allocation tries before -ENOMEM. */
 #define OFFLOAD_ROUNDS 3
-/* Moves unpinned offloadable memory off device until `bytes` more could
- * be allocated there (or, when device has room already, that many more
- * from any device). 0 when something moved, -ENOMEM when nothing could;
- * also -ENOMEM, with nothing moved, when `bytes` could not fit in all the
- * devices even with everything movable moved. Pool lock not held. */
-int offload_make_room(ump_pool_t *pool, int device, size_t bytes);
+/* Moves unpinned offloadable memory down until the request pr could be
+ * placed by its policy: each device gives what the policy's plan, made as
+ * if everything movable had moved, takes from it. 0 when something moved;
+ * -ENOMEM when nothing could, and, with nothing moved, when the request
+ * cannot fit however much moves. Pool lock not held. */
+int offload_make_room(ump_pool_t *pool, const struct place_req *pr);
 
 /* The work of the public tier calls, their pool and other arguments
  * checked by the front end; each takes the pool lock. A pointer that is not

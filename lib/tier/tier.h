@@ -111,10 +111,9 @@ struct offload {
     size_t *evicting;     /* per device: granules moving down from it */
     bool full;            /* a move down found no room: the watermarks
                              wait until a tier gives space back */
-    /* The front end's: gives back what threads cache (their runs, parked
-     * runs) to the cached blocks, pool lock held; NULL: parked runs only.
-     * Room making for a move up calls it before moving live data down. */
-    void (*reclaim)(ump_pool_t *pool);
+    /* The front end's (offload_set_reclaim): what threads cache on a
+     * device goes back to its cached blocks; NULL: parked runs only. */
+    void (*reclaim)(ump_pool_t *pool, int device);
     /* host tier (host.c) */
     size_t host_limit, host_reserve;
     size_t host_created, host_used, host_peak, host_free_bytes;

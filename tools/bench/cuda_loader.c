@@ -51,12 +51,15 @@ typedef CUresult (*getproc_v1_fn)(const char *symbol, void **fn, int version,
 struct getproc {
     getproc_v2_fn v2;
     getproc_v1_fn v1;
+    int version; /* CU_API_VERSION, or the driver's own when older */
 };
 
 /* The entry points as of CUDA 12.0: none used here has changed since, and
  * older 12.x drivers know that version. Asked by their base names, so that
  * the driver hands out the versions of 12.0 (cuMemAlloc is cuMemAlloc_v2,
- * cuDevicePrimaryCtxRelease is its _v2, ...). */
+ * cuDevicePrimaryCtxRelease is its _v2, ...), with the legacy default
+ * stream's semantics (not the per-thread _ptds variants), as the library's
+ * own loader asks (lib/backend/cuda/driver.c). */
 #define CU_API_VERSION 12000
 
 static void *driver_lookup(void *arg, const char *name)
@@ -67,10 +70,11 @@ static void *driver_lookup(void *arg, const char *name)
     CUresult r;
 
     if (gp->v2)
-        r = gp->v2(name, &fn, CU_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT,
-                   &status);
+        r = gp->v2(name, &fn, gp->version,
+                   CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
     else
-        r = gp->v1(name, &fn, CU_API_VERSION, CU_GET_PROC_ADDRESS_DEFAULT);
+        r = gp->v1(name, &fn, gp->version,
+                   CU_GET_PROC_ADDRESS_LEGACY_STREAM);
     return r == CUDA_SUCCESS ? fn : NULL;
 }
 
@@ -140,6 +144,14 @@ int bench_cu_load(struct bench_cu *cu, unsigned want, char *why,
     }
     gp.v2 = (getproc_v2_fn)dlsym(h, "cuGetProcAddress_v2");
     gp.v1 = (getproc_v1_fn)dlsym(h, "cuGetProcAddress");
+    /* A driver older than 12.0 hands out nothing for a newer version. */
+    CUresult (*drv_version)(int *) =
+        (CUresult(*)(int *))dlsym(h, "cuDriverGetVersion");
+    int drv = 0;
+    gp.version = drv_version && drv_version(&drv) == CUDA_SUCCESS &&
+                         drv > 0 && drv < CU_API_VERSION
+                     ? drv
+                     : CU_API_VERSION;
     if (!gp.v2 && !gp.v1) {
         snprintf(why, len, "libcuda.so.1 has no cuGetProcAddress (driver "
                  "too old)");

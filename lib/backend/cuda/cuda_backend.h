@@ -50,7 +50,10 @@ double cuda_nvlink_link_gbs(unsigned nvml_version);
 /* Whether host NUMA node has memory, from
  * <root>/devices/system/node/node<N>/meminfo ("MemTotal" above 0): 1 yes,
  * 0 no (or no such node), -ENOENT when sysfs shows no NUMA nodes at all
- * (a kernel without NUMA: nothing to say). */
+ * (a kernel without NUMA: nothing to say), another negative errno when
+ * the node is there but its meminfo cannot be read (not a regular file,
+ * no permission) or has no MemTotal (-ENODATA): unknown, which callers
+ * must not take for "no memory". */
 int cuda_sysfs_node_has_memory(const char *root, int node);
 /* The node's distance to node to (<root>/devices/system/node/node<N>/
  * distance, the table libnuma's numa_distance reads), or -1 unknown. */

@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "util/internal.h"
@@ -85,37 +86,79 @@ int cuda_pci_busid_norm(const char *busid, char *out, size_t len)
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-/* Reads <root>/bus/pci/devices/<busid>/<leaf>, without trailing blanks. */
-static int sysfs_read(const char *root, const char *busid, const char *leaf,
-                      char *buf, size_t len)
+/* Reads <root>/<rel> into buf, without trailing blanks; what does not fit
+ * in len - 1 bytes is left out. Only a regular file is read: O_NONBLOCK so
+ * that opening a FIFO planted in the tree does not wait for a writer, and
+ * anything fstat does not call regular (a FIFO, a device, a socket, which
+ * could block a read or never end) is -EINVAL. */
+static int sysfs_read(const char *root, const char *rel, char *buf,
+                      size_t len)
 {
     char path[PATH_MAX];
-    ssize_t n;
-    int fd, err;
+    struct stat st;
+    size_t got = 0;
+    int fd, n, err = 0;
 
-    n = snprintf(path, sizeof(path), "%s/bus/pci/devices/%s/%s", root, busid,
-                 leaf);
+    n = snprintf(path, sizeof(path), "%s/%s", root, rel);
     if (n < 0 || (size_t)n >= sizeof(path))
         return -ENAMETOOLONG;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0)
         return -errno;
-    n = read(fd, buf, len - 1);
-    err = errno;
+    if (fstat(fd, &st))
+        err = -errno;
+    else if (!S_ISREG(st.st_mode))
+        err = S_ISDIR(st.st_mode) ? -EISDIR : -EINVAL;
+    while (!err && got + 1 < len) {
+        ssize_t r = read(fd, buf + got, len - 1 - got);
+
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            err = -errno;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
     close(fd);
-    if (n < 0)
-        return -err;
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == ' '))
-        n--;
-    buf[n] = '\0';
+    if (err)
+        return err;
+    while (got > 0 && (buf[got - 1] == '\n' || buf[got - 1] == ' '))
+        got--;
+    buf[got] = '\0';
     return 0;
+}
+
+/* Reads the PCI device's <root>/bus/pci/devices/<busid>/<leaf>. */
+static int pci_read(const char *root, const char *busid, const char *leaf,
+                    char *buf, size_t len)
+{
+    char rel[PATH_MAX];
+    int n = snprintf(rel, sizeof(rel), "bus/pci/devices/%s/%s", busid, leaf);
+
+    if (n < 0 || (size_t)n >= sizeof(rel))
+        return -ENAMETOOLONG;
+    return sysfs_read(root, rel, buf, len);
+}
+
+/* Reads the host node's <root>/devices/system/node/node<node>/<leaf>. */
+static int node_read(const char *root, int node, const char *leaf, char *buf,
+                     size_t len)
+{
+    char rel[PATH_MAX];
+    int n = snprintf(rel, sizeof(rel), "devices/system/node/node%d/%s", node,
+                     leaf);
+
+    if (n < 0 || (size_t)n >= sizeof(rel))
+        return -ENAMETOOLONG;
+    return sysfs_read(root, rel, buf, len);
 }
 
 int cuda_sysfs_numa_node(const char *root, const char *busid)
 {
     char buf[32], *end;
     long node;
-    int err = sysfs_read(root, busid, "numa_node", buf, sizeof(buf));
+    int err = pci_read(root, busid, "numa_node", buf, sizeof(buf));
 
     if (err)
         return err;
@@ -126,47 +169,33 @@ int cuda_sysfs_numa_node(const char *root, const char *busid)
     return node < 0 ? 0 : (int)node;
 }
 
-/* Reads <root>/devices/system/node/node<node>/<leaf> into buf. */
-static int node_read(const char *root, int node, const char *leaf, char *buf,
-                     size_t len)
-{
-    char path[PATH_MAX];
-    ssize_t n;
-    int fd, err;
-
-    n = snprintf(path, sizeof(path), "%s/devices/system/node/node%d/%s",
-                 root, node, leaf);
-    if (n < 0 || (size_t)n >= sizeof(path))
-        return -ENAMETOOLONG;
-    fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    n = read(fd, buf, len - 1);
-    err = errno;
-    close(fd);
-    if (n < 0)
-        return -err;
-    buf[n] = '\0';
-    return 0;
-}
-
 int cuda_sysfs_node_has_memory(const char *root, int node)
 {
     char path[PATH_MAX], buf[4096];
     const char *p;
     unsigned long long kb;
+    int err;
 
     if (node < 0)
         return 0;
-    if (node_read(root, node, "meminfo", buf, sizeof(buf))) {
+    err = node_read(root, node, "meminfo", buf, sizeof(buf));
+    if (err) {
         /* No node directory at all: a kernel without NUMA says nothing. */
         snprintf(path, sizeof(path), "%s/devices/system/node", root);
-        return access(path, F_OK) == 0 ? 0 : -ENOENT;
+        if (access(path, F_OK) != 0)
+            return -ENOENT;
+        /* No such node: it has no memory to give. */
+        snprintf(path, sizeof(path), "%s/devices/system/node/node%d", root,
+                 node);
+        if (access(path, F_OK) != 0 && errno == ENOENT)
+            return 0;
+        /* The node is there and its meminfo cannot be read: unknown. */
+        return err == -ENOENT ? -ENODATA : err;
     }
-    /* "Node 0 MemTotal:       16384 kB" */
+    /* "Node 0 MemTotal:       16384 kB"; without it, unknown. */
     p = strstr(buf, "MemTotal:");
     if (!p || sscanf(p + strlen("MemTotal:"), "%llu", &kb) != 1)
-        return 0;
+        return -ENODATA;
     return kb > 0;
 }
 
@@ -294,15 +323,15 @@ static int link_value(const char *root, const char *busid, bool speed,
     char buf[64], up[64];
     double dev, port;
 
-    if (!sysfs_read(root, busid, max, buf, sizeof(buf)) && !parse(buf, &dev)) {
+    if (!pci_read(root, busid, max, buf, sizeof(buf)) && !parse(buf, &dev)) {
         snprintf(up, sizeof(up), "../%s", max);
-        if (!sysfs_read(root, busid, up, buf, sizeof(buf)) &&
+        if (!pci_read(root, busid, up, buf, sizeof(buf)) &&
             !parse(buf, &port) && port < dev)
             dev = port;
         *v_p = dev;
         return 0;
     }
-    if (!sysfs_read(root, busid, cur, buf, sizeof(buf)) && !parse(buf, &dev)) {
+    if (!pci_read(root, busid, cur, buf, sizeof(buf)) && !parse(buf, &dev)) {
         *v_p = dev;
         return 0;
     }

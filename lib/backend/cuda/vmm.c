@@ -335,8 +335,12 @@ static int host_off(struct cuda_ctx *c, bool numa)
 #define ATTR_HOST_VMM ((CUdevice_attribute)145)
 #endif
 
-/* 0 when every device supports host chunks of this location type, else
- * -ENOTSUP and why (naming the first device that does not). */
+/* 0 unless a device says it does not support host chunks of this location
+ * type: then -ENOTSUP and why (naming the first such device). The caller
+ * has checked the driver's version. A driver older than the attribute
+ * (HOST_NUMA's came after 12.2, HOST's with 13.0) does not know it and
+ * answers an error (CUDA_ERROR_INVALID_VALUE): support is then unknown,
+ * and the driver's version decides. */
 static int host_attr_check(struct cuda_ctx *c, CUdevice_attribute attr,
                            const char *attr_name, const char *what,
                            char *why, size_t len)
@@ -346,16 +350,20 @@ static int host_attr_check(struct cuda_ctx *c, CUdevice_attribute attr,
         int v = 0;
         CUresult res = c->api.cuDeviceGetAttribute(&v, attr, c->dev[d]);
 
-        if (res == CUDA_SUCCESS && v)
-            continue;
-        c->api.cuDeviceGetName(name, sizeof(name), c->dev[d]);
-        if (res == CUDA_SUCCESS)
-            snprintf(text, sizeof(text), "is 0");
-        else
+        if (res != CUDA_SUCCESS) {
             cudrv_error_text(&c->api, res, text, sizeof(text));
+            ump_log_debug("cuda: device %d: %s unknown to the driver (%s); "
+                          "%s goes by the driver's version", d, attr_name,
+                          text, what);
+            continue;
+        }
+        if (v)
+            continue;
+        if (c->api.cuDeviceGetName(name, sizeof(name), c->dev[d]) !=
+            CUDA_SUCCESS)
+            snprintf(name, sizeof(name), "?");
         snprintf(why, len, "device %d (%s) does not support %s in virtual "
-                 "memory management (%s: %s)", d, name, what, attr_name,
-                 text);
+                 "memory management (%s: is 0)", d, name, what, attr_name);
         return -ENOTSUP;
     }
     return 0;
@@ -368,8 +376,13 @@ static int host_attr_check(struct cuda_ctx *c, CUdevice_attribute attr,
 static int host_node_pick(const char *root, int n)
 {
     int best = -1, best_d = -1;
+    int has = cuda_sysfs_node_has_memory(root, n);
 
-    if (cuda_sysfs_node_has_memory(root, n) != 0)
+    if (has < 0 && has != -ENOENT)
+        ump_log_debug("cuda: whether host NUMA node %d has memory is "
+                      "unknown (%s): its host chunks stay on it", n,
+                      strerror(-has));
+    if (has != 0)
         return n;
     for (int m = 0; m < UMP_MAX_NUMA; m++) {
         int d;

@@ -217,7 +217,7 @@ int evict_make_room(ump_pool_t *pool, const struct place_req *pr)
     size_t down[UMP_MAX_DEVICES]; /* movable, per device */
     ump_place_part_t *parts = NULL;
     size_t np = 0;
-    bool moved = false;
+    bool moved = false; /* room_locked's; the room itself is what counts */
 
     pthread_mutex_lock(&pool->lock);
     size_t below = room_below(pool);
@@ -237,10 +237,13 @@ int evict_make_room(ump_pool_t *pool, const struct place_req *pr)
     rc = -ENOMEM;
     if (short_by > below) /* the devices' shares together do not fit below */
         goto out;
-    for (int d = 0; d < pool->ndev; d++)
-        if (need[d] > avail[d] && room_locked(pool, d, need[d], &moved))
-            break;
-    rc = moved ? 0 : -ENOMEM;
+    /* Room counts however it came: moved down here, taken back from what
+     * threads cache, or made meanwhile by the eviction worker (the
+     * allocation failed before this took the lock). */
+    rc = 0;
+    for (int d = 0; d < pool->ndev && !rc; d++)
+        if (need[d] > avail[d])
+            rc = room_locked(pool, d, need[d], &moved);
 out:
     pthread_mutex_unlock(&pool->lock);
     free(parts);

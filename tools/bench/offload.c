@@ -58,6 +58,25 @@ static int fail(const char *what, int rc)
     return 1;
 }
 
+/* An allocation the bench needs failed: what the pool held then, so that a
+ * failure in a test run says where the memory was. */
+static int alloc_fail(ump_pool_t *pool, const char *what, int rc)
+{
+    ump_stats_t st;
+    ump_tier_stats_t host, nvme;
+
+    if (!ump_stats(pool, 0, &st) &&
+        !ump_tier_stats(pool, UMP_TIER_HOST, &host) &&
+        !ump_tier_stats(pool, UMP_TIER_NVME, &nvme))
+        fprintf(stderr, "umpool-bench: offload: %s: device 0: capacity %zu, "
+                "mapped %zu, cached %zu, live %zu, %llu evictions; host "
+                "tier %zu used of %zu; NVMe %zu used\n", what, st.capacity,
+                st.mapped_bytes, st.cached_bytes, st.live_bytes,
+                (unsigned long long)st.evictions, host.used_bytes,
+                host.capacity, nvme.used_bytes);
+    return fail(what, rc);
+}
+
 /* The value of the last "key:value" item of a config string into buf;
  * false when the key is not there. */
 static bool conf_value(const char *config, const char *key, char *buf,
@@ -334,7 +353,7 @@ static int xfer_run(struct off *x)
     hints.flags = UMP_HINT_OFFLOAD;
     rc = ump_alloc(x->pool, x->size, &hints, &x->p);
     if (rc) {
-        fail("ump_alloc", rc);
+        alloc_fail(x->pool, "ump_alloc of the moves' allocation", rc);
         goto out_stream;
     }
     rc = ump_memset_async(x->pool, x->p, FILL, x->size, x->stream);
@@ -537,7 +556,9 @@ static int loop_run(struct off *x)
     for (int i = 0; i < LOOP_TENSORS; i++) {
         rc = ump_alloc(pool, res->tensor, &hints, &t[i]);
         if (rc) {
-            fail("ump_alloc", rc);
+            char what[64];
+            snprintf(what, sizeof(what), "ump_alloc of loop tensor %d", i);
+            alloc_fail(pool, what, rc);
             goto out_free;
         }
     }

@@ -146,6 +146,7 @@ static int release_chunk(ump_pool_t *pool, struct chunk *c)
     }
     struct dev_state *ds = &pool->dev[c->device];
     ds->created -= chunk_bytes(pool, c->n);
+    pool->created -= chunk_bytes(pool, c->n);
     ds->chunks_released++;
     free(c);
     return 0;
@@ -214,6 +215,11 @@ static int create_chunk(ump_pool_t *pool, int device, size_t left,
     c->g = 0;
     c->next = NULL;
     ds->created += chunk_bytes(pool, n);
+    if (ds->created > ds->created_peak)
+        ds->created_peak = ds->created;
+    pool->created += chunk_bytes(pool, n);
+    if (pool->created > pool->created_peak)
+        pool->created_peak = pool->created;
     ds->chunks_created++;
     *c_p = c;
     return 0;

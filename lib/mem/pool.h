@@ -110,7 +110,8 @@ struct slab_list {
 struct dev_state {
     size_t capacity;          /* bytes the device offers ... */
     size_t capacity_max;      /* ... unless the driver said less */
-    size_t created;           /* bytes of chunks created */
+    size_t created;           /* bytes of chunks created (reserved) */
+    size_t created_peak;      /* high-water mark of created */
     size_t mapped;            /* bytes of chunks mapped */
     size_t cached;            /* bytes in cached blocks */
     size_t peak;              /* high-water mark of mapped - cached */
@@ -159,6 +160,8 @@ struct ump_pool {
     struct vas vas;       /* (L) except the tags */
     struct dev_state *dev;   /* (L) */
     size_t peak;             /* (L) pool-wide high-water mark of in use */
+    size_t created;          /* (L) pool-wide bytes of chunks created */
+    size_t created_peak;     /* (L) and its high-water mark */
     struct run *free_runs;   /* (L) */
     struct slab **free_slabs; /* (L) retired slabs, per class (slab.c) */
     struct pending *pending; /* (L) */

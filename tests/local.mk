@@ -26,6 +26,9 @@ UNIT_TESTS = \
 	tests/test_fork \
 	tests/test_stress
 
+# The eviction test checks the bench's optimum (Belady's rule) too.
+tests_test_offload_SOURCES = tests/test_offload.c tools/bench/offload_opt.c
+
 # The fake driver's cuda.h.
 tests_test_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 

@@ -5,7 +5,8 @@
  * oversubscribed device keeps working, threads racing over all three tiers
  * never see a wrong byte, injected disk and host faults are reported and
  * survived, nothing is left behind, an NVMe chunk touched without an
- * acquire faults, and the background thread honours the watermarks.
+ * acquire faults, and the background thread honours the watermarks; and
+ * the optimum umpool-bench offload judges the pool's moves by.
  *
  * Pools use 2 MiB chunks (max_chunk:2M) so that an allocation of n * 2 MiB
  * is n chunks that move one by one, and host_reserve:0 so that the host
@@ -15,6 +16,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -25,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "tier/offload.h"
+#include "../tools/bench/offload_opt.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define UNDER_ASAN 1
@@ -1806,6 +1809,121 @@ static void test_fault_enospc_read(void **state)
     fx_pool_destroy(f);
 }
 
+/* ---- 12. the bench's optimum --------------------------------------------- */
+
+/* The fewest misses of refs[0..n) (items 0..nitems-1, nitems <= 16)
+ * through a cache of cap, by trying every choice: a dynamic program over
+ * the sets the cache can hold. Starts empty (every first access a miss),
+ * or, with best, from whichever full set is cheapest. The referee for
+ * opt_misses: it knows nothing of Belady's rule. */
+static long brute_misses(const int *refs, size_t n, int nitems, int cap,
+                         bool best)
+{
+    size_t nstates = (size_t)1 << nitems;
+    long *cost = malloc(nstates * sizeof(*cost));
+    long *next = malloc(nstates * sizeof(*next));
+    const long inf = LONG_MAX / 2;
+    long m = inf;
+
+    assert_non_null(cost);
+    assert_non_null(next);
+    for (size_t st = 0; st < nstates; st++)
+        cost[st] = best ? (__builtin_popcount((unsigned)st) == cap ? 0 : inf)
+                        : (st == 0 ? 0 : inf);
+    for (size_t t = 0; t < n; t++) {
+        unsigned x = 1u << refs[t];
+        for (size_t st = 0; st < nstates; st++)
+            next[st] = inf;
+        for (size_t st = 0; st < nstates; st++) {
+            if (cost[st] >= inf)
+                continue;
+            if (st & x) {
+                next[st] = cost[st] < next[st] ? cost[st] : next[st];
+            } else if (__builtin_popcount((unsigned)st) < cap) {
+                size_t to = st | x;
+                next[to] = cost[st] + 1 < next[to] ? cost[st] + 1 : next[to];
+            } else {
+                for (int y = 0; y < nitems; y++) {
+                    if (!(st & (1u << y)))
+                        continue;
+                    size_t to = (st & ~(1u << y)) | x;
+                    next[to] = cost[st] + 1 < next[to] ? cost[st] + 1
+                                                       : next[to];
+                }
+            }
+        }
+        memcpy(cost, next, nstates * sizeof(*cost));
+    }
+    for (size_t st = 0; st < nstates; st++)
+        m = cost[st] < m ? cost[st] : m;
+    free(cost);
+    free(next);
+    return m;
+}
+
+/* The bench's optimum (tools/bench/offload_opt.c), on cases whose answer
+ * is known: a cycle of k items through k-1 slots misses once per k-1
+ * accesses after the first k-1 (c + ceil((N - c) / (k - 1)), the textbook
+ * case of Belady's rule); items that all fit miss once each, or never from
+ * the best start; and the oversubscribed loop of umpool-bench offload, and
+ * pseudo-random sequences, against an exhaustive search. */
+static void test_opt_known(void **state)
+{
+    (void)state;
+    int refs[128];
+
+    for (int k = 3; k <= 6; k++) {
+        int c = k - 1;
+        for (int rounds = 1; rounds <= 5; rounds++) {
+            size_t n = opt_loop_refs(k, rounds, 0, refs);
+            long want = c + ((long)n - c + (k - 1) - 1) / (k - 1);
+            assert_int_equal(n, (size_t)(k * rounds));
+            assert_int_equal(opt_misses(refs, n, k, c, NULL, 0), want);
+        }
+    }
+    size_t n = opt_loop_refs(4, 3, 0, refs);
+    assert_int_equal(opt_misses(refs, n, 4, 4, NULL, 0), 4);
+    assert_int_equal(opt_misses(refs, n, 4, 6, NULL, OPT_BEST_START), 0);
+    /* A start given: one of the two it holds is evicted for item 2 */
+    int init[2] = {0, 1};
+    int seq[] = {0, 1, 2, 0, 1};
+    assert_int_equal(opt_misses(seq, 5, 3, 2, init, 2), 2);
+    assert_int_equal(opt_misses(seq, 5, 3, 2, init, 3), -1);
+    assert_int_equal(opt_misses(seq, 5, 2, 2, NULL, 0), -1); /* item 2 */
+
+    /* The loop: 12 tensors, 4 slots, prefetch 2 (umpool-bench offload) */
+    n = opt_loop_refs(12, 3, 2, NULL);
+    assert_true(n <= sizeof(refs) / sizeof(refs[0]));
+    assert_int_equal(opt_loop_refs(12, 3, 2, refs), n);
+    assert_int_equal(refs[0], 1);
+    assert_int_equal(refs[1], 2);
+    assert_int_equal(refs[2], 0);
+    long opt = opt_misses(refs, n, 12, 4, NULL, OPT_BEST_START);
+    assert_int_equal(opt, brute_misses(refs, n, 12, 4, true));
+    assert_int_equal(opt, 31); /* 10.33 per round */
+    n = opt_loop_refs(12, 3, 0, refs);
+    assert_int_equal(opt_misses(refs, n, 12, 4, NULL, OPT_BEST_START),
+                     brute_misses(refs, n, 12, 4, true));
+
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
+    for (int trial = 0; trial < 40; trial++) {
+        int items = 4 + trial % 4, cap = 2 + trial % 3;
+        n = 24;
+        for (size_t t = 0; t < n; t++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            refs[t] = (int)((rng >> 33) % (uint64_t)items);
+        }
+        long cold = opt_misses(refs, n, items, cap, NULL, 0);
+        long warm = opt_misses(refs, n, items, cap, NULL, OPT_BEST_START);
+        if (cold != brute_misses(refs, n, items, cap, false) ||
+            warm != brute_misses(refs, n, items, cap, true))
+            fail_msg("trial %d (%d items, %d slots): Belady %ld / %ld, "
+                     "exhaustive %ld / %ld", trial, items, cap, cold, warm,
+                     brute_misses(refs, n, items, cap, false),
+                     brute_misses(refs, n, items, cap, true));
+    }
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1844,6 +1962,7 @@ int main(void)
         T(test_two_threads_cycle),
         T(test_bad_nvme_dir_one_line),
         T(test_fault_enospc_read),
+        T(test_opt_known),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,6 +12,7 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/placement.c \
 	tools/bench/offload.c tools/bench/offload_base.c \
 	tools/bench/offload_report.c tools/bench/offload.h \
+	tools/bench/offload_opt.c tools/bench/offload_opt.h \
 	tools/bench/cuda_loader.c tools/bench/cuda_loader.h
 tools_umpool_bench_LDADD = lib/libumpool.la $(URING_LIBS)
 tools_umpool_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(URING_CFLAGS)

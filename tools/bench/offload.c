@@ -23,11 +23,20 @@
  * (b) Offloadable tensors, 3x the device budget (device_mem) in all, visited
  *     in order for a few rounds after an untimed one: prefetch the next
  *     ones, acquire, check the last round's value, ump_memset_async,
- *     release. The wall time is set
- *     against the ideal: the bytes ump_stats says moved (spill_bytes and
- *     restore_bytes deltas) at the raw device<->host bandwidths, or the
- *     touches' own time when that is longer (a perfect pipeline hides the
- *     shorter of the two). The raw bandwidths are timed on copies of one
+ *     release. The wall time runs from the first timed visit until the
+ *     prefetches the last one made have ended (the untimed round's have
+ *     ended before it starts), and is set against the ideal: the fewest bytes any eviction policy must move
+ *     for the timed rounds' accesses (Belady's rule on them, with the
+ *     device's capacity in tensors and the prefetch distance, from the
+ *     best device contents: offload_opt.c; each restore needs a spill, as
+ *     the device starts full and every tensor is written at each visit) at
+ *     the raw device<->host bandwidths, or the touches' own time when that
+ *     is longer (a perfect pipeline hides the shorter of the two). The
+ *     pool's own moves (ump_stats' spill_bytes and restore_bytes deltas)
+ *     are reported next to it, never used as the baseline: extra moves
+ *     would inflate the very figure they are judged against. The pool's
+ *     restores per round are set against the optimum's too. The raw
+ *     bandwidths are timed on copies of one
  *     tensor's size, as (a)'s baselines are on (a)'s size (the rate of a
  *     copy depends on its size: glibc's memcpy, for one, changes method
  *     above a fraction of the cache), half right before the rounds and
@@ -49,6 +58,7 @@
 
 #include "bench.h"
 #include "offload.h"
+#include "offload_opt.h"
 #include "umpool.h"
 
 static int fail(const char *what, int rc)
@@ -168,10 +178,11 @@ static int check_bytes(ump_pool_t *pool, ump_stream_t s, const void *p,
 
 /*
  * Checks that every chunk of [p, p + size) is on tier want: 0, or -EPROTO
- * with the tier found in *found_p. With wait, a chunk still on NVMe is
- * polled until it leaves (a chunk on its way counts where its data still
- * is): the end of a ump_prefetch, which has no call of its own to wait
- * with; -ETIMEDOUT after POLL_MAX_NS.
+ * with the tier found in *found_p. With wait, a chunk still below want
+ * (on NVMe for the host, on either for a device) is polled until it comes
+ * up (a chunk on its way counts where its data still is): the end of a
+ * ump_prefetch, which has no call of its own to wait with; -ETIMEDOUT
+ * after POLL_MAX_NS.
  */
 static int tier_walk(ump_pool_t *pool, char *p, size_t size, int want,
                      bool wait, int *found_p)
@@ -187,7 +198,7 @@ static int tier_walk(ump_pool_t *pool, char *p, size_t size, int want,
 
         if (rc)
             return rc;
-        if (wait && info.tier == UMP_TIER_NVME && want != UMP_TIER_NVME) {
+        if (wait && info.tier > want) {
             if (now_ns() > deadline)
                 return -ETIMEDOUT;
             nanosleep(&pause, NULL);
@@ -464,6 +475,29 @@ static void loop_base(struct loop_res *res, struct copy_base *c, int from,
     }
 }
 
+/* Waits until the prefetches the last visits of a round made (of the next
+ * round's first tensors) have ended: the timed rounds start with none of
+ * the untimed round's moves in flight, and end with all of their own done,
+ * so that ump_stats counts exactly the moves of the timed rounds' calls,
+ * the accesses the optimum is computed for. 0, or 1 after printing why. */
+static int loop_settle(ump_pool_t *pool, void **t, size_t size)
+{
+    int found = -1;
+
+    for (int k = 0; k < LOOP_PREFETCH; k++) {
+        int rc = tier_walk(pool, t[k], size, UMP_TIER_DEVICE, true, &found);
+
+        if (rc == -EPROTO && found >= 0) {
+            fprintf(stderr, "umpool-bench: offload: a prefetched tensor is "
+                    "on tier %d, not on the device\n", found);
+            return 1;
+        }
+        if (rc)
+            return fail("waiting for the prefetches", rc);
+    }
+    return 0;
+}
+
 /* One untimed round of the loop, then the timed rounds between two
  * ump_stats. 0, or 1 after printing why. */
 static int loop_rounds(struct off *x, ump_pool_t *pool, ump_stream_t s,
@@ -481,6 +515,8 @@ static int loop_rounds(struct off *x, ump_pool_t *pool, ump_stream_t s,
          * steps of a training run do; the timed ones repeat it. */
         if (r == 2) {
             res->first_s = (double)(now_ns() - t0) / 1e9;
+            if (loop_settle(pool, t, res->tensor))
+                return 1;
             if ((rc = ump_stats(pool, UMP_DEVICE_ALL, &before)))
                 return fail("ump_stats", rc);
             acq = pre = 0;
@@ -498,6 +534,8 @@ static int loop_rounds(struct off *x, ump_pool_t *pool, ump_stream_t s,
                 return 1;
         }
     }
+    if (loop_settle(pool, t, res->tensor))
+        return 1;
     res->wall_s = (double)(now_ns() - t0) / 1e9;
     res->acquire_s = (double)acq / 1e9;
     res->prefetch_s = (double)pre / 1e9;
@@ -573,8 +611,6 @@ static int loop_run(struct off *x)
     loop_base(res, &base, 0, LOOP_BASE_REPS / 2);
     if (loop_rounds(x, pool, s, cs, t))
         goto out_free;
-    /* The last visits prefetched the first tensors: let that copy end. */
-    nanosleep(&(struct timespec){0, LOOP_SETTLE_NS}, NULL);
     loop_base(res, &base, LOOP_BASE_REPS / 2, LOOP_BASE_REPS);
     res->ideal_ok = base.ok;
     if (!base.ok)
@@ -597,21 +633,63 @@ out_pool:
     return ret;
 }
 
-/* The loop's ideal from its raw bandwidths and the touch rate. */
+/*
+ * The fewest restores the timed rounds need: Belady's rule on their
+ * accesses through a device of res->dev_tensors, from the best contents
+ * (whatever the untimed round left, no policy does better); -1 when it
+ * cannot be computed. With prefetch LOOP_PREFETCH, each ump_prefetch is an
+ * access where the loop calls it, before the visit's acquire: the optimum
+ * of a policy that does what it is asked when it is asked. A pool whose
+ * worker gets to a prefetch only after the visit's release may evict the
+ * visit's tensor for it, which that sequence forbids, and come in below;
+ * with prefetch 0 (acquires only), no policy can: the floor.
+ */
+static long loop_optimum(const struct loop_res *res, int prefetch)
+{
+    size_t n = opt_loop_refs(LOOP_TENSORS, LOOP_ROUNDS, prefetch, NULL);
+    int *refs = malloc(n * sizeof(*refs));
+    long m = -1;
+
+    if (refs && res->dev_tensors > 0) {
+        opt_loop_refs(LOOP_TENSORS, LOOP_ROUNDS, prefetch, refs);
+        m = opt_misses(refs, n, LOOP_TENSORS, res->dev_tensors, NULL,
+                       OPT_BEST_START);
+    }
+    free(refs);
+    return m;
+}
+
+/* The loop's ideal from the optimum's moves, its raw bandwidths and the
+ * touch rate. */
 static void loop_ideal(struct off *x)
 {
     struct loop_res *res = &x->loop;
     double touched = (double)res->tensor * LOOP_TENSORS * LOOP_ROUNDS;
 
     res->touch_s = touched / res->touch_gbs / 1e9;
+    res->dev_tensors = (int)(res->capacity / res->tensor);
+    res->opt_restores = loop_optimum(res, LOOP_PREFETCH);
+    res->floor_restores = loop_optimum(res, 0);
+    res->restores = (double)res->restore_bytes / (double)res->tensor;
     if (!res->ideal_ok)
         return;
     res->d2h_gbs = (double)res->tensor / median(res->base_ns[0],
                                                 LOOP_BASE_REPS);
     res->h2d_gbs = (double)res->tensor / median(res->base_ns[1],
                                                 LOOP_BASE_REPS);
-    res->transfer_s = ((double)res->spill_bytes / res->d2h_gbs +
-                       (double)res->restore_bytes / res->h2d_gbs) /
+    res->pool_moves_s = ((double)res->spill_bytes / res->d2h_gbs +
+                         (double)res->restore_bytes / res->h2d_gbs) /
+                        1e9;
+    if (res->opt_restores < 0) {
+        snprintf(res->why, sizeof(res->why), "the optimum could not be "
+                 "computed (out of memory)");
+        res->ideal_ok = false;
+        return;
+    }
+    /* Each of the optimum's restores comes with one spill: the device
+     * starts full and every tensor is written at each visit. */
+    double opt_bytes = (double)res->opt_restores * (double)res->tensor;
+    res->transfer_s = (opt_bytes / res->d2h_gbs + opt_bytes / res->h2d_gbs) /
                       1e9;
     res->ideal_s = res->transfer_s > res->touch_s ? res->transfer_s
                                                   : res->touch_s;

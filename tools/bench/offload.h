@@ -36,10 +36,10 @@
 #define LOOP_ROUNDS 3
 #define LOOP_PREFETCH 2
 #define LOOP_BASE_REPS 12 /* raw copies of one tensor, each way */
-#define LOOP_SETTLE_NS 100000000L /* after the rounds: prefetches end */
 
 #define TARGET_XFER 0.9 /* umpool / raw, at least */
 #define TARGET_LOOP 1.15 /* wall / ideal, at most */
+#define TARGET_RESTORES 1.10 /* restores / Belady's optimum, at most */
 
 /* The moves of (a), in the order of the table. */
 enum xfer { X_D2H, X_H2D, X_H2N, X_N2H, X_D2N, X_N2D, X_COUNT };
@@ -118,11 +118,17 @@ struct loop_res {
     double first_s;               /* the untimed round */
     double acquire_s, prefetch_s; /* inside those calls, of wall_s */
     uint64_t spill_bytes, restore_bytes, evictions;
+    int dev_tensors;     /* tensors the device holds: capacity / tensor */
+    long opt_restores;   /* Belady's for the timed rounds; -1: unknown */
+    long floor_restores; /* the same for their acquires alone */
+    double restores;     /* the pool's, in tensors: restore_bytes / tensor */
     double touch_gbs;         /* ump_memset_async on a resident tensor */
     double base_ns[2][LOOP_BASE_REPS]; /* raw copies of one tensor: */
     double d2h_gbs, h2d_gbs;           /* device->host, host->device */
     char why[300];                     /* why there are none */
-    double transfer_s, touch_s, ideal_s;
+    double pool_moves_s; /* the pool's own moved bytes at the raw rates */
+    double transfer_s;   /* the optimum's: opt_restores each way */
+    double touch_s, ideal_s;
     bool ideal_ok; /* the raw copies ran */
     bool nvme_used; /* the NVMe tier held data: the ideal is a lower bound */
 };

@@ -1,7 +1,8 @@
 /*
  * umpool-bench offload: its results on stdout, a table or one JSON object
  * (--json): the moves next to their baselines, and the loop against its
- * ideal.
+ * ideal (the fewest moves any policy needs: offload_opt.c) and its
+ * restores against that optimum's.
  */
 #include "config.h"
 
@@ -63,6 +64,7 @@ void offload_print_json(const struct off *x)
 {
     const struct loop_res *l = &x->loop;
     bool lok = l->ideal_ok && l->ideal_s > 0;
+    bool ook = l->opt_restores > 0;
 
     printf("{\"scenario\": \"offload\", \"umpool_version\": ");
     json_string(stdout, ump_version_string());
@@ -118,6 +120,18 @@ void offload_print_json(const struct off *x)
     json_num(l->d2h_gbs, l->ideal_ok, 3);
     printf(", \"raw_h2d_gbs\": ");
     json_num(l->h2d_gbs, l->ideal_ok, 3);
+    printf(", \"device_tensors\": %d, \"restores_per_round\": %.3f, "
+           "\"optimal_restores_per_round\": ", l->dev_tensors,
+           l->restores / l->rounds);
+    json_num((double)l->opt_restores / l->rounds, l->opt_restores >= 0, 3);
+    printf(", \"floor_restores_per_round\": ");
+    json_num((double)l->floor_restores / l->rounds, l->floor_restores >= 0,
+             3);
+    printf(", \"restores_ratio\": ");
+    json_num(l->restores / (double)l->opt_restores, ook, 3);
+    printf(", \"restores_target\": %.2f, \"pool_moves_s\": ",
+           TARGET_RESTORES);
+    json_num(l->pool_moves_s, l->ideal_ok, 4);
     printf(", \"transfer_s\": ");
     json_num(l->transfer_s, l->ideal_ok, 4);
     printf(", \"ideal_s\": ");
@@ -213,13 +227,33 @@ void offload_print_table(const struct off *x)
            "%" PRIu64 " evictions\n",
            fmt_size(l->spill_bytes, a, sizeof(a)),
            fmt_size(l->restore_bytes, b, sizeof(b)), l->evictions);
-    if (l->ideal_ok)
-        printf("  at raw bandwidth %8.3f s  (%s of one tensor, medians of %d, "
-               "half before\n%32sthe rounds, half after: device->host %.2f "
-               "GB/s,\n%32shost->device %.2f GB/s)\n", l->transfer_s,
-               x->copy.name, LOOP_BASE_REPS, "", l->d2h_gbs, "", l->h2d_gbs);
-    else
+    printf("  restores/round   %8.2f    ", l->restores / l->rounds);
+    if (l->opt_restores > 0) {
+        double ratio = l->restores / (double)l->opt_restores;
+
+        printf("optimum %.2f (Belady's rule on the calls in order, a\n"
+               "%32sdevice of %d tensors, from its best contents): %.3f x\n"
+               "%32s(target <= %.2f%s); acquires alone %.2f: no policy\n"
+               "%32smoves less, however late it prefetches\n",
+               (double)l->opt_restores / l->rounds, "", l->dev_tensors,
+               ratio, "", TARGET_RESTORES,
+               ratio <= TARGET_RESTORES ? " ok" : " above",
+               (double)l->floor_restores / l->rounds, "");
+    } else {
+        printf("optimum %s\n", l->opt_restores ? "n/a" : "0: no restore "
+               "needed");
+    }
+    if (l->ideal_ok) {
+        printf("  at raw bandwidth %8.3f s  (the optimum's moves, %ld tensors "
+               "each way; %s of one\n%32stensor, medians of %d, half before "
+               "the rounds, half\n%32safter: device->host %.2f GB/s, "
+               "host->device %.2f GB/s)\n", l->transfer_s, l->opt_restores,
+               x->copy.name, "", LOOP_BASE_REPS, "", l->d2h_gbs, l->h2d_gbs);
+        printf("  the pool's moves %8.3f s  (at the same rates)\n",
+               l->pool_moves_s);
+    } else {
         printf("  at raw bandwidth      n/a  (%s)\n", l->why);
+    }
     printf("  touches alone    %8.3f s  (ump_memset_async at %.2f GB/s on a "
            "resident tensor)\n", l->touch_s, l->touch_gbs);
     if (l->ideal_ok && l->ideal_s > 0) {

@@ -5,8 +5,9 @@
  * oversubscribed device keeps working, threads racing over all three tiers
  * never see a wrong byte, injected disk and host faults are reported and
  * survived, nothing is left behind, an NVMe chunk touched without an
- * acquire faults, and the background thread honours the watermarks; and
- * the optimum umpool-bench offload judges the pool's moves by.
+ * acquire faults, the background thread honours the watermarks, and
+ * eviction takes the farthest next use the pool can tell (a cycle costs
+ * Belady's count of restores, a queued prefetch stays).
  *
  * Pools use 2 MiB chunks (max_chunk:2M) so that an allocation of n * 2 MiB
  * is n chunks that move one by one, and host_reserve:0 so that the host
@@ -1809,7 +1810,7 @@ static void test_fault_enospc_read(void **state)
     fx_pool_destroy(f);
 }
 
-/* ---- 12. the bench's optimum --------------------------------------------- */
+/* ---- 12. the eviction order ---------------------------------------------- */
 
 /* The fewest misses of refs[0..n) (items 0..nitems-1, nitems <= 16)
  * through a cache of cap, by trying every choice: a dynamic program over
@@ -1924,6 +1925,144 @@ static void test_opt_known(void **state)
     }
 }
 
+/* A device of 3 chunks, nothing moved by the watermarks: every eviction is
+ * the room an acquire makes, chosen then. */
+#define ORDER_CONF "sim_devices:1,sim_device_mem:6M,host_limit:64M," \
+                   "high_watermark:100,low_watermark:100"
+
+static bool on_device(ump_pool_t *pool, const char *p)
+{
+    return tier_at(pool, p) == UMP_TIER_DEVICE;
+}
+
+/* Six one-chunk offloadable allocations cycled through a device holding
+ * three, by acquire and release. Once each has been acquired twice, the
+ * pool knows the cycle's interval, and the victim of every miss is the one
+ * released just before: its next use is the farthest (Belady's choice),
+ * where LRU would evict the next one needed and miss on every access. The
+ * restores then equal Belady's count from the same start. */
+static void test_evict_cyclic(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    enum { N = 6, CAP = 3, WARM = 2, ROUNDS = 4 };
+    char *t[N];
+    int refs[ROUNDS * N], init[CAP], ninit = 0;
+
+    assert_int_equal(tu_stats(pool, 0).capacity, CAP * CHUNK);
+    for (int i = 0; i < N; i++) {
+        t[i] = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+        tu_fill(t[i], CHUNK, 400 + (uint64_t)i);
+    }
+    for (int r = 0; r < WARM; r++)
+        for (int i = 0; i < N; i++) {
+            acquire_ok(pool, t[i], 0);
+            tu_assert_pattern(t[i], CHUNK, 400 + (uint64_t)(r * N + i));
+            tu_fill(t[i], CHUNK, 400 + (uint64_t)((r + 1) * N + i));
+            release_ok(pool, t[i], 0);
+        }
+    for (int i = 0; i < N; i++)
+        if (on_device(pool, t[i]))
+            init[ninit++] = i;
+    assert_int_equal(ninit, CAP);
+    size_t n = opt_loop_refs(N, ROUNDS, 0, refs);
+    long opt = opt_misses(refs, n, N, CAP, init, ninit);
+    assert_true(opt > 0);
+
+    uint64_t r0 = tu_stats(pool, 0).restore_count;
+    int prev = N - 1; /* released last */
+    for (int r = WARM; r < WARM + ROUNDS; r++)
+        for (int i = 0; i < N; i++) {
+            bool before[N];
+            for (int j = 0; j < N; j++)
+                before[j] = on_device(pool, t[j]);
+            acquire_ok(pool, t[i], 0);
+            int gone = -1, ngone = 0;
+            for (int j = 0; j < N; j++)
+                if (before[j] && !on_device(pool, t[j])) {
+                    gone = j;
+                    ngone++;
+                }
+            if (before[i] && ngone)
+                fail_msg("round %d: acquiring resident t[%d] evicted %d", r,
+                         i, ngone);
+            if (!before[i] && (ngone != 1 || gone != prev))
+                fail_msg("round %d: acquiring t[%d] evicted %d allocations, "
+                         "t[%d]; the farthest next use is t[%d]'s, released "
+                         "just before", r, i, ngone, gone, prev);
+            tu_assert_pattern(t[i], CHUNK, 400 + (uint64_t)(r * N + i));
+            tu_fill(t[i], CHUNK, 400 + (uint64_t)((r + 1) * N + i));
+            release_ok(pool, t[i], 0);
+            prev = i;
+        }
+    long restores = (long)(tu_stats(pool, 0).restore_count - r0);
+    print_message("cyclic: %ld restores in %d rounds, Belady %ld, LRU %d\n",
+                  restores, ROUNDS, opt, ROUNDS * N);
+    assert_int_equal(restores, opt);
+    assert_true(restores < ROUNDS * N);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* A queued prefetch is no victim, even advised COLD after it was queued
+ * (the coldest there is, and the first LRU would take): an acquire making
+ * room takes another. Only when nothing else may move does one go, rather
+ * than the acquire failing. */
+static void test_evict_spares_queued(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    char *d = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    char *e = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(e, CHUNK, 454);
+    evict_ok(pool, d, 0, UMP_TIER_HOST);
+    evict_ok(pool, e, 0, UMP_TIER_HOST);
+    char *a = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    char *b = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    char *c = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(b, CHUNK, 451);
+    tu_fill(c, CHUNK, 452);
+    acquire_ok(pool, a, 0);
+    tu_fill(a, CHUNK, 450);
+    release_ok(pool, a, 0);
+    /* a, b, c on the device, b the least recently used */
+    assert_true(on_device(pool, b) && on_device(pool, c) && on_device(pool, a));
+
+    offload_hold_prefetch(pool, true);
+    expect_rc(ump_prefetch(pool, b, 0, 0, NULL), 0);
+    expect_rc(ump_advise(pool, b, 0, UMP_ADVISE_COLD), 0);
+    acquire_ok(pool, d, 0);
+    if (!on_device(pool, b))
+        fail_msg("the queued prefetch was evicted to make room");
+    assert_int_equal(on_device(pool, c) + on_device(pool, a), 1);
+    release_ok(pool, d, 0);
+
+    /* the rest pinned: the queued one goes rather than -ENOMEM */
+    char *left = on_device(pool, c) ? c : a;
+    acquire_ok(pool, left, 0);
+    acquire_ok(pool, d, 0);
+    acquire_ok(pool, e, 0);
+    assert_false(on_device(pool, b));
+    tu_assert_pattern(e, CHUNK, 454);
+    release_ok(pool, e, 0);
+    release_ok(pool, d, 0);
+    release_ok(pool, left, 0);
+    offload_hold_prefetch(pool, false);
+    if (!wait_tier(pool, b, CHUNK, UMP_TIER_DEVICE))
+        fail_msg("the held prefetch did not run once released");
+    acquire_check(pool, b, CHUNK, 451);
+    acquire_check(pool, c, CHUNK, 452);
+    acquire_check(pool, a, CHUNK, 450);
+    tu_free(pool, a);
+    tu_free(pool, b);
+    tu_free(pool, c);
+    tu_free(pool, d);
+    tu_free(pool, e);
+    fx_pool_destroy(f);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -1963,6 +2102,8 @@ int main(void)
         T(test_bad_nvme_dir_one_line),
         T(test_fault_enospc_read),
         T(test_opt_known),
+        T(test_evict_cyclic),
+        T(test_evict_spares_queued),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

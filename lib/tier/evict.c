@@ -1,8 +1,9 @@
 /*
  * Eviction policy (contract in evict.h): what moves where, and room.
  *
- * Victims are the coldest segments the pool may move by itself:
- * offloadable, not UMP_HINT_NO_SPILL, live, unpinned and not claimed.
+ * Victims are segments the pool may move by itself: offloadable, not
+ * UMP_HINT_NO_SPILL, live, unpinned and not claimed; among them, the one
+ * whose next use is farthest as far as the pool can tell (the order below).
  * Waiting cannot cycle: only room makers for a device wait (for a moving
  * segment, or for the evictions under way); a move down never waits for a
  * segment (it falls back to NVMe or fails), and the only unpinned moves up
@@ -23,6 +24,7 @@
 #include "tier/host.h"
 #include "tier/move.h"
 #include "tier/residency.h"
+#include "tier/worker.h"
 #include "util/internal.h"
 
 bool evict_above_high(const ump_pool_t *pool, int d)
@@ -44,31 +46,159 @@ static bool movable(const struct seg *s)
                OBJ_LIVE;
 }
 
-/* The coldest segment the pool may move by itself from device dev. When there is none but one that will free room or become a
- * victim is moving there (evicted, or prefetched up by another thread),
- * *wait_p is set. */
-static struct seg *victim(ump_pool_t *pool, int dev, bool *wait_p)
+/* --- the eviction order -----------------------------------------------------
+ *
+ * Belady's rule is optimal: evict what is used farthest in the future. LRU
+ * approximates it by assuming the recent past repeats, which is exactly
+ * wrong for a cyclic pattern (tensors visited in the same order every
+ * step): the least recently used one is the next to come back, so LRU
+ * evicts the worst choice every time. The pool cannot see the future, but
+ * it is told some of it, and it sees intervals:
+ *
+ * - A queued prefetch (ump_prefetch, UMP_ADVISE_WILLNEED), or the one the
+ *   worker runs, is never a victim while anything else may go (only a
+ *   request that would otherwise fail with -ENOMEM takes one, and the
+ *   watermarks never do).
+ * - Prefetched and not yet acquired (t_want): used next, so evicted last
+ *   of all, the latest request first (it is used last), until it is
+ *   stale: unused after WANT_TICKS_PER_SEG ticks per tracked segment, it
+ *   was not for the near future and counts as below.
+ * - Acquired twice or more (gap): the next acquire is predicted at the last
+ *   one plus the interval between the last two, on a logical clock that
+ *   ticks once per acquire, release, prefetch request and advice (wall time
+ *   would make a slow move look like a long interval). For a cycle every
+ *   interval is the same, so the farthest prediction is the most recently
+ *   used segment: Belady's choice. A segment past its prediction broke its
+ *   pattern and falls back to the next rule.
+ * - Otherwise, LRU: a segment unused for a time is taken to stay unused
+ *   for as long again (its prediction is now + age), on the same scale.
+ * - UMP_ADVISE_COLD and DONTNEED: first to go until its next use; HOT: used
+ *   now, its predicted interval dropped (the application knows better).
+ *
+ * Ties keep LRU order: the scan runs from the cold end of the list and
+ * only a strictly later next use replaces the choice.
+ *
+ * Cost: one scan of the tracked segments per decision, plus marking the
+ * queued prefetches: O(n + q). The scan was there already (LRU skipped
+ * pinned and foreign segments the same way); a heap would save it but
+ * must be re-keyed on every tick, since predictions past due change class.
+ * A decision precedes a move of at least one chunk (a copy of megabytes,
+ * or disk I/O), which a walk of a few thousand segments does not approach.
+ */
+
+/* Ticks of the clock per tracked segment before a prefetch that was never
+ * used is stale: enough for every segment to be prefetched, acquired and
+ * released once, with one to spare. */
+#define WANT_TICKS_PER_SEG 4
+
+/* Classes of the order, evicted last to first. */
+enum { NEXT_WANTED, NEXT_LATER, NEXT_COLD };
+
+struct next_use {
+    int cls;
+    uint64_t t;  /* within a class: the larger goes first */
+    bool known;  /* t is a prediction from intervals, not LRU's guess */
+};
+
+static struct next_use next_use(const struct offload *o, const struct seg *s)
 {
-    ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru) {
-        if (s->pins || !movable(s))
-            continue;
-        bool here = s->tier == UMP_TIER_DEVICE && s->dev == dev;
-        if (here && !s->moving)
-            return s;
-        if (wait_p && s->moving &&
-            (here || s->dest == dev))
-            *wait_p = true;
-    }
-    return NULL;
+    uint64_t now = o->clock;
+    if (s->cold)
+        return (struct next_use){NEXT_COLD, now - s->t_used, false};
+    if (s->t_want &&
+        now - s->t_want <= WANT_TICKS_PER_SEG * (uint64_t)o->lru_len)
+        return (struct next_use){NEXT_WANTED, s->t_want, true};
+    if (s->gap && s->t_acq + s->gap > now)
+        return (struct next_use){NEXT_LATER, s->t_acq + s->gap, true};
+    return (struct next_use){NEXT_LATER, now + (now - s->t_used), false};
 }
 
-/* The coldest host segment the pool may move to NVMe by itself. */
+/* Is a used after b (a better victim)? */
+static bool after(struct next_use a, struct next_use b)
+{
+    return a.cls != b.cls ? a.cls > b.cls : a.t > b.t;
+}
+
+/* Marks the segments of the queued prefetches (and of the one the worker
+ * runs) with a new epoch: every older mark is stale at once, so nothing
+ * needs unmarking when a prefetch ends or its run is freed. A queued
+ * pointer freed meanwhile marks nothing, or marks the run now there,
+ * which the worker will prefetch indeed. */
+static void mark_queued(ump_pool_t *pool)
+{
+    struct offload *o = pool->off;
+    uint64_t epoch = ++o->pf_epoch;
+    struct prefetch *pf = o->pf_cur ? o->pf_cur : o->pf_head;
+    for (; pf; pf = pf == o->pf_cur ? o->pf_head : pf->next) {
+        struct seg *s;
+        size_t g1;
+        struct res *res = worker_pf_res(pool, pf, &s, &g1);
+        for (; res && s < res->seg + res->nseg && s->g < g1; s++)
+            s->pf_mark = epoch;
+    }
+}
+
+/* A victim search on one tier (device dev, or the host tier). */
+struct pick {
+    struct seg *best;   /* the farthest next use, queued prefetches aside */
+    struct next_use best_next;
+    struct seg *queued; /* the farthest among queued prefetches */
+    struct next_use queued_next;
+    bool wait;          /* a segment moving there will free room or be a
+                           victim (evicted, or prefetched by another
+                           thread) */
+    /* Device only: the latest next use predicted for a movable segment
+     * held there now (pinned, or prefetched), after its coming use; 0:
+     * none known. */
+    uint64_t held_after;
+};
+
+static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
+{
+    struct offload *o = pool->off;
+    *p = (struct pick){0};
+    mark_queued(pool);
+    ump_list_for_each_reverse(s, &o->lru, struct seg, lru) {
+        if (!movable(s))
+            continue;
+        bool here = s->tier == tier && (tier != UMP_TIER_DEVICE ||
+                                        s->dev == dev);
+        bool queued = s->pf_mark == o->pf_epoch;
+        struct next_use n = next_use(o, s);
+        if (tier == UMP_TIER_DEVICE && (here || s->dest == dev) && s->gap &&
+            (s->pins || queued || n.cls == NEXT_WANTED)) {
+            uint64_t t = s->pins ? s->t_acq + s->gap : o->clock + s->gap;
+            if (t > p->held_after)
+                p->held_after = t;
+        }
+        if (s->pins)
+            continue;
+        if (s->moving) {
+            if (tier == UMP_TIER_DEVICE && (here || s->dest == dev))
+                p->wait = true;
+            continue;
+        }
+        if (!here)
+            continue;
+        if (queued) {
+            if (!p->queued || after(n, p->queued_next)) {
+                p->queued = s;
+                p->queued_next = n;
+            }
+        } else if (!p->best || after(n, p->best_next)) {
+            p->best = s;
+            p->best_next = n;
+        }
+    }
+}
+
+/* The host segment to move to NVMe: the farthest next use, a queued
+ * prefetch only when nothing else may go (the tier is full otherwise). */
 static struct seg *host_victim(ump_pool_t *pool)
 {
-    ump_list_for_each_reverse(s, &pool->off->lru, struct seg, lru)
-        if (s->tier == UMP_TIER_HOST && !s->pins && !s->moving && movable(s))
-            return s;
-    return NULL;
+    struct pick p;
+    pick(pool, UMP_TIER_HOST, -1, &p);
+    return p.best ? p.best : p.queued;
 }
 
 int evict_host_room(ump_pool_t *pool, size_t n)
@@ -162,13 +292,18 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
             *moved_p = true;
             continue;
         }
-        bool wait = false;
-        struct seg *v = victim(pool, dev, &wait);
-        if (!v && (wait || coming)) { /* room is being made: see after it */
+        struct pick p;
+        pick(pool, UMP_TIER_DEVICE, dev, &p);
+        struct seg *v = p.best;
+        if (!v && (p.wait || coming)) { /* room is being made: see after it */
             pthread_cond_wait(&pool->off->moved, &pool->lock);
             *moved_p = true;
             continue;
         }
+        /* A queued prefetch only rather than failing a request that the
+         * room below was promised to (evict_make_room's what-if view). */
+        if (!v)
+            v = p.queued;
         if (!v)
             return -ENOMEM;
         int rc = evict_down(pool, v);
@@ -280,6 +415,29 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
     return rc;
 }
 
+/*
+ * Moving the best victim down ahead of need (the watermarks) is worth it
+ * unless the pool knows it would regret it. A move made early costs
+ * nothing when the same victim would be chosen when the room is needed;
+ * it costs a restore when a better one turns up first. Two cases are
+ * known: the victim is a prefetch not yet used (it comes back at once),
+ * or its predicted next use comes before that of a segment held on the
+ * device now (acquired, or prefetched), which becomes the better victim
+ * once its coming use ends. Then the drain waits (the device stays between
+ * its watermarks; the next release or move wakes it again), and a move
+ * up that finds no room makes it itself with the victim of that moment.
+ * In a cyclic loop, this keeps the device's last slot for the segment
+ * whose turn comes soonest, as Belady's rule does, instead of emptying it
+ * for headroom; a victim whose future is unknown drains as before.
+ */
+static bool worth_draining(const struct pick *p)
+{
+    if (p->best_next.cls == NEXT_WANTED)
+        return false;
+    return !p->best_next.known || p->best_next.cls != NEXT_LATER ||
+           p->best_next.t >= p->held_after;
+}
+
 void evict_watermarks(ump_pool_t *pool)
 {
     struct offload *o = pool->off;
@@ -293,8 +451,9 @@ void evict_watermarks(ump_pool_t *pool)
                 o->draining[d] = false;
                 break;
             }
-            struct seg *v = victim(pool, d, NULL);
-            if (!v || evict_down(pool, v))
+            struct pick p;
+            pick(pool, UMP_TIER_DEVICE, d, &p);
+            if (!p.best || !worth_draining(&p) || evict_down(pool, p.best))
                 break;
         }
     }

@@ -148,6 +148,7 @@ void offload_fini_in_child(ump_pool_t *pool)
 int offload_track(ump_pool_t *pool, struct run *r)
 {
     struct res *res;
+    res_tick(pool->off); /* a new run is as recently used as it gets */
     int rc = res_get(pool, r, &res);
     if (!rc) {
         pool->off->full = false; /* new pressure: worth another try */
@@ -217,6 +218,9 @@ int offload_acquire(ump_pool_t *pool, void *ptr, size_t size, int dev)
         pthread_mutex_unlock(&pool->lock);
         return rc > 0 ? 0 : rc;
     }
+    /* The time of the call, not of its end: a move up that waits must not
+     * stretch the interval the next use is predicted by. */
+    uint64_t now = res_tick(pool->off);
     res->busy++;
     for (s = s0; s < s1; s++) { /* pinned first: nothing evicts them now */
         s->pins++;
@@ -228,7 +232,7 @@ int offload_acquire(ump_pool_t *pool, void *ptr, size_t size, int dev)
         if (rc)
             s->pins--;
         else
-            res_lru_touch(pool->off, s, true);
+            res_note_acquire(pool->off, s, now);
     }
     if (rc == -ENOMEM)
         ump_log_error("ump_acquire: no room on device %d for %p, even after "
@@ -249,6 +253,9 @@ int offload_release(ump_pool_t *pool, void *ptr, size_t size)
             if (!s->pins)
                 break;
         if (s == s1) {
+            /* Used, and done with for now: its next use is the one its
+             * last interval predicts (evict.c). */
+            res_tick(pool->off);
             for (s = s0; s < s1; s++) {
                 s->pins--;
                 res_lru_touch(pool->off, s, true);
@@ -272,8 +279,12 @@ int offload_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest)
     struct seg *s0, *s1;
     pthread_mutex_lock(&pool->lock);
     int rc = lookup(pool, "ump_prefetch", ptr, size, false, &res, &s0, &s1);
-    if (!rc && res) /* an untracked run never left its devices */
+    if (!rc && res) { /* an untracked run never left its devices */
+        uint64_t now = res_tick(pool->off);
         rc = worker_queue_prefetch(pool, ptr, size, dest);
+        for (struct seg *s = s0; s < s1 && !rc; s++)
+            res_note_want(s, now); /* evicted last until used (evict.c) */
+    }
     pthread_mutex_unlock(&pool->lock);
     return rc > 0 ? 0 : rc;
 }
@@ -362,12 +373,17 @@ int offload_advise(ump_pool_t *pool, void *ptr, size_t size, int advice)
     int rc = lookup(pool, "ump_advise", ptr, size,
                     advice == UMP_ADVISE_DONTNEED, &res, &s0, &s1);
     if (!rc && res) {
+        uint64_t now = res_tick(pool->off);
         if (advice == UMP_ADVISE_WILLNEED)
             rc = worker_queue_prefetch(pool, ptr, size, TIER_DEST_HOME);
         for (struct seg *s = s0; s < s1 && !rc; s++) {
             s->discard = advice == UMP_ADVISE_DONTNEED || s->discard;
-            if (advice != UMP_ADVISE_WILLNEED)
-                res_lru_touch(pool->off, s, advice == UMP_ADVISE_HOT);
+            if (advice == UMP_ADVISE_WILLNEED)
+                res_note_want(s, now);
+            else if (advice == UMP_ADVISE_HOT)
+                res_note_hot(pool->off, s);
+            else /* COLD, DONTNEED: first to go */
+                res_lru_touch(pool->off, s, false);
         }
     }
     pthread_mutex_unlock(&pool->lock);
@@ -426,6 +442,15 @@ int offload_gran_tier(ump_pool_t *pool, size_t g)
         return UMP_TIER_DEVICE;
     const struct run *r = vas_tag_owner(tag);
     return r->res ? res_seg_at(r->res, g)->tier : UMP_TIER_DEVICE;
+}
+
+void offload_hold_prefetch(ump_pool_t *pool, bool hold)
+{
+    pthread_mutex_lock(&pool->lock);
+    pool->off->pf_hold = hold;
+    if (!hold && pool->off->pf_head)
+        worker_wake(pool, W_PREFETCH);
+    pthread_mutex_unlock(&pool->lock);
 }
 
 int offload_inject_fault(ump_pool_t *pool, const char *what, int nth)

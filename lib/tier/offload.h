@@ -105,4 +105,9 @@ void offload_device_stats(ump_pool_t *pool, int d, ump_stats_t *st);
  * without an NVMe tier. */
 int offload_inject_fault(ump_pool_t *pool, const char *what, int nth);
 
+/* Test hook: while held, the prefetch worker takes nothing more from its
+ * queue (the prefetch it runs, it finishes), so that a test can make room
+ * while prefetches are queued. Released: the worker goes on. */
+void offload_hold_prefetch(ump_pool_t *pool, bool hold);
+
 #endif

@@ -76,16 +76,50 @@ void res_lru_unlink(struct offload *o, struct seg *s)
         return;
     ump_list_remove(&o->lru, &s->lru);
     s->in_lru = false;
+    o->lru_len--;
 }
 
 void res_lru_touch(struct offload *o, struct seg *s, bool hot)
 {
     res_lru_unlink(o, s);
-    if (hot)
+    if (hot) {
         ump_list_push_front(&o->lru, &s->lru);
-    else
+        s->t_used = o->clock;
+        s->cold = false;
+    } else {
         ump_list_push_back(&o->lru, &s->lru);
+        s->cold = true; /* first to go, until its next use */
+        s->t_want = 0;
+    }
     s->in_lru = true;
+    o->lru_len++;
+}
+
+/* --- what the eviction order knows ----------------------------------------- */
+
+uint64_t res_tick(struct offload *o)
+{
+    return ++o->clock;
+}
+
+void res_note_acquire(struct offload *o, struct seg *s, uint64_t now)
+{
+    s->gap = s->t_acq && now > s->t_acq ? now - s->t_acq : 0;
+    s->t_acq = now;
+    s->t_want = 0; /* the prefetch it had was for this use */
+    res_lru_touch(o, s, true);
+}
+
+void res_note_want(struct seg *s, uint64_t now)
+{
+    s->t_want = now;
+    s->cold = false;
+}
+
+void res_note_hot(struct offload *o, struct seg *s)
+{
+    s->gap = 0; /* the application's word over the pool's guess */
+    res_lru_touch(o, s, true);
 }
 
 /* --- tracking -------------------------------------------------------------- */

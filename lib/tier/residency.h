@@ -18,8 +18,20 @@ int res_find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
                    struct run **r_p, size_t *g0_p, size_t *g1_p);
 
 void res_lru_unlink(struct offload *o, struct seg *s);
-/* Puts s at the hot end (head) or the cold end. */
+/* Puts s at the hot end (head: used now) or the cold end (evicted first
+ * until its next use: COLD or DONTNEED advice). */
 void res_lru_touch(struct offload *o, struct seg *s, bool hot);
+
+/* The eviction order's clock (evict.c): one tick per call that uses
+ * memory; returns the new time. */
+uint64_t res_tick(struct offload *o);
+/* s was acquired at logical time now: its interval since the last acquire
+ * predicts the next one; a prefetch it had is consumed; hot. */
+void res_note_acquire(struct offload *o, struct seg *s, uint64_t now);
+/* A prefetch (ump_prefetch, WILLNEED) asked for s at now: used soon. */
+void res_note_want(struct seg *s, uint64_t now);
+/* UMP_ADVISE_HOT: used now, and what its past predicted is dropped. */
+void res_note_hot(struct offload *o, struct seg *s);
 
 /* The run's residency, made on first need: one segment per chunk, all on
  * devices, hot in the LRU. -ENOMEM when it cannot be made. */

@@ -48,6 +48,14 @@ struct seg {
     bool moving;          /* claimed: a move runs, maybe with the lock dropped */
     bool discard;         /* UMP_ADVISE_DONTNEED: moves skip the data */
     bool in_lru;
+    /* What the eviction order (evict.c) knows of its future, in logical
+     * times of offload->clock. */
+    bool cold;            /* COLD or DONTNEED advice since its last use */
+    uint64_t t_used;      /* last touched: acquire, release, prefetch, HOT */
+    uint64_t t_acq;       /* its last acquire; 0: none yet */
+    uint64_t gap;         /* between its last two acquires; 0: unknown */
+    uint64_t t_want;      /* a prefetch asked for it, not acquired since */
+    uint64_t pf_mark;     /* == offload->pf_epoch: queued for prefetch */
     struct hpiece *host;  /* tier HOST: its pieces */
     uint64_t *slots;      /* tier NVME: one per granule; NULL if discarded */
     struct res *res;
@@ -105,6 +113,11 @@ struct offload {
     struct worker w[W_COUNT];
     bool stopping;
     struct ump_list lru; /* first most recently used */
+    size_t lru_len;      /* segments in it */
+    /* The eviction order's logical time: one tick per acquire, release,
+     * prefetch request, advice and tracked run (evict.c says why). */
+    uint64_t clock;
+    uint64_t pf_epoch;   /* the latest marking of queued prefetches */
     void **stream;        /* [device * 2 + DIR_*], made on first use */
     struct tier_ctr *ctr; /* per home device */
     bool *draining;       /* per device: above high, not yet at low */
@@ -133,6 +146,8 @@ struct offload {
     unsigned qd;
     /* prefetch queue (worker.c) */
     struct prefetch *pf_head, *pf_tail;
+    struct prefetch *pf_cur; /* the one the worker runs, out of the queue */
+    bool pf_hold;            /* test hook: the worker takes none */
 };
 
 /* Bytes of n granules. */

@@ -22,18 +22,28 @@
 #include "tier/worker.h"
 #include "util/internal.h"
 
-static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
+struct res *worker_pf_res(ump_pool_t *pool, const struct prefetch *pf,
+                          struct seg **s_p, size_t *g1_p)
 {
     struct run *r;
-    size_t g0, g1;
-    /* The allocation may be gone by now: quietly nothing to do. */
-    if (res_find_range(pool, NULL, pf->ptr, pf->size, &r, &g0, &g1) ||
+    size_t g0;
+    if (res_find_range(pool, NULL, pf->ptr, pf->size, &r, &g0, g1_p) ||
         !r->res)
+        return NULL;
+    *s_p = res_seg_at(r->res, g0);
+    return r->res;
+}
+
+static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
+{
+    struct seg *s;
+    size_t g1;
+    /* The allocation may be gone by now: quietly nothing to do. */
+    struct res *res = worker_pf_res(pool, pf, &s, &g1);
+    if (!res)
         return;
-    struct res *res = r->res;
     res->busy++;
-    for (struct seg *s = res_seg_at(res, g0); s < res->seg + res->nseg &&
-                                              s->g < g1 && !res->dead; s++) {
+    for (; s < res->seg + res->nseg && s->g < g1 && !res->dead; s++) {
         if (pf->device == UMP_LOC_HOST) {
             res_move_begin(pool, s);
             if (s->tier == UMP_TIER_NVME && !evict_host_room(pool, s->n))
@@ -56,14 +66,18 @@ static void *prefetch_main(void *arg)
     pthread_mutex_lock(&pool->lock);
     while (!o->stopping) {
         struct prefetch *pf = o->pf_head;
-        if (!pf) {
+        if (!pf || o->pf_hold) {
             pthread_cond_wait(&o->w[W_PREFETCH].wake, &pool->lock);
             continue;
         }
         o->pf_head = pf->next;
         if (!o->pf_head)
             o->pf_tail = NULL;
+        /* Still queued for the eviction order until it is done: its
+         * segments are brought up one by one, then used. */
+        o->pf_cur = pf;
         prefetch_one(pool, pf);
+        o->pf_cur = NULL;
         free(pf);
     }
     pthread_mutex_unlock(&pool->lock);

@@ -19,6 +19,12 @@ void worker_wake(ump_pool_t *pool, int w);
 /* Queues a prefetch of [ptr, ptr+size) to dest (a device, UMP_LOC_HOST or
  * TIER_DEST_HOME) and wakes the prefetch worker. Pool lock held. */
 int worker_queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest);
+/* The tracked run that queued prefetch pf names now, with the first
+ * segment of its range in *s_p and the granule past the range in *g1_p;
+ * NULL when the allocation is gone (freed since it was queued) or never
+ * left its devices. Pool lock held. */
+struct res *worker_pf_res(ump_pool_t *pool, const struct prefetch *pf,
+                          struct seg **s_p, size_t *g1_p);
 /* Stops and joins both workers; they do not start again. Pool lock not
  * held. */
 void worker_stop(ump_pool_t *pool);

@@ -277,6 +277,19 @@ typedef struct ump_stats {
                                 served with no driver call */
     double fragmentation;    /* 1 - largest_free / free cached bytes in
                                 blocks (0 when there are none) */
+    /* Physical memory held from the driver (PyTorch's "reserved"): chunks
+     * created and not released, mapped or idle. It is mapped_bytes plus
+     * idle chunks; mapped_bytes - cached_bytes is not it (cached_bytes
+     * counts idle chunks too). See README: statistics. */
+    size_t reserved_bytes;
+    size_t peak_reserved_bytes; /* high-water mark of reserved_bytes; for the
+                                   whole pool, the pool-wide mark (not the
+                                   sum of the devices') */
+    uint64_t driver_ns;      /* driver time of the virtual-memory calls on
+                                device chunks (create, map, set access,
+                                unmap, release), ns: measured on cuda (for
+                                the whole pool only: 0 per device), modeled
+                                on sim with sim_driver_costs (else 0) */
 } ump_stats_t;
 /* device: an index, or UMP_DEVICE_ALL for the whole pool. */
 int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p);

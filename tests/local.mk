@@ -6,6 +6,7 @@
 UNIT_TESTS = \
 	tests/test_conf \
 	tests/test_topology \
+	tests/test_drivercost \
 	tests/test_sim \
 	tests/test_cuda \
 	tests/test_policies \

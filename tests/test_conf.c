@@ -125,7 +125,7 @@ static void test_table_complete(void **state)
     (void)state;
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
-        "device_mem", "policy",      "log_level",    "chunk_size",
+        "sim_driver_costs", "device_mem", "policy",      "log_level",    "chunk_size",
         "max_chunk",  "va_size",     "tcache",       "host_limit",
         "host_reserve", "nvme_dir",  "nvme_limit",   "nvme_queue_depth",
         "nvme_engine", "high_watermark", "low_watermark", "publish"};
@@ -165,6 +165,7 @@ static void test_defaults_match_table(void **state)
     assert_int_equal(cfg.sim_devices, d.sim_devices);
     assert_string_equal(cfg.sim_topology, d.sim_topology);
     assert_int_equal(cfg.sim_device_mem, d.sim_device_mem);
+    assert_int_equal(cfg.sim_driver_costs, d.sim_driver_costs);
     assert_int_equal(cfg.device_mem, d.device_mem);
     assert_string_equal(cfg.policy, d.policy);
     assert_int_equal(cfg.log_level, d.log_level);
@@ -178,6 +179,7 @@ static void test_defaults_match_table(void **state)
     assert_int_equal(d.sim_devices, 0);
     assert_string_equal(d.sim_topology, "");
     assert_int_equal(d.sim_device_mem, 0);
+    assert_int_equal(d.sim_driver_costs, UMP_SIM_COSTS_OFF);
     assert_int_equal(d.device_mem, 0);
     assert_string_equal(d.policy, "local");
     assert_int_equal(d.log_level, UMP_LOG_WARN);
@@ -245,6 +247,18 @@ static void test_enums(void **state)
         snprintf(item, sizeof(item), "backend:%s", backends[i].str);
         assert_int_equal(conf_apply(&cfg, item, "config"), 0);
         assert_int_equal(cfg.backend, backends[i].backend);
+    }
+    /* sim_driver_costs: the words follow enum ump_sim_driver_costs. */
+    static const struct {
+        const char *str;
+        int costs;
+    } costs[] = {{"off", UMP_SIM_COSTS_OFF}, {"h200", UMP_SIM_COSTS_H200},
+                 {"H200", UMP_SIM_COSTS_H200}, {"OFF", UMP_SIM_COSTS_OFF}};
+    for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++) {
+        cfg.sim_driver_costs = -1;
+        snprintf(item, sizeof(item), "sim_driver_costs:%s", costs[i].str);
+        assert_int_equal(conf_apply(&cfg, item, "config"), 0);
+        assert_int_equal(cfg.sim_driver_costs, costs[i].costs);
     }
     for (size_t i = 0; i < sizeof(levels) / sizeof(levels[0]); i++) {
         cfg.log_level = -1;
@@ -390,6 +404,11 @@ static void test_bad_values(void **state)
     expect_bad_value("backend", "sim:x"); /* only the first ':' splits */
     expect_bad_value("backend", "autox");
     expect_bad_value("backend", "au");
+    /* One log line naming the key, the value and "off|h200". */
+    expect_bad_value("sim_driver_costs", "a100");
+    expect_bad_value("sim_driver_costs", "on");
+    expect_bad_value("sim_driver_costs", "");
+    expect_bad_value("sim_driver_costs", "h200x");
     expect_bad_value("log_level", "verbose");
     expect_bad_value("log_level", "2");
     expect_bad_value("sim_devices", "abc");

@@ -187,6 +187,10 @@ static void test_figures(void **state)
         assert_int_equal(x->mapped_bytes, st.mapped_bytes);
         assert_int_equal(x->cached_bytes, st.cached_bytes);
         assert_int_equal(x->alloc_count, st.alloc_count);
+        assert_int_equal(x->reserved_bytes, st.reserved_bytes);
+        assert_int_equal(x->peak_reserved_bytes, st.peak_reserved_bytes);
+        assert_int_equal(x->driver_ns, st.driver_ns);
+        assert_true(x->reserved_bytes >= x->mapped_bytes);
         /* The picture accounts for every byte of the device. */
         uint64_t sum = 0;
         for (unsigned s = 0; s < SNAP_NSTATES; s++)
@@ -196,6 +200,13 @@ static void test_figures(void **state)
         assert_true(x->state_bytes[SNAP_USED] >= 6 * MIB);
         assert_true(x->map_count >= 1);
     }
+    /* The pool-wide figures that are not sums of the devices'. */
+    ump_stats_t all = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(v.data->peak_bytes, all.peak_bytes);
+    assert_int_equal(v.data->peak_reserved_bytes, all.peak_reserved_bytes);
+    assert_int_equal(v.data->driver_ns, all.driver_ns);
+    assert_int_equal(v.dev[0].reserved_bytes + v.dev[1].reserved_bytes,
+                     all.reserved_bytes);
     assert_int_equal(v.data->nalloc, 2);
     assert_int_equal(v.alloc[0].addr, (uintptr_t)a);
     assert_int_equal(v.alloc[0].size, 6 * MIB);

@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "util/conf.h"
+#include "topo/drivercost.h"
 #include "topo/topology.h"
 
 #define G ((size_t)2 << 20)
@@ -237,6 +238,102 @@ static void test_map_access_unmap(void **state)
     assert_prot(va + 2 * G, "---p");
     assert_int_equal(B->chunk_release(ctx, h), 0);
     assert_int_equal(B->unreserve(ctx, va, 8 * G), 0);
+    B->close(ctx);
+}
+
+/* Driver time as the sim accounts it: device 0's, device 1's, and the
+ * total, each as wanted. */
+static void assert_driver_ns(void *ctx, const uint64_t want[2])
+{
+    assert_int_equal(B->driver_ns(ctx, 0), want[0]);
+    assert_int_equal(B->driver_ns(ctx, 1), want[1]);
+    assert_int_equal(B->driver_ns(ctx, -1), want[0] + want[1]);
+}
+
+/* sim_driver_costs:h200: each successful call on a device chunk adds the
+ * H200's cost of its handles (topo/drivercost.h) to the device owning
+ * them: set access and unmap per handle in the range, whatever the number
+ * of calls. Host chunks and refused calls add nothing; nothing sleeps. */
+static void test_driver_costs(void **state)
+{
+    struct ump_topology topo;
+    struct ump_config cfg;
+    void *ctx = NULL;
+    int devs[2] = {0, 1};
+    ump_handle_t h0, h1, h2, hh;
+    uint64_t want[2] = {0, 0};
+    char *va;
+
+    (void)state;
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.sim_devices = 2;
+    cfg.sim_device_mem = 64 * MiB;
+    cfg.host_limit = 8 * MiB;
+    cfg.sim_driver_costs = UMP_SIM_COSTS_H200;
+    assert_int_equal(B->open(&cfg, &topo, &ctx), 0);
+    assert_driver_ns(ctx, want);
+    assert_int_equal(B->driver_ns(ctx, 2), 0); /* no such device */
+
+    assert_int_equal(B->reserve(ctx, 16 * G, 0, (void **)&va), 0);
+    assert_driver_ns(ctx, want); /* not in the table */
+    assert_int_equal(B->chunk_create(ctx, 0, 4 * G, &h0), 0);
+    assert_int_equal(B->chunk_create(ctx, 1, G, &h1), 0);
+    assert_int_equal(B->chunk_create(ctx, 1, G, &h2), 0);
+    want[0] += drvcost_ns(DRV_CREATE, 4 * G);
+    want[1] += 2 * drvcost_ns(DRV_CREATE, G);
+    assert_driver_ns(ctx, want);
+    assert_int_equal(B->map(ctx, va, 4 * G, h0), 0);
+    assert_int_equal(B->map(ctx, va + 4 * G, G, h1), 0);
+    assert_int_equal(B->map(ctx, va + 5 * G, G, h2), 0);
+    want[0] += drvcost_ns(DRV_MAP, 4 * G);
+    want[1] += 2 * drvcost_ns(DRV_MAP, G);
+    assert_driver_ns(ctx, want);
+    /* One call, three handles on two devices. */
+    assert_int_equal(B->set_access(ctx, va, 6 * G, devs, 2), 0);
+    want[0] += drvcost_ns(DRV_SET_ACCESS, 4 * G);
+    want[1] += 2 * drvcost_ns(DRV_SET_ACCESS, G);
+    assert_driver_ns(ctx, want);
+    /* A range starting inside a handle counts that handle once. */
+    assert_int_equal(B->set_access(ctx, va + G, 2 * G, devs, 2), 0);
+    want[0] += drvcost_ns(DRV_SET_ACCESS, 4 * G);
+    assert_driver_ns(ctx, want);
+
+    /* Refused calls: nothing. */
+    assert_int_equal(B->map(ctx, va, 4 * G, h0), -EINVAL);
+    assert_int_equal(B->unmap(ctx, va + G, G), -EINVAL);
+    assert_int_equal(B->chunk_create(ctx, 0, 64 * MiB, &hh), -ENOMEM);
+    assert_driver_ns(ctx, want);
+
+    /* Host chunks: out of the table (pinning is no per-handle cost). */
+    assert_int_equal(B->host_chunk_create(ctx, -1, G, &hh), 0);
+    assert_int_equal(B->map(ctx, va + 8 * G, G, hh), 0);
+    assert_int_equal(B->set_access_host(ctx, va + 8 * G, G, devs, 2), 0);
+    assert_int_equal(B->unmap(ctx, va + 8 * G, G), 0);
+    assert_int_equal(B->chunk_release(ctx, hh), 0);
+    assert_driver_ns(ctx, want);
+
+    /* One unmap for three mappings: per handle, each on its device; a
+     * release while mapped counts at the release. */
+    assert_int_equal(B->chunk_release(ctx, h1), 0);
+    want[1] += drvcost_ns(DRV_RELEASE, G);
+    assert_int_equal(B->unmap(ctx, va, 6 * G), 0);
+    want[0] += drvcost_ns(DRV_UNMAP, 4 * G);
+    want[1] += 2 * drvcost_ns(DRV_UNMAP, G);
+    assert_driver_ns(ctx, want);
+    assert_int_equal(B->chunk_release(ctx, h0), 0);
+    assert_int_equal(B->chunk_release(ctx, h2), 0);
+    want[0] += drvcost_ns(DRV_RELEASE, 4 * G);
+    want[1] += drvcost_ns(DRV_RELEASE, G);
+    assert_driver_ns(ctx, want);
+    assert_int_equal(B->unreserve(ctx, va, 16 * G), 0);
+    B->close(ctx);
+
+    /* Off (the default): the same calls account nothing. */
+    ctx = open_sim(2, 64 * MiB, &topo);
+    va = map_new(ctx, 1, 4 * G, &h0);
+    unmap_free(ctx, va, 4 * G, h0);
+    want[0] = want[1] = 0;
+    assert_driver_ns(ctx, want);
     B->close(ctx);
 }
 
@@ -1168,6 +1265,7 @@ int main(void)
         cmocka_unit_test(test_open_mem_override),
         cmocka_unit_test(test_open_topology),
         cmocka_unit_test(test_map_access_unmap),
+        cmocka_unit_test(test_driver_costs),
         cmocka_unit_test(test_two_views),
         cmocka_unit_test(test_capacity),
         cmocka_unit_test(test_strictness),

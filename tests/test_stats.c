@@ -5,10 +5,12 @@
 
 #define TU_CUDA_AWARE 1
 #include "testutil.h"
+#include "topo/drivercost.h"
 
 #define NDEV 3
 #define CONF "backend:sim,sim_devices:3,sim_device_mem:96M"
 #define DEVMEM (96 * TU_MIB)
+#define GIB ((size_t)1 << 30)
 
 /* The most a size may be rounded up to: a size class wastes at most a
  * quarter (plus the 256-byte quantum), a run is whole chunks. */
@@ -34,7 +36,7 @@ static void check_invariants(ump_pool_t *pool, size_t *peak_seen)
     ump_stats_t all = tu_stats(pool, UMP_DEVICE_ALL);
     ump_stats_t sum;
     memset(&sum, 0, sizeof(sum));
-    size_t peak_sum = 0;
+    size_t peak_sum = 0, peak_reserved_sum = 0, peak_reserved_max = 0;
 
     for (int d = -1; d < NDEV; d++) {
         ump_stats_t st = d < 0 ? all : tu_stats(pool, d);
@@ -48,6 +50,15 @@ static void check_invariants(ump_pool_t *pool, size_t *peak_seen)
         assert_true(st.chunks_released <= st.chunks_created);
         assert_true(st.peak_bytes >= in_use_floor(&st));
         assert_true(st.peak_bytes >= st.live_bytes);
+        /* Reserved: mapped plus idle chunks, all of it created, so
+         * everything else fits in it; what ump_trim keeps (reserved -
+         * cached) holds the live allocations, at a quiet moment. */
+        assert_true(st.mapped_bytes <= st.reserved_bytes);
+        assert_true(st.cached_bytes <= st.reserved_bytes);
+        assert_true(st.live_bytes + st.cached_bytes <= st.reserved_bytes);
+        assert_true(st.reserved_bytes <= st.capacity);
+        assert_true(st.reserved_bytes <= st.peak_reserved_bytes);
+        assert_int_equal(st.reserved_bytes % TU_CHUNK, 0);
         /* Non-decreasing. */
         assert_true(st.peak_bytes >= *seen);
         *seen = st.peak_bytes;
@@ -63,6 +74,10 @@ static void check_invariants(ump_pool_t *pool, size_t *peak_seen)
             sum.chunks_created += st.chunks_created;
             sum.chunks_released += st.chunks_released;
             peak_sum += st.peak_bytes;
+            sum.reserved_bytes += st.reserved_bytes;
+            peak_reserved_sum += st.peak_reserved_bytes;
+            if (st.peak_reserved_bytes > peak_reserved_max)
+                peak_reserved_max = st.peak_reserved_bytes;
         }
     }
     assert_int_equal(all.capacity, sum.capacity);
@@ -76,6 +91,11 @@ static void check_invariants(ump_pool_t *pool, size_t *peak_seen)
     assert_int_equal(all.chunks_released, sum.chunks_released);
     /* Each device's peak bounds its share at the pool's peak moment. */
     assert_true(all.peak_bytes <= peak_sum);
+    assert_int_equal(all.reserved_bytes, sum.reserved_bytes);
+    /* The pool's peak is at least any device's (the pool held that much
+     * then) and at most their sum. */
+    assert_true(all.peak_reserved_bytes >= peak_reserved_max);
+    assert_true(all.peak_reserved_bytes <= peak_reserved_sum);
 }
 
 static void expect_empty_after_trim(ump_pool_t *pool)
@@ -87,6 +107,7 @@ static void expect_empty_after_trim(ump_pool_t *pool)
         assert_int_equal(st.live_bytes, 0);
         assert_int_equal(st.cached_bytes, 0);
         assert_int_equal(st.mapped_bytes, 0);
+        assert_int_equal(st.reserved_bytes, 0);
         assert_int_equal(st.chunks_released, st.chunks_created);
     }
 }
@@ -309,6 +330,131 @@ static void test_peak(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Reserved bytes: chunks created, mapped or not; their peak stays. */
+static void test_reserved(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(CONF);
+    size_t peak[NDEV + 1] = {0};
+    assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).reserved_bytes, 0);
+    void *a = tu_alloc(pool, 20 * TU_MIB, 0);
+    void *b = tu_alloc(pool, 6 * TU_MIB, 1);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, 20 * TU_MIB);
+    assert_int_equal(st.peak_reserved_bytes, 20 * TU_MIB);
+    assert_int_equal(tu_stats(pool, 1).reserved_bytes, 6 * TU_MIB);
+    ump_stats_t all = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(all.reserved_bytes, 26 * TU_MIB);
+    assert_int_equal(all.peak_reserved_bytes, 26 * TU_MIB);
+    check_invariants(pool, peak);
+    /* Freed: still reserved, now cached. */
+    tu_free(pool, a);
+    st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, 20 * TU_MIB);
+    assert_int_equal(st.cached_bytes, 20 * TU_MIB);
+    check_invariants(pool, peak);
+    /* Trimmed: device 0 holds nothing, its peak and the pool's stay. */
+    assert_int_equal(ump_trim(pool), 0);
+    st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, 0);
+    assert_int_equal(st.peak_reserved_bytes, 20 * TU_MIB);
+    all = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(all.reserved_bytes, 6 * TU_MIB);
+    assert_int_equal(all.peak_reserved_bytes, 26 * TU_MIB);
+    /* Device 1 grows past its old peak while device 0 is empty: the pool's
+     * peak is not the sum of the devices' peaks. */
+    void *c = tu_alloc(pool, 10 * TU_MIB, 1);
+    all = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(all.reserved_bytes, 16 * TU_MIB);
+    assert_int_equal(all.peak_reserved_bytes, 26 * TU_MIB);
+    assert_int_equal(tu_stats(pool, 1).peak_reserved_bytes, 16 * TU_MIB);
+    check_invariants(pool, peak);
+    tu_free(pool, b);
+    tu_free(pool, c);
+    expect_empty_after_trim(pool);
+    tu_pool_destroy(pool);
+}
+
+/* The driver time of one cold allocation of `size` on device dev and of
+ * trimming it afterwards. */
+static void cold_alloc_and_trim(ump_pool_t *pool, size_t size, int dev,
+                                uint64_t *alloc_ns_p, uint64_t *trim_ns_p)
+{
+    ump_stats_t before = tu_stats(pool, UMP_DEVICE_ALL);
+    void *p = tu_alloc(pool, size, dev);
+    ump_stats_t mid = tu_stats(pool, UMP_DEVICE_ALL);
+    tu_free(pool, p);
+    /* Freeing keeps the chunks mapped and cached: no driver call. */
+    assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).driver_ns, mid.driver_ns);
+    assert_int_equal(ump_trim(pool), 0);
+    ump_stats_t after = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(after.reserved_bytes, 0);
+    *alloc_ns_p = mid.driver_ns - before.driver_ns;
+    *trim_ns_p = after.driver_ns - mid.driver_ns;
+}
+
+/* sim_driver_costs:h200: each call accounts the H200's cost per handle;
+ * a cold 1 GiB allocation (max_chunk 1G: one handle) is one create, one
+ * map and one set access of a 1 GiB handle, its trim one unmap and one
+ * release. Nothing is slept: the test runs in no time. */
+static void test_driver_costs_h200(void **state)
+{
+    (void)state;
+    tu_sim_only("modeled driver costs are the sim's");
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:4G,"
+                                      "sim_driver_costs:h200");
+    ump_stats_t st = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(st.driver_ns, 0);
+    uint64_t alloc_ns, trim_ns;
+    cold_alloc_and_trim(pool, GIB, 1, &alloc_ns, &trim_ns);
+    assert_int_equal(alloc_ns, drvcost_create_ns(GIB));
+    assert_int_equal(trim_ns, drvcost_drop_ns(GIB));
+    /* On the device owning the handles. */
+    assert_int_equal(tu_stats(pool, 0).driver_ns, 0);
+    assert_int_equal(tu_stats(pool, 1).driver_ns, alloc_ns + trim_ns);
+    /* Reuse costs nothing: the second allocation of a cached size. */
+    void *p = tu_alloc(pool, GIB, 1);
+    uint64_t cold = tu_stats(pool, UMP_DEVICE_ALL).driver_ns;
+    tu_free(pool, p);
+    p = tu_alloc(pool, GIB, 1);
+    assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).driver_ns, cold);
+    tu_free(pool, p);
+    assert_int_equal(ump_trim(pool), 0);
+    tu_pool_destroy(pool);
+
+    /* Small handles: 8 MiB as four 2 MiB handles costs four creates, four
+     * maps and four set accesses, although one set-access call covers
+     * them all (per handle, as measured). */
+    pool = tu_pool_create("backend:sim,sim_devices:1,sim_device_mem:1G,"
+                          "sim_driver_costs:h200,max_chunk:2M");
+    cold_alloc_and_trim(pool, 8 * TU_MIB, 0, &alloc_ns, &trim_ns);
+    assert_int_equal(alloc_ns, 4 * drvcost_create_ns(2 * TU_MIB));
+    assert_int_equal(trim_ns, 4 * drvcost_drop_ns(2 * TU_MIB));
+    tu_pool_destroy(pool);
+}
+
+/* Without the key, sim accounts nothing; on cuda the time is measured,
+ * for the whole pool only. */
+static void test_driver_costs_off(void **state)
+{
+    (void)state;
+    ump_pool_t *pool =
+        tu_pool_create("backend:sim,sim_devices:1,sim_device_mem:1G");
+    uint64_t alloc_ns, trim_ns;
+    cold_alloc_and_trim(pool, 64 * TU_MIB, 0, &alloc_ns, &trim_ns);
+    if (tu_on_cuda()) {
+        assert_true(alloc_ns > 0);
+        assert_true(trim_ns > 0);
+        assert_int_equal(tu_stats(pool, 0).driver_ns, 0);
+    } else {
+        assert_int_equal(alloc_ns, 0);
+        assert_int_equal(trim_ns, 0);
+        assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).driver_ns, 0);
+    }
+    tu_pool_destroy(pool);
+}
+
 static void test_bad_args(void **state)
 {
     (void)state;
@@ -400,6 +546,9 @@ int main(void)
         cmocka_unit_test(test_failures_not_counted),
         cmocka_unit_test(test_cache_and_trim),
         cmocka_unit_test(test_peak),
+        cmocka_unit_test(test_reserved),
+        cmocka_unit_test(test_driver_costs_h200),
+        cmocka_unit_test(test_driver_costs_off),
         cmocka_unit_test(test_bad_args),
         cmocka_unit_test(test_threads),
     };

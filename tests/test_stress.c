@@ -3,11 +3,14 @@
  * mostly small sizes, some of 1-8 MiB, buffers handed to another thread to
  * free, statistics and trims in between. The devices are small so that the
  * pool runs out now and then: -ENOMEM is counted, any other error fails.
+ * At each statistics check point, the memory figures' invariants hold
+ * while the other threads go on (check_stats).
  */
 #include "config.h"
 
 #include <pthread.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -37,6 +40,9 @@ struct run_state {
     int big_one_in; /* one allocation in this many is 1-8 MiB */
     struct inbox inbox[NTHREADS];
     atomic_ulong allocs, frees, enomem, handed;
+    /* check points where the devices' reserved bytes were compared with
+     * the pool's, and where chunks came and went too fast to compare */
+    atomic_ulong sums_checked, sums_moving;
     atomic_int errors;
     char first_error[256];
     pthread_mutex_t err_lock;
@@ -63,6 +69,102 @@ static void report(struct run_state *rs, const char *what, int rc,
                  "%s: rc %d (%s), ptr %p", what, rc, ump_strerror(rc), p);
         pthread_mutex_unlock(&rs->err_lock);
     }
+}
+
+/* Like report, with a message of its own. */
+static void report_msg(struct run_state *rs, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void report_msg(struct run_state *rs, const char *fmt, ...)
+{
+    if (atomic_fetch_add(&rs->errors, 1) == 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        pthread_mutex_lock(&rs->err_lock);
+        vsnprintf(rs->first_error, sizeof(rs->first_error), fmt, ap);
+        pthread_mutex_unlock(&rs->err_lock);
+        va_end(ap);
+    }
+}
+
+/* What one ump_stats call says, whatever the other threads do: it reads
+ * the figures under the pool's lock, and every byte live, mapped or cached
+ * lies in a chunk created and not released (reserved). live_bytes sums
+ * per-thread counters with no lock, but memory only goes back to the
+ * driver under the lock after its free was counted. (Nothing here uses
+ * the tiers, whose moved allocations stay live without device chunks.) */
+static void check_one(struct run_state *rs, const ump_stats_t *st, int dev)
+{
+    const char *bad = st->mapped_bytes > st->capacity ? "mapped > capacity"
+                      : st->live_bytes > st->reserved_bytes
+                          ? "live > reserved"
+                      : st->mapped_bytes > st->reserved_bytes
+                          ? "mapped > reserved"
+                      : st->cached_bytes > st->reserved_bytes
+                          ? "cached > reserved"
+                      : st->reserved_bytes > st->peak_reserved_bytes
+                          ? "reserved > peak_reserved"
+                      : st->reserved_bytes > st->capacity
+                          ? "reserved > capacity"
+                          : NULL;
+    if (bad)
+        report_msg(rs,
+                   "ump_stats(%d): %s: capacity %zu live %zu mapped %zu "
+                   "cached %zu reserved %zu peak_reserved %zu",
+                   dev, bad, st->capacity, st->live_bytes, st->mapped_bytes,
+                   st->cached_bytes, st->reserved_bytes,
+                   st->peak_reserved_bytes);
+}
+
+/* The figures of the devices against the pool's. Each ump_stats call is a
+ * lock hold of its own, so other threads create and release chunks in
+ * between: the devices' reserved bytes are compared with the pool's only
+ * when the pool's chunk counters (which only grow, and move with every
+ * create and release) are the same before and after reading the devices,
+ * tried a few times, and counted as moving when they never were. The
+ * peaks need no such window: the pool's is at least each device's at
+ * every moment, and peaks only grow. quiet: no other thread runs, so the
+ * first try must do. */
+static void check_stats(struct run_state *rs, bool quiet)
+{
+    int ndev = ump_device_count(rs->pool);
+    ump_stats_t a, b, dev[UMP_MAX_DEVICES];
+    for (int tries = 0; tries < 8; tries++) {
+        int rc = ump_stats(rs->pool, UMP_DEVICE_ALL, &a);
+        for (int d = 0; d < ndev && !rc; d++)
+            rc = ump_stats(rs->pool, d, &dev[d]);
+        if (!rc)
+            rc = ump_stats(rs->pool, UMP_DEVICE_ALL, &b);
+        if (rc) {
+            report(rs, "ump_stats", rc, NULL);
+            return;
+        }
+        check_one(rs, &a, UMP_DEVICE_ALL);
+        check_one(rs, &b, UMP_DEVICE_ALL);
+        size_t sum = 0;
+        for (int d = 0; d < ndev; d++) {
+            check_one(rs, &dev[d], d);
+            sum += dev[d].reserved_bytes;
+            if (dev[d].peak_reserved_bytes > b.peak_reserved_bytes)
+                report_msg(rs, "device %d's peak_reserved %zu above the "
+                           "pool's %zu", d, dev[d].peak_reserved_bytes,
+                           b.peak_reserved_bytes);
+        }
+        if (a.peak_reserved_bytes > b.peak_reserved_bytes)
+            report_msg(rs, "the pool's peak_reserved went down");
+        if (a.chunks_created != b.chunks_created ||
+            a.chunks_released != b.chunks_released) {
+            if (quiet)
+                report_msg(rs, "chunks moved with no thread running");
+            continue;
+        }
+        if (sum != a.reserved_bytes || a.reserved_bytes != b.reserved_bytes)
+            report_msg(rs, "devices' reserved bytes add up to %zu, the "
+                       "pool's are %zu then %zu", sum, a.reserved_bytes,
+                       b.reserved_bytes);
+        atomic_fetch_add(&rs->sums_checked, 1);
+        return;
+    }
+    atomic_fetch_add(&rs->sums_moving, 1);
 }
 
 /* Checks a buffer's data and the pool's view of it, then frees it. */
@@ -149,16 +251,8 @@ static void *worker_thread(void *arg)
             check_and_free(rs, &it);
             continue;
         }
-        if (r % 512 == 1) {
-            /* A device, or the whole pool. */
-            int sel = (int)((r >> 20) % (uint64_t)(ndev + 1)) - 1;
-            ump_stats_t st;
-            rc = ump_stats(rs->pool, sel < 0 ? UMP_DEVICE_ALL : sel, &st);
-            if (rc != 0)
-                report(rs, "ump_stats", rc, NULL);
-            else if (st.mapped_bytes > st.capacity)
-                report(rs, "ump_stats: mapped_bytes > capacity", 0, NULL);
-        }
+        if (r % 512 == 1)
+            check_stats(rs, false);
         if (r % 4096 == 2 && (rc = ump_trim(rs->pool)) != 0)
             report(rs, "ump_trim", rc, NULL);
 
@@ -225,9 +319,13 @@ static void run_stress(const char *config, double seconds, int big_one_in)
         while (inbox_pop(&rs.inbox[i], &it))
             check_and_free(&rs, &it);
 
-    print_message("%lu allocations, %lu frees, %lu handed over, %lu -ENOMEM\n",
+    check_stats(&rs, true);
+    print_message("%lu allocations, %lu frees, %lu handed over, %lu -ENOMEM; "
+                  "reserved bytes summed at %lu check points (%lu with "
+                  "chunks moving)\n",
                   atomic_load(&rs.allocs), atomic_load(&rs.frees),
-                  atomic_load(&rs.handed), atomic_load(&rs.enomem));
+                  atomic_load(&rs.handed), atomic_load(&rs.enomem),
+                  atomic_load(&rs.sums_checked), atomic_load(&rs.sums_moving));
     if (atomic_load(&rs.errors) != 0)
         fail_msg("%d errors, the first: %s", atomic_load(&rs.errors),
                  rs.first_error);
@@ -240,11 +338,21 @@ static void run_stress(const char *config, double seconds, int big_one_in)
     assert_int_equal(st.live_count, 0);
     assert_int_equal(st.live_bytes, 0);
     assert_true(st.mapped_bytes <= st.capacity);
+    assert_true(st.peak_reserved_bytes > 0);
     assert_int_equal(ump_trim(rs.pool), 0);
-    st = tu_stats(rs.pool, UMP_DEVICE_ALL);
-    assert_int_equal(st.cached_bytes, 0);
-    assert_int_equal(st.mapped_bytes, 0);
-    assert_int_equal(st.chunks_released, st.chunks_created);
+    ump_stats_t trimmed = tu_stats(rs.pool, UMP_DEVICE_ALL);
+    assert_int_equal(trimmed.cached_bytes, 0);
+    assert_int_equal(trimmed.mapped_bytes, 0);
+    assert_int_equal(trimmed.chunks_released, trimmed.chunks_created);
+    /* Nothing live: everything goes back to the driver, on every device;
+     * the peak stays. */
+    assert_int_equal(trimmed.reserved_bytes, 0);
+    assert_int_equal(trimmed.peak_reserved_bytes, st.peak_reserved_bytes);
+    for (int d = 0; d < ump_device_count(rs.pool); d++)
+        assert_int_equal(tu_stats(rs.pool, d).reserved_bytes, 0);
+    check_stats(&rs, true);
+    if (atomic_load(&rs.errors) != 0)
+        fail_msg("after the trim: %s", rs.first_error);
     tu_pool_destroy(rs.pool);
     for (int i = 0; i < NTHREADS; i++)
         pthread_mutex_destroy(&rs.inbox[i].lock);
@@ -367,6 +475,7 @@ static void test_cross_thread_pingpong(void **state)
     assert_int_equal(st.live_bytes, 0);
     assert_int_equal(ump_trim(pool), 0);
     assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).mapped_bytes, 0);
+    assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).reserved_bytes, 0);
     tu_pool_destroy(pool);
     pthread_mutex_destroy(&box.lock);
 }

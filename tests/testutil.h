@@ -317,6 +317,8 @@ static inline void tu_assert_stats_equal(const ump_stats_t *a,
     TU_CMP(free_count);
     TU_CMP(chunks_created);
     TU_CMP(chunks_released);
+    TU_CMP(reserved_bytes);
+    TU_CMP(peak_reserved_bytes);
 #undef TU_CMP
 }
 

@@ -88,6 +88,16 @@ struct backend_ops {
     /* 0 when that work is done, -EAGAIN while it is not. */
     int (*event_query)(void *ctx, void *event);
     int (*event_sync)(void *ctx, void *event);
+
+    /* Optional (NULL: 0). Nanoseconds of driver time spent so far in the
+     * virtual-memory calls on device chunks (chunk_create, map,
+     * set_access, unmap, chunk_release), for device (its chunks), or for
+     * all devices with device < 0. On sim, modeled: the per-handle costs
+     * of topo/drivercost.h when sim_driver_costs says so, else 0. On
+     * cuda, measured: CLOCK_MONOTONIC around the driver's calls; one call
+     * may cover several devices' handles, so the time is not split: 0 for
+     * every single device. Counters only (atomics): no lock, any thread. */
+    uint64_t (*driver_ns)(void *ctx, int device);
 };
 
 extern const struct backend_ops sim_backend_ops;

@@ -50,7 +50,20 @@ void stats_device(ump_pool_t *pool, int d, ump_stats_t *st)
     st->chunks_released = ds->chunks_released;
     st->largest_free = largest << pool->chunk_shift;
     st->fragmentation = fragmentation(st->largest_free, ds->cached);
+    st->reserved_bytes = ds->created;
+    st->peak_reserved_bytes = ds->created_peak;
+    st->driver_ns = pool->be->driver_ns ? pool->be->driver_ns(pool->bctx, d)
+                                        : 0;
     offload_device_stats(pool, d, st);
+}
+
+void stats_pool_wide(ump_pool_t *pool, ump_stats_t *st)
+{
+    st->peak_bytes = pool->peak;
+    st->peak_reserved_bytes = pool->created_peak;
+    /* The backend's own total: on cuda the devices' figures are 0. */
+    st->driver_ns = pool->be->driver_ns ? pool->be->driver_ns(pool->bctx, -1)
+                                        : 0;
 }
 
 UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
@@ -90,12 +103,15 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
         st.restore_count += one.restore_count;
         st.restore_bytes += one.restore_bytes;
         st.evictions += one.evictions;
+        st.reserved_bytes += one.reserved_bytes;
+        st.peak_reserved_bytes += one.peak_reserved_bytes;
+        st.driver_ns += one.driver_ns;
         if (one.largest_free > st.largest_free)
             st.largest_free = one.largest_free;
         in_blocks += pool->dev[d].cached;
     }
-    if (device == UMP_DEVICE_ALL) /* not the sum: devices peak at other times */
-        st.peak_bytes = pool->peak;
+    if (device == UMP_DEVICE_ALL) /* not sums: devices peak at other times */
+        stats_pool_wide(pool, &st);
     st.fragmentation = fragmentation(st.largest_free, in_blocks);
     pthread_mutex_unlock(&pool->lock);
     *stats_p = st;

@@ -11,6 +11,11 @@
 
 /* One device's figures (ump_stats for one device). Pool lock held. */
 void stats_device(ump_pool_t *pool, int d, ump_stats_t *st);
+/* Overwrites in st the figures of the whole pool that are not the sum of
+ * its devices': peak_bytes and peak_reserved_bytes (devices peak at other
+ * times) and driver_ns (the backend's total; cuda does not split it by
+ * device). Pool lock held. */
+void stats_pool_wide(ump_pool_t *pool, ump_stats_t *st);
 
 /* The state of a stretch of a device's memory. The snapshot format keeps
  * the same numbers (lib/publish checks it at compile time). */

@@ -220,6 +220,9 @@ static void fill_device(ump_pool_t *pool, int d, struct snap_device *sd)
     sd->evictions = st.evictions;
     sd->largest_free = st.largest_free;
     sd->fragmentation = st.fragmentation;
+    sd->reserved_bytes = st.reserved_bytes;
+    sd->peak_reserved_bytes = st.peak_reserved_bytes;
+    sd->driver_ns = st.driver_ns;
 }
 
 /* Stops publishing for good (the thread goes on ticking the pool's clock)
@@ -273,7 +276,11 @@ static size_t gather(struct publisher *pub, struct snap_data *data,
             data->largest_free = dev[d].largest_free;
         in_blocks += pool->dev[d].cached;
     }
-    data->peak_bytes = pool->peak;
+    ump_stats_t all;
+    stats_pool_wide(pool, &all);
+    data->peak_bytes = all.peak_bytes;
+    data->peak_reserved_bytes = all.peak_reserved_bytes;
+    data->driver_ns = all.driver_ns;
     data->fragmentation =
         in_blocks ? 1.0 - (double)data->largest_free / (double)in_blocks : 0.0;
     stats_top_init(&w.top, pool, UMP_DEVICE_ALL, pub->top, pub->max_allocs);

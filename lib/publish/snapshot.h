@@ -35,7 +35,10 @@
 #include <stdint.h>
 
 #define SNAP_MAGIC "UMPSNAP" /* 8 bytes with its NUL */
-#define SNAP_VERSION 1u
+/* 2: reserved_bytes, peak_reserved_bytes and driver_ns (issue 12), at the
+ * end of snap_data and snap_device. A reader reads its own version only
+ * (-EPROTO otherwise): tool and library come from one build. */
+#define SNAP_VERSION 2u
 #define SNAP_BYTE_ORDER 0x01020304u
 #define SNAP_PREFIX "umpool-"
 #define SNAP_DIR "/dev/shm"
@@ -103,6 +106,10 @@ struct snap_data {
     uint32_t nalloc;     /* rows of the allocation table in use */
     uint32_t reserved;
     struct snap_tier tier[SNAP_NTIERS];
+    /* Version 2: the pool-wide figures that are not sums of the devices'
+     * (as ump_stats(UMP_DEVICE_ALL) says them). */
+    uint64_t peak_reserved_bytes; /* high-water mark of reserved bytes */
+    uint64_t driver_ns;           /* driver time of VMM calls */
 };
 
 /* One device: its ump_stats figures, and its picture. */
@@ -121,6 +128,9 @@ struct snap_device {
     uint64_t largest_free;
     double fragmentation;
     uint64_t state_bytes[SNAP_NSTATES]; /* exact, by enum snap_state */
+    /* Version 2. */
+    uint64_t reserved_bytes, peak_reserved_bytes;
+    uint64_t driver_ns; /* 0 on cuda: only the pool's total is known */
 };
 
 /* One of the largest live allocations (ump_alloc_info_t). */

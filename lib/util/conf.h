@@ -21,6 +21,12 @@ enum ump_nvme_engine {
     UMP_NVME_THREADS,
 };
 
+/* What the sim backend accounts as driver time (sim_driver_costs). */
+enum ump_sim_driver_costs {
+    UMP_SIM_COSTS_OFF,  /* nothing: driver_ns stays 0 on sim */
+    UMP_SIM_COSTS_H200, /* the H200's per-handle costs (topo/drivercost.h) */
+};
+
 #define UMP_CONF_PATH_MAX 4096
 
 struct ump_config {
@@ -28,6 +34,7 @@ struct ump_config {
     int sim_devices;                     /* 0: not set */
     char sim_topology[UMP_CONF_PATH_MAX]; /* "": not set */
     size_t sim_device_mem;               /* 0: not set */
+    int sim_driver_costs;                /* enum ump_sim_driver_costs */
     size_t device_mem;                   /* cap per device, 0: none */
     int log_level;                       /* enum ump_log_level */
     char policy[UMP_CONF_PATH_MAX];      /* default placement policy */

@@ -66,6 +66,10 @@ static void fill_device(struct snap_device *d, uint32_t i, uint32_t map_cap,
     d->evictions = i == 0 ? 7 : 0;
     d->largest_free = (i < 2 ? 128 : 1) * GRAN;
     d->fragmentation = i == 0 ? 0.5 : 0.0;
+    /* Idle chunks on device 1: reserved is more than mapped there. */
+    d->reserved_bytes = d->mapped_bytes + (i == 1 ? 64 * MIB : 0);
+    d->peak_reserved_bytes = d->reserved_bytes + (i == 0 ? 2 * GIB : 0);
+    d->driver_ns = i == 3 ? 0 : 1234567ull * (i + 1) + (i == 0 ? 2000000000ull : 0);
 }
 
 void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
@@ -97,6 +101,8 @@ void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
     d->peak_bytes = 6 * GIB;
     d->largest_free = 128 * GRAN;
     d->fragmentation = 0.4;
+    d->peak_reserved_bytes = 7 * GIB; /* at least any device's, at most their sum */
+    d->driver_ns = 2000000000ull + 1234567ull * 6; /* the devices' sum */
     d->tier[SNAP_TIER_HOST] = (struct snap_tier){
         16 * GIB, GIB, 64 * MIB, 3 * GIB / 2, GIB / GRAN, 1, 0};
     d->tier[SNAP_TIER_NVME] = (struct snap_tier){

@@ -56,6 +56,12 @@ static const struct dev_field dev_fields[] = {
      DEV_FIELD(cached_bytes), false},
     {"peak_bytes", "umpool_peak_bytes", "High-water mark of memory in use.",
      DEV_FIELD(peak_bytes), false},
+    {"reserved_bytes", "umpool_reserved_bytes",
+     "Physical memory held from the driver: chunks created and not "
+     "released, mapped or idle.", DEV_FIELD(reserved_bytes), false},
+    {"peak_reserved_bytes", "umpool_peak_reserved_bytes",
+     "High-water mark of reserved memory.", DEV_FIELD(peak_reserved_bytes),
+     false},
     {"largest_free", "umpool_largest_free_bytes",
      "Largest cached block: the biggest allocation served with no driver "
      "call.", DEV_FIELD(largest_free), false},
@@ -70,6 +76,10 @@ static const struct dev_field dev_fields[] = {
     {"chunks_released", "umpool_chunks_released_total",
      "Physical chunks given back to the device.", DEV_FIELD(chunks_released),
      true},
+    {"driver_ns", "umpool_driver_seconds_total",
+     "Driver time of virtual-memory calls on the device's chunks: modeled "
+     "on sim (sim_driver_costs), 0 on cuda, which times the pool as a "
+     "whole (umpool_pool_driver_seconds_total).", DEV_FIELD(driver_ns), true},
     {"host_bytes", NULL, NULL, DEV_FIELD(host_bytes), false},
     {"nvme_bytes", NULL, NULL, DEV_FIELD(nvme_bytes), false},
     {"spill_count", "umpool_spills_total",
@@ -100,6 +110,10 @@ static uint64_t total(const struct snap_view *v, size_t off)
         return v->data->peak_bytes;
     if (off == DEV_FIELD(largest_free))
         return v->data->largest_free;
+    if (off == DEV_FIELD(peak_reserved_bytes))
+        return v->data->peak_reserved_bytes;
+    if (off == DEV_FIELD(driver_ns)) /* cuda: not the devices' zeros */
+        return v->data->driver_ns;
     uint64_t sum = 0;
     for (uint32_t d = 0; d < v->hdr->ndev; d++)
         sum += dev_get(&v->dev[d], off);
@@ -152,32 +166,53 @@ static void json_flags(FILE *out, uint32_t flags)
 
 static void show_memory(FILE *out, const struct snap_view *v)
 {
-    char s[7][FMT_SIZE_LEN];
+    char s[8][FMT_SIZE_LEN];
     int mw = 5;
     for (uint32_t d = 0; d < v->hdr->ndev; d++) {
         int len = (int)strlen(v->dev[d].model);
         if (len > mw)
             mw = len;
     }
-    fprintf(out, "MEMORY\n%-4s %-*s %10s %10s %10s %10s %10s %12s %6s\n",
-            "DEV", mw, "MODEL", "CAPACITY", "LIVE", "MAPPED", "CACHED", "PEAK",
-            "LARGEST FREE", "FRAG");
+    /* RESERVED before MAPPED: what the pool holds from the driver, then
+     * the part of it mapped (the rest is idle chunks). */
+    fprintf(out, "MEMORY\n%-4s %-*s %10s %10s %10s %10s %10s %10s %13s "
+            "%12s %6s\n", "DEV", mw, "MODEL", "CAPACITY", "LIVE", "RESERVED",
+            "MAPPED", "CACHED", "PEAK", "PEAK RESERVED", "LARGEST FREE",
+            "FRAG");
     for (uint32_t d = 0; d < v->hdr->ndev; d++) {
         const struct snap_device *x = &v->dev[d];
-        fprintf(out, "%-4" PRIu32 " %-*s %10s %10s %10s %10s %10s %12s %6.2f\n",
-                d, mw, x->model[0] ? x->model : "-",
+        fprintf(out, "%-4" PRIu32 " %-*s %10s %10s %10s %10s %10s %10s %13s "
+                "%12s %6.2f\n", d, mw, x->model[0] ? x->model : "-",
                 fmt_size(s[0], x->capacity), fmt_size(s[1], x->live_bytes),
-                fmt_size(s[2], x->mapped_bytes),
-                fmt_size(s[3], x->cached_bytes), fmt_size(s[4], x->peak_bytes),
-                fmt_size(s[5], x->largest_free), x->fragmentation);
+                fmt_size(s[2], x->reserved_bytes),
+                fmt_size(s[3], x->mapped_bytes),
+                fmt_size(s[4], x->cached_bytes), fmt_size(s[5], x->peak_bytes),
+                fmt_size(s[6], x->peak_reserved_bytes),
+                fmt_size(s[7], x->largest_free), x->fragmentation);
     }
-    fprintf(out, "%-4s %-*s %10s %10s %10s %10s %10s %12s %6.2f\n", "all", mw,
-            "", fmt_size(s[0], total(v, DEV_FIELD(capacity))),
+    fprintf(out, "%-4s %-*s %10s %10s %10s %10s %10s %10s %13s %12s %6.2f\n",
+            "all", mw, "", fmt_size(s[0], total(v, DEV_FIELD(capacity))),
             fmt_size(s[1], total(v, DEV_FIELD(live_bytes))),
-            fmt_size(s[2], total(v, DEV_FIELD(mapped_bytes))),
-            fmt_size(s[3], total(v, DEV_FIELD(cached_bytes))),
-            fmt_size(s[4], v->data->peak_bytes),
-            fmt_size(s[5], v->data->largest_free), v->data->fragmentation);
+            fmt_size(s[2], total(v, DEV_FIELD(reserved_bytes))),
+            fmt_size(s[3], total(v, DEV_FIELD(mapped_bytes))),
+            fmt_size(s[4], total(v, DEV_FIELD(cached_bytes))),
+            fmt_size(s[5], v->data->peak_bytes),
+            fmt_size(s[6], v->data->peak_reserved_bytes),
+            fmt_size(s[7], v->data->largest_free), v->data->fragmentation);
+}
+
+/* A duration for people: "0", "850 ns", "12.3 us", "4.56 ms", "1.20 s". */
+static const char *fmt_ns(char buf[FMT_SIZE_LEN], uint64_t ns)
+{
+    if (ns < 1000)
+        snprintf(buf, FMT_SIZE_LEN, "%" PRIu64 "%s", ns, ns ? " ns" : "");
+    else if (ns < 1000000)
+        snprintf(buf, FMT_SIZE_LEN, "%.1f us", (double)ns / 1e3);
+    else if (ns < 1000000000)
+        snprintf(buf, FMT_SIZE_LEN, "%.2f ms", (double)ns / 1e6);
+    else
+        snprintf(buf, FMT_SIZE_LEN, "%.2f s", (double)ns / 1e9);
+    return buf;
 }
 
 static void show_counts(FILE *out, const struct snap_view *v)
@@ -186,8 +221,11 @@ static void show_counts(FILE *out, const struct snap_view *v)
                                   DEV_FIELD(free_count),
                                   DEV_FIELD(chunks_created),
                                   DEV_FIELD(chunks_released)};
-    fprintf(out, "\nALLOCATIONS\n%-4s %10s %12s %12s %12s %12s\n", "DEV",
-            "LIVE", "ALLOCS", "FREES", "CHUNKS MADE", "CHUNKS FREED");
+    char t[FMT_SIZE_LEN];
+    /* The driver's time next to the chunks it made and freed. */
+    fprintf(out, "\nALLOCATIONS\n%-4s %10s %12s %12s %12s %12s %12s\n", "DEV",
+            "LIVE", "ALLOCS", "FREES", "CHUNKS MADE", "CHUNKS FREED",
+            "DRIVER TIME");
     for (uint32_t d = 0; d <= v->hdr->ndev; d++) {
         if (d < v->hdr->ndev)
             fprintf(out, "%-4" PRIu32, d);
@@ -198,7 +236,9 @@ static void show_counts(FILE *out, const struct snap_view *v)
                                           : total(v, offs[i]);
             fprintf(out, " %*" PRIu64, i ? 12 : 10, x);
         }
-        fputc('\n', out);
+        fprintf(out, " %12s\n",
+                fmt_ns(t, d < v->hdr->ndev ? v->dev[d].driver_ns
+                                           : total(v, DEV_FIELD(driver_ns))));
     }
 }
 
@@ -394,6 +434,33 @@ static void prom_pool_labels(FILE *out, const struct snap_view *v)
             v->hdr->pool_id);
 }
 
+/* A sample's value and the end of its line: nanoseconds (ns) in seconds,
+ * Prometheus's base unit; anything else as the integer it is. */
+static void prom_number(FILE *out, uint64_t x, bool ns)
+{
+    if (ns)
+        fprintf(out, " %.9f\n", (double)x / 1e9);
+    else
+        fprintf(out, " %" PRIu64 "\n", x);
+}
+
+/* A family of one sample per pool, from the uint64_t at off in its
+ * snap_data. */
+static void prom_pool_family(FILE *out, const struct fmt_pool *pools,
+                             size_t n, const char *metric, const char *type,
+                             const char *help, size_t off, bool ns)
+{
+    prom_family(out, metric, type, help);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t x;
+        memcpy(&x, (const char *)pools[i].v->data + off, sizeof(x));
+        fprintf(out, "%s{", metric);
+        prom_pool_labels(out, pools[i].v);
+        fputc('}', out);
+        prom_number(out, x, ns);
+    }
+}
+
 void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n)
 {
     prom_family(out, "umpool_pool_info", "gauge",
@@ -410,14 +477,20 @@ void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n)
         prom_value(out, h->topology);
         fprintf(out, "\"} 1\n");
     }
-    prom_family(out, "umpool_pool_peak_bytes", "gauge",
-                "High-water mark of the pool's memory in use, all devices "
-                "together.");
-    for (size_t i = 0; i < n; i++) {
-        fprintf(out, "umpool_pool_peak_bytes{");
-        prom_pool_labels(out, pools[i].v);
-        fprintf(out, "} %" PRIu64 "\n", pools[i].v->data->peak_bytes);
-    }
+    prom_pool_family(out, pools, n, "umpool_pool_peak_bytes", "gauge",
+                     "High-water mark of the pool's memory in use, all "
+                     "devices together.",
+                     offsetof(struct snap_data, peak_bytes), false);
+    prom_pool_family(out, pools, n, "umpool_pool_peak_reserved_bytes", "gauge",
+                     "High-water mark of the physical memory the pool held "
+                     "from the driver, all devices together.",
+                     offsetof(struct snap_data, peak_reserved_bytes), false);
+    prom_pool_family(out, pools, n, "umpool_pool_driver_seconds_total",
+                     "counter",
+                     "Driver time of the pool's virtual-memory calls on "
+                     "device chunks: modeled on sim (sim_driver_costs), "
+                     "measured on cuda.",
+                     offsetof(struct snap_data, driver_ns), true);
     prom_family(out, "umpool_device_info", "gauge",
                 "A device of a pool: its model, PCI bus id and NUMA node "
                 "(always 1).");
@@ -441,8 +514,9 @@ void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n)
             for (uint32_t d = 0; d < pools[i].v->hdr->ndev; d++) {
                 fprintf(out, "%s{", f->metric);
                 prom_pool_labels(out, pools[i].v);
-                fprintf(out, ",device=\"%" PRIu32 "\"} %" PRIu64 "\n", d,
-                        dev_get(&pools[i].v->dev[d], f->off));
+                fprintf(out, ",device=\"%" PRIu32 "\"}", d);
+                prom_number(out, dev_get(&pools[i].v->dev[d], f->off),
+                            f->off == DEV_FIELD(driver_ns));
             }
     }
     prom_family(out, "umpool_fragmentation_ratio", "gauge",

@@ -326,6 +326,7 @@ const struct backend_ops cuda_backend_ops = {
     .event_record = custream_event_record,
     .event_query = custream_event_query,
     .event_sync = custream_event_sync,
+    .driver_ns = cuvmm_driver_ns,
 };
 
 #endif /* HAVE_CUDA_H */

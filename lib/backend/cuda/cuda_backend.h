@@ -110,6 +110,11 @@ struct cuda_ctx {
     atomic_bool host_node_said[UMP_MAX_NUMA];
     atomic_bool cpu_type_said;
 
+    /* Wall time spent in the VMM calls on device chunks (vmm.c), ns: the
+     * statistics' driver_ns. Not per device: one cuMemSetAccess or
+     * cuMemUnmap may cover several devices' handles. */
+    _Atomic uint64_t drv_ns;
+
     pthread_mutex_t lock; /* guards the two lists below */
     struct custream_node *streams;
     struct ump_list events; /* of struct custream_event, by link */
@@ -149,6 +154,7 @@ int cuvmm_set_access(void *ctx, void *va, size_t size, const int *devices,
                      int ndevices);
 int cuvmm_set_access_host(void *ctx, void *va, size_t size,
                           const int *devices, int ndevices);
+uint64_t cuvmm_driver_ns(void *ctx, int device);
 
 /* --- cuda_stream.c: streams and events ----------------------------------- */
 

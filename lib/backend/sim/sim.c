@@ -285,6 +285,7 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
         for (int i = 0; i < c->topo.ndev; i++)
             c->topo.dev[i].mem = cfg->sim_device_mem;
     c->ndev = c->topo.ndev;
+    c->drv_costs = cfg->sim_driver_costs == UMP_SIM_COSTS_H200;
 
     err = devices_open(c);
     if (err)
@@ -377,4 +378,5 @@ const struct backend_ops sim_backend_ops = {
     .event_record = sim_event_record,
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
+    .driver_ns = sim_driver_ns,
 };

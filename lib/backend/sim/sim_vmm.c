@@ -14,8 +14,40 @@
 #include <unistd.h>
 
 #include "backend/sim/sim_vmm.h"
+#include "topo/drivercost.h"
 #include "util/internal.h"
 #include "util/log.h"
+
+/* --- modeled driver time (sim_driver_costs) ----------------------------- */
+
+/* Accounts op on chunk ch as the H200 would have charged it: per handle,
+ * by the handle's size (topo/drivercost.h, the table the allocator's
+ * choices read too), to the device owning the handle. Successful calls
+ * only: the model has no figure for a refused one. Host chunks are left
+ * out: the table is of device handles, and pinning host memory (about
+ * 4 GB/s) is no per-handle cost; the host tier keeps its chunks created
+ * ahead of need for that reason. Lock held. */
+static void drv_account(struct sim_ctx *c, const struct sim_chunk *ch,
+                        enum drv_op op)
+{
+    if (!c->drv_costs || ch->host)
+        return;
+    atomic_fetch_add_explicit(&c->drv_ns[ch->device],
+                              drvcost_ns(op, ch->size), memory_order_relaxed);
+}
+
+uint64_t sim_driver_ns(void *ctx, int device)
+{
+    struct sim_ctx *c = ctx;
+    uint64_t ns = 0;
+
+    if (device >= c->ndev)
+        return 0;
+    for (int d = device < 0 ? 0 : device;
+         d < (device < 0 ? c->ndev : device + 1); d++)
+        ns += atomic_load_explicit(&c->drv_ns[d], memory_order_relaxed);
+    return ns;
+}
 
 /* --- chunk slots and extents ------------------------------------------- */
 
@@ -385,6 +417,8 @@ int sim_chunk_create(void *ctx, int device, size_t size,
         goto out;
     }
     err = chunk_new(c, &c->dev[device], false, device, size, h_p);
+    if (!err)
+        drv_account(c, chunk_of(c, *h_p), DRV_CREATE);
 out:
     pthread_mutex_unlock(&c->lock);
     return err;
@@ -461,6 +495,7 @@ int sim_chunk_release(void *ctx, ump_handle_t h)
         err = -EINVAL;
         goto out;
     }
+    drv_account(c, ch, DRV_RELEASE);
     /* Like cuMemRelease: mappings keep the memory until they are unmapped. */
     ch->released = true;
     if (!ch->maps)
@@ -530,6 +565,7 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
     }
     r->nmapped += n;
     ch->maps++;
+    drv_account(c, ch, DRV_MAP);
 out:
     pthread_mutex_unlock(&c->lock);
     return err;
@@ -596,8 +632,13 @@ static int access_grant(struct sim_ctx *c, const char *op, void *va,
         ump_log_error("sim: %s: mprotect at %p: %s", op, va, strerror(-err));
         return err;
     }
-    for (size_t i = first; i < first + n; i++)
+    for (size_t i = first; i < first + n; i++) {
         r->g[i].access = true;
+        /* Per handle, also when one call covers many (DESIGN.md's table):
+         * each chunk once, at its first granule in the range. */
+        if (i == first || r->g[i].idx == 0)
+            drv_account(c, r->g[i].chunk, DRV_SET_ACCESS);
+    }
     return 0;
 }
 
@@ -676,8 +717,13 @@ int sim_unmap(void *ctx, void *va, size_t size)
     for (i = first; i < end; i++) {
         struct sim_chunk *ch = r->g[i].chunk;
 
-        if (r->g[i].idx == 0 && --ch->maps == 0 && ch->released)
-            sim_chunk_free(c, ch);
+        /* A mapping's first granule stands for its handle; accounted
+         * before the slot may be freed. */
+        if (r->g[i].idx == 0) {
+            drv_account(c, ch, DRV_UNMAP);
+            if (--ch->maps == 0 && ch->released)
+                sim_chunk_free(c, ch);
+        }
         memset(&r->g[i], 0, sizeof(r->g[i]));
     }
     r->nmapped -= end - first;

@@ -8,6 +8,7 @@
 #define UMP_BACKEND_SIM_VMM_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -78,6 +79,11 @@ struct sim_ctx {
         int nth, err;
     } fault[FAULT_OPS];
     struct sim_streams streams;
+    /* sim_driver_costs:h200: the driver time the calls would have taken
+     * on an H200, per device of the chunk (sim_vmm.c adds under the lock,
+     * sim_driver_ns reads with none). Only accounted: sim never sleeps. */
+    bool drv_costs;
+    _Atomic uint64_t drv_ns[UMP_MAX_DEVICES];
 };
 
 /* Counts down an injected fault of op; its error once due, else 0. Lock
@@ -87,6 +93,7 @@ int sim_fault_hit(struct sim_ctx *c, int op);
 void sim_chunk_free(struct sim_ctx *c, struct sim_chunk *ch);
 
 /* The VMM ops (sim_vmm.c). */
+uint64_t sim_driver_ns(void *ctx, int device);
 int sim_reserve(void *ctx, size_t size, size_t align, void **va_p);
 int sim_unreserve(void *ctx, void *va, size_t size);
 int sim_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p);

@@ -8,7 +8,11 @@
 
 #include "testutil.h"
 
+#include <unistd.h>
+
 #include "backend/backend.h"
+#include "mem/chunks.h"
+#include "mem/runs.h"
 #include "mem/pool.h"
 
 #define GIB ((size_t)1 << 30)
@@ -78,13 +82,17 @@ static void test_reuse_at_chunk_boundaries(void **state)
     char *x = tu_alloc(pool, 2 * TU_MIB, 0); /* the 2 MiB chunk's block */
     assert_ptr_equal(x, p + 4 * TU_MIB);
     assert_int_equal(tu_stats(pool, 0).chunks_created, 2);
-    char *y = tu_alloc(pool, 2 * TU_MIB, 0); /* new: not inside a's chunk */
-    assert_int_equal(tu_stats(pool, 0).chunks_created, 3);
-    assert_true(y < p || y >= p + 6 * TU_MIB);
-    /* the device is full: the parked 4 MiB chunk is released so that a
-     * 2 MiB one can be made in its place */
-    char *z = tu_alloc(pool, 2 * TU_MIB, 0);
+    /* reuse before growing: the parked 4 MiB chunk, which cannot be cut,
+     * is released and a 2 MiB one made in its place, though the device
+     * has room for a new one */
+    char *y = tu_alloc(pool, 2 * TU_MIB, 0);
     ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.chunks_created, 3);
+    assert_int_equal(st.chunks_released, 1);
+    assert_int_equal(st.reserved_bytes, 4 * TU_MIB);
+    /* nothing cached left: new memory */
+    char *z = tu_alloc(pool, 2 * TU_MIB, 0);
+    st = tu_stats(pool, 0);
     assert_int_equal(st.chunks_released, 1);
     assert_int_equal(st.chunks_created, 4);
     assert_int_equal(st.mapped_bytes, 6 * TU_MIB);
@@ -204,6 +212,191 @@ static void test_fault_create(void **state)
     fault_in_build("chunk_create", 3);
 }
 
+/* The cost model's choice between remapping cached chunks and creating
+ * (the H200's table, topo/drivercost.h): moving chunks pays against
+ * creating the same memory and giving those chunks back later, except
+ * where many small chunks would make a range one new large chunk covers. */
+static void test_stitch_pays_model(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1");
+    size_t ns[512];
+    for (size_t i = 0; i < 512; i++)
+        ns[i] = 1; /* 2 MiB chunks */
+    assert_true(chunks_stitch_pays(pool, ns, 1, 1));
+    /* one new 4 MiB handle beats a moved 2 MiB one and a new 2 MiB one */
+    assert_false(chunks_stitch_pays(pool, ns, 1, 2));
+    /* 1 GiB: 29 ms to move 512 chunks, 0.1 ms to create + 19 to drop */
+    assert_false(chunks_stitch_pays(pool, ns, 512, 512));
+    /* 32 MiB of 16: 0.89 ms against 0.09 + 0.58 */
+    assert_false(chunks_stitch_pays(pool, ns, 16, 16));
+    /* 4 x 256 MiB into 1 GiB: 388 us against 115 + 146; access, paid
+     * per handle, dominates */
+    size_t big[4] = {128, 128, 128, 128};
+    assert_false(chunks_stitch_pays(pool, big, 4, 512));
+    size_t two[2] = {32, 32}; /* 2 x 64 MiB into 128 MiB: 170 us, 179 */
+    assert_true(chunks_stitch_pays(pool, two, 2, 64));
+    size_t four[4] = {16, 16, 16, 16}; /* 4 x 32 MiB: 318 us, 252 */
+    assert_false(chunks_stitch_pays(pool, four, 4, 64));
+    size_t one[1] = {512};
+    assert_true(chunks_stitch_pays(pool, one, 1, 512));
+    tu_pool_destroy(pool);
+}
+
+/* Allocates k runs of sz each separated by a 2 MiB one kept live, then frees
+ * the k runs: k cached blocks that do not coalesce. */
+static void holes(ump_pool_t *pool, int k, size_t sz, void **keep)
+{
+    void *p[64];
+    for (int i = 0; i < k; i++) {
+        p[i] = tu_alloc(pool, sz, 0);
+        keep[i] = tu_alloc(pool, 2 * TU_MIB, 0);
+    }
+    for (int i = 0; i < k; i++)
+        tu_free(pool, p[i]);
+}
+
+/* The same choice where the pool makes it: 128 MiB over 64 cached 2 MiB
+ * chunks is one new chunk; over 2 cached 64 MiB chunks it is stitched. */
+static void test_remap_or_create(void **state)
+{
+    (void)state;
+    const char *conf = "backend:sim,sim_devices:1,sim_device_mem:1G,"
+                       "tcache:false";
+    void *keep[64];
+    ump_pool_t *pool = tu_pool_create(conf);
+    holes(pool, 64, 2 * TU_MIB, keep);
+    ump_stats_t a = tu_stats(pool, 0);
+    void *p = tu_alloc(pool, 128 * TU_MIB, 0);
+    ump_stats_t b = tu_stats(pool, 0);
+    assert_int_equal(b.chunks_created, a.chunks_created + 1);
+    assert_int_equal(b.reserved_bytes, a.reserved_bytes + 128 * TU_MIB);
+    assert_int_equal(b.chunks_released, a.chunks_released);
+    tu_free(pool, p);
+    for (int i = 0; i < 64; i++)
+        tu_free(pool, keep[i]);
+    tu_pool_destroy(pool);
+
+    pool = tu_pool_create(conf);
+    holes(pool, 2, 64 * TU_MIB, keep);
+    a = tu_stats(pool, 0);
+    p = tu_alloc(pool, 128 * TU_MIB, 0);
+    b = tu_stats(pool, 0);
+    assert_int_equal(b.chunks_created, a.chunks_created);
+    assert_int_equal(b.reserved_bytes, a.reserved_bytes);
+    assert_int_equal(tu_info(pool, p).chunk_size, 64 * TU_MIB);
+    memset(p, 7, 128 * TU_MIB); /* mapped, all of it */
+    tu_free(pool, p);
+    for (int i = 0; i < 2; i++)
+        tu_free(pool, keep[i]);
+    tu_pool_destroy(pool);
+}
+
+/* Frees the pool's parked runs into cached blocks and applies the release
+ * policy as if `ticks` tenths of a second had passed since creation. */
+static ump_stats_t release_at(ump_pool_t *pool, uint32_t ticks)
+{
+    pthread_mutex_lock(&pool->lock);
+    atomic_store(&pool->clock, ticks);
+    runs_unpark_all(pool);
+    chunks_release_surplus(pool, 0);
+    pthread_mutex_unlock(&pool->lock);
+    return tu_stats(pool, 0);
+}
+
+/* The release policy keeps what the device used at its peak in the last
+ * 10 to 20 seconds (plus release_threshold) and gives the rest back. */
+static void test_release_after_quiet_windows(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:1G,tcache:false,"
+                                      "release_threshold:64M");
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = tu_alloc(pool, 64 * TU_MIB, 0);
+    for (int i = 0; i < 4; i++)
+        tu_free(pool, p[i]);
+    /* the same window, and the next one: the 256 MiB peak is recent */
+    ump_stats_t st = release_at(pool, 5);
+    assert_int_equal(st.reserved_bytes, 256 * TU_MIB);
+    st = release_at(pool, 150);
+    assert_int_equal(st.reserved_bytes, 256 * TU_MIB);
+    /* two windows on with nothing in use: the threshold stays cached */
+    st = release_at(pool, 250);
+    assert_int_equal(st.reserved_bytes, 64 * TU_MIB);
+    assert_int_equal(st.chunks_released, 3);
+    void *q = tu_alloc(pool, 64 * TU_MIB, 0); /* served by what stayed */
+    assert_int_equal(tu_stats(pool, 0).chunks_created, 4);
+    tu_free(pool, q);
+    tu_pool_destroy(pool);
+}
+
+/* The same through the public API with 1-second windows: a device whose
+ * use fell keeps its memory for a window or two, then a free gives the
+ * surplus back, parked runs included. */
+static void test_release_end_to_end(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:1G,tcache:false,"
+                                      "release_threshold:0,release_window:1");
+    void *p[4];
+    for (int i = 0; i < 4; i++)
+        p[i] = tu_alloc(pool, 64 * TU_MIB, 0);
+    for (int i = 0; i < 4; i++)
+        tu_free(pool, p[i]); /* parked: the peak is recent */
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, 256 * TU_MIB);
+    assert_int_equal(st.chunks_released, 0);
+    usleep(2500 * 1000); /* two windows with 4 MiB in use at most */
+    void *q = tu_alloc(pool, 4 * TU_MIB, 0);
+    tu_free(pool, q);
+    st = tu_stats(pool, 0);
+    assert_true(st.reserved_bytes <= 4 * TU_MIB);
+    assert_int_equal(st.live_bytes, 0);
+    tu_pool_destroy(pool);
+}
+
+/* A cached block with free addresses after it grows in place: the freed
+ * 8 MiB run serves the first 8 MiB of a 12 MiB request at its own address,
+ * and only 4 MiB are made. */
+static void test_extend_in_place(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:1G,tcache:false");
+    char *a = tu_alloc(pool, 8 * TU_MIB, 0);
+    memset(a, 1, 8 * TU_MIB);
+    tu_free(pool, a);
+    char *b = tu_alloc(pool, 12 * TU_MIB, 0);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_ptr_equal(b, a);
+    assert_int_equal(st.chunks_created, 2);
+    assert_int_equal(st.reserved_bytes, 12 * TU_MIB);
+    assert_int_equal(st.cached_bytes, 0);
+    assert_int_equal(chunks_of(pool, b, 12 * TU_MIB), 2);
+    memset(b, 2, 12 * TU_MIB); /* all of it mapped */
+    tu_free(pool, b);
+    /* a driver error while the rest is mapped: the block is cached again,
+     * as it was, and nothing else changed */
+    void *bctx = pool->bctx;
+    ump_stats_t before = tu_stats(pool, 0);
+    assert_int_equal(sim_inject_fault(bctx, "map", 1, -EIO), 0);
+    void *c = NULL;
+    assert_int_equal(ump_alloc(pool, 16 * TU_MIB, NULL, &c), -EIO);
+    ump_stats_t after = tu_stats(pool, 0);
+    assert_int_equal(after.mapped_bytes, before.mapped_bytes);
+    assert_int_equal(after.live_bytes, 0);
+    assert_int_equal(after.reserved_bytes - after.cached_bytes, 0);
+    char *d = tu_alloc(pool, 12 * TU_MIB, 0); /* the block, whole */
+    assert_ptr_equal(d, a);
+    tu_free(pool, d);
+    assert_int_equal(ump_trim(pool), 0);
+    assert_int_equal(tu_stats(pool, 0).reserved_bytes, 0);
+    tu_pool_destroy(pool);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -215,6 +408,11 @@ int main(void)
         cmocka_unit_test(test_fault_map),
         cmocka_unit_test(test_fault_set_access),
         cmocka_unit_test(test_fault_create),
+        cmocka_unit_test(test_stitch_pays_model),
+        cmocka_unit_test(test_remap_or_create),
+        cmocka_unit_test(test_release_after_quiet_windows),
+        cmocka_unit_test(test_release_end_to_end),
+        cmocka_unit_test(test_extend_in_place),
     };
     return cmocka_run_group_tests_name("chunks", tests, NULL, NULL);
 }

@@ -125,8 +125,10 @@ static void test_table_complete(void **state)
     (void)state;
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
-        "sim_driver_costs", "device_mem", "policy",      "log_level",    "chunk_size",
-        "max_chunk",  "va_size",     "tcache",       "host_limit",
+        "sim_driver_costs", "device_mem", "policy", "log_level",
+        "chunk_size", "max_chunk", "va_size", "release_threshold",
+        "release_window", "tcache",
+        "host_limit",
         "host_reserve", "nvme_dir",  "nvme_limit",   "nvme_queue_depth",
         "nvme_engine", "high_watermark", "low_watermark", "publish"};
     size_t n = 0;

@@ -156,6 +156,33 @@ static void test_bad_init(void **state)
     assert_int_equal(vas_init(&v, base, 0, G), -EINVAL);
 }
 
+/* Growing a range in place: the free range right after it, exactly. */
+static void test_free_at_and_take_at(void **state)
+{
+    (void)state;
+    struct vas v;
+    assert_int_equal(vas_init(&v, base, 64 * G, G), 0);
+    size_t a, b;
+    assert_int_equal(vas_take(&v, 10, &a), 0);
+    assert_int_equal(vas_take(&v, 10, &b), 0);
+    assert_int_equal(vas_give(&v, a, 10), 0); /* free: [0,10) [20,64) */
+    assert_int_equal(vas_free_at(&v, 0), 10);
+    assert_int_equal(vas_free_at(&v, 20), 44);
+    assert_int_equal(vas_free_at(&v, 21), 0); /* inside a range: none */
+    assert_int_equal(vas_free_at(&v, 10), 0); /* taken */
+    assert_int_equal(vas_take_at(&v, 20, 45), -ENOMEM);
+    assert_int_equal(vas_take_at(&v, 21, 1), -ENOMEM);
+    assert_int_equal(vas_take_at(&v, 20, 4), 0);
+    assert_int_equal(vas_free_at(&v, 24), 40);
+    assert_int_equal(vas_take_at(&v, 0, 10), 0); /* the whole range */
+    assert_int_equal(v.nfree, 1);
+    check_sorted(&v);
+    assert_int_equal(vas_take_at(&v, 24, 40), 0);
+    assert_int_equal(v.nfree, 0);
+    assert_int_equal(vas_free_at(&v, 24), 0);
+    vas_fini(&v);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -164,6 +191,7 @@ int main(void)
         cmocka_unit_test(test_random_against_bitmap),
         cmocka_unit_test(test_tags_and_addresses),
         cmocka_unit_test(test_bad_init),
+        cmocka_unit_test(test_free_at_and_take_at),
     };
     return cmocka_run_group_tests_name("vas", tests, NULL, NULL);
 }

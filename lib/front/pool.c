@@ -41,13 +41,19 @@ void pool_flush_tcaches(ump_pool_t *pool)
     runs_unpark_all(pool);
 }
 
-void pool_reclaim_device(ump_pool_t *pool, int device)
+/* Does any thread cache or the device's parked list hold freed runs? */
+static bool runs_kept(ump_pool_t *pool, int device)
 {
     bool kept = pool->dev[device].parked != 0;
     for (struct tcache *tc = pool->tcaches; tc && !kept; tc = tc->next)
         kept = atomic_load_explicit(&tc->run_bytes[device],
                                     memory_order_relaxed) != 0;
-    if (kept)
+    return kept;
+}
+
+void pool_reclaim_device(ump_pool_t *pool, int device)
+{
+    if (runs_kept(pool, device))
         pool_flush_tcaches(pool);
 }
 
@@ -56,7 +62,23 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
 {
     pool_poll_pending(pool, false);
     pool_clock_tick(pool); /* ages of runs the thread caches hand out */
-    int rc = runs_alloc(pool, pr, run_p);
+    int rc;
+    /* Reuse before growing: freed runs kept whole for their size (thread
+     * caches, parked) are memory too. A first try takes only what is free
+     * as it is (no driver call: chunks_get answers -EAGAIN before moving
+     * or making anything); failing that, they become cached blocks and the
+     * request tries again. A flush is cheap next to a driver call, and it
+     * happens only where the pool would otherwise go to the driver. */
+    if (runs_kept(pool, pr->req.device)) {
+        pool->no_grow = true;
+        rc = runs_alloc(pool, pr, run_p);
+        pool->no_grow = false;
+        if (rc != -EAGAIN && rc != -ENOMEM)
+            return rc;
+        pool_flush_tcaches(pool);
+        return runs_alloc(pool, pr, run_p);
+    }
+    rc = runs_alloc(pool, pr, run_p);
     if (rc == -ENOMEM) { /* what threads park may make it fit */
         pool_flush_tcaches(pool);
         rc = runs_alloc(pool, pr, run_p);

@@ -1,9 +1,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "mem/chunks.h"
+#include "topo/drivercost.h"
 #include "util/internal.h"
 
 static size_t chunk_bytes(ump_pool_t *pool, size_t n)
@@ -112,28 +115,78 @@ static int unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
     return rc;
 }
 
-/* Unmaps the last chunk of device's least recently freed cached block
- * (stitching: the chunk will back a new range). -ENOMEM when none. */
-static int reclaim_one(ump_pool_t *pool, int device)
+/* Takes the chunk at granules [g, g+k) out of cached block b, which holds
+ * it: what is left before it stays b, what is left after becomes a block
+ * of its own, counted as the least recently freed. -ENOMEM, b unchanged,
+ * when that block cannot be made. */
+static int block_cut(ump_pool_t *pool, struct block *b, size_t g, size_t k)
 {
-    struct dev_state *ds = &pool->dev[device];
-    if (ump_list_empty(&ds->blocks))
-        return -ENOMEM;
-    struct block *b = ump_container_of(ds->blocks.last, struct block, link);
-    struct chunk *c = chunks_at(pool, b->start + b->n - 1);
-    size_t g = c->g, n = c->n;
-    UMP_ASSERT(g >= b->start);
-    /* Out of the block first: unmap_to_idle retags the granules. */
-    b->n -= n;
-    if (!b->n) {
-        block_unlink(ds, b);
-        free(b);
+    struct dev_state *ds = &pool->dev[b->device];
+    size_t end = b->start + b->n;
+    UMP_ASSERT(g >= b->start && g + k <= end);
+    if (g > b->start && g + k < end) {
+        struct block *t = malloc(sizeof(*t));
+        if (!t)
+            return -ENOMEM;
+        *t = (struct block){.start = g + k, .n = end - g - k,
+                            .device = b->device};
+        vas_set(&pool->vas, t->start, t->n, VAS_CACHED, t);
+        ump_list_push_back(&ds->blocks, &t->link);
+        b->n = g - b->start;
+    } else if (g == b->start) {
+        b->start += k; /* the rest keeps its tags: they name b */
+        b->n -= k;
+        if (!b->n) {
+            block_unlink(ds, b);
+            free(b);
+        }
+    } else {
+        b->n -= k;
     }
-    ds->cached -= chunk_bytes(pool, n);
-    int rc = unmap_to_idle(pool, g, n);
+    ds->cached -= chunk_bytes(pool, k);
+    return 0;
+}
+
+/* Unmaps chunk c of cached block b and makes it idle (stitching: it will
+ * back a new range, or be released). */
+static int take_cached_chunk(ump_pool_t *pool, struct block *b,
+                             struct chunk *c)
+{
+    size_t g = c->g, n = c->n;
+    int rc = block_cut(pool, b, g, n);
+    if (rc)
+        return rc;
+    /* Out of the block first: unmap_to_idle retags the granules. */
+    rc = unmap_to_idle(pool, g, n);
     if (rc) /* still mapped: cache it again rather than lose track */
         chunks_cache(pool, g, n);
     return rc;
+}
+
+/* Unmaps one chunk of device's cached blocks, least recently freed block
+ * first, and makes it idle: the smallest bigger than max_n if bigger is
+ * set (a chunk to release in favour of smaller ones), else any chunk of at
+ * most max_n granules. -ENOMEM when there is none. */
+static int reclaim_one(ump_pool_t *pool, int device, size_t max_n,
+                       bool bigger)
+{
+    struct dev_state *ds = &pool->dev[device];
+    struct block *hb = NULL;
+    struct chunk *hc = NULL;
+    ump_list_for_each_reverse(b, &ds->blocks, struct block, link) {
+        for (size_t g = b->start; g < b->start + b->n;) {
+            struct chunk *c = chunks_at(pool, g);
+            if (bigger ? c->n > max_n && (!hc || c->n < hc->n)
+                       : c->n <= max_n) {
+                hb = b;
+                hc = c;
+                if (!bigger)
+                    return take_cached_chunk(pool, hb, hc);
+            }
+            g += c->n;
+        }
+    }
+    return hc ? take_cached_chunk(pool, hb, hc) : -ENOMEM;
 }
 
 static int release_chunk(ump_pool_t *pool, struct chunk *c)
@@ -152,7 +205,9 @@ static int release_chunk(ump_pool_t *pool, struct chunk *c)
     return 0;
 }
 
-/* Takes the idle chunk of device chosen by pick (NULL: none) off the list. */
+/* Takes the idle chunk of device chosen by pick (NULL: none) off the list:
+ * the largest of at most max_n granules, or with bigger the smallest of
+ * more. */
 static struct chunk *idle_take(ump_pool_t *pool, int device, size_t max_n,
                                bool bigger)
 {
@@ -172,19 +227,106 @@ static struct chunk *idle_take(ump_pool_t *pool, int device, size_t max_n,
     return c;
 }
 
+/* The chunk to create for `left` granules: the largest power of two that
+ * fits, up to max_chunk. */
+static size_t chunk_want(ump_pool_t *pool, size_t left)
+{
+    return ump_pow2_floor(left < pool->max_chunk_n ? left
+                                                   : pool->max_chunk_n);
+}
 
-/* A new chunk of device, as large as fits `left` granules, max_chunk and
- * the device's room. -ENOMEM when the device has no room. */
-static int create_chunk(ump_pool_t *pool, int device, size_t left,
+/* Modeled driver time to create `left` granules anew, in the chunks
+ * chunk_want chooses. */
+static uint64_t create_cost(ump_pool_t *pool, size_t left)
+{
+    uint64_t ns = 0;
+    while (left) {
+        size_t n = chunk_want(pool, left);
+        ns += drvcost_create_ns(chunk_bytes(pool, n));
+        left -= n;
+    }
+    return ns;
+}
+
+#define STITCH_MAX 64 /* cached chunks weighed for one stitch */
+
+static int cmp_chunk_size(const void *a, const void *b)
+{
+    size_t x = (*(struct chunk *const *)a)->n;
+    size_t y = (*(struct chunk *const *)b)->n;
+    return (x < y) - (x > y); /* largest first */
+}
+
+bool chunks_stitch_pays(ump_pool_t *pool, const size_t *ns, size_t k,
+                        size_t left)
+{
+    uint64_t remap = 0, drop = 0;
+    size_t sum = 0;
+    for (size_t i = 0; i < k; i++) {
+        remap += drvcost_remap_ns(chunk_bytes(pool, ns[i]));
+        drop += drvcost_drop_ns(chunk_bytes(pool, ns[i]));
+        sum += ns[i];
+    }
+    return remap + create_cost(pool, left - sum) <=
+           create_cost(pool, left) + drop;
+}
+
+/* Stitching: cached chunks of device that fit in `left` granules (largest
+ * first, least recently freed first among the same size) are unmapped to
+ * the idle list, where get_chunk takes them, when chunks_stitch_pays says
+ * so. Returns how many granules it made idle. */
+static size_t stitch(ump_pool_t *pool, int device, size_t left)
+{
+    struct dev_state *ds = &pool->dev[device];
+    struct chunk *cand[STITCH_MAX];
+    size_t nc = 0;
+    ump_list_for_each_reverse(b, &ds->blocks, struct block, link) {
+        for (size_t g = b->start; g < b->start + b->n && nc < STITCH_MAX;) {
+            struct chunk *c = chunks_at(pool, g);
+            if (c->n <= left)
+                cand[nc++] = c;
+            g += c->n;
+        }
+        if (nc == STITCH_MAX)
+            break;
+    }
+    if (!nc)
+        return 0;
+    qsort(cand, nc, sizeof(*cand), cmp_chunk_size);
+    size_t k = 0, sum = 0, ns[STITCH_MAX] = {0};
+    for (size_t i = 0; i < nc && sum < left; i++) {
+        if (sum + cand[i]->n > left)
+            continue;
+        sum += cand[i]->n;
+        ns[k] = cand[i]->n;
+        cand[k++] = cand[i];
+    }
+    if (!chunks_stitch_pays(pool, ns, k, left))
+        return 0;
+    size_t moved = 0;
+    for (size_t i = 0; i < k; i++) {
+        /* Its block found again from its tag: cutting a chunk out of a
+         * block may have split it. */
+        uintptr_t t = vas_tag(&pool->vas, cand[i]->g);
+        UMP_ASSERT(vas_tag_kind(t) == VAS_CACHED);
+        size_t n = cand[i]->n;
+        if (take_cached_chunk(pool, vas_tag_owner(t), cand[i]))
+            break;
+        moved += n;
+    }
+    return moved;
+}
+
+/* A new chunk of device of want granules (a power of two), fewer where the
+ * device has less room. -ENOMEM when the device has no room. */
+static int create_chunk(ump_pool_t *pool, int device, size_t want,
                         struct chunk **c_p)
 {
     struct dev_state *ds = &pool->dev[device];
     size_t room = ds->capacity > ds->created
                       ? (ds->capacity - ds->created) >> pool->chunk_shift
                       : 0;
-    size_t n = left < pool->max_chunk_n ? left : pool->max_chunk_n;
-    if (room < n)
-        n = room;
+    size_t n = want < room ? want : room;
     if (!n)
         return -ENOMEM;
     struct chunk *c = malloc(sizeof(*c));
@@ -225,31 +367,70 @@ static int create_chunk(ump_pool_t *pool, int device, size_t left,
     return 0;
 }
 
+/* Releases the smallest idle or cached chunk of device bigger than left,
+ * so that chunks of the size needed can be created in its room. false
+ * when there is none or the driver refused. */
+static bool release_bigger(ump_pool_t *pool, int device, size_t left)
+{
+    struct chunk *c = idle_take(pool, device, left, true);
+    if (!c) {
+        if (reclaim_one(pool, device, left, true))
+            return false;
+        c = idle_take(pool, device, left, true);
+        if (!c)
+            return false;
+    }
+    if (release_chunk(pool, c)) {
+        chunks_idle_push(pool, c);
+        return false;
+    }
+    return true;
+}
+
+/* Reuse before growing, in this order: an idle chunk that fits; cached
+ * chunks stitched, where the cost model says moving them pays; a bigger
+ * idle or cached chunk released for chunks of the size needed (the
+ * footprint stays, the driver does more work); and only when the device
+ * holds no cached chunk that could serve, a new chunk. A pool that created
+ * while cached memory sat idle would grow to fill its device on a workload
+ * whose sizes drift (a training run with variable sequence lengths did:
+ * 2.9x its peak live bytes on 141 GiB). */
 int chunks_get(ump_pool_t *pool, int device, size_t left,
                struct chunk **c_p)
 {
+    bool stitched = false, released = false;
     for (;;) {
         struct chunk *c = idle_take(pool, device, left, false);
         if (c) {
             *c_p = c;
             return 0;
         }
-        int rc = create_chunk(pool, device, left, c_p);
-        if (rc != -ENOMEM)
-            return rc;
-        rc = reclaim_one(pool, device);
-        if (!rc)
-            continue;
-        if (rc != -ENOMEM)
-            return rc;
-        c = idle_take(pool, device, left, true);
-        if (!c)
-            return -ENOMEM;
-        rc = release_chunk(pool, c);
-        if (rc) {
-            chunks_idle_push(pool, c);
-            return rc;
+        /* The slow path's first try serves what is free as it is, with no
+         * driver call: the pool flushes its thread caches and tries again
+         * before anything is moved or made. */
+        if (pool->no_grow)
+            return -EAGAIN;
+        /* Once per chunk each: what stitching moves to the idle list serves
+         * the next rounds of this loop, and one release makes room for
+         * what is left (releasing every bigger chunk would throw away
+         * memory the next large request wants back). */
+        if (!stitched) {
+            stitched = true;
+            if (stitch(pool, device, left))
+                continue;
         }
+        if (!released && release_bigger(pool, device, left)) {
+            released = true;
+            continue;
+        }
+        int rc = create_chunk(pool, device, chunk_want(pool, left), c_p);
+        if (rc != -ENOMEM)
+            return rc;
+        /* The device is full: small cached chunks must serve, whatever
+         * moving them costs. */
+        rc = reclaim_one(pool, device, left, false);
+        if (rc)
+            return rc;
     }
 }
 
@@ -262,67 +443,168 @@ int chunks_accessors(ump_pool_t *pool, int d, int *devs)
     return n;
 }
 
+/* Unmaps every cached chunk (they go idle), so that their addresses
+ * coalesce. */
+static void reclaim_all(ump_pool_t *pool)
+{
+    for (int d = 0; d < pool->ndev; d++)
+        while (!reclaim_one(pool, d, SIZE_MAX, false))
+            ;
+}
+
+/* Chunks of device for `left` granules, appended to cs[*nc..]. On error
+ * the caller gives back what cs holds. */
+static int gather(ump_pool_t *pool, int device, size_t left,
+                  struct chunk **cs, size_t *nc)
+{
+    while (left) {
+        struct chunk *c;
+        int rc = chunks_get(pool, device, left, &c);
+        if (rc)
+            return rc;
+        cs[(*nc)++] = c;
+        left -= c->n;
+    }
+    return 0;
+}
+
+/* Maps cs[0..nc), total granules, one after the other from granule g0,
+ * whose addresses the caller took. On error it is all undone: what was
+ * mapped is unmapped, every chunk goes idle, and the addresses go back. */
+static int map_chunks(ump_pool_t *pool, struct chunk **cs, size_t nc,
+                      size_t g0, size_t total)
+{
+    struct vas *v = &pool->vas;
+    size_t g = g0, i = 0;
+    int rc = 0;
+    for (; i < nc; i++) {
+        struct chunk *c = cs[i];
+        rc = pool->be->map(pool->bctx, vas_addr(v, g), chunk_bytes(pool, c->n),
+                           c->handle);
+        if (rc)
+            break;
+        c->g = g;
+        for (size_t j = g; j < g + c->n; j++)
+            v->gran[j].chunk = c;
+        pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
+        g += c->n;
+    }
+    if (!rc)
+        return 0;
+    for (; i < nc; i++) /* never mapped */
+        chunks_idle_push(pool, cs[i]);
+    if (g > g0 && unmap_to_idle(pool, g0, g - g0))
+        ump_log_error("cannot undo a partly built range: some of its %zu "
+                      "bytes stay mapped", chunk_bytes(pool, g - g0));
+    if (g < g0 + total)
+        vas_give(v, g, g0 + total - g);
+    return rc;
+}
+
+/* Read-write access to [g, g+k), memory of device d, for every device
+ * that can reach it. On error the range (all mapped) is unmapped. */
+static int grant(ump_pool_t *pool, int d, size_t g, size_t k)
+{
+    int devs[UMP_MAX_DEVICES];
+    int nd = chunks_accessors(pool, d, devs);
+    int rc = pool->be->set_access(pool->bctx, vas_addr(&pool->vas, g),
+                                  chunk_bytes(pool, k), devs, nd);
+    if (rc && unmap_to_idle(pool, g, k))
+        ump_log_error("cannot undo a built range: some of its %zu bytes "
+                      "stay mapped", chunk_bytes(pool, k));
+    return rc;
+}
+
 int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
                  size_t nparts, size_t n, size_t *start_p)
 {
     struct vas *v = &pool->vas;
-    size_t start;
-    if (vas_take(v, n, &start)) {
+    /* The chunks first, then the addresses: gathering may unmap cached
+     * chunks, whose addresses then coalesce with their neighbours. */
+    struct chunk **cs = malloc(n * sizeof(*cs));
+    if (!cs)
+        return -ENOMEM;
+    size_t nc = 0, start;
+    int rc = 0;
+    for (size_t p = 0; p < nparts && !rc; p++)
+        rc = gather(pool, parts[p].device, parts[p].chunks, cs, &nc);
+    if (!rc && vas_take(v, n, &start)) {
         /* Addresses are fragmented by cached blocks: unmap them all, so
-         * their addresses coalesce, and try once more. */
-        for (int d = 0; d < pool->ndev; d++)
-            while (!ump_list_empty(&pool->dev[d].blocks))
-                if (reclaim_one(pool, d))
-                    break;
+         * that their addresses coalesce, and try once more. */
+        reclaim_all(pool);
         if (vas_take(v, n, &start)) {
             ump_log_error("out of virtual addresses for %zu bytes "
                           "(va_size %zu)", chunk_bytes(pool, n), v->size);
-            return -ENOMEM;
+            rc = -ENOMEM;
         }
     }
-    size_t g = start;
-    int rc = 0;
-    for (size_t p = 0; p < nparts; p++) {
-        for (size_t left = parts[p].chunks; left;) {
-            struct chunk *c;
-            rc = chunks_get(pool, parts[p].device, left, &c);
-            if (rc)
-                goto undo;
-            rc = pool->be->map(pool->bctx, vas_addr(v, g),
-                               chunk_bytes(pool, c->n), c->handle);
-            if (rc) {
-                chunks_idle_push(pool, c);
-                goto undo;
-            }
-            c->g = g;
-            for (size_t j = g; j < g + c->n; j++)
-                v->gran[j].chunk = c;
-            pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
-            g += c->n;
-            left -= c->n;
-        }
+    if (rc) {
+        while (nc)
+            chunks_idle_push(pool, cs[--nc]);
+        free(cs);
+        return rc;
     }
+    rc = map_chunks(pool, cs, nc, start, n);
+    free(cs);
+    if (rc)
+        return rc;
     /* One access call per device segment: every device that can reach that
      * device's memory gets read-write access to it. */
-    size_t s = start;
-    for (size_t p = 0; p < nparts; p++) {
-        int devs[UMP_MAX_DEVICES];
-        int nd = chunks_accessors(pool, parts[p].device, devs);
-        rc = pool->be->set_access(pool->bctx, vas_addr(v, s),
-                                  chunk_bytes(pool, parts[p].chunks), devs, nd);
-        if (rc)
-            goto undo;
-        s += parts[p].chunks;
+    for (size_t p = 0, s = start; p < nparts; s += parts[p++].chunks) {
+        rc = grant(pool, parts[p].device, s, parts[p].chunks);
+        if (rc) {
+            if (s > start && unmap_to_idle(pool, start, s - start))
+                ump_log_error("cannot undo a built range: some of its %zu "
+                              "bytes stay mapped",
+                              chunk_bytes(pool, s - start));
+            if (start + n > s + parts[p].chunks)
+                unmap_to_idle(pool, s + parts[p].chunks,
+                              start + n - s - parts[p].chunks);
+            return rc;
+        }
     }
     *start_p = start;
     return 0;
-undo:
-    if (g > start && unmap_to_idle(pool, start, g - start))
-        ump_log_error("cannot undo a partly built range: some of its %zu "
-                      "bytes stay mapped", chunk_bytes(pool, g - start));
-    if (g < start + n)
-        vas_give(v, g, start + n - g);
-    return rc;
+}
+
+int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p)
+{
+    struct dev_state *ds = &pool->dev[device];
+    struct vas *v = &pool->vas;
+    struct block *best = NULL;
+    ump_list_for_each(b, &ds->blocks, struct block, link)
+        if (b->n < n && (!best || b->n > best->n) &&
+            vas_free_at(v, b->start + b->n) >= n - b->n)
+            best = b;
+    if (!best)
+        return -ENOENT;
+    /* Off the cached list while memory is found for the rest, so that
+     * stitching does not take its chunks; meanwhile its granules read as
+     * free to a stray pointer, which is what they are. */
+    struct block b = *best;
+    block_unlink(ds, best);
+    free(best);
+    ds->cached -= chunk_bytes(pool, b.n);
+    vas_set(v, b.start, b.n, VAS_FREE, NULL);
+    size_t left = n - b.n, at = b.start + b.n, nc = 0;
+    struct chunk **cs = malloc(left * sizeof(*cs));
+    int rc = cs ? gather(pool, device, left, cs, &nc) : -ENOMEM;
+    /* Gathering only ever gives addresses back: they are still free. */
+    if (!rc && vas_take_at(v, at, left))
+        rc = -ENOMEM;
+    if (rc) {
+        while (nc)
+            chunks_idle_push(pool, cs[--nc]);
+    } else if (!(rc = map_chunks(pool, cs, nc, at, left))) {
+        rc = grant(pool, device, at, left);
+    }
+    free(cs);
+    if (rc) {
+        chunks_cache(pool, b.start, b.n); /* as it was */
+        return rc;
+    }
+    *start_p = b.start;
+    return 0;
 }
 
 static void cache_segment(ump_pool_t *pool, int d, size_t g, size_t k)
@@ -372,9 +654,13 @@ void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
     size_t g = start, end = start + n;
     while (g < end) {
         int d = chunks_device(pool, g);
-        size_t e = g + chunks_at(pool, g)->n;
-        while (e < end && chunks_device(pool, e) == d)
-            e += chunks_at(pool, e)->n;
+        const struct chunk *c = chunks_at(pool, g);
+        size_t e = c->g + c->n;
+        while (e < end && chunks_device(pool, e) == d) {
+            c = chunks_at(pool, e);
+            e = c->g + c->n;
+        }
+        UMP_ASSERT(e <= end); /* runs and blocks are whole chunks */
         cache_segment(pool, d, g, e - g);
         g = e;
     }
@@ -382,14 +668,9 @@ void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
 
 void chunks_trim(ump_pool_t *pool)
 {
+    reclaim_all(pool);
     for (int d = 0; d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
-        while (!ump_list_empty(&ds->blocks)) {
-            if (reclaim_one(pool, d)) {
-                ump_log_error("cannot unmap a cached block of device %d", d);
-                break;
-            }
-        }
         while (ds->idle) {
             struct chunk *c = ds->idle;
             ds->idle = c->next;
@@ -402,15 +683,68 @@ void chunks_trim(ump_pool_t *pool)
     }
 }
 
+/* Release windows (config release_window seconds): what a device used at
+ * its highest in the current window and the one before is what "recent
+ * peaks" means to the release policy. */
+static void window_roll(ump_pool_t *pool, struct dev_state *ds)
+{
+    uint32_t ticks = (uint32_t)pool->cfg.release_window * 10; /* 0.1 s */
+    uint32_t w = atomic_load_explicit(&pool->clock, memory_order_relaxed) /
+                 (ticks ? ticks : 1);
+    if (w == ds->win)
+        return;
+    ds->win_peak[1] = w == ds->win + 1 ? ds->win_peak[0] : 0;
+    ds->win_peak[0] = ds->mapped - ds->cached;
+    ds->win = w;
+}
+
 void chunks_note_in_use(ump_pool_t *pool, int device)
 {
     struct dev_state *ds = &pool->dev[device];
     size_t in_use = ds->mapped - ds->cached;
     if (in_use > ds->peak)
         ds->peak = in_use;
+    window_roll(pool, ds);
+    if (in_use > ds->win_peak[0])
+        ds->win_peak[0] = in_use;
     size_t total = 0;
     for (int d = 0; d < pool->ndev; d++)
         total += pool->dev[d].mapped - pool->dev[d].cached;
     if (total > pool->peak)
         pool->peak = total;
+}
+
+/* What the release policy lets device keep: its recent peak use plus the
+ * threshold. */
+static size_t surplus_keep(ump_pool_t *pool, struct dev_state *ds)
+{
+    window_roll(pool, ds);
+    size_t keep = ds->win_peak[0] > ds->win_peak[1] ? ds->win_peak[0]
+                                                    : ds->win_peak[1];
+    size_t t = pool->cfg.release_threshold;
+    return keep > SIZE_MAX - t ? SIZE_MAX : keep + t;
+}
+
+bool chunks_over_surplus(ump_pool_t *pool, int device)
+{
+    struct dev_state *ds = &pool->dev[device];
+    return ds->created > surplus_keep(pool, ds);
+}
+
+void chunks_release_surplus(ump_pool_t *pool, int device)
+{
+    struct dev_state *ds = &pool->dev[device];
+    size_t keep = surplus_keep(pool, ds);
+    while (ds->created > keep) {
+        struct chunk *c = idle_take(pool, device, SIZE_MAX, false);
+        if (!c) {
+            if (reclaim_one(pool, device, SIZE_MAX, false))
+                return;
+            continue;
+        }
+        if (release_chunk(pool, c)) {
+            chunks_idle_push(pool, c);
+            return;
+        }
+    }
 }

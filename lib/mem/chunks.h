@@ -35,27 +35,60 @@ size_t chunks_available(ump_pool_t *pool, int device);
  * policies see. */
 void chunks_available_all(ump_pool_t *pool, size_t *avail);
 /* n granules of cached memory on device (exact or carved from a bigger
- * block); -ENOENT when no block is big enough. */
+ * block at a chunk boundary); -ENOENT when no block is big enough. */
 int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p);
-/* Maps a new range of n granules as the plan says. On error nothing stays
- * mapped in it and the pool's accounting is as before. */
+/* Maps a new range of n granules as the plan says, from chunks_get's
+ * chunks. On error nothing stays mapped in it and the pool's accounting is
+ * as before. */
 int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
                  size_t nparts, size_t n, size_t *start_p);
+/* n granules of device from a cached block grown in place: the largest
+ * block smaller than n with free addresses right after it for the rest,
+ * which is mapped there from chunks_get's chunks. The block's memory
+ * serves with no driver call, where stitching would move it. -ENOENT when
+ * no block can grow so; on other errors the block is cached as before. */
+int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p);
 /* Mapped granules [start, start+n) become cached blocks (per device,
  * merged with cached neighbours). */
 void chunks_cache(ump_pool_t *pool, size_t start, size_t n);
 /* One chunk of device of at most `left` granules, not mapped: idle, else
- * new, else reclaimed from cached blocks; an idle chunk too big for what is
- * left is released to make room for smaller ones. -ENOMEM when none. */
+ * cached chunks stitched (unmapped from their blocks) where the cost model
+ * says it pays, else a bigger idle or cached chunk released to make room
+ * for smaller ones, else new, else any cached chunk. -ENOMEM when none. */
 int chunks_get(ump_pool_t *pool, int device, size_t left, struct chunk **c_p);
 /* An unmapped chunk becomes idle (reused before new ones are created). */
 void chunks_idle_push(ump_pool_t *pool, struct chunk *c);
+/* Does moving cached chunks of ns[0..k) granules into a range of `left`
+ * granules (the rest created) cost no more driver time than creating all
+ * `left` anew (topo/drivercost.h)? Creating would leave them cached beside
+ * the new memory: the footprint grows by what they hold, and giving that
+ * back (the release policy, ump_trim) costs an unmap and a release each.
+ * The pool puts footprint first, so that cost is charged to creating,
+ * whenever it is paid:
+ *     remap(ns) + create(left - sum ns)  <=  create(left) + drop(ns)
+ * With the H200's table one chunk always pays to move (2 MiB: 56 us against
+ * 48 + 37), but many small ones lose to one large new one: 1 GiB from 512
+ * cached 2 MiB chunks costs 29 ms to stitch, 0.1 ms to create plus 19 ms
+ * to drop them. */
+bool chunks_stitch_pays(ump_pool_t *pool, const size_t *ns, size_t k,
+                        size_t left);
 /* Devices that can reach memory of device d (itself and its peers), into
  * devs; returns how many. */
 int chunks_accessors(ump_pool_t *pool, int d, int *devs);
 /* Updates the device's and the pool's peak of in-use memory after the
  * device's in-use memory grew. */
 void chunks_note_in_use(ump_pool_t *pool, int device);
+/* The release policy (config release_threshold and release_window, like
+ * cudaMallocAsync's release threshold): while the device holds more than
+ * its peak use of the current and the previous window plus the threshold,
+ * idle chunks and then the least recently freed cached chunks go back to
+ * the driver. A workload that peaks every few seconds (training steps)
+ * keeps its memory; one that shrank for good gives the difference back,
+ * and on a shared GPU the others get it. chunks_over_surplus says whether
+ * there is anything to give back (runs.c then unparks the device's runs
+ * first: they are cached memory too). */
+bool chunks_over_surplus(ump_pool_t *pool, int device);
+void chunks_release_surplus(ump_pool_t *pool, int device);
 /* Unmaps every cached block and releases every idle chunk. */
 void chunks_trim(ump_pool_t *pool);
 /* Device of the chunk mapped at granule g. */

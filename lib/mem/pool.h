@@ -115,6 +115,10 @@ struct dev_state {
     size_t mapped;            /* bytes of chunks mapped */
     size_t cached;            /* bytes in cached blocks */
     size_t peak;              /* high-water mark of mapped - cached */
+    /* In use at its highest in this release window and the one before
+     * (chunks_release_surplus), and the window's number. */
+    size_t win_peak[2];
+    uint32_t win;
     size_t idle_n;            /* granules of the idle chunks */
     struct chunk *idle;       /* created, not mapped */
     struct ump_list blocks;   /* cached blocks, most recently freed first */
@@ -160,6 +164,8 @@ struct ump_pool {
     struct vas vas;       /* (L) except the tags */
     struct dev_state *dev;   /* (L) */
     size_t peak;             /* (L) pool-wide high-water mark of in use */
+    bool no_grow;            /* (L) creating chunks answers -EAGAIN: the
+                                slow path's first try (front/pool.c) */
     size_t created;          /* (L) pool-wide bytes of chunks created */
     size_t created_peak;     /* (L) and its high-water mark */
     struct run *free_runs;   /* (L) */

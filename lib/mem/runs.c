@@ -47,7 +47,15 @@ static int run_build(ump_pool_t *pool, const struct place_req *pr,
                          &np);
     if (rc)
         return rc;
-    rc = chunks_build(pool, parts, np, pr->req.chunks, start_p);
+    /* On one device, a cached block that can grow in place to the size
+     * needs new memory for the difference only. */
+    rc = -ENOENT;
+    if (np == 1)
+        rc = chunks_extend(pool, parts[0].device, pr->req.chunks, start_p);
+    /* Not there, or no room for the rest while that block stood aside:
+     * built from scratch, the block's chunks may serve. */
+    if (rc == -ENOENT || rc == -ENOMEM)
+        rc = chunks_build(pool, parts, np, pr->req.chunks, start_p);
     if (!rc) {
         *mixed_p = false;
         for (size_t p = 0; p < np; p++) {
@@ -121,6 +129,31 @@ int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
     return 0;
 }
 
+/* Every run parked on device becomes cached blocks. */
+static void unpark_device(ump_pool_t *pool, int device)
+{
+    struct dev_state *ds = &pool->dev[device];
+    while (ds->runs) {
+        struct run *r = ds->runs;
+        ds->runs = r->next;
+        ds->nruns--;
+        ds->parked -= r->n << pool->chunk_shift;
+        chunks_cache(pool, r->start, r->n); /* retags the granules */
+        runs_put(pool, r);
+    }
+}
+
+/* The release policy for device (chunks.h): its parked runs are cached
+ * memory too, so they become cached blocks first when there is a surplus
+ * to give back. */
+static void release_surplus(ump_pool_t *pool, int device)
+{
+    if (!chunks_over_surplus(pool, device))
+        return;
+    unpark_device(pool, device);
+    chunks_release_surplus(pool, device);
+}
+
 /* A freed run on one device is parked as it is, still tagged as a run, so
  * that the next allocation of its size takes it back with no work per
  * granule (retagging a 1 GiB run is 512 stores each way); it becomes cached
@@ -128,28 +161,22 @@ int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
 void runs_free(ump_pool_t *pool, struct run *r)
 {
     struct dev_state *ds = &pool->dev[r->device];
+    int dev = r->device;
     if (!r->mixed && ds->nruns < RUN_PARK_MAX) {
         r->next = ds->runs;
         ds->runs = r;
         ds->nruns++;
         ds->parked += r->n << pool->chunk_shift;
-        return;
+    } else {
+        chunks_cache(pool, r->start, r->n); /* retags the granules */
+        runs_put(pool, r);
     }
-    chunks_cache(pool, r->start, r->n); /* retags the granules */
-    runs_put(pool, r);
+    pool_clock_tick(pool); /* the windows of the release policy */
+    release_surplus(pool, dev);
 }
 
 void runs_unpark_all(ump_pool_t *pool)
 {
-    for (int d = 0; d < pool->ndev; d++) {
-        struct dev_state *ds = &pool->dev[d];
-        while (ds->runs) {
-            struct run *r = ds->runs;
-            ds->runs = r->next;
-            ds->nruns--;
-            ds->parked -= r->n << pool->chunk_shift;
-            chunks_cache(pool, r->start, r->n); /* retags the granules */
-            runs_put(pool, r);
-        }
-    }
+    for (int d = 0; d < pool->ndev; d++)
+        unpark_device(pool, d);
 }

@@ -64,9 +64,9 @@ int vas_take(struct vas *v, size_t n, size_t *start_p)
     return -ENOMEM;
 }
 
-int vas_give(struct vas *v, size_t start, size_t n)
+/* The index of the first free range starting at or after start. */
+static size_t range_from(const struct vas *v, size_t start)
 {
-    /* i: the first range after the given one */
     size_t lo = 0, hi = v->nfree;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -75,7 +75,33 @@ int vas_give(struct vas *v, size_t start, size_t n)
         else
             hi = mid;
     }
-    size_t i = lo;
+    return lo;
+}
+
+size_t vas_free_at(const struct vas *v, size_t start)
+{
+    size_t i = range_from(v, start);
+    return i < v->nfree && v->free[i].start == start ? v->free[i].n : 0;
+}
+
+int vas_take_at(struct vas *v, size_t start, size_t n)
+{
+    size_t i = range_from(v, start);
+    if (i == v->nfree || v->free[i].start != start || v->free[i].n < n)
+        return -ENOMEM;
+    struct vas_range *r = &v->free[i];
+    r->start += n;
+    r->n -= n;
+    if (!r->n) {
+        memmove(r, r + 1, (v->nfree - i - 1) * sizeof(*r));
+        v->nfree--;
+    }
+    return 0;
+}
+
+int vas_give(struct vas *v, size_t start, size_t n)
+{
+    size_t i = range_from(v, start); /* the first range after the given one */
     bool join_prev = i > 0 && v->free[i - 1].start + v->free[i - 1].n == start;
     bool join_next = i < v->nfree && start + n == v->free[i].start;
     UMP_ASSERT(!(i > 0 && v->free[i - 1].start + v->free[i - 1].n > start));

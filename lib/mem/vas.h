@@ -52,6 +52,11 @@ void vas_fini(struct vas *v);
 
 /* Takes n contiguous free granules (first fit); -ENOMEM when none. */
 int vas_take(struct vas *v, size_t n, size_t *start_p);
+/* Granules of the free range beginning exactly at start (0: none). */
+size_t vas_free_at(const struct vas *v, size_t start);
+/* Takes the first n granules of the free range beginning exactly at start;
+ * -ENOMEM when there is none or it is shorter. */
+int vas_take_at(struct vas *v, size_t start, size_t n);
 /* Gives granules back to the free ranges, coalescing with neighbours.
  * Caller: they are not free now. -ENOMEM only if the range table can't grow. */
 int vas_give(struct vas *v, size_t start, size_t n);

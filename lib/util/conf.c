@@ -77,6 +77,15 @@ const struct ump_conf_entry conf_table[] = {
      "memory plus the host tier's and the NVMe tier's limits, NVMe without "
      "a limit counted as four times the devices)",
      offsetof(struct ump_config, va_size), 0, 0},
+    {"release_threshold", "1G", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "cached memory a device keeps beyond its peak use of the last one to "
+     "two release windows; above it, the pool gives cached chunks back to "
+     "the driver (least recently freed first) as memory is freed",
+     offsetof(struct ump_config, release_threshold), 0, 0},
+    {"release_window", "10", UMP_CONF_INT, "an integer 1..3600",
+     "seconds of a release window: how long a device's peak use counts as "
+     "recent for release_threshold",
+     offsetof(struct ump_config, release_window), 1, 3600},
     {"tcache", "true", UMP_CONF_BOOL, "true|false|yes|no|on|off|1|0",
      "per-thread caches of free blocks",
      offsetof(struct ump_config, tcache), 0, 0},

@@ -40,6 +40,8 @@ struct ump_config {
     char policy[UMP_CONF_PATH_MAX];      /* default placement policy */
     size_t chunk_size;                   /* bytes of one physical chunk */
     size_t max_chunk;                    /* largest chunk for big runs */
+    size_t release_threshold;            /* cached beyond recent peaks */
+    int release_window;                  /* seconds that peaks stay recent */
     size_t va_size;                      /* 0: sized from the devices */
     bool tcache;                         /* per-thread caches on/off */
     size_t host_limit;                   /* host tier bytes, 0: RAM / 4 */

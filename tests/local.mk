@@ -22,6 +22,7 @@ UNIT_TESTS = \
 	tests/test_bad_input \
 	tests/test_pooling \
 	tests/test_stitch \
+	tests/test_replay \
 	tests/test_free_async \
 	tests/test_stats \
 	tests/test_fork \
@@ -36,7 +37,10 @@ tests_test_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 SCRIPT_TESTS = tests/test_bench.sh tests/test_exports.sh
 # Checks of the source itself (the layers, the man pages): no cmocka needed.
 SOURCE_CHECKS = lib/check-layers.sh
-EXTRA_DIST += tests/testutil.h $(SCRIPT_TESTS) $(SOURCE_CHECKS)
+# The allocation trace test_replay replays (scripts/gen-train-trace --preset
+# small writes it).
+EXTRA_DIST += tests/testutil.h $(SCRIPT_TESTS) $(SOURCE_CHECKS) \
+	tests/train-small.trace
 TESTS = $(SOURCE_CHECKS)
 if HAVE_CMOCKA
 check_PROGRAMS = $(UNIT_TESTS)

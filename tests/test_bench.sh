@@ -179,6 +179,40 @@ for args in "offload --size 3M" "offload --size 5000K" "offload --reps 0" \
 done
 echo "  bad sizes, repetitions and misplaced options exit 2"
 
+echo "check: replay of the small training trace: no failure, footprint shown"
+trace=${UMPOOL_TEST_DATA:-tests}/train-small.trace
+run replay --config tcache:false replay "$trace" --capacity 3x,2G
+cat "$tmp/replay.out"
+[ "$(grep -c '^capacity .*ratio' "$tmp/replay.out")" -eq 2 ] ||
+    fail "not one line per capacity"
+grep -q 'failed allocations 0,' "$tmp/replay.out" || fail "allocations failed"
+grep -q 'driver time 0.000 s' "$tmp/replay.out" &&
+    fail "no modeled driver time (sim_driver_costs:h200)"
+run replay_json --json replay "$trace" --capacity 3x
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))
+r = o["runs"][0]
+assert o["allocations"] > 100, o
+assert r["failures"] == 0 and r["peak_reserved"] >= r["peak_live"], r
+assert abs(r["ratio"] - r["peak_reserved"] / r["peak_live"]) < 1e-3, r
+assert r["driver_s"] > 0 and r["alloc_us"]["p50"] <= r["alloc_us"]["p99"], r
+' "$tmp/replay_json.out" || fail "replay JSON: $(cat "$tmp/replay_json.out")"
+fi
+printf 'a 1 100\nf 2\n' >"$tmp/bad.trace"
+rc=0
+"$bench" replay "$tmp/bad.trace" >"$tmp/usage.out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || fail "a free of an unknown ID exited $rc, not 1"
+grep -q 'bad.trace:2: ID 2 is not live' "$tmp/usage.out" ||
+    fail "no line number: $(cat "$tmp/usage.out")"
+for args in "replay" "replay $trace --capacity 0.1x" "alloc --capacity 1G"; do
+    rc=0
+    "$bench" $args >"$tmp/usage.out" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] || fail "umpool-bench $args exited $rc, not 2"
+done
+echo "  one line per capacity, JSON consistent, bad traces and options fail"
+
 echo "check: an unknown scenario exits 2 with a usage message"
 rc=0
 "$bench" no-such-scenario >"$tmp/usage.out" 2>&1 || rc=$?

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "alloc.h"
+#include "topo/drivercost.h"
 #include "bench.h"
 #include "cuda_loader.h"
 #include "umpool.h"
@@ -612,28 +613,36 @@ out_free:
  * The first allocation of size with nothing cached: ump_trim, then one
  * ump_alloc timed; the median of COLD_REPEATS. 0 or a negative errno.
  */
-static int ump_cold(ump_pool_t *pool, size_t size, double *med_ns_p)
+static int ump_cold(ump_pool_t *pool, size_t size, double *med_ns_p,
+                    double *drv_ns_p)
 {
-    double ns[COLD_REPEATS];
+    double ns[COLD_REPEATS], drv[COLD_REPEATS];
 
     for (int i = 0; i < COLD_REPEATS; i++) {
         uint64_t t0, t1;
+        ump_stats_t a, b;
         void *p;
         int rc = ump_trim(pool);
 
+        if (!rc)
+            rc = ump_stats(pool, UMP_DEVICE_ALL, &a);
         if (rc)
             return rc;
         t0 = now_ns();
         rc = ump_alloc(pool, size, NULL, &p);
         t1 = now_ns();
+        if (!rc)
+            rc = ump_stats(pool, UMP_DEVICE_ALL, &b);
         if (rc)
             return rc;
         ns[i] = (double)(t1 - t0);
+        drv[i] = (double)(b.driver_ns - a.driver_ns);
         rc = ump_free(pool, p);
         if (rc)
             return rc;
     }
     *med_ns_p = median(ns, COLD_REPEATS);
+    *drv_ns_p = median(drv, COLD_REPEATS);
     return 0;
 }
 
@@ -705,7 +714,9 @@ static int alloc_cold(struct bench_ctx *ctx, struct cold_row *cold,
         int rc;
 
         c->size = sizes[s];
-        rc = ump_cold(ctx->pool, c->size, &c->ump_ns);
+        rc = ump_cold(ctx->pool, c->size, &c->ump_ns, &c->ump_drv_ns);
+        c->model_ns = (double)drvcost_create_ns((c->size + 2 * MiB - 1) &
+                                                ~(2 * MiB - 1));
         if (rc) {
             fprintf(stderr, "umpool-bench: alloc: cold ump_alloc of %s: %s\n",
                     fmt_size(c->size, sz, sizeof(sz)), ump_strerror(rc));

@@ -107,6 +107,11 @@ struct cold_row {
     bool ump_ok, raw_ok;
     double ump_ns, raw_ns; /* medians */
     size_t raw_bytes;      /* the size rounded to the driver's granularity */
+    /* Driver time of ump's cold allocation (ump_stats' driver_ns: modeled
+     * on sim with sim_driver_costs:h200, measured on cuda), median, and
+     * the H200's measured cost of the raw sequence for one handle of the
+     * size rounded to 2 MiB (lib/topo/drivercost.c, DESIGN.md's table). */
+    double ump_drv_ns, model_ns;
 };
 
 /* The results on stdout, as JSON or as a table. */

@@ -99,6 +99,14 @@ static void json_cold(const struct bench_ctx *ctx, const struct cold_row *cold,
             printf("null, \"raw_vmm_bytes\": null");
         printf(", \"ump_over_raw_vmm\": ");
         json_ratio(c->ump_ns, c->raw_ns, c->ump_ok && c->raw_ok);
+        printf(", \"ump_driver_ns\": ");
+        if (c->ump_ok)
+            printf("%.1f", c->ump_drv_ns);
+        else
+            printf("null");
+        printf(", \"h200_model_ns\": %.1f, \"ump_driver_over_model\": ",
+               c->model_ns);
+        json_ratio(c->ump_drv_ns, c->model_ns, c->ump_ok);
         printf("}");
     }
     printf("\n]}");
@@ -218,8 +226,13 @@ static void print_cold_table(const struct bench_ctx *ctx,
                COLD_REPEATS);
     else
         printf("; raw VMM: n/a (%s)\n", ctx->vmm.why);
-    printf("%10s | %12s | %12s %10s | %8s\n", "size", "ump cold us",
-           "raw VMM us", "raw bytes", "ump/raw");
+    printf("driver time: ump_stats' driver_ns of the cold ump_alloc (modeled "
+           "on sim with\nsim_driver_costs:h200, measured on cuda), next to "
+           "the H200's measured cost of\ncuMemCreate + cuMemMap + "
+           "cuMemSetAccess for one handle of the size (DESIGN.md)\n");
+    printf("%10s | %12s | %12s %10s | %8s | %10s %10s %8s\n", "size",
+           "ump cold us", "raw VMM us", "raw bytes", "ump/raw", "ump drv us",
+           "H200 us", "drv/H200");
     for (int i = 0; i < ncold; i++) {
         const struct cold_row *c = &cold[i];
 
@@ -232,7 +245,13 @@ static void print_cold_table(const struct bench_ctx *ctx,
         else
             printf(" %10s |", "n/a");
         if (c->ump_ok && c->raw_ok && c->raw_ns > 0)
-            printf(" %#8.3g\n", c->ump_ns / c->raw_ns);
+            printf(" %#8.3g |", c->ump_ns / c->raw_ns);
+        else
+            printf(" %8s |", "n/a");
+        print_num_or_na(c->ump_drv_ns / 1e3, c->ump_ok, 11, 1);
+        printf(" %10.1f", c->model_ns / 1e3);
+        if (c->ump_ok && c->model_ns > 0)
+            printf(" %#8.3g\n", c->ump_drv_ns / c->model_ns);
         else
             printf(" %8s\n", "n/a");
     }

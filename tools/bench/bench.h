@@ -19,7 +19,8 @@
 #define GiB ((size_t)1 << 30)
 
 /* The pools of alloc and demo unless --config says otherwise. */
-#define BENCH_ALLOC_CONFIG "backend:sim,sim_devices:1,sim_device_mem:8G"
+#define BENCH_ALLOC_CONFIG                                                     \
+    "backend:sim,sim_devices:1,sim_device_mem:8G,sim_driver_costs:h200"
 #define BENCH_DEMO_CONFIG "backend:sim,sim_topology:dgx-h200,sim_device_mem:2G"
 #define BENCH_ALLOC_ITERS 200000 /* --iters by default */
 #define BENCH_MAX_SIZES 32       /* --sizes */
@@ -38,6 +39,19 @@ struct bench_offload_opts {
     bool json;
 };
 
+/* umpool-bench replay. */
+#define BENCH_REPLAY_MAX_CAPS 16
+struct bench_replay_opts {
+    const char *trace;
+    const char *config; /* --config: appended to the scenario's keys */
+    struct {
+        size_t bytes;  /* a capacity, or 0: ... */
+        double times;  /* ... this multiple of the trace's peak live */
+    } caps[BENCH_REPLAY_MAX_CAPS];
+    int ncap;
+    bool json;
+};
+
 /* The command line. */
 struct bench_opts {
     bool json;
@@ -51,6 +65,8 @@ struct bench_opts {
     bool alloc_opts; /* an alloc-only option was given */
     struct bench_offload_opts off;
     bool offload_opts; /* an offload-only option was given */
+    struct bench_replay_opts replay;
+    bool replay_opts; /* --capacity was given */
 };
 
 /* The scenarios: 0, or 1 on failure (messages printed). */
@@ -68,6 +84,9 @@ int bench_placement(const char *topologies, const char *policies, bool json);
 
 /* umpool-bench offload (offload.c). */
 int bench_offload(const struct bench_offload_opts *o);
+
+/* umpool-bench replay TRACE (replay.c). */
+int bench_replay(const struct bench_replay_opts *o);
 
 static inline uint64_t now_ns(void)
 {

@@ -2,7 +2,7 @@
 # only (include/umpool.h, never lib/ internals). Included from the top
 # Makefile.am; paths are relative to the top. umpool-bench.c parses the
 # command line and dispatches; one file per scenario (alloc, demo,
-# placement, offload), their output in *_report.c; the CUDA runtime and
+# placement, offload, replay), their output in *_report.c; the CUDA runtime and
 # driver loaders of the baselines in cuda_loader.c, the io_uring/fio disk
 # baseline in offload_base.c.
 bin_PROGRAMS = tools/umpool-bench
@@ -13,6 +13,11 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/offload.c tools/bench/offload_base.c \
 	tools/bench/offload_report.c tools/bench/offload.h \
 	tools/bench/offload_opt.c tools/bench/offload_opt.h \
-	tools/bench/cuda_loader.c tools/bench/cuda_loader.h
+	tools/bench/replay.c \
+	tools/bench/cuda_loader.c tools/bench/cuda_loader.h \
+	lib/topo/drivercost.c
+# lib/topo/drivercost.c: the H200's measured per-handle driver costs, a pure
+# table (no pool internals), compiled in as the baseline of alloc's modeled
+# cold column: the physical cost of the raw sequence, not umpool's figure.
 tools_umpool_bench_LDADD = lib/libumpool.la $(URING_LIBS)
 tools_umpool_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(URING_CFLAGS)

@@ -17,6 +17,8 @@
  *          and disk I/O of the same run, and an oversubscribed loop
  *          (offload.c; its baselines in offload_base.c, its output in
  *          offload_report.c).
+ *   replay  an allocation trace through the pool: peak reserved against
+ *          peak live, chunks, modeled driver time, latencies (replay.c).
  *
  * The CUDA runtime and driver that alloc's and offload's baselines use are
  * loaded at run time by cuda_loader.c.
@@ -70,6 +72,14 @@ static void usage(FILE *f)
             "    --budget BYTES the loop's device budget (default --size / 2,\n"
             "                   min 8M)\n"
             "    --reps N       repetitions; medians are shown (default 5)\n"
+            "  replay TRACE  replays an allocation trace (lines 'a ID BYTES'\n"
+            "          and 'f ID'; scripts/gen-train-trace writes one) on one\n"
+            "          simulated device with sim_driver_costs:h200: peak\n"
+            "          reserved / peak live, chunks created, modeled driver\n"
+            "          time, alloc and free latency percentiles\n"
+            "    --capacity LIST  device capacities, comma-separated: sizes\n"
+            "                   (K/M/G/T) or multiples of the trace's peak\n"
+            "                   live like 1.02x (default 141G)\n"
             "\n"
             "options:\n"
             "  --json         one JSON object on stdout instead of text\n"
@@ -95,7 +105,8 @@ static void usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
-          "scenarios: alloc, demo, placement, offload; see umpool-bench "
+          "scenarios: alloc, demo, placement, offload, replay; see "
+          "umpool-bench "
           "--help\n",
           stderr);
 }
@@ -167,6 +178,41 @@ static bool parse_sizes(const char *list, struct bench_opts *o)
     return true;
 }
 
+/* replay's --capacity: sizes or multiples of the peak ("1.02x"). */
+static bool parse_capacities(const char *list, struct bench_replay_opts *r)
+{
+    char buf[1024];
+    char *save = NULL;
+    int n = 0;
+
+    if (strlen(list) >= sizeof(buf))
+        return false;
+    strcpy(buf, list);
+    for (char *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        size_t len = strlen(tok);
+        if (n == BENCH_REPLAY_MAX_CAPS)
+            return false;
+        r->caps[n].bytes = 0;
+        r->caps[n].times = 0;
+        if (len > 1 && tok[len - 1] == 'x') {
+            char *end;
+            errno = 0;
+            double t = strtod(tok, &end);
+            if (errno || end != tok + len - 1 || !(t >= 0.5 && t <= 1000))
+                return false;
+            r->caps[n].times = t;
+        } else if (!parse_size(tok, &r->caps[n].bytes)) {
+            return false;
+        }
+        n++;
+    }
+    if (n == 0)
+        return false;
+    r->ncap = n;
+    return true;
+}
+
 /* One of offload's options into off; 0, or -EINVAL after printing why. */
 static int parse_offload_opt(const char *name, const char *val,
                              struct bench_offload_opts *off)
@@ -224,6 +270,12 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         bool takes_value;
 
         if (a[0] != '-' || a[1] == '\0') {
+            /* replay takes its trace file after the scenario's name. */
+            if (o->scenario && !strcmp(o->scenario, "replay") &&
+                !o->replay.trace) {
+                o->replay.trace = a;
+                continue;
+            }
             if (o->scenario) {
                 usage_error("unexpected argument '%s'", a);
                 return EXIT_USAGE;
@@ -254,7 +306,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         takes_value = !strcmp(name, "--config") || !strcmp(name, "--sizes") ||
                       !strcmp(name, "--threads") || !strcmp(name, "--iters") ||
                       !strcmp(name, "--dir") || !strcmp(name, "--size") ||
-                      !strcmp(name, "--budget") || !strcmp(name, "--reps");
+                      !strcmp(name, "--budget") || !strcmp(name, "--reps") ||
+                      !strcmp(name, "--capacity");
         if (!takes_value) {
             usage_error("unknown option '%s'", a);
             return EXIT_USAGE;
@@ -273,6 +326,14 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             if (parse_offload_opt(name, val, &o->off))
                 return EXIT_USAGE;
             o->offload_opts = true;
+        } else if (!strcmp(name, "--capacity")) {
+            if (!parse_capacities(val, &o->replay)) {
+                usage_error("bad --capacity '%s' (sizes like 141G or "
+                            "multiples of the peak like 1.02x, at most %d)",
+                            val, BENCH_REPLAY_MAX_CAPS);
+                return EXIT_USAGE;
+            }
+            o->replay_opts = true;
         } else if (!strcmp(name, "--sizes")) {
             if (!parse_sizes(val, o)) {
                 usage_error("bad --sizes '%s' (sizes > 0 like 256,64K,1M, "
@@ -321,6 +382,10 @@ int main(int argc, char **argv)
         usage_error("--dir, --size, --budget and --reps belong to offload");
         return EXIT_USAGE;
     }
+    if (o.replay_opts && strcmp(o.scenario, "replay")) {
+        usage_error("--capacity belongs to replay");
+        return EXIT_USAGE;
+    }
     if (!strcmp(o.scenario, "alloc"))
         rc = bench_alloc(&o, argv);
     else if (!strcmp(o.scenario, "demo")) {
@@ -343,6 +408,22 @@ int main(int argc, char **argv)
         o.off.config = o.config;
         o.off.json = o.json;
         rc = bench_offload(&o.off);
+    } else if (!strcmp(o.scenario, "replay")) {
+        if (o.alloc_opts) {
+            usage_error("--sizes, --threads and --iters belong to alloc");
+            return EXIT_USAGE;
+        }
+        if (!o.replay.trace) {
+            usage_error("replay needs a trace file");
+            return EXIT_USAGE;
+        }
+        if (!o.replay.ncap) { /* an H200's memory */
+            o.replay.caps[0].bytes = (size_t)141 * GiB;
+            o.replay.ncap = 1;
+        }
+        o.replay.config = o.config;
+        o.replay.json = o.json;
+        rc = bench_replay(&o.replay);
     } else {
         usage_error("unknown scenario '%s'", o.scenario);
         return EXIT_USAGE;

@@ -205,9 +205,8 @@ static int release_chunk(ump_pool_t *pool, struct chunk *c)
     return 0;
 }
 
-/* Takes the idle chunk of device chosen by pick (NULL: none) off the list:
- * the largest of at most max_n granules, or with bigger the smallest of
- * more. */
+/* Takes an idle chunk of device off the list (NULL: none): the largest of
+ * at most max_n granules, or with bigger the smallest of more. */
 static struct chunk *idle_take(ump_pool_t *pool, int device, size_t max_n,
                                bool bigger)
 {
@@ -271,10 +270,10 @@ bool chunks_stitch_pays(ump_pool_t *pool, const size_t *ns, size_t k,
            create_cost(pool, left) + drop;
 }
 
-/* Stitching: cached chunks of device that fit in `left` granules (largest
- * first, least recently freed first among the same size) are unmapped to
- * the idle list, where get_chunk takes them, when chunks_stitch_pays says
- * so. Returns how many granules it made idle. */
+/* Stitching: cached chunks of device that fit in `left` granules (the
+ * largest first, from the least recently freed blocks' first STITCH_MAX
+ * chunks) are unmapped to the idle list, where chunks_get takes them, when
+ * chunks_stitch_pays says so. Returns how many granules it made idle. */
 static size_t stitch(ump_pool_t *pool, int device, size_t left)
 {
     struct dev_state *ds = &pool->dev[device];
@@ -388,13 +387,13 @@ static bool release_bigger(ump_pool_t *pool, int device, size_t left)
 }
 
 /* Reuse before growing, in this order: an idle chunk that fits; cached
- * chunks stitched, where the cost model says moving them pays; a bigger
+ * chunks stitched, where the cost model says moving them pays; one bigger
  * idle or cached chunk released for chunks of the size needed (the
- * footprint stays, the driver does more work); and only when the device
- * holds no cached chunk that could serve, a new chunk. A pool that created
- * while cached memory sat idle would grow to fill its device on a workload
- * whose sizes drift (a training run with variable sequence lengths did:
- * 2.9x its peak live bytes on 141 GiB). */
+ * footprint stays, the driver does more work); then a new chunk; and on a
+ * full device any cached chunk that fits, whatever moving it costs. A pool
+ * that created while cached memory sat idle grew to fill its device on a
+ * workload whose sizes drift (a training run with variable sequence
+ * lengths: 2.99x its peak live bytes on 141 GiB). */
 int chunks_get(ump_pool_t *pool, int device, size_t left,
                struct chunk **c_p)
 {

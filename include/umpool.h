@@ -340,6 +340,88 @@ int ump_memset_async(ump_pool_t *pool, void *dst, int value, size_t size,
 int ump_launch_host_func(ump_pool_t *pool, ump_stream_t stream,
                          void (*fn)(void *arg), void *arg);
 
+/*
+ * Collectives on pooled buffers across the devices of one pool (one process
+ * driving several devices, like ncclCommInitAll). Rank r runs on device
+ * devices[r]; every device of the pool maps every chunk at one address, so
+ * a rank reads its peers' buffers through the pool's own pointers. Buffers
+ * are pool memory; counts are elements. Each call covers every rank of the
+ * communicator: send[i] and recv[i] are rank i's buffers, streams[i] rank
+ * i's stream (a stream of its device: the call returns once the work is
+ * queued); streams NULL: the communicator's own streams, and the call
+ * returns when the work is done. In place when send[i] == recv[i].
+ * Reductions are exact and reproducible: float16 and bfloat16 accumulate in
+ * float32, every rank reads its inputs in one fixed order (all ranks get
+ * bitwise the same result, run after run), integers wrap as C unsigned
+ * arithmetic, AVG divides once at the end (integers truncate). See README:
+ * collectives.
+ */
+typedef struct ump_comm ump_comm_t;
+typedef enum {
+    UMP_INT8 = 0, UMP_UINT8 = 1, UMP_INT32 = 2, UMP_UINT32 = 3,
+    UMP_INT64 = 4, UMP_UINT64 = 5, UMP_FLOAT16 = 6, UMP_FLOAT32 = 7,
+    UMP_FLOAT64 = 8, UMP_BFLOAT16 = 9
+} ump_dtype_t; /* NCCL's numbers */
+typedef enum {
+    UMP_SUM = 0, UMP_PROD = 1, UMP_MAX = 2, UMP_MIN = 3, UMP_AVG = 4
+} ump_redop_t;
+
+/* The collectives, for ump_comm_plan. */
+#define UMP_COLL_ALLREDUCE 0
+#define UMP_COLL_BROADCAST 1
+#define UMP_COLL_REDUCE 2
+#define UMP_COLL_ALLGATHER 3
+#define UMP_COLL_REDUCE_SCATTER 4
+#define UMP_COLL_ALLTOALL 5
+#define UMP_COLL_GATHER 6
+#define UMP_COLL_SCATTER 7
+
+/* ndev ranks; rank r runs on device devices[r] (devices NULL: every device
+ * of the pool, rank = device). config: "key:value,..." for the
+ * communicator (coll_algo:NAME forces an algorithm; NULL: defaults). */
+int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
+                    const char *config, ump_comm_t **comm_p);
+int ump_comm_destroy(ump_comm_t *comm);
+int ump_comm_size(ump_comm_t *comm, int *nranks_p);
+int ump_allreduce(ump_comm_t *c, const void *const send[], void *const recv[],
+                  size_t count, ump_dtype_t dt, ump_redop_t op,
+                  const ump_stream_t streams[]);
+/* send[] read at root only. */
+int ump_broadcast(ump_comm_t *c, const void *const send[], void *const recv[],
+                  size_t count, ump_dtype_t dt, int root,
+                  const ump_stream_t streams[]);
+/* recv[] at root only. */
+int ump_reduce(ump_comm_t *c, const void *const send[], void *const recv[],
+               size_t count, ump_dtype_t dt, ump_redop_t op, int root,
+               const ump_stream_t streams[]);
+/* recv[i]: nranks * sendcount elements. */
+int ump_allgather(ump_comm_t *c, const void *const send[], void *const recv[],
+                  size_t sendcount, ump_dtype_t dt,
+                  const ump_stream_t streams[]);
+/* send[i]: nranks * recvcount elements. */
+int ump_reduce_scatter(ump_comm_t *c, const void *const send[],
+                       void *const recv[], size_t recvcount, ump_dtype_t dt,
+                       ump_redop_t op, const ump_stream_t streams[]);
+/* count elements per peer: send[i] and recv[i] hold nranks * count. */
+int ump_alltoall(ump_comm_t *c, const void *const send[], void *const recv[],
+                 size_t count, ump_dtype_t dt, const ump_stream_t streams[]);
+/* recv[] at root only: nranks * sendcount elements. */
+int ump_gather(ump_comm_t *c, const void *const send[], void *const recv[],
+               size_t sendcount, ump_dtype_t dt, int root,
+               const ump_stream_t streams[]);
+/* send[] read at root only: nranks * recvcount elements. */
+int ump_scatter(ump_comm_t *c, const void *const send[], void *const recv[],
+                size_t recvcount, ump_dtype_t dt, int root,
+                const ump_stream_t streams[]);
+/* What the communicator would run for a collective of count elements: the
+ * algorithm's name and the cost model's time for this topology. */
+typedef struct ump_coll_plan {
+    const char *algorithm;
+    double modeled_us;
+} ump_coll_plan_t;
+int ump_comm_plan(ump_comm_t *c, int coll, size_t count, ump_dtype_t dt,
+                  ump_coll_plan_t *plan_p);
+
 const char *ump_strerror(int err);
 
 #ifdef __cplusplus

@@ -1,0 +1,56 @@
+/*
+ * Collectives (lib/coll/): what the files of the layer share. The layer sits
+ * above the pool (front): it checks buffers with the pool's lookups, runs
+ * each rank's share of the work on its device's stream, and chooses the
+ * algorithm with the cost model (model.c) fed by the pool's topology.
+ *
+ *   reduce.c   element types, and the exact reductions (fp16/bf16 in fp32,
+ *              fixed order, integers wrapping)
+ *   model.c    the cost model: time = latency + bytes / bandwidth per
+ *              algorithm, NCCL's form, and the choice
+ *   comm.c     communicators: create, destroy, size, plan, configuration
+ */
+#ifndef UMP_COLL_H
+#define UMP_COLL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "umpool.h"
+
+#define COLL_NCOLL 8 /* UMP_COLL_ALLREDUCE .. UMP_COLL_SCATTER */
+
+/* The algorithms. Not every one applies to every collective (model.c says
+ * which: coll_model_us is infinite for the others). */
+enum coll_algo {
+    COLL_ONESHOT, /* allreduce: every rank reads all peers and reduces */
+    COLL_TWOSHOT, /* allreduce: reduce-scatter then all-gather over peer
+                     pointers, each rank owning one slice */
+    COLL_RING,    /* every collective: n-1 steps around a ring */
+    COLL_TREE,    /* allreduce, broadcast, reduce: a binary tree, log depth */
+    COLL_DIRECT,  /* data movement and the rooted collectives: each rank
+                     reads or writes its peers' buffers directly */
+    COLL_NALGO
+};
+
+/* "oneshot", "twoshot", "ring", "tree", "direct"; NULL when out of range. */
+const char *coll_algo_name(enum coll_algo a);
+/* The algorithm named s (-1 when none is). */
+int coll_algo_lookup(const char *s);
+
+/* What the cost model sees of a communicator: its ranks and the links
+ * between their devices, from the pool's topology. */
+#define COLL_MAX_RANKS UMP_MAX_DEVICES
+struct coll_topo {
+    int nranks;
+    /* GB/s per direction from rank i to rank j, as the topology gives it;
+     * peer[i][j]: i can map j's memory (else they exchange through pinned
+     * host memory). */
+    double bw[COLL_MAX_RANKS][COLL_MAX_RANKS];
+    bool peer[COLL_MAX_RANKS][COLL_MAX_RANKS];
+    int kind[COLL_MAX_RANKS][COLL_MAX_RANKS]; /* UMP_LINK_* */
+    double local_bw; /* a device reading its own memory, GB/s */
+};
+
+#endif

@@ -1,0 +1,7 @@
+# lib/coll/: collectives on pooled buffers (allreduce, broadcast, reduce,
+# allgather, reduce-scatter, all-to-all, gather, scatter) across the devices
+# of one pool: element types and exact reductions, the cost model and the
+# algorithms, communicators.
+# May call: every layer below (the pool through front's entry points).
+lib_libumpool_core_la_SOURCES += \
+	lib/coll/coll.h

@@ -51,6 +51,17 @@ struct coll_topo {
     bool peer[COLL_MAX_RANKS][COLL_MAX_RANKS];
     int kind[COLL_MAX_RANKS][COLL_MAX_RANKS]; /* UMP_LINK_* */
     double local_bw; /* a device reading its own memory, GB/s */
+    /* Added for the cost model (model.c fills them in coll_topo_from): */
+    int dev[COLL_MAX_RANKS]; /* rank r's device in the pool */
+    /* What a rank's device can push (and take) per direction over all its
+     * NVLinks together, GB/s; 0: no NVLink. Every NVLink peer shares it: on
+     * an NVSwitch node the topology gives each pair the whole 450 GB/s, but
+     * that is the GPU's port to the switch, not a link per peer. */
+    double nvl_port[COLL_MAX_RANKS];
+    /* The same for the device's PCIe uplink, shared by its PCIe peers and
+     * by the host path of its pairs without peer access; 0: unknown (only
+     * NVLink in the topology, so nothing crosses PCIe). */
+    double pcie_port[COLL_MAX_RANKS];
 };
 
 #endif

@@ -1,0 +1,502 @@
+/*
+ * The collectives' cost model (model.h says what it answers and which
+ * schedules it assumes). Each algorithm is written down as the bytes it
+ * moves between every pair of ranks over the whole collective, plus the
+ * bytes each rank reads and writes in its own memory; the bandwidth term is
+ * the busiest resource's bytes over its bandwidth, with every phase assumed
+ * to overlap the others as NCCL's pipelines do. The resources:
+ *   - the path of each ordered pair (its link, or for a pair without peer
+ *     access the slower leg of the trip through pinned host memory, as
+ *     NCCL's shared-memory transport makes it);
+ *   - each rank's NVLink port per direction, shared by all its NVLink peers
+ *     (an H200 has 450 GB/s to the NVSwitch in all, not per peer), and its
+ *     PCIe uplink per direction, shared by its PCIe peers and host paths;
+ *   - each rank's device memory, which serves its peers' reads, takes what
+ *     they write, and carries the reduction's own reads and writes.
+ * The latency term is NCCL's for ring and tree (base + hops * per-hop
+ * latency, for each of LL, LL128 and Simple, the best of the three), and
+ * for the peer-pointer algorithms (oneshot, twoshot, direct) a kernel
+ * launch plus one barrier per round, whose cost grows with the number of
+ * peers each rank must flag.
+ *
+ * Constants, and where they come from:
+ *   NCCL 2.30.7, src/graph/tuning.cc (ncclTunerConstantsDefaults, and the
+ *   bandwidth refinements of ncclTopoTuneModel):
+ *     base latency, us    tree LL 6.8, LL128 14.0, Simple 8.4
+ *                         ring LL 6.6, LL128 14.0, Simple 8.4
+ *     hop latency, NVLink tree 0.6 / 1.25 / 4.0, ring 0.6 / 1.9 / 3.4
+ *     hop latency, PCIe   tree 1.0 / 1.9 / 4.0, ring 1.0 / 2.5 / 5.7
+ *     bandwidth factor    ring LL 0.5, LL128 0.92, Simple 1
+ *                         tree LL 1/3.8, LL128 7/9 (one node), Simple 0.92
+ *     (8 ranks on NVLink, ring LL: 6.6 + 14 * 0.6 = 15 us, the figure the
+ *     issue quotes.) NCCL's per-channel caps (llMaxBw, perChMax*) are not
+ *     modeled: the model has no channels.
+ *   Host path (no peer access): 2 PCIe hops, one for the sender's write into
+ *     pinned host memory and one for the receiver's read. NCCL charges every
+ *     intra-node path that is not NVLink (its SHM transport included) the
+ *     PCI hop latency; the host path crosses PCIe twice, so it pays twice.
+ *   LAUNCH_US 3.0: a kernel launch and its first loads. With one barrier it
+ *     makes an 8-rank one-shot of 512 B take 6 us, TensorRT-LLM's measured
+ *     one-shot on 8 x H100.
+ *   FLAG_US 0.35: each peer a rank flags (a remote store and a fenced poll)
+ *     in a barrier. Fit to vLLM's custom-allreduce thresholds (one-shot
+ *     below 256 KiB at 8 ranks, 512 KiB at 4, always at 2): the model puts
+ *     the crossover at 255 KiB for 8 ranks and 484 KiB for 4 on NVSwitch,
+ *     and at 2 ranks one-shot moves no more bytes than two-shot, so it
+ *     always wins.
+ *   Peer-pointer loads run at the path's full bandwidth (factor 1): they
+ *   are plain loads, no FIFO and no flags in the data.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "coll/model.h"
+#include "util/log.h"
+
+#define LAUNCH_US 3.0
+#define FLAG_US 0.35
+#define HOST_PATH_HOPS 2.0
+
+/* NCCL's protocols, in its order. */
+enum proto { PROTO_LL, PROTO_LL128, PROTO_SIMPLE, NPROTO };
+/* NCCL's algorithm rows, in its order (tree first). */
+enum { NCCL_TREE, NCCL_RING };
+
+static const double nccl_base_us[2][NPROTO] = {
+    {6.8, 14.0, 8.4}, /* tree */
+    {6.6, 14.0, 8.4}, /* ring */
+};
+static const double nccl_hop_nvl_us[2][NPROTO] = {
+    {0.6, 1.25, 4.0},
+    {0.6, 1.9, 3.4},
+};
+static const double nccl_hop_pci_us[2][NPROTO] = {
+    {1.0, 1.9, 4.0},
+    {1.0, 2.5, 5.7},
+};
+static const double nccl_bw_factor[2][NPROTO] = {
+    {1.0 / 3.8, 7.0 / 9.0, 0.92},
+    {0.5, 0.92, 1.0},
+};
+
+static const char *const algo_names[COLL_NALGO] = {
+    [COLL_ONESHOT] = "oneshot", [COLL_TWOSHOT] = "twoshot",
+    [COLL_RING] = "ring",       [COLL_TREE] = "tree",
+    [COLL_DIRECT] = "direct",
+};
+
+const char *coll_algo_name(enum coll_algo a)
+{
+    return (int)a >= 0 && a < COLL_NALGO ? algo_names[a] : NULL;
+}
+
+int coll_algo_lookup(const char *s)
+{
+    for (int a = 0; s && a < COLL_NALGO; a++)
+        if (!strcmp(s, algo_names[a]))
+            return a;
+    return -1;
+}
+
+static double maxd(double a, double b)
+{
+    return a > b ? a : b;
+}
+
+int coll_topo_from(const struct ump_topology *topo, int nranks,
+                   const int *devices, struct coll_topo *out)
+{
+    struct coll_topo t;
+    bool seen[UMP_MAX_DEVICES] = {false};
+
+    if (!topo || !out) {
+        ump_log_error("collective topology: no topology or no result");
+        return -EINVAL;
+    }
+    if (nranks < 1 || nranks > COLL_MAX_RANKS || nranks > topo->ndev) {
+        ump_log_error("collective topology: %d ranks, want 1 to %d (the "
+                      "devices of topology %s)",
+                      nranks, topo->ndev < COLL_MAX_RANKS ? topo->ndev
+                                                          : COLL_MAX_RANKS,
+                      topo->name);
+        return -EINVAL;
+    }
+    memset(&t, 0, sizeof(t));
+    t.nranks = nranks;
+    t.local_bw = topo->local_bw_gbs;
+    for (int r = 0; r < nranks; r++) {
+        int d = devices ? devices[r] : r;
+        if (d < 0 || d >= topo->ndev) {
+            ump_log_error("collective topology: rank %d: device %d is not "
+                          "one of the %d of topology %s",
+                          r, d, topo->ndev, topo->name);
+            return -EINVAL;
+        }
+        if (seen[d]) {
+            ump_log_error("collective topology: rank %d: device %d is "
+                          "named twice", r, d);
+            return -EINVAL;
+        }
+        seen[d] = true;
+        t.dev[r] = d;
+        /* The ports are the device's, whoever else is in the communicator:
+         * the fastest link of each kind is what the port can carry. */
+        for (int e = 0; e < topo->ndev; e++) {
+            if (e == d)
+                continue;
+            const struct topo_link *l = &topo->link[d][e];
+            double bw = maxd(l->bw_gbs, topo->link[e][d].bw_gbs);
+            if (l->kind == UMP_LINK_NVLINK)
+                t.nvl_port[r] = maxd(t.nvl_port[r], bw);
+            else
+                t.pcie_port[r] = maxd(t.pcie_port[r], bw);
+        }
+    }
+    for (int i = 0; i < nranks; i++)
+        for (int j = 0; j < nranks; j++) {
+            const struct topo_link *l = &topo->link[t.dev[i]][t.dev[j]];
+            t.bw[i][j] = i == j ? topo->local_bw_gbs : l->bw_gbs;
+            t.peer[i][j] = i == j || l->peer;
+            t.kind[i][j] = i == j ? UMP_LINK_SELF : l->kind;
+        }
+    *out = t;
+    return 0;
+}
+
+static bool topo_ok(const struct coll_topo *t)
+{
+    return t && t->nranks >= 1 && t->nranks <= COLL_MAX_RANKS;
+}
+
+static bool rank_ok(const struct coll_topo *t, int r)
+{
+    return r >= 0 && r < t->nranks;
+}
+
+double coll_model_path_gbs(const struct coll_topo *t, int i, int j)
+{
+    if (!topo_ok(t) || !rank_ok(t, i) || !rank_ok(t, j))
+        return 0;
+    if (i == j)
+        return t->local_bw;
+    double bw = t->bw[i][j];
+    if (!t->peer[i][j]) {
+        /* Through pinned host memory: up the sender's PCIe, down the
+         * receiver's; the pair's own figure stands for the crossing
+         * between them (the sockets' interconnect). */
+        if (t->pcie_port[i] > 0 && t->pcie_port[i] < bw)
+            bw = t->pcie_port[i];
+        if (t->pcie_port[j] > 0 && t->pcie_port[j] < bw)
+            bw = t->pcie_port[j];
+    }
+    return bw;
+}
+
+/* One hop from i to j with the given NVLink and PCIe hop latencies. */
+static double hop(const struct coll_topo *t, int i, int j, double nvl,
+                  double pci)
+{
+    if (i == j)
+        return 0;
+    if (!t->peer[i][j])
+        return HOST_PATH_HOPS * pci;
+    return t->kind[i][j] == UMP_LINK_NVLINK ? nvl : pci;
+}
+
+double coll_model_hop_us(const struct coll_topo *t, int i, int j)
+{
+    if (!topo_ok(t) || !rank_ok(t, i) || !rank_ok(t, j))
+        return 0;
+    return hop(t, i, j, nccl_hop_nvl_us[NCCL_RING][PROTO_LL],
+               nccl_hop_pci_us[NCCL_RING][PROTO_LL]);
+}
+
+bool coll_algo_applies(int coll, enum coll_algo a)
+{
+    if (coll < 0 || coll >= COLL_NCOLL)
+        return false;
+    switch (a) {
+    case COLL_ONESHOT:
+    case COLL_TWOSHOT:
+        return coll == UMP_COLL_ALLREDUCE;
+    case COLL_TREE:
+        return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_BROADCAST ||
+               coll == UMP_COLL_REDUCE;
+    case COLL_RING:
+        return true;
+    case COLL_DIRECT:
+        return coll != UMP_COLL_ALLREDUCE;
+    default:
+        return false;
+    }
+}
+
+/* Rank at position k of a chain or tree that starts at root. */
+static int pos(int k, int root, int n)
+{
+    return (k + root) % n;
+}
+
+/* What one algorithm does over the whole collective. */
+struct sched {
+    int n;
+    double pair[COLL_MAX_RANKS][COLL_MAX_RANKS]; /* bytes rank i -> j */
+    bool used[COLL_MAX_RANKS][COLL_MAX_RANKS];   /* i -> j carries a step */
+    double own[COLL_MAX_RANKS]; /* bytes of its own buffers a rank touches */
+    int hops;   /* ring, tree: hops on the critical path */
+    int rounds; /* oneshot, twoshot, direct: barrier rounds */
+};
+
+static void move(struct sched *s, int from, int to, double bytes)
+{
+    s->pair[from][to] += bytes;
+    s->used[from][to] = true;
+}
+
+/* The bytes of its own send and receive buffers a rank reads and writes:
+ * its input read once, its output written once. */
+static double own_bytes(int coll, bool root, double S, double chunk)
+{
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+    case UMP_COLL_ALLTOALL:
+        return 2 * S;
+    case UMP_COLL_BROADCAST:
+    case UMP_COLL_REDUCE:
+        return root ? 2 * S : S;
+    case UMP_COLL_ALLGATHER:
+        return chunk + S;
+    case UMP_COLL_REDUCE_SCATTER:
+        return S + chunk;
+    case UMP_COLL_GATHER:
+        return root ? chunk + S : chunk;
+    default: /* scatter */
+        return root ? S + chunk : chunk;
+    }
+}
+
+static void sched_ring(struct sched *s, int coll, int root, double S,
+                       double chunk)
+{
+    int n = s->n;
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE: /* reduce-scatter then allgather */
+        for (int r = 0; r < n; r++)
+            move(s, r, (r + 1) % n, 2.0 * (n - 1) * chunk);
+        s->hops = 2 * (n - 1);
+        return;
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_REDUCE_SCATTER:
+        for (int r = 0; r < n; r++)
+            move(s, r, (r + 1) % n, (n - 1) * chunk);
+        break;
+    case UMP_COLL_ALLTOALL:
+        /* Chunks are forwarded: the one for distance d crosses d links, so
+         * each link carries sum over d of d chunks. */
+        for (int r = 0; r < n; r++)
+            move(s, r, (r + 1) % n, n * (n - 1) / 2.0 * chunk);
+        break;
+    case UMP_COLL_BROADCAST:
+        for (int k = 0; k + 1 < n; k++)
+            move(s, pos(k, root, n), pos(k + 1, root, n), S);
+        break;
+    case UMP_COLL_REDUCE:
+        for (int k = 1; k < n; k++)
+            move(s, pos(k, root, n), pos(k + 1, root, n), S);
+        break;
+    case UMP_COLL_GATHER: /* the chain grows toward the root */
+        for (int k = 1; k < n; k++)
+            move(s, pos(k, root, n), pos(k + 1, root, n), k * chunk);
+        break;
+    default: /* scatter: the chain shrinks away from the root */
+        for (int k = 0; k + 1 < n; k++)
+            move(s, pos(k, root, n), pos(k + 1, root, n),
+                 (n - 1 - k) * chunk);
+        break;
+    }
+    s->hops = n - 1;
+}
+
+static void sched_tree(struct sched *s, int coll, int root, double S)
+{
+    int n = s->n, depth = 0;
+    for (int k = n - 1; k > 0; k = (k - 1) / 2)
+        depth++;
+    for (int k = 1; k < n; k++) {
+        int c = pos(k, root, n), p = pos((k - 1) / 2, root, n);
+        if (coll != UMP_COLL_BROADCAST)
+            move(s, c, p, S); /* reduction up */
+        if (coll != UMP_COLL_REDUCE)
+            move(s, p, c, S); /* broadcast down */
+    }
+    s->hops = coll == UMP_COLL_ALLREDUCE ? 2 * depth : depth;
+}
+
+static void sched_direct(struct sched *s, int coll, int root, double S,
+                         double chunk)
+{
+    /* The rooted ones move only out of the root (broadcast, scatter) or
+     * into it (reduce, gather); the others between every pair. */
+    bool from_root = coll == UMP_COLL_BROADCAST || coll == UMP_COLL_SCATTER;
+    bool to_root = coll == UMP_COLL_REDUCE || coll == UMP_COLL_GATHER;
+    double bytes = coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE
+                       ? S
+                       : chunk;
+
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < s->n; j++)
+            if (i != j && (!from_root || i == root) && (!to_root || j == root))
+                move(s, i, j, bytes);
+    s->rounds = 1;
+}
+
+static void sched_build(struct sched *s, const struct coll_topo *t, int coll,
+                        enum coll_algo a, int root, double S)
+{
+    int n = t->nranks;
+    double chunk = S / n;
+
+    memset(s, 0, sizeof(*s));
+    s->n = n;
+    for (int r = 0; r < n; r++)
+        s->own[r] = own_bytes(coll, r == root, S, chunk);
+    if (n == 1)
+        return;
+    switch (a) {
+    case COLL_ONESHOT:
+    case COLL_TWOSHOT:
+        /* One-shot: every rank reads all of every peer. Two-shot: slice r
+         * from every peer into rank r, then rank r's reduced slice back to
+         * every peer. */
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++)
+                if (i != j)
+                    move(s, j, i, a == COLL_ONESHOT ? S : 2 * chunk);
+        s->rounds = a == COLL_ONESHOT ? 1 : 2;
+        break;
+    case COLL_RING:
+        sched_ring(s, coll, root, S, chunk);
+        break;
+    case COLL_TREE:
+        sched_tree(s, coll, root, S);
+        break;
+    default:
+        sched_direct(s, coll, root, S, chunk);
+        break;
+    }
+}
+
+/* Microseconds the busiest resource needs when links run at factor times
+ * their bandwidth (device memory always runs at its own). */
+static double sched_bw_us(const struct sched *s, const struct coll_topo *t,
+                          double factor)
+{
+    double nvl_out[COLL_MAX_RANKS] = {0}, nvl_in[COLL_MAX_RANKS] = {0};
+    double pcie_out[COLL_MAX_RANKS] = {0}, pcie_in[COLL_MAX_RANKS] = {0};
+    double mem[COLL_MAX_RANKS];
+    double worst = 0; /* bytes / (GB/s) */
+    int n = s->n;
+
+    memcpy(mem, s->own, sizeof(mem));
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n; j++) {
+            double b = s->pair[i][j];
+            if (i == j || b <= 0)
+                continue;
+            worst = maxd(worst, b / (coll_model_path_gbs(t, i, j) * factor));
+            mem[i] += b;
+            mem[j] += b;
+            if (t->peer[i][j] && t->kind[i][j] == UMP_LINK_NVLINK) {
+                nvl_out[i] += b;
+                nvl_in[j] += b;
+            } else {
+                pcie_out[i] += b;
+                pcie_in[j] += b;
+            }
+        }
+    for (int r = 0; r < n; r++) {
+        if (t->nvl_port[r] > 0)
+            worst = maxd(worst, maxd(nvl_out[r], nvl_in[r]) /
+                                    (t->nvl_port[r] * factor));
+        if (t->pcie_port[r] > 0)
+            worst = maxd(worst, maxd(pcie_out[r], pcie_in[r]) /
+                                    (t->pcie_port[r] * factor));
+        if (t->local_bw > 0)
+            worst = maxd(worst, mem[r] / t->local_bw);
+    }
+    return worst / 1e3; /* 1 GB/s moves 1e3 bytes a microsecond */
+}
+
+/* The slowest hop of the schedule's steps. */
+static double sched_hop_us(const struct sched *s, const struct coll_topo *t,
+                           double nvl, double pci)
+{
+    double worst = 0;
+    for (int i = 0; i < s->n; i++)
+        for (int j = 0; j < s->n; j++)
+            if (s->used[i][j])
+                worst = maxd(worst, hop(t, i, j, nvl, pci));
+    return worst;
+}
+
+double coll_model_root_us(const struct coll_topo *t, int coll,
+                          enum coll_algo a, size_t bytes, int root)
+{
+    struct sched s;
+
+    if (!topo_ok(t) || !coll_algo_applies(coll, a) || !rank_ok(t, root))
+        return INFINITY;
+    sched_build(&s, t, coll, a, root, (double)bytes);
+    if (t->nranks == 1) /* a local copy, whatever the algorithm */
+        return LAUNCH_US + sched_bw_us(&s, t, 1.0);
+    if (a == COLL_RING || a == COLL_TREE) {
+        int row = a == COLL_RING ? NCCL_RING : NCCL_TREE;
+        double best = INFINITY;
+        for (int p = 0; p < NPROTO; p++) {
+            double lat = nccl_base_us[row][p] +
+                         s.hops * sched_hop_us(&s, t, nccl_hop_nvl_us[row][p],
+                                               nccl_hop_pci_us[row][p]);
+            double us = lat + sched_bw_us(&s, t, nccl_bw_factor[row][p]);
+            if (us < best)
+                best = us;
+        }
+        return best;
+    }
+    /* A barrier: flag every peer, one store after another, and the last
+     * flag arrives one hop later. */
+    double barrier =
+        sched_hop_us(&s, t, nccl_hop_nvl_us[NCCL_RING][PROTO_LL],
+                     nccl_hop_pci_us[NCCL_RING][PROTO_LL]) +
+        (t->nranks - 1) * FLAG_US;
+    return LAUNCH_US + s.rounds * barrier + sched_bw_us(&s, t, 1.0);
+}
+
+double coll_model_us(const struct coll_topo *t, int coll, enum coll_algo a,
+                     size_t bytes)
+{
+    return coll_model_root_us(t, coll, a, bytes, 0);
+}
+
+enum coll_algo coll_model_choose(const struct coll_topo *t, int coll,
+                                 size_t bytes, double *us_p)
+{
+    /* Ties: fewest synchronisation rounds first. */
+    static const enum coll_algo order[COLL_NALGO] = {
+        COLL_ONESHOT, COLL_DIRECT, COLL_TWOSHOT, COLL_TREE, COLL_RING};
+    enum coll_algo best = COLL_NALGO;
+    double best_us = INFINITY;
+
+    for (int k = 0; k < COLL_NALGO; k++) {
+        double us = coll_model_us(t, coll, order[k], bytes);
+        if (us < best_us) {
+            best_us = us;
+            best = order[k];
+        }
+    }
+    if (us_p)
+        *us_p = best_us;
+    return best;
+}

@@ -27,7 +27,8 @@ UNIT_TESTS = \
 	tests/test_stats \
 	tests/test_fork \
 	tests/test_stress \
-	tests/test_coll_model
+	tests/test_coll_model \
+	tests/test_coll_reduce
 
 # The eviction test checks the bench's optimum (Belady's rule) too.
 tests_test_offload_SOURCES = tests/test_offload.c tools/bench/offload_opt.c

@@ -4,4 +4,5 @@
 # algorithms, communicators.
 # May call: every layer below (the pool through front's entry points).
 lib_libumpool_core_la_SOURCES += \
-	lib/coll/coll.h lib/coll/model.c lib/coll/model.h
+	lib/coll/coll.h lib/coll/model.c lib/coll/model.h \
+	lib/coll/reduce.c lib/coll/reduce.h

@@ -33,6 +33,8 @@ MAN3_PAGES = \
 	man/ump_policy.3 \
 	man/ump_stream_create.3 \
 	man/ump_memcpy_async.3 \
+	man/ump_comm_create.3 \
+	man/ump_allreduce.3 \
 	man/ump_strerror.3
 
 # One line each: ".so man3/PAGE.3" of the page that documents the name.
@@ -52,7 +54,17 @@ MAN3_LINKS = \
 	man/ump_memset_async.3 \
 	man/ump_launch_host_func.3 \
 	man/ump_version.3 \
-	man/ump_version_string.3
+	man/ump_version_string.3 \
+	man/ump_comm_destroy.3 \
+	man/ump_comm_size.3 \
+	man/ump_comm_plan.3 \
+	man/ump_broadcast.3 \
+	man/ump_reduce.3 \
+	man/ump_allgather.3 \
+	man/ump_reduce_scatter.3 \
+	man/ump_alltoall.3 \
+	man/ump_gather.3 \
+	man/ump_scatter.3
 
 dist_man_MANS = \
 	man/umpool-inspect.1 \

@@ -23,6 +23,7 @@ UNIT_TESTS = \
 	tests/test_pooling \
 	tests/test_stitch \
 	tests/test_replay \
+	tests/test_coll \
 	tests/test_free_async \
 	tests/test_stats \
 	tests/test_fork \

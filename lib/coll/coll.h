@@ -9,6 +9,10 @@
  *   model.c    the cost model: time = latency + bytes / bandwidth per
  *              algorithm, NCCL's form, and the choice
  *   comm.c     communicators: create, destroy, size, plan, configuration
+ *   check.c    the arguments of a call, checked before anything runs
+ *   calls.c    the eight collectives: check, choose, queue on the streams
+ *   job.c      one call in flight: its ranks' barrier (job.h)
+ *   algo.c     each algorithm as one rank runs it
  */
 #ifndef UMP_COLL_H
 #define UMP_COLL_H

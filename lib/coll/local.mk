@@ -4,5 +4,11 @@
 # algorithms, communicators.
 # May call: every layer below (the pool through front's entry points).
 lib_libumpool_core_la_SOURCES += \
-	lib/coll/coll.h lib/coll/model.c lib/coll/model.h \
-	lib/coll/reduce.c lib/coll/reduce.h
+	lib/coll/coll.h \
+	lib/coll/comm.c lib/coll/comm.h \
+	lib/coll/check.c lib/coll/check.h \
+	lib/coll/calls.c \
+	lib/coll/job.c lib/coll/job.h \
+	lib/coll/algo.c \
+	lib/coll/reduce.c lib/coll/reduce.h \
+	lib/coll/model.c lib/coll/model.h

@@ -583,18 +583,15 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
     return 0;
 }
 
-UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
-                            ump_ptr_info_t *info_p)
+int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
+                  const char **why_p)
 {
-    int rc = pool_check(pool, "ump_ptr_info");
-    if (rc)
-        return rc;
-    if (!info_p)
-        return bad_arg("ump_ptr_info", "info_p is NULL");
-    if (!vas_contains(&pool->vas, ptr))
-        return pool_bad_pointer(ptr, "ump_ptr_info",
-                                "not a pointer of this pool");
+    if (!vas_contains(&pool->vas, ptr)) {
+        *why_p = "not a pointer of this pool";
+        return -EINVAL;
+    }
     ump_ptr_info_t info;
+    int rc;
     bool tracked = false;
     size_t g = vas_index(&pool->vas, ptr);
     pthread_mutex_lock(&pool->lock);
@@ -631,9 +628,23 @@ UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
         info.tier = UMP_TIER_DEVICE;
     }
     pthread_mutex_unlock(&pool->lock);
-    if (rc || (size_t)((const char *)ptr - (char *)info.base) >= info.size)
-        return pool_bad_pointer(ptr, "ump_ptr_info",
-                                "not inside a live allocation");
+    if (rc || (size_t)((const char *)ptr - (char *)info.base) >= info.size) {
+        *why_p = "not inside a live allocation";
+        return -EINVAL;
+    }
     *info_p = info;
     return 0;
+}
+
+UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
+                            ump_ptr_info_t *info_p)
+{
+    int rc = pool_check(pool, "ump_ptr_info");
+    if (rc)
+        return rc;
+    if (!info_p)
+        return bad_arg("ump_ptr_info", "info_p is NULL");
+    const char *why;
+    rc = pool_ptr_info(pool, ptr, info_p, &why);
+    return rc ? pool_bad_pointer(ptr, "ump_ptr_info", why) : 0;
 }

@@ -30,5 +30,10 @@ void pool_flush_tcaches(ump_pool_t *pool);
 void pool_reclaim_device(ump_pool_t *pool, int device);
 /* Gives cached physical memory back (ump_trim); thread caches flushed. */
 void pool_trim_locked(ump_pool_t *pool);
+/* ump_ptr_info without its log line, for callers that log their own:
+ * -EINVAL with *why_p saying why ("not a pointer of this pool", "not
+ * inside a live allocation"). */
+int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
+                  const char **why_p);
 
 #endif

@@ -52,6 +52,21 @@ struct bench_replay_opts {
     bool json;
 };
 
+/* umpool-bench coll. */
+#define BENCH_COLL_CONFIG                                                      \
+    "backend:sim,sim_topology:dgx-h200,sim_device_mem:4G"
+struct bench_coll_opts {
+    const char *config;      /* --config: the pool */
+    const char *comm_config; /* --algo NAME: "coll_algo:NAME" */
+    char comm_buf[64];
+    int coll, dtype, op, root, ranks, iters;
+    size_t min_bytes, max_bytes, factor;
+    bool json;
+};
+/* The index of s among the collectives ("coll"), types ("type") or
+ * reductions ("op") by nccl-tests' names; -1 when none. */
+int bench_coll_lookup(const char *s, const char *kind);
+
 /* The command line. */
 struct bench_opts {
     bool json;
@@ -67,6 +82,9 @@ struct bench_opts {
     bool offload_opts; /* an offload-only option was given */
     struct bench_replay_opts replay;
     bool replay_opts; /* --capacity was given */
+    struct bench_coll_opts coll;
+    bool coll_opts; /* a coll option was given */
+    const char *coll_name; /* coll's positional argument */
 };
 
 /* The scenarios: 0, or 1 on failure (messages printed). */
@@ -84,6 +102,9 @@ int bench_placement(const char *topologies, const char *policies, bool json);
 
 /* umpool-bench offload (offload.c). */
 int bench_offload(const struct bench_offload_opts *o);
+
+/* umpool-bench coll [NAME] (coll.c). */
+int bench_coll(const struct bench_coll_opts *o);
 
 /* umpool-bench replay TRACE (replay.c). */
 int bench_replay(const struct bench_replay_opts *o);

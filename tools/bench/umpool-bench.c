@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "umpool.h"
 
 #define EXIT_USAGE 2
 #define MAX_THREADS 256
@@ -72,6 +73,21 @@ static void usage(FILE *f)
             "    --budget BYTES the loop's device budget (default --size / 2,\n"
             "                   min 8M)\n"
             "    --reps N       repetitions; medians are shown (default 5)\n"
+            "  coll [NAME]  nccl-tests' table for one collective (allreduce,\n"
+            "          broadcast, reduce, allgather, reduce_scatter, alltoall,\n"
+            "          gather, scatter) on every device of the pool: time,\n"
+            "          algBw, busBw, #wrong, the algorithm; on sim also the\n"
+            "          cost model's time and a memory-copy baseline\n"
+            "    -b, -e SIZE    smallest and largest size (default 8, 64M)\n"
+            "    -f N           size factor (default 2)\n"
+            "    -d TYPE        float (default), half, bfloat16, double,\n"
+            "                   int8, uint8, int32, uint32, int64, uint64\n"
+            "    -o OP          sum (default), prod, max, min, avg\n"
+            "    -r ROOT        root of the rooted ones (default 0)\n"
+            "    -n N           timed calls per size, averaged (default 5)\n"
+            "    --ranks N      the first N devices (default all)\n"
+            "    --algo NAME    force oneshot, twoshot, ring, tree or direct\n"
+            "          (pool default: \"%s\")\n"
             "  replay TRACE  replays an allocation trace (lines 'a ID BYTES'\n"
             "          and 'f ID'; scripts/gen-train-trace writes one) on one\n"
             "          simulated device with sim_driver_costs:h200: peak\n"
@@ -90,7 +106,8 @@ static void usage(FILE *f)
             "  --help         this text\n"
             "\n"
             "exit status: 0 ok, 1 failure, 2 usage error\n",
-            BENCH_ALLOC_ITERS, BENCH_ALLOC_CONFIG, BENCH_DEMO_CONFIG);
+            BENCH_ALLOC_ITERS, BENCH_COLL_CONFIG, BENCH_ALLOC_CONFIG,
+            BENCH_DEMO_CONFIG);
 }
 
 static void usage_error(const char *fmt, ...)
@@ -105,7 +122,7 @@ static void usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
-          "scenarios: alloc, demo, placement, offload, replay; see "
+          "scenarios: alloc, demo, placement, offload, replay, coll; see "
           "umpool-bench "
           "--help\n",
           stderr);
@@ -213,6 +230,75 @@ static bool parse_capacities(const char *list, struct bench_replay_opts *r)
     return true;
 }
 
+/* One of coll's options into co; 0, or -EINVAL after printing why. */
+static int parse_coll_opt(const char *name, const char *val,
+                          struct bench_coll_opts *co)
+{
+    uint64_t v;
+    size_t sz;
+    int i;
+    switch (name[1] == '-' ? name[2] : name[1]) {
+    case 'b':
+    case 'e':
+        if (!parse_size(val, &sz)) {
+            usage_error("bad %s '%s' (a size like 8, 64K, 256M)", name, val);
+            return -EINVAL;
+        }
+        if (name[1] == 'b')
+            co->min_bytes = sz;
+        else
+            co->max_bytes = sz;
+        return 0;
+    case 'f':
+    case 'n':
+        if (!parse_u64(val, &v) || v < (name[1] == 'f' ? 2u : 1u) ||
+            v > 1000) {
+            usage_error("bad %s '%s' (%s)", name, val,
+                        name[1] == 'f' ? "2..1000" : "1..1000");
+            return -EINVAL;
+        }
+        if (name[1] == 'f')
+            co->factor = (size_t)v;
+        else
+            co->iters = (int)v;
+        return 0;
+    case 'd':
+    case 'o':
+        i = bench_coll_lookup(val, name[1] == 'd' ? "type" : "op");
+        if (i < 0) {
+            usage_error("bad %s '%s' (%s)", name, val,
+                        name[1] == 'd' ? "int8, uint8, int32, uint32, int64, "
+                                         "uint64, half, float, double, "
+                                         "bfloat16"
+                                       : "sum, prod, max, min, avg");
+            return -EINVAL;
+        }
+        if (name[1] == 'd')
+            co->dtype = i;
+        else
+            co->op = i;
+        return 0;
+    case 'r':
+        if (!parse_u64(val, &v) || v > 63) {
+            usage_error("bad %s '%s' (0..63)", name, val);
+            return -EINVAL;
+        }
+        if (!strcmp(name, "-r"))
+            co->root = (int)v;
+        else
+            co->ranks = (int)v;
+        return 0;
+    default: /* --algo */
+        if (!*val || strchr(val, ',') || strlen(val) > 32) {
+            usage_error("bad --algo '%s'", val);
+            return -EINVAL;
+        }
+        snprintf(co->comm_buf, sizeof(co->comm_buf), "coll_algo:%s", val);
+        co->comm_config = co->comm_buf;
+        return 0;
+    }
+}
+
 /* One of offload's options into off; 0, or -EINVAL after printing why. */
 static int parse_offload_opt(const char *name, const char *val,
                              struct bench_offload_opts *off)
@@ -259,6 +345,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
     memset(o, 0, sizeof(*o));
     o->threads = 2;
     o->iters = BENCH_ALLOC_ITERS;
+    o->coll.min_bytes = 8;
+    o->coll.max_bytes = 64 * MiB;
+    o->coll.factor = 2;
+    o->coll.dtype = UMP_FLOAT32;
+    o->coll.op = UMP_SUM;
     o->nsizes = (int)(sizeof(default_sizes) / sizeof(default_sizes[0]));
     memcpy(o->sizes, default_sizes, sizeof(default_sizes));
 
@@ -274,6 +365,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             if (o->scenario && !strcmp(o->scenario, "replay") &&
                 !o->replay.trace) {
                 o->replay.trace = a;
+                continue;
+            }
+            if (o->scenario && !strcmp(o->scenario, "coll") &&
+                !o->coll_name) {
+                o->coll_name = a;
                 continue;
             }
             if (o->scenario) {
@@ -307,7 +403,11 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                       !strcmp(name, "--threads") || !strcmp(name, "--iters") ||
                       !strcmp(name, "--dir") || !strcmp(name, "--size") ||
                       !strcmp(name, "--budget") || !strcmp(name, "--reps") ||
-                      !strcmp(name, "--capacity");
+                      !strcmp(name, "--capacity") || !strcmp(name, "-b") ||
+                      !strcmp(name, "-e") || !strcmp(name, "-f") ||
+                      !strcmp(name, "-d") || !strcmp(name, "-o") ||
+                      !strcmp(name, "-r") || !strcmp(name, "-n") ||
+                      !strcmp(name, "--ranks") || !strcmp(name, "--algo");
         if (!takes_value) {
             usage_error("unknown option '%s'", a);
             return EXIT_USAGE;
@@ -326,6 +426,14 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             if (parse_offload_opt(name, val, &o->off))
                 return EXIT_USAGE;
             o->offload_opts = true;
+        } else if (name[0] == '-' && name[1] != '-') { /* coll's */
+            if (parse_coll_opt(name, val, &o->coll))
+                return EXIT_USAGE;
+            o->coll_opts = true;
+        } else if (!strcmp(name, "--ranks") || !strcmp(name, "--algo")) {
+            if (parse_coll_opt(name, val, &o->coll))
+                return EXIT_USAGE;
+            o->coll_opts = true;
         } else if (!strcmp(name, "--capacity")) {
             if (!parse_capacities(val, &o->replay)) {
                 usage_error("bad --capacity '%s' (sizes like 141G or "
@@ -382,6 +490,11 @@ int main(int argc, char **argv)
         usage_error("--dir, --size, --budget and --reps belong to offload");
         return EXIT_USAGE;
     }
+    if (o.coll_opts && strcmp(o.scenario, "coll")) {
+        usage_error("-b, -e, -f, -d, -o, -r, -n, --ranks and --algo belong "
+                    "to coll");
+        return EXIT_USAGE;
+    }
     if (o.replay_opts && strcmp(o.scenario, "replay")) {
         usage_error("--capacity belongs to replay");
         return EXIT_USAGE;
@@ -408,6 +521,26 @@ int main(int argc, char **argv)
         o.off.config = o.config;
         o.off.json = o.json;
         rc = bench_offload(&o.off);
+    } else if (!strcmp(o.scenario, "coll")) {
+        if (o.alloc_opts) {
+            usage_error("--sizes, --threads and --iters belong to alloc");
+            return EXIT_USAGE;
+        }
+        o.coll.coll = o.coll_name ? bench_coll_lookup(o.coll_name, "coll")
+                                  : 0;
+        if (o.coll.coll < 0) {
+            usage_error("unknown collective '%s' (allreduce, broadcast, "
+                        "reduce, allgather, reduce_scatter, alltoall, "
+                        "gather, scatter)", o.coll_name);
+            return EXIT_USAGE;
+        }
+        if (o.coll.max_bytes < o.coll.min_bytes) {
+            usage_error("-e is below -b");
+            return EXIT_USAGE;
+        }
+        o.coll.config = o.config;
+        o.coll.json = o.json;
+        rc = bench_coll(&o.coll);
     } else if (!strcmp(o.scenario, "replay")) {
         if (o.alloc_opts) {
             usage_error("--sizes, --threads and --iters belong to alloc");

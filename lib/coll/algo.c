@@ -1,0 +1,430 @@
+/*
+ * The algorithms, as each rank runs them (job.h). A rank reads its peers'
+ * buffers directly through the pool's pointers and writes only its own;
+ * coll_barrier separates the steps, so a step reads only what the steps
+ * before it wrote.
+ *
+ * Reductions read their inputs in one fixed order wherever a result is
+ * made (reduce.h), and every rank receives a result made once, by one
+ * rank, so all ranks get the same bits. Which order depends on the
+ * algorithm: one-shot and two-shot fold ranks 0..n-1 with one rounding
+ * (identical results); ring folds a slice around the ring and tree up the
+ * tree, two inputs at a time (README: collectives).
+ *
+ * In place (send[r] == recv[r], or at the rank's slice of recv for
+ * allgather and gather, NCCL's convention): a schedule never overwrites
+ * data a peer has yet to read; where it would (one-shot, all-to-all), it
+ * builds the result in the rank's scratch buffer first.
+ */
+#include "config.h"
+
+#include <string.h>
+
+#include "coll/job.h"
+#include "coll/reduce.h"
+
+#define AT(p, i) ((char *)(p) + (size_t)(i) * esz)
+#define CAT(p, i) ((const char *)(p) + (size_t)(i) * esz)
+
+/* Slice k of n over count elements: [lo, hi). */
+static size_t slice_lo(size_t count, int n, int k)
+{
+    return count / (size_t)n * (size_t)k +
+           ((size_t)k < count % (size_t)n ? (size_t)k : count % (size_t)n);
+}
+
+static size_t slice_len(size_t count, int n, int k)
+{
+    return slice_lo(count, n, k + 1) - slice_lo(count, n, k);
+}
+
+static void copy(void *dst, const void *src, size_t bytes)
+{
+    if (dst != src && bytes)
+        memmove(dst, src, bytes);
+}
+
+/* The op a two-at-a-time step applies: AVG sums, and divides once at the
+ * end (coll_avg_finish). */
+static int step_op(int op) { return op == UMP_AVG ? UMP_SUM : op; }
+
+/* --- allreduce ----------------------------------------------------------- */
+
+/* Every rank reduces all n inputs, ranks in order: one rounding. */
+static void allreduce_oneshot(struct coll_job *j, int r)
+{
+    size_t esz = j->esz;
+    void *dst = j->inplace ? j->scratch[r] : j->recv[r];
+    coll_reduce(j->dt, j->op, dst, j->send, j->n, j->count);
+    if (!j->inplace)
+        return;
+    /* Peers read send[r] == recv[r] until they are done. */
+    if (!coll_barrier(j))
+        return;
+    copy(j->recv[r], dst, j->count * esz);
+}
+
+/* Rank r reduces slice r of every input (ranks in order: the same bits as
+ * one-shot), then gathers the others' slices. */
+static void allreduce_twoshot(struct coll_job *j, int r)
+{
+    size_t esz = j->esz, lo = slice_lo(j->count, j->n, r);
+    const void *src[COLL_MAX_RANKS];
+    for (int k = 0; k < j->n; k++)
+        src[k] = CAT(j->send[k], lo);
+    coll_reduce(j->dt, j->op, AT(j->recv[r], lo), src, j->n,
+                slice_len(j->count, j->n, r));
+    if (!coll_barrier(j))
+        return;
+    for (int k = 1; k < j->n; k++) {
+        int o = (r + k) % j->n;
+        size_t olo = slice_lo(j->count, j->n, o);
+        copy(AT(j->recv[r], olo), CAT(j->recv[o], olo),
+             slice_len(j->count, j->n, o) * esz);
+    }
+}
+
+/* Reduce-scatter around the ring: at step s rank r adds what its
+ * predecessor holds of slice r - s - 1 + shift to its own; at the end rank
+ * r holds slice r + 1 + shift whole. All-gather around the ring: at step s
+ * rank r copies slice r - s + shift from its predecessor, which holds it
+ * (the slice a rank holds whole at the start is r + 1 + shift: pass the
+ * same shift). Neighbours touch different slices in every step. */
+static bool ring_reduce_scatter(struct coll_job *j, int r, void *const *work,
+                                size_t count, int shift)
+{
+    size_t esz = j->esz;
+    int n = j->n, prev = (r + n - 1) % n;
+    for (int s = 0; s + 1 < n; s++) {
+        int c = ((r - s - 1 + shift) % n + n) % n;
+        size_t lo = slice_lo(count, n, c);
+        coll_reduce2(j->dt, step_op(j->op), AT(work[r], lo),
+                     CAT(work[prev], lo), CAT(work[r], lo),
+                     slice_len(count, n, c));
+        if (!coll_barrier(j))
+            return false;
+    }
+    return true;
+}
+
+static bool ring_allgather(struct coll_job *j, int r, void *const *buf,
+                           size_t count, int shift)
+{
+    size_t esz = j->esz;
+    int n = j->n, prev = (r + n - 1) % n;
+    for (int s = 0; s + 1 < n; s++) {
+        int c = ((r - s + shift) % n + n) % n;
+        size_t lo = slice_lo(count, n, c);
+        copy(AT(buf[r], lo), CAT(buf[prev], lo),
+             slice_len(count, n, c) * esz);
+        if (!coll_barrier(j))
+            return false;
+    }
+    return true;
+}
+
+static void allreduce_ring(struct coll_job *j, int r)
+{
+    size_t esz = j->esz;
+    copy(j->recv[r], j->send[r], j->count * esz);
+    if (!coll_barrier(j) || !ring_reduce_scatter(j, r, j->recv, j->count, 0))
+        return;
+    int own = (r + 1) % j->n;
+    if (j->op == UMP_AVG)
+        coll_avg_finish(j->dt, AT(j->recv[r], slice_lo(j->count, j->n, own)),
+                        slice_len(j->count, j->n, own), j->n);
+    if (!coll_barrier(j))
+        return;
+    ring_allgather(j, r, j->recv, j->count, 0);
+}
+
+/* Binary tree over ranks relative to root: node v's children are 2v+1 and
+ * 2v+2, its depth floor(log2(v + 1)). */
+static int depth_of(int v)
+{
+    int d = 0;
+    while (v > 0) {
+        v = (v - 1) / 2;
+        d++;
+    }
+    return d;
+}
+
+/* Up the tree into buf (each node adds its children's partial sums to its
+ * own, left child first); true when the schedule may go on. */
+static bool tree_reduce(struct coll_job *j, int r, void *const *buf, int root)
+{
+    int n = j->n, v = (r - root + n) % n, dmax = depth_of(n - 1);
+    for (int d = dmax - 1; d >= 0; d--) {
+        if (depth_of(v) == d)
+            for (int ch = 2 * v + 1; ch <= 2 * v + 2 && ch < n; ch++)
+                coll_reduce2(j->dt, step_op(j->op), buf[r], buf[r],
+                             buf[(ch + root) % n], j->count);
+        if (!coll_barrier(j))
+            return false;
+    }
+    return true;
+}
+
+/* Down the tree from root's src: each node copies its parent's buffer. */
+static void tree_broadcast(struct coll_job *j, int r, void *const *buf,
+                           const void *src, int root)
+{
+    int n = j->n, v = (r - root + n) % n, dmax = depth_of(n - 1);
+    for (int d = 1; d <= dmax; d++) {
+        if (depth_of(v) == d) {
+            int p = ((v - 1) / 2 + root) % n;
+            copy(buf[r], p == root ? src : buf[p], j->count * j->esz);
+        }
+        if (!coll_barrier(j))
+            return;
+    }
+}
+
+static void allreduce_tree(struct coll_job *j, int r)
+{
+    copy(j->recv[r], j->send[r], j->count * j->esz);
+    if (!coll_barrier(j) || !tree_reduce(j, r, j->recv, 0))
+        return;
+    if (r == 0 && j->op == UMP_AVG)
+        coll_avg_finish(j->dt, j->recv[0], j->count, j->n);
+    if (!coll_barrier(j))
+        return;
+    tree_broadcast(j, r, j->recv, j->recv[0], 0);
+}
+
+/* --- broadcast, reduce ---------------------------------------------------- */
+
+static void broadcast_direct(struct coll_job *j, int r)
+{
+    copy(j->recv[r], j->send[j->root], j->count * j->esz);
+}
+
+/* A chain from the root: rank root+s+1 copies from rank root+s. */
+static void broadcast_ring(struct coll_job *j, int r)
+{
+    int n = j->n, v = (r - j->root + n) % n;
+    if (v == 0)
+        copy(j->recv[r], j->send[r], j->count * j->esz);
+    for (int s = 0; s + 1 < n; s++) {
+        /* The root's first successor reads send (the root's copy into
+         * recv is not behind a barrier yet). */
+        if (v == s + 1)
+            copy(j->recv[r], v == 1 ? j->send[j->root]
+                                    : j->recv[(r + n - 1) % n],
+                 j->count * j->esz);
+        if (!coll_barrier(j))
+            return;
+    }
+}
+
+static void broadcast_tree(struct coll_job *j, int r)
+{
+    if (r == j->root)
+        copy(j->recv[r], j->send[r], j->count * j->esz);
+    tree_broadcast(j, r, j->recv, j->send[j->root], j->root);
+}
+
+static void reduce_direct(struct coll_job *j, int r)
+{
+    if (r == j->root)
+        coll_reduce(j->dt, j->op, j->recv[r], j->send, j->n, j->count);
+}
+
+/* Partial results travel in the ranks' scratch buffers (recv is the
+ * root's only); the root's own lands in recv. */
+static void *const *reduce_bufs(struct coll_job *j, void **buf)
+{
+    for (int k = 0; k < j->n; k++)
+        buf[k] = k == j->root ? j->recv[k] : j->scratch[k];
+    return buf;
+}
+
+/* A chain ending at the root: rank root+1 starts, each next adds its own
+ * input to its predecessor's partial result. */
+static void reduce_ring(struct coll_job *j, int r)
+{
+    void *buf[COLL_MAX_RANKS];
+    reduce_bufs(j, buf);
+    int n = j->n, v = (r - j->root + n) % n; /* the chain: v = 1 .. n-1, 0 */
+    int step = v ? v - 1 : n - 1;
+    for (int s = 0; s < n; s++) {
+        if (s == step) {
+            if (s == 0)
+                copy(buf[r], j->send[r], j->count * j->esz);
+            else
+                coll_reduce2(j->dt, step_op(j->op), buf[r],
+                             buf[(r + n - 1) % n], j->send[r], j->count);
+        }
+        if (s + 1 < n && !coll_barrier(j))
+            return;
+    }
+    if (r == j->root && j->op == UMP_AVG)
+        coll_avg_finish(j->dt, j->recv[r], j->count, n);
+}
+
+static void reduce_tree(struct coll_job *j, int r)
+{
+    void *buf[COLL_MAX_RANKS];
+    reduce_bufs(j, buf);
+    copy(buf[r], j->send[r], j->count * j->esz);
+    if (!coll_barrier(j) || !tree_reduce(j, r, buf, j->root))
+        return;
+    if (r == j->root && j->op == UMP_AVG)
+        coll_avg_finish(j->dt, j->recv[r], j->count, j->n);
+}
+
+/* --- allgather, reduce-scatter, all-to-all, gather, scatter --------------- */
+
+static void allgather_direct(struct coll_job *j, int r)
+{
+    size_t esz = j->esz, c = j->count;
+    for (int k = 0; k < j->n; k++)
+        copy(AT(j->recv[r], (size_t)k * c), j->send[k], c * esz);
+}
+
+static void allgather_ring(struct coll_job *j, int r)
+{
+    size_t esz = j->esz, c = j->count;
+    copy(AT(j->recv[r], (size_t)r * c), j->send[r], c * esz);
+    if (coll_barrier(j)) /* rank r holds slice r: shift -1 */
+        ring_allgather(j, r, j->recv, c * (size_t)j->n, -1);
+}
+
+/* Rank r reduces its slice of every input, ranks in order. */
+static void reduce_scatter_direct(struct coll_job *j, int r)
+{
+    size_t esz = j->esz, c = j->count;
+    const void *src[COLL_MAX_RANKS];
+    for (int k = 0; k < j->n; k++)
+        src[k] = CAT(j->send[k], (size_t)r * c);
+    coll_reduce(j->dt, j->op, j->recv[r], src, j->n, c);
+}
+
+static void reduce_scatter_ring(struct coll_job *j, int r)
+{
+    size_t esz = j->esz, c = j->count, all = c * (size_t)j->n;
+    copy(j->scratch[r], j->send[r], all * esz);
+    if (!coll_barrier(j) || !ring_reduce_scatter(j, r, j->scratch, all, -1))
+        return;
+    if (j->op == UMP_AVG)
+        coll_avg_finish(j->dt, AT(j->scratch[r], (size_t)r * c), c, j->n);
+    copy(j->recv[r], CAT(j->scratch[r], (size_t)r * c), c * esz);
+}
+
+/* Peer order: rank r reads rank r-1 first, then r-2, ...: with ring, one
+ * peer per step (NCCL's schedule of point-to-point pairs). */
+static void alltoall_run(struct coll_job *j, int r, bool stepwise)
+{
+    size_t esz = j->esz, c = j->count;
+    void *dst = j->inplace ? j->scratch[r] : j->recv[r];
+    for (int s = 0; s < j->n; s++) {
+        int k = (r - s + j->n) % j->n;
+        copy(AT(dst, (size_t)k * c), CAT(j->send[k], (size_t)r * c), c * esz);
+        if (stepwise && s + 1 < j->n && !coll_barrier(j))
+            return;
+    }
+    if (!j->inplace)
+        return;
+    if (!coll_barrier(j)) /* peers read send[r] == recv[r] until done */
+        return;
+    copy(j->recv[r], dst, c * (size_t)j->n * esz);
+}
+
+/* The root reads every rank's input; with ring, one peer per step. */
+static void gather_run(struct coll_job *j, int r, bool stepwise)
+{
+    size_t esz = j->esz, c = j->count;
+    for (int s = 0; s < j->n; s++) {
+        int k = (j->root + s) % j->n;
+        if (r == j->root)
+            copy(AT(j->recv[r], (size_t)k * c), j->send[k], c * esz);
+        if (stepwise && s + 1 < j->n && !coll_barrier(j))
+            return;
+    }
+}
+
+static void scatter_run(struct coll_job *j, int r, bool stepwise)
+{
+    size_t esz = j->esz, c = j->count;
+    int n = j->n, v = (r - j->root + n) % n;
+    for (int s = 0; s < n; s++) {
+        if (v == s)
+            copy(j->recv[r], CAT(j->send[j->root], (size_t)r * c), c * esz);
+        if (stepwise && s + 1 < n && !coll_barrier(j))
+            return;
+    }
+}
+
+/* --- dispatch ------------------------------------------------------------- */
+
+size_t coll_algo_scratch(const struct coll_job *j)
+{
+    size_t b = j->count * j->esz;
+    switch (j->coll) {
+    case UMP_COLL_ALLREDUCE:
+        return j->algo == COLL_ONESHOT && j->inplace ? b : 0;
+    case UMP_COLL_REDUCE:
+        return j->algo == COLL_DIRECT ? 0 : b;
+    case UMP_COLL_REDUCE_SCATTER:
+        return j->algo == COLL_RING ? b * (size_t)j->n : 0;
+    case UMP_COLL_ALLTOALL:
+        return j->inplace ? b * (size_t)j->n : 0;
+    default:
+        return 0;
+    }
+}
+
+void coll_algo_run(struct coll_job *j, int r)
+{
+    int a = j->algo;
+    switch (j->coll) {
+    case UMP_COLL_ALLREDUCE:
+        if (a == COLL_ONESHOT)
+            allreduce_oneshot(j, r);
+        else if (a == COLL_TWOSHOT)
+            allreduce_twoshot(j, r);
+        else if (a == COLL_RING)
+            allreduce_ring(j, r);
+        else
+            allreduce_tree(j, r);
+        break;
+    case UMP_COLL_BROADCAST:
+        if (a == COLL_DIRECT)
+            broadcast_direct(j, r);
+        else if (a == COLL_RING)
+            broadcast_ring(j, r);
+        else
+            broadcast_tree(j, r);
+        break;
+    case UMP_COLL_REDUCE:
+        if (a == COLL_DIRECT)
+            reduce_direct(j, r);
+        else if (a == COLL_RING)
+            reduce_ring(j, r);
+        else
+            reduce_tree(j, r);
+        break;
+    case UMP_COLL_ALLGATHER:
+        if (a == COLL_DIRECT)
+            allgather_direct(j, r);
+        else
+            allgather_ring(j, r);
+        break;
+    case UMP_COLL_REDUCE_SCATTER:
+        if (a == COLL_DIRECT)
+            reduce_scatter_direct(j, r);
+        else
+            reduce_scatter_ring(j, r);
+        break;
+    case UMP_COLL_ALLTOALL:
+        alltoall_run(j, r, a == COLL_RING);
+        break;
+    case UMP_COLL_GATHER:
+        gather_run(j, r, a == COLL_RING);
+        break;
+    case UMP_COLL_SCATTER:
+        scatter_run(j, r, a == COLL_RING);
+        break;
+    }
+}

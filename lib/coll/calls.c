@@ -1,0 +1,205 @@
+/*
+ * The collective calls: check the arguments, choose the algorithm, and
+ * queue each rank's share on its stream (job.h). On sim a rank's share is a
+ * host function reading and writing pool memory from the stream's worker
+ * thread. The cuda backend runs collectives with kernels (not built yet:
+ * -ENOTSUP, logged once per communicator).
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/check.h"
+#include "coll/comm.h"
+#include "coll/job.h"
+#include "coll/reduce.h"
+#include "front/check.h"
+#include "front/stream.h"
+#include "util/internal.h"
+#include "util/log.h"
+
+static void job_free(struct coll_job *j)
+{
+    for (int r = 0; r < j->n; r++)
+        free(j->scratch[r]);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+/* One rank's share, on its stream: the schedule, then a last barrier so
+ * that no rank's stream runs on while a peer still reads its buffers. */
+static void rank_main(void *arg)
+{
+    struct coll_rank *cr = arg;
+    struct coll_job *j = cr->job;
+    coll_algo_run(j, cr->r);
+    coll_barrier(j);
+    if (atomic_fetch_sub(&j->left, 1) == 1)
+        job_free(j);
+}
+
+static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
+                                int algo, bool inplace)
+{
+    struct coll_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->coll = a->coll;
+    j->algo = algo;
+    j->n = c->n;
+    j->dt = a->dt;
+    j->op = a->op;
+    j->root = a->root;
+    j->count = a->count;
+    j->esz = coll_dtype_size(a->dt);
+    j->inplace = inplace;
+    for (int r = 0; r < c->n; r++) {
+        j->send[r] = a->send[r];
+        j->recv[r] = a->recv[r];
+        j->rank[r] = (struct coll_rank){j, r};
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->left, c->n);
+    j->scratch_bytes = coll_algo_scratch(j);
+    for (int r = 0; r < c->n && j->scratch_bytes; r++)
+        if (!(j->scratch[r] = malloc(j->scratch_bytes))) {
+            job_free(j);
+            return NULL;
+        }
+    return j;
+}
+
+/* Queues every rank's share; on a failure half way, the ranks queued are
+ * told to stop at their first barrier and the error comes back. */
+static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st)
+{
+    int r = 0, rc = 0;
+    for (; r < c->n; r++) {
+        rc = ump_launch_host_func(c->pool, st[r], rank_main, &j->rank[r]);
+        if (rc)
+            break;
+    }
+    if (!rc)
+        return 0;
+    pthread_mutex_lock(&j->mu);
+    j->abort = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (atomic_fetch_sub(&j->left, c->n - r) == c->n - r)
+        job_free(j);
+    return rc;
+}
+
+static int run(ump_comm_t *c, const struct coll_args *a)
+{
+    if (!c) {
+        ump_log_error("%s: comm is NULL", a->fn);
+        return -EINVAL;
+    }
+    int rc = pool_check(c->pool, a->fn);
+    if (rc)
+        return rc;
+    bool inplace;
+    rc = coll_check(c, a, &inplace);
+    if (rc || !a->count) /* count 0: nothing to move, nothing waited for */
+        return rc;
+    if (strcmp(ump_backend_name(c->pool), "sim")) {
+        ump_log_error("%s: collectives run on the sim backend only so far "
+                      "(the cuda kernels are not built)", a->fn);
+        return -ENOTSUP;
+    }
+    const ump_stream_t *st = a->streams ? a->streams : c->own;
+    for (int r = 0; a->streams && r < c->n; r++) {
+        if (!st[r]) {
+            ump_log_error("%s: streams[%d] is NULL (a stream of rank %d's "
+                          "device, or streams NULL)", a->fn, r, r);
+            return -EINVAL;
+        }
+        if ((rc = pool_stream_check(c->pool, st[r], a->fn)))
+            return rc;
+    }
+    double us;
+    size_t bytes = coll_bytes(a->coll, a->count, coll_dtype_size(a->dt), c->n);
+    pthread_mutex_lock(&c->lock);
+    struct coll_job *j = job_new(c, a, coll_comm_algo(c, a->coll, bytes, &us),
+                                 inplace);
+    rc = j ? launch(c, j, st) : -ENOMEM;
+    pthread_mutex_unlock(&c->lock);
+    for (int r = 0; !rc && !a->streams && r < c->n; r++)
+        rc = ump_stream_synchronize(c->pool, c->own[r]);
+    return rc;
+}
+
+#define ARGS(name, coll_, count_, dt_, op_, root_)                             \
+    (&(const struct coll_args){name, coll_, send, recv, count_, (int)(dt_),   \
+                               op_, root_, streams})
+
+UMP_EXPORT int ump_allreduce(ump_comm_t *c, const void *const send[],
+                             void *const recv[], size_t count, ump_dtype_t dt,
+                             ump_redop_t op, const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_allreduce", UMP_COLL_ALLREDUCE, count, dt,
+                       (int)op, 0));
+}
+
+UMP_EXPORT int ump_broadcast(ump_comm_t *c, const void *const send[],
+                             void *const recv[], size_t count, ump_dtype_t dt,
+                             int root, const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_broadcast", UMP_COLL_BROADCAST, count, dt, 0,
+                       root));
+}
+
+UMP_EXPORT int ump_reduce(ump_comm_t *c, const void *const send[],
+                          void *const recv[], size_t count, ump_dtype_t dt,
+                          ump_redop_t op, int root,
+                          const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_reduce", UMP_COLL_REDUCE, count, dt, (int)op,
+                       root));
+}
+
+UMP_EXPORT int ump_allgather(ump_comm_t *c, const void *const send[],
+                             void *const recv[], size_t sendcount,
+                             ump_dtype_t dt, const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_allgather", UMP_COLL_ALLGATHER, sendcount, dt, 0,
+                       0));
+}
+
+UMP_EXPORT int ump_reduce_scatter(ump_comm_t *c, const void *const send[],
+                                  void *const recv[], size_t recvcount,
+                                  ump_dtype_t dt, ump_redop_t op,
+                                  const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_reduce_scatter", UMP_COLL_REDUCE_SCATTER,
+                       recvcount, dt, (int)op, 0));
+}
+
+UMP_EXPORT int ump_alltoall(ump_comm_t *c, const void *const send[],
+                            void *const recv[], size_t count, ump_dtype_t dt,
+                            const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_alltoall", UMP_COLL_ALLTOALL, count, dt, 0, 0));
+}
+
+UMP_EXPORT int ump_gather(ump_comm_t *c, const void *const send[],
+                          void *const recv[], size_t sendcount,
+                          ump_dtype_t dt, int root,
+                          const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_gather", UMP_COLL_GATHER, sendcount, dt, 0, root));
+}
+
+UMP_EXPORT int ump_scatter(ump_comm_t *c, const void *const send[],
+                           void *const recv[], size_t recvcount,
+                           ump_dtype_t dt, int root,
+                           const ump_stream_t streams[])
+{
+    return run(c, ARGS("ump_scatter", UMP_COLL_SCATTER, recvcount, dt, 0,
+                       root));
+}

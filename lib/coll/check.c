@@ -1,0 +1,188 @@
+#include "config.h"
+
+#include <errno.h>
+#include <stdint.h>
+
+#include "coll/check.h"
+#include "coll/reduce.h"
+#include "front/front.h"
+#include "util/log.h"
+
+static bool rooted(int coll)
+{
+    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
+}
+
+static bool reducing(int coll)
+{
+    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_REDUCE_SCATTER;
+}
+
+/* A buffer of one rank, as the call uses it. */
+struct buf {
+    const char *p;
+    size_t len;
+    int rank;
+    bool recv;
+};
+
+/* The buffers rank r passes that the call touches, into b; how many. The
+ * slice rules: allgather and gather receive n slices, reduce-scatter and
+ * scatter send n, all-to-all both. */
+static int buffers(const ump_comm_t *c, const struct coll_args *a, int r,
+                   size_t s, struct buf *b)
+{
+    size_t all = s * (size_t)c->n;
+    int k = 0, root = a->root;
+    bool send_used = !rooted(a->coll) || a->coll == UMP_COLL_REDUCE ||
+                     a->coll == UMP_COLL_GATHER || r == root;
+    bool recv_used = !rooted(a->coll) || a->coll == UMP_COLL_BROADCAST ||
+                     a->coll == UMP_COLL_SCATTER || r == root;
+    size_t slen = s, rlen = s;
+    switch (a->coll) {
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_GATHER:
+        rlen = all;
+        break;
+    case UMP_COLL_REDUCE_SCATTER:
+    case UMP_COLL_SCATTER:
+        slen = all;
+        break;
+    case UMP_COLL_ALLTOALL:
+        slen = rlen = all;
+        break;
+    default:
+        break;
+    }
+    if (send_used)
+        b[k++] = (struct buf){a->send[r], slen, r, false};
+    if (recv_used)
+        b[k++] = (struct buf){a->recv[r], rlen, r, true};
+    return k;
+}
+
+/* Is rank r working in place (its send is its recv, or its slice of it)? */
+static bool in_place(const struct coll_args *a, int r, size_t s)
+{
+    const char *sp = a->send[r], *rp = a->recv[r];
+    switch (a->coll) {
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_GATHER:
+        return sp == rp + (size_t)r * s;
+    case UMP_COLL_REDUCE_SCATTER:
+    case UMP_COLL_SCATTER:
+        return rp == sp + (size_t)r * s;
+    default:
+        return sp == rp;
+    }
+}
+
+/* Pool memory, len bytes from p inside one allocation, every chunk on a
+ * device rank's device reaches or on the host tier. */
+static int check_one(ump_comm_t *c, const struct coll_args *a,
+                     const struct buf *b)
+{
+    const char *what = b->recv ? "recv" : "send";
+    if (!b->p) {
+        ump_log_error("%s: rank %d's %s buffer is NULL", a->fn, b->rank, what);
+        return -EINVAL;
+    }
+    for (size_t off = 0; off < b->len;) {
+        ump_ptr_info_t in;
+        const char *why;
+        if (pool_ptr_info(c->pool, b->p + off, &in, &why)) {
+            ump_log_error("%s: rank %d's %s buffer %p is %s", a->fn, b->rank,
+                          what, (const void *)b->p, why);
+            return -EINVAL;
+        }
+        if ((size_t)((const char *)in.base + in.size - b->p) < b->len) {
+            ump_log_error("%s: rank %d's %s buffer %p holds %zu bytes from "
+                          "there, the call needs %zu", a->fn, b->rank, what,
+                          (const void *)b->p,
+                          (size_t)((const char *)in.base + in.size - b->p),
+                          b->len);
+            return -EINVAL;
+        }
+        if (in.tier == UMP_TIER_NVME) {
+            ump_log_error("%s: rank %d's %s buffer %p is on NVMe "
+                          "(ump_acquire it first)", a->fn, b->rank, what,
+                          (const void *)b->p);
+            return -EINVAL;
+        }
+        ump_link_props_t l;
+        int d = c->dev[b->rank];
+        if (in.device >= 0 && in.device != d &&
+            (ump_link_props(c->pool, d, in.device, &l) || !l.peer)) {
+            ump_log_error("%s: rank %d's %s buffer %p has memory on device "
+                          "%d, which device %d cannot reach", a->fn, b->rank,
+                          what, (const void *)b->p, in.device, d);
+            return -EINVAL;
+        }
+        off = (size_t)((const char *)in.chunk_base + in.chunk_size - b->p);
+    }
+    return 0;
+}
+
+static bool overlap(const struct buf *x, const struct buf *y)
+{
+    return x->p < y->p + y->len && y->p < x->p + x->len;
+}
+
+int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
+{
+    const char *fn = a->fn;
+    if (!coll_dtype_valid(a->dt) ||
+        (reducing(a->coll) && !coll_op_valid(a->op)) ||
+        (rooted(a->coll) && (a->root < 0 || a->root >= c->n))) {
+        ump_log_error("%s: %s %d", fn,
+                      !coll_dtype_valid(a->dt) ? "unknown data type"
+                      : reducing(a->coll) && !coll_op_valid(a->op)
+                          ? "unknown reduction"
+                          : "root out of range:",
+                      !coll_dtype_valid(a->dt) ? a->dt
+                      : reducing(a->coll) && !coll_op_valid(a->op) ? a->op
+                                                                   : a->root);
+        return -EINVAL;
+    }
+    if (!a->count) /* NCCL's convention: no buffer is read */
+        return 0;
+    if (!a->send || !a->recv) {
+        ump_log_error("%s: %s is NULL", fn, a->send ? "recv" : "send");
+        return -EINVAL;
+    }
+    size_t esz = coll_dtype_size(a->dt);
+    if (a->count > SIZE_MAX / esz / (size_t)c->n) {
+        ump_log_error("%s: count %zu overflows", fn, a->count);
+        return -EINVAL;
+    }
+    size_t s = a->count * esz;
+    struct buf b[2 * COLL_MAX_RANKS];
+    int nb = 0;
+    *inplace_p = false;
+    for (int r = 0; r < c->n; r++) {
+        int k = buffers(c, a, r, s, &b[nb]);
+        for (int i = nb; i < nb + k; i++) {
+            int rc = check_one(c, a, &b[i]);
+            if (rc)
+                return rc;
+        }
+        if (k == 2 && in_place(a, r, s))
+            *inplace_p = true;
+        nb += k;
+    }
+    for (int i = 0; i < nb; i++)
+        for (int j = i + 1; j < nb; j++) {
+            bool own = b[i].rank == b[j].rank && in_place(a, b[i].rank, s);
+            if (!overlap(&b[i], &b[j]) || own)
+                continue;
+            ump_log_error("%s: rank %d's %s buffer %p overlaps rank %d's %s "
+                          "buffer %p", fn, b[j].rank,
+                          b[j].recv ? "recv" : "send", (const void *)b[j].p,
+                          b[i].rank, b[i].recv ? "recv" : "send",
+                          (const void *)b[i].p);
+            return -EINVAL;
+        }
+    return 0;
+}

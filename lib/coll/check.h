@@ -1,0 +1,30 @@
+/*
+ * The arguments of a collective, checked before anything runs (check.c):
+ * every bad one is -EINVAL with one log line naming the call, the rank and
+ * the buffer.
+ */
+#ifndef UMP_COLL_CHECK_H
+#define UMP_COLL_CHECK_H
+
+#include "coll/comm.h"
+
+/* One collective call's arguments. */
+struct coll_args {
+    const char *fn;
+    int coll;
+    const void *const *send;
+    void *const *recv;
+    size_t count;
+    int dt, op, root;
+    const ump_stream_t *streams;
+};
+
+/* Type, op, root, counts and every buffer: pool memory, big enough, on
+ * devices the rank reaches (or the host tier), not on NVMe, and no two
+ * ranks' buffers overlapping (a rank's own send and recv only as in place:
+ * the same pointer, or its slice of the other for allgather, gather,
+ * reduce-scatter and scatter). *inplace_p: some rank works in place. With
+ * count 0 no buffer is looked at. */
+int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p);
+
+#endif

@@ -1,0 +1,183 @@
+#include "config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/comm.h"
+#include "coll/job.h"
+#include "coll/model.h"
+#include "coll/reduce.h"
+#include "front/check.h"
+#include "util/internal.h"
+#include "util/log.h"
+
+size_t coll_bytes(int coll, size_t count, size_t esz, int n)
+{
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+    case UMP_COLL_BROADCAST:
+    case UMP_COLL_REDUCE:
+        return count * esz;
+    default: /* the whole buffer of n slices */
+        return count * esz * (size_t)n;
+    }
+}
+
+int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p)
+{
+    if (c->force >= 0 && coll_algo_applies(coll, c->force)) {
+        *us_p = coll_model_us(&c->topo, coll, c->force, bytes);
+        return c->force;
+    }
+    return (int)coll_model_choose(&c->topo, coll, bytes, us_p);
+}
+
+/* The communicator's own keys ("key:value,..."): coll_algo only, so far. */
+static int parse_config(ump_comm_t *c, const char *config)
+{
+    c->force = -1;
+    if (!config)
+        return 0;
+    const char *p = config;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', len);
+        char val[32];
+        size_t klen = colon ? (size_t)(colon - p) : len;
+        size_t vlen = colon ? len - klen - 1 : 0;
+        if (!colon || klen != 9 || strncmp(p, "coll_algo", 9) ||
+            vlen >= sizeof(val)) {
+            ump_log_error("ump_comm_create: bad config item '%.*s' (known: "
+                          "coll_algo:auto|oneshot|twoshot|ring|tree|direct)",
+                          (int)len, p);
+            return -EINVAL;
+        }
+        memcpy(val, colon + 1, vlen);
+        val[vlen] = '\0';
+        int a = strcmp(val, "auto") ? coll_algo_lookup(val) : -1;
+        if (a < 0 && strcmp(val, "auto")) {
+            ump_log_error("ump_comm_create: unknown algorithm '%s' (known: "
+                          "auto, oneshot, twoshot, ring, tree, direct)", val);
+            return -EINVAL;
+        }
+        c->force = a;
+        p += len + (end != NULL);
+    }
+    return 0;
+}
+
+/* Devices of the communicator into c->dev: in range, each once. */
+static int set_devices(ump_comm_t *c, int ndev, const int *devices)
+{
+    int have = ump_device_count(c->pool);
+    if (have < 0)
+        return have;
+    if (ndev < 1 || ndev > COLL_MAX_RANKS || (!devices && ndev != have)) {
+        ump_log_error("ump_comm_create: %d ranks for a pool of %d devices%s",
+                      ndev, have, devices ? "" : " (devices NULL: one rank "
+                      "per device)");
+        return -EINVAL;
+    }
+    bool seen[UMP_MAX_DEVICES] = {false};
+    for (int r = 0; r < ndev; r++) {
+        int d = devices ? devices[r] : r;
+        if (d < 0 || d >= have || seen[d]) {
+            ump_log_error("ump_comm_create: rank %d: device %d %s", r, d,
+                          d < 0 || d >= have ? "is not a device of the pool"
+                                             : "has a rank already");
+            return -EINVAL;
+        }
+        seen[d] = true;
+        c->dev[r] = d;
+    }
+    c->n = ndev;
+    return 0;
+}
+
+UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
+                               const char *config, ump_comm_t **comm_p)
+{
+    int rc = pool_check(pool, "ump_comm_create");
+    if (rc)
+        return rc;
+    if (!comm_p) {
+        ump_log_error("ump_comm_create: comm_p is NULL");
+        return -EINVAL;
+    }
+    ump_comm_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->pool = pool;
+    rc = parse_config(c, config);
+    if (!rc)
+        rc = set_devices(c, ndev, devices);
+    if (!rc)
+        rc = coll_topo_from(&pool->topo, c->n, c->dev, &c->topo);
+    int made = 0;
+    for (; !rc && made < c->n; made++)
+        rc = ump_stream_create(pool, c->dev[made], &c->own[made]);
+    if (rc) {
+        while (made-- > 0)
+            if (c->own[made])
+                ump_stream_destroy(pool, c->own[made]);
+        free(c);
+        return rc;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    *comm_p = c;
+    return 0;
+}
+
+UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
+{
+    if (!comm) {
+        ump_log_error("ump_comm_destroy: comm is NULL");
+        return -EINVAL;
+    }
+    int rc = 0;
+    for (int r = 0; r < comm->n; r++) {
+        int e = ump_stream_destroy(comm->pool, comm->own[r]);
+        if (e && !rc)
+            rc = e;
+    }
+    pthread_mutex_destroy(&comm->lock);
+    free(comm);
+    return rc;
+}
+
+UMP_EXPORT int ump_comm_size(ump_comm_t *comm, int *nranks_p)
+{
+    if (!comm || !nranks_p) {
+        ump_log_error("ump_comm_size: %s is NULL",
+                      comm ? "nranks_p" : "comm");
+        return -EINVAL;
+    }
+    *nranks_p = comm->n;
+    return 0;
+}
+
+UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
+                             ump_dtype_t dt, ump_coll_plan_t *plan_p)
+{
+    if (!c || !plan_p || coll < 0 || coll >= COLL_NCOLL ||
+        !coll_dtype_valid(dt)) {
+        ump_log_error("ump_comm_plan: %s", !c        ? "comm is NULL"
+                                           : !plan_p ? "plan_p is NULL"
+                                           : coll < 0 || coll >= COLL_NCOLL
+                                               ? "unknown collective"
+                                               : "unknown data type");
+        return -EINVAL;
+    }
+    size_t esz = coll_dtype_size(dt);
+    if (count > SIZE_MAX / esz / (size_t)c->n) {
+        ump_log_error("ump_comm_plan: count %zu overflows", count);
+        return -EINVAL;
+    }
+    double us;
+    int a = coll_comm_algo(c, coll, coll_bytes(coll, count, esz, c->n), &us);
+    plan_p->algorithm = coll_algo_name(a);
+    plan_p->modeled_us = us;
+    return 0;
+}

@@ -1,0 +1,33 @@
+/*
+ * A communicator (comm.c makes it; calls.c runs the collectives on it;
+ * check.c checks their arguments).
+ */
+#ifndef UMP_COLL_COMM_H
+#define UMP_COLL_COMM_H
+
+#include <pthread.h>
+
+#include "coll/coll.h"
+
+struct ump_comm {
+    ump_pool_t *pool;
+    int n;
+    int dev[COLL_MAX_RANKS];
+    ump_stream_t own[COLL_MAX_RANKS]; /* for calls with streams NULL */
+    int force;                        /* coll_algo:NAME, or -1 */
+    struct coll_topo topo;            /* the cost model's view */
+    /* One call queues its ranks at a time: two threads calling on one
+     * communicator would otherwise interleave their ranks' work on the
+     * streams and each wait for the other's ranks. */
+    pthread_mutex_t lock;
+};
+
+/* The algorithm for coll of bytes (nccl-tests' S): the forced one where it
+ * runs that collective, else the cost model's choice; its modeled time. */
+int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p);
+
+/* nccl-tests' S: the bytes a collective of count elements of esz bytes
+ * moves, in the sense coll_model_us takes. */
+size_t coll_bytes(int coll, size_t count, size_t esz, int n);
+
+#endif

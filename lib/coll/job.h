@@ -1,0 +1,58 @@
+/*
+ * One collective in flight (job.c runs it, algo.c holds each algorithm's
+ * per-rank schedule). On sim, rank r's share runs as a host function on its
+ * stream, in the stream's worker thread, after the work queued before it:
+ * it reads its peers' buffers through the pool's pointers, as a GPU reads a
+ * peer over NVLink. Ranks hand steps to each other through a barrier of the
+ * job (a mutex and a condition variable: the release/acquire edges TSan
+ * checks), and every schedule ends with one, so that no rank's stream runs
+ * on into work that overwrites a buffer a peer still reads.
+ */
+#ifndef UMP_COLL_JOB_H
+#define UMP_COLL_JOB_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "coll/coll.h"
+
+struct coll_job;
+
+struct coll_rank {
+    struct coll_job *job;
+    int r;
+};
+
+struct coll_job {
+    int coll, algo, n, dt, op, root;
+    size_t count; /* elements, as the call's count means it */
+    size_t esz;   /* bytes of one element */
+    bool inplace; /* some rank's send and recv are the same buffer */
+    const void *send[COLL_MAX_RANKS];
+    void *recv[COLL_MAX_RANKS];
+    void *scratch[COLL_MAX_RANKS]; /* per rank, where the schedule needs it */
+    size_t scratch_bytes;
+    /* The barrier: arrivals of the current generation. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int arrived;
+    unsigned gen;
+    bool abort; /* (mu) not every rank was launched: nobody waits */
+    atomic_int left; /* ranks still running: the last one frees the job */
+    struct coll_rank rank[COLL_MAX_RANKS];
+};
+
+/* Waits until every rank of the job has called it as often; false when
+ * the job was aborted (the schedule then stops). */
+bool coll_barrier(struct coll_job *job);
+
+/* Runs rank r's share of job's algorithm (algo.c): every algorithm for
+ * every collective coll_algo_applies (model.h) says it applies to. */
+void coll_algo_run(struct coll_job *job, int r);
+/* Does algorithm a need a scratch buffer per rank for this job, and how
+ * many bytes (0: none)? */
+size_t coll_algo_scratch(const struct coll_job *job);
+
+#endif

@@ -1,0 +1,643 @@
+/*
+ * Collectives on sim: every collective with every algorithm that runs it
+ * (and the cost model's choice), on 1 to 8 ranks, in place and out of
+ * place, against a reference computed here; and every bad argument.
+ * Inputs are small integers (nccl-tests' verifiable style), exact in float
+ * too, so every algorithm's result must be bitwise the reference's.
+ */
+#include "config.h"
+
+#include "testutil.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#include "coll/coll.h"
+#include "coll/model.h"
+#include "coll/reduce.h"
+
+#include <math.h>
+
+#define NR_MAX 8
+
+static const char *const algos[] = {"auto", "oneshot", "twoshot", "ring",
+                                    "tree", "direct"};
+#define NALGOS (sizeof(algos) / sizeof(algos[0]))
+
+/* Rank k's input element j. */
+static int32_t val(int k, size_t j)
+{
+    return (int32_t)((k * 7 + j * 13) % 97) - 48;
+}
+
+static bool rooted(int coll)
+{
+    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
+}
+
+/* Elements of rank r's send and recv buffers for count. */
+static void sizes(int coll, int n, size_t c, size_t *sn, size_t *rn)
+{
+    *sn = *rn = c;
+    if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
+        *rn = c * (size_t)n;
+    if (coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER)
+        *sn = c * (size_t)n;
+    if (coll == UMP_COLL_ALLTOALL)
+        *sn = *rn = c * (size_t)n;
+}
+
+/* What rank r's recv element i must hold (SUM of int32 or float32). */
+static int32_t expect(int coll, int n, size_t c, int root, int r, size_t i)
+{
+    int32_t sum = 0;
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+    case UMP_COLL_REDUCE:
+        for (int k = 0; k < n; k++)
+            sum += val(k, i);
+        return sum;
+    case UMP_COLL_BROADCAST:
+        return val(root, i);
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_GATHER:
+        return val((int)(i / c), i % c);
+    case UMP_COLL_REDUCE_SCATTER:
+        for (int k = 0; k < n; k++)
+            sum += val(k, (size_t)r * c + i);
+        return sum;
+    case UMP_COLL_ALLTOALL:
+        return val((int)(i / c), (size_t)r * c + i % c);
+    default: /* scatter */
+        return val(root, (size_t)r * c + i);
+    }
+}
+
+static int call(ump_comm_t *comm, int coll, const void **send, void **recv,
+                size_t c, ump_dtype_t dt, int root)
+{
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+        return ump_allreduce(comm, send, recv, c, dt, UMP_SUM, NULL);
+    case UMP_COLL_BROADCAST:
+        return ump_broadcast(comm, send, recv, c, dt, root, NULL);
+    case UMP_COLL_REDUCE:
+        return ump_reduce(comm, send, recv, c, dt, UMP_SUM, root, NULL);
+    case UMP_COLL_ALLGATHER:
+        return ump_allgather(comm, send, recv, c, dt, NULL);
+    case UMP_COLL_REDUCE_SCATTER:
+        return ump_reduce_scatter(comm, send, recv, c, dt, UMP_SUM, NULL);
+    case UMP_COLL_ALLTOALL:
+        return ump_alltoall(comm, send, recv, c, dt, NULL);
+    case UMP_COLL_GATHER:
+        return ump_gather(comm, send, recv, c, dt, root, NULL);
+    default:
+        return ump_scatter(comm, send, recv, c, dt, root, NULL);
+    }
+}
+
+/* Does rank r receive anything in coll? */
+static bool receives(int coll, int r, int root)
+{
+    return !(coll == UMP_COLL_REDUCE || coll == UMP_COLL_GATHER) || r == root;
+}
+
+/* One collective on comm, checked against expect(). */
+static void run_case(ump_pool_t *pool, ump_comm_t *comm, int coll, int n,
+                     size_t c, ump_dtype_t dt, bool inplace, const char *algo)
+{
+    int root = rooted(coll) ? n - 1 : 0;
+    size_t sn, rn;
+    sizes(coll, n, c, &sn, &rn);
+    void *sbuf[NR_MAX], *rbuf[NR_MAX];
+    const void *send[NR_MAX];
+    void *recv[NR_MAX];
+    for (int r = 0; r < n; r++) {
+        /* In place: one buffer, the send part inside the recv (or the other
+         * way round), as NCCL has it. */
+        bool ip = inplace && receives(coll, r, root) &&
+                  (!rooted(coll) || r == root || coll == UMP_COLL_BROADCAST);
+        size_t big = sn > rn ? sn : rn;
+        rbuf[r] = tu_alloc(pool, big * 4, r);
+        sbuf[r] = ip ? NULL : tu_alloc(pool, sn * 4, r);
+        memset(rbuf[r], 0x5a, big * 4);
+        recv[r] = rbuf[r];
+        send[r] = sbuf[r];
+        if (ip) {
+            if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
+                send[r] = (char *)rbuf[r] + (size_t)r * c * 4;
+            else if (coll == UMP_COLL_REDUCE_SCATTER ||
+                     coll == UMP_COLL_SCATTER) {
+                send[r] = rbuf[r];
+                recv[r] = (char *)rbuf[r] + (size_t)r * c * 4;
+            } else {
+                send[r] = rbuf[r];
+            }
+        }
+        size_t fill = sn;
+        for (size_t j = 0; j < fill; j++) {
+            int32_t v = val(r, j);
+            if (dt == UMP_FLOAT32) {
+                float f = (float)v;
+                memcpy((char *)send[r] + j * 4, &f, 4);
+            } else {
+                memcpy((char *)send[r] + j * 4, &v, 4);
+            }
+        }
+    }
+    int rc = call(comm, coll, send, recv, c, dt, root);
+    if (rc)
+        fail_msg("coll %d algo %s n %d count %zu: %s", coll, algo, n, c,
+                 ump_strerror(rc));
+    for (int r = 0; r < n; r++) {
+        if (!receives(coll, r, root))
+            continue;
+        size_t got_n = coll == UMP_COLL_REDUCE_SCATTER ||
+                               coll == UMP_COLL_SCATTER
+                           ? c
+                           : rn;
+        for (size_t i = 0; i < got_n; i++) {
+            int32_t want = expect(coll, n, c, root, r, i), got;
+            if (dt == UMP_FLOAT32) {
+                float f;
+                memcpy(&f, (char *)recv[r] + i * 4, 4);
+                got = (int32_t)f;
+                if (f != (float)want)
+                    got = INT32_MIN;
+            } else {
+                memcpy(&got, (char *)recv[r] + i * 4, 4);
+            }
+            if (got != want)
+                fail_msg("coll %d algo %s n %d count %zu %s rank %d element "
+                         "%zu: %d, expected %d", coll, algo, n, c,
+                         inplace ? "in place" : "out of place", r, i, got,
+                         want);
+        }
+    }
+    for (int r = 0; r < n; r++) {
+        tu_free(pool, rbuf[r]);
+        if (sbuf[r])
+            tu_free(pool, sbuf[r]);
+    }
+}
+
+static void test_all_collectives(void **state)
+{
+    (void)state;
+    static const int nranks[] = {1, 2, 3, 4, 5, 8};
+    static const size_t counts[] = {1, 7, 1000, 4099};
+    for (size_t ni = 0; ni < sizeof(nranks) / sizeof(nranks[0]); ni++) {
+        int n = nranks[ni];
+        char conf[128];
+        snprintf(conf, sizeof(conf),
+                 "backend:sim,sim_devices:%d,sim_device_mem:256M", n);
+        ump_pool_t *pool = tu_pool_create(conf);
+        for (size_t a = 0; a < NALGOS; a++) {
+            char cc[64];
+            snprintf(cc, sizeof(cc), "coll_algo:%s", algos[a]);
+            ump_comm_t *comm;
+            assert_int_equal(ump_comm_create(pool, n, NULL, cc, &comm), 0);
+            /* A forced algorithm runs wherever it can. */
+            for (int coll = 0; a > 0 && coll < COLL_NCOLL; coll++) {
+                ump_coll_plan_t plan;
+                assert_int_equal(ump_comm_plan(comm, coll, 1000, UMP_INT32,
+                                               &plan), 0);
+                if (coll_algo_applies(coll, (enum coll_algo)(a - 1)))
+                    assert_string_equal(plan.algorithm, algos[a]);
+            }
+            for (int coll = 0; coll < COLL_NCOLL; coll++)
+                for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]);
+                     ci++)
+                    for (int ip = 0; ip < 2; ip++)
+                        run_case(pool, comm, coll, n, counts[ci],
+                                 ci % 2 ? UMP_FLOAT32 : UMP_INT32, ip,
+                                 algos[a]);
+            assert_int_equal(ump_comm_destroy(comm), 0);
+        }
+        tu_pool_destroy(pool);
+    }
+}
+
+/* Every bad argument is -EINVAL with one log line, before anything runs:
+ * the buffers keep their bytes. */
+#define expect_bad(call, what)                                                 \
+    do {                                                                       \
+        struct tu_capture cap_;                                                \
+        char log_[4096];                                                       \
+        tu_capture_start(&cap_);                                               \
+        int rc_ = (call);                                                      \
+        tu_capture_stop(&cap_, log_, sizeof(log_));                            \
+        if (rc_ != -EINVAL || tu_count_log_lines(log_) != 1)                   \
+            fail_msg("%s: %d, expected -EINVAL with one log line; log:\n%s",   \
+                     what, rc_, log_);                                         \
+    } while (0)
+
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
+                                      "sim_device_mem:256M");
+    ump_comm_t *comm;
+    int twice[2] = {1, 1}, out[2] = {0, 4}, two[2] = {0, 1};
+    assert_int_equal(ump_comm_create(pool, 2, twice, NULL, &comm), -EINVAL);
+    assert_int_equal(ump_comm_create(pool, 2, out, NULL, &comm), -EINVAL);
+    assert_int_equal(ump_comm_create(pool, 3, NULL, NULL, &comm), -EINVAL);
+    assert_int_equal(ump_comm_create(pool, 0, two, NULL, &comm), -EINVAL);
+    assert_int_equal(ump_comm_create(pool, 2, two, "coll_algo:nope", &comm),
+                     -EINVAL);
+    assert_int_equal(ump_comm_create(pool, 2, two, "nope:1", &comm), -EINVAL);
+    assert_int_equal(ump_comm_create(NULL, 2, two, NULL, &comm), -EINVAL);
+    assert_int_equal(ump_comm_create(pool, 2, two, NULL, &comm), 0);
+    int nr = 0;
+    assert_int_equal(ump_comm_size(comm, &nr), 0);
+    assert_int_equal(nr, 2);
+
+    size_t c = 256;
+    void *a = tu_alloc(pool, c * 4, 0), *b = tu_alloc(pool, c * 4, 1);
+    void *a2 = tu_alloc(pool, c * 4, 0), *b2 = tu_alloc(pool, c * 4, 1);
+    void *small = tu_alloc(pool, c * 4 - 4, 1);
+    char host[1024];
+    const void *send[2] = {a, b};
+    void *recv[2] = {a2, b2};
+    memset(a2, 1, c * 4);
+    memset(b2, 1, c * 4);
+
+    expect_bad(ump_allreduce(comm, send, recv, c, (ump_dtype_t)10, UMP_SUM,
+                             NULL), "bad dtype");
+    expect_bad(ump_allreduce(comm, send, recv, c, UMP_INT32, (ump_redop_t)5,
+                             NULL), "bad op");
+    expect_bad(ump_broadcast(comm, send, recv, c, UMP_INT32, 2, NULL),
+               "root out of range");
+    expect_bad(ump_reduce(comm, send, recv, c, UMP_INT32, UMP_SUM, -1, NULL),
+               "negative root");
+    expect_bad(ump_allreduce(comm, send, recv, SIZE_MAX / 2, UMP_INT32,
+                             UMP_SUM, NULL), "count overflow");
+    const void *s_host[2] = {host, b};
+    expect_bad(ump_allreduce(comm, s_host, recv, c, UMP_INT32, UMP_SUM, NULL),
+               "not pool memory");
+    void *r_small[2] = {a2, small};
+    expect_bad(ump_allreduce(comm, send, r_small, c, UMP_INT32, UMP_SUM,
+                             NULL), "too small");
+    void *r_overlap[2] = {a2, (char *)a2 + 64};
+    expect_bad(ump_allreduce(comm, send, r_overlap, c, UMP_INT32, UMP_SUM,
+                             NULL), "overlapping ranks");
+    const void *s_shared[2] = {a, a};
+    expect_bad(ump_allreduce(comm, s_shared, recv, c, UMP_INT32, UMP_SUM,
+                             NULL), "one send buffer for two ranks");
+    const void *s_half[2] = {(char *)a2 + 4, b};
+    expect_bad(ump_allreduce(comm, s_half, recv, c - 1, UMP_INT32, UMP_SUM,
+                             NULL), "send overlapping recv, not in place");
+    ump_stream_t bogus[2] = {(ump_stream_t)host, (ump_stream_t)host};
+    expect_bad(ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM, bogus),
+               "foreign streams");
+    ump_stream_t nulls[2] = {NULL, NULL};
+    expect_bad(ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM, nulls),
+               "NULL streams");
+    expect_bad(ump_allreduce(NULL, send, recv, c, UMP_INT32, UMP_SUM, NULL),
+               "NULL comm");
+    /* nothing ran */
+    for (size_t i = 0; i < c * 4; i++)
+        if (((unsigned char *)a2)[i] != 1 || ((unsigned char *)b2)[i] != 1)
+            fail_msg("byte %zu of a recv buffer changed", i);
+    /* count 0: nothing is looked at, not even the buffers */
+    const void *none_s[2] = {NULL, NULL};
+    void *none_r[2] = {NULL, NULL};
+    assert_int_equal(ump_allreduce(comm, none_s, none_r, 0, UMP_INT32, UMP_SUM,
+                                   NULL), 0);
+
+    /* a device the rank cannot reach: pcie-4gpu's two sockets */
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_free(pool, a);
+    tu_free(pool, b);
+    tu_free(pool, a2);
+    tu_free(pool, b2);
+    tu_free(pool, small);
+    tu_pool_destroy(pool);
+
+    pool = tu_pool_create("backend:sim,sim_topology:pcie-4gpu,"
+                          "sim_device_mem:256M");
+    int pair[2] = {0, 1};
+    assert_int_equal(ump_comm_create(pool, 2, pair, NULL, &comm), 0);
+    ump_link_props_t l;
+    assert_int_equal(ump_link_props(pool, 0, 2, &l), 0);
+    if (!l.peer) {
+        void *far = tu_alloc(pool, c * 4, 2), *r0 = tu_alloc(pool, c * 4, 0),
+             *s1 = tu_alloc(pool, c * 4, 1), *r1 = tu_alloc(pool, c * 4, 1);
+        const void *sf[2] = {far, s1};
+        void *rf[2] = {r0, r1};
+        expect_bad(ump_allreduce(comm, sf, rf, c, UMP_INT32, UMP_SUM, NULL),
+                   "unreachable device");
+        tu_free(pool, far);
+        tu_free(pool, r0);
+        tu_free(pool, s1);
+        tu_free(pool, r1);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
+}
+
+/* User streams: the call returns once queued; the work is done after the
+ * streams are synchronized, and work queued before it is seen. */
+static void test_user_streams(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:3,"
+                                      "sim_device_mem:256M");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 3, NULL, "coll_algo:ring", &comm),
+                     0);
+    ump_stream_t st[3];
+    size_t c = 1 << 16;
+    void *buf[3];
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
+        buf[r] = tu_alloc(pool, c * 4, r);
+        /* queued before the collective, on the same stream */
+        assert_int_equal(ump_memset_async(pool, buf[r], r + 1, c * 4, st[r]),
+                         0);
+    }
+    const void *send[3] = {buf[0], buf[1], buf[2]};
+    assert_int_equal(ump_allreduce(comm, send, buf, c, UMP_UINT8 == 1
+                                                          ? UMP_INT32
+                                                          : UMP_INT32,
+                                   UMP_SUM, st), 0);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+    uint32_t want = 0x01010101u + 0x02020202u + 0x03030303u;
+    for (int r = 0; r < 3; r++)
+        for (size_t i = 0; i < c; i++)
+            if (((uint32_t *)buf[r])[i] != want)
+                fail_msg("rank %d element %zu: %#x", r, i,
+                         ((uint32_t *)buf[r])[i]);
+    for (int r = 0; r < 3; r++) {
+        tu_free(pool, buf[r]);
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
+}
+
+/* Two threads, each with its own communicator over the same devices, run
+ * collectives at once; and several communicators live together. */
+struct thr {
+    ump_pool_t *pool;
+    int seed;
+    int rc;
+};
+
+static void *thread_main(void *arg)
+{
+    struct thr *t = arg;
+    ump_comm_t *comm;
+    t->rc = ump_comm_create(t->pool, 2, NULL,
+                            t->seed ? "coll_algo:twoshot" : NULL, &comm);
+    if (t->rc)
+        return NULL;
+    size_t c = 4096;
+    int32_t *b[2];
+    for (int r = 0; r < 2 && !t->rc; r++) {
+        ump_hints_t h = {.device = r};
+        t->rc = ump_alloc(t->pool, c * 4, &h, (void **)&b[r]);
+    }
+    for (int it = 0; it < 50 && !t->rc; it++) {
+        for (int r = 0; r < 2; r++)
+            for (size_t i = 0; i < c; i++)
+                b[r][i] = (int32_t)(i + (size_t)r + (size_t)t->seed + it);
+        const void *send[2] = {b[0], b[1]};
+        void *recv[2] = {b[0], b[1]};
+        t->rc = ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM, NULL);
+        for (int r = 0; r < 2 && !t->rc; r++)
+            for (size_t i = 0; i < c; i++)
+                if (b[r][i] != (int32_t)(2 * (i + (size_t)t->seed + it) + 1))
+                    t->rc = -EIO;
+    }
+    ump_free(t->pool, b[0]);
+    ump_free(t->pool, b[1]);
+    int rc = ump_comm_destroy(comm);
+    if (!t->rc)
+        t->rc = rc;
+    return NULL;
+}
+
+static void test_two_threads(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:256M");
+    ump_comm_t *extra[4];
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ump_comm_create(pool, 2, NULL, NULL, &extra[i]), 0);
+    pthread_t th[2];
+    struct thr t[2] = {{pool, 0, 0}, {pool, 1000, 0}};
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, thread_main, &t[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(t[i].rc, 0);
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(ump_comm_destroy(extra[i]), 0);
+    tu_pool_destroy(pool);
+}
+
+/* --- every type and reduction: algorithms against each other ------------ */
+
+/* A random element of dt into p: integers across their whole range (sums
+ * and products wrap), floats with fractions (roundings matter), near 1 for
+ * PROD (no overflow). */
+static void rand_elem(void *p, int dt, int op, uint64_t *rs)
+{
+    uint64_t x = tu_rand(rs);
+    double f = op == UMP_PROD ? 0.5 + (double)(x % 1000) / 1000.0
+                              : ((double)(x % 4001) - 2000.0) / 512.0;
+    switch (dt) {
+    case UMP_INT8: case UMP_UINT8: *(uint8_t *)p = (uint8_t)x; break;
+    case UMP_INT32: case UMP_UINT32: *(uint32_t *)p = (uint32_t)x; break;
+    case UMP_INT64: case UMP_UINT64: *(uint64_t *)p = x; break;
+    case UMP_FLOAT32: *(float *)p = (float)f; break;
+    case UMP_FLOAT64: *(double *)p = f; break;
+    case UMP_FLOAT16: *(uint16_t *)p = coll_float_to_half((float)f); break;
+    default: *(uint16_t *)p = coll_float_to_bf16((float)f); break;
+    }
+}
+
+static double as_double(const void *p, int dt)
+{
+    switch (dt) {
+    case UMP_FLOAT32: return *(const float *)p;
+    case UMP_FLOAT64: return *(const double *)p;
+    case UMP_FLOAT16: return coll_half_to_float(*(const uint16_t *)p);
+    default: return coll_bf16_to_float(*(const uint16_t *)p);
+    }
+}
+
+static bool is_float(int dt)
+{
+    return dt == UMP_FLOAT16 || dt == UMP_FLOAT32 || dt == UMP_FLOAT64 ||
+           dt == UMP_BFLOAT16;
+}
+
+/* Unit roundoff of a float type. */
+static double unit(int dt)
+{
+    return dt == UMP_FLOAT16 ? 0x1p-11 : dt == UMP_BFLOAT16 ? 0x1p-8
+           : dt == UMP_FLOAT32 ? 0x1p-24 : 0x1p-53;
+}
+
+/* Allreduce of every type and reduction on n ranks with each algorithm:
+ * one-shot and two-shot give the reference's bits (coll_reduce over the
+ * ranks in order, itself checked in test_coll_reduce); ring and tree give
+ * them too for integers, MAX and MIN, and for float sums and products stay
+ * within the bound of their step-wise roundings; every rank gets the same
+ * bits; a second run gives the same bits. */
+static void allreduce_matrix(int n)
+{
+    char conf[128];
+    snprintf(conf, sizeof(conf), "backend:sim,sim_devices:%d,"
+             "sim_device_mem:64M", n);
+    ump_pool_t *pool = tu_pool_create(conf);
+    static const char *const forced[] = {"oneshot", "twoshot", "ring",
+                                         "tree"};
+    ump_comm_t *comm[4];
+    for (int a = 0; a < 4; a++) {
+        snprintf(conf, sizeof(conf), "coll_algo:%s", forced[a]);
+        assert_int_equal(ump_comm_create(pool, n, NULL, conf, &comm[a]), 0);
+    }
+    static const size_t counts[] = {1, 17, 1031};
+    uint64_t rs = 0x9e3779b97f4a7c15ull + (uint64_t)n;
+    for (int dt = 0; dt < 10; dt++)
+        for (int op = 0; op < 5; op++)
+            for (size_t ci = 0; ci < 3; ci++) {
+                size_t c = counts[ci], esz = coll_dtype_size(dt);
+                void *in[NR_MAX], *out[NR_MAX];
+                const void *send[NR_MAX];
+                for (int r = 0; r < n; r++) {
+                    in[r] = tu_alloc(pool, c * esz, r);
+                    out[r] = tu_alloc(pool, c * esz, r);
+                    send[r] = in[r];
+                    for (size_t i = 0; i < c; i++)
+                        rand_elem((char *)in[r] + i * esz, dt, op, &rs);
+                }
+                char *ref = malloc(c * esz), *first = malloc(c * esz);
+                coll_reduce(dt, op, ref, (const void *const *)in, n, c);
+                for (int a = 0; a < 4; a++) {
+                    for (int run = 0; run < 2; run++) {
+                        assert_int_equal(ump_allreduce(comm[a], send, out, c,
+                                                       dt, op, NULL), 0);
+                        for (int r = 1; r < n; r++)
+                            if (memcmp(out[r], out[0], c * esz))
+                                fail_msg("%s n %d dt %d op %d count %zu: "
+                                         "rank %d differs from rank 0",
+                                         forced[a], n, dt, op, c, r);
+                        if (run == 0)
+                            memcpy(first, out[0], c * esz);
+                        else if (memcmp(first, out[0], c * esz))
+                            fail_msg("%s n %d dt %d op %d: runs differ",
+                                     forced[a], n, dt, op);
+                    }
+                    bool exact = a < 2 || !is_float(dt) || op == UMP_MAX ||
+                                 op == UMP_MIN || n <= 2;
+                    for (size_t i = 0; i < c; i++) {
+                        const char *g = (const char *)out[0] + i * esz;
+                        const char *w = ref + i * esz;
+                        if (exact) {
+                            if (memcmp(g, w, esz))
+                                fail_msg("%s n %d dt %d op %d count %zu: "
+                                         "element %zu differs from the "
+                                         "reference", forced[a], n, dt, op,
+                                         c, i);
+                            continue;
+                        }
+                        /* n - 1 roundings of the type plus the reference's
+                         * one, relative to the magnitudes folded */
+                        double mag = 0, got = as_double(g, dt),
+                               want = as_double(w, dt);
+                        for (int k = 0; k < n; k++)
+                            mag += fabs(as_double((char *)in[k] + i * esz,
+                                                  dt));
+                        if (op == UMP_PROD)
+                            mag = fabs(want) + 1e-30;
+                        double tol = (double)(n + 1) * unit(dt) * mag * 1.01;
+                        if (fabs(got - want) > tol)
+                            fail_msg("%s n %d dt %d op %d element %zu: %g, "
+                                     "reference %g, bound %g", forced[a], n,
+                                     dt, op, i, got, want, tol);
+                    }
+                }
+                free(ref);
+                free(first);
+                for (int r = 0; r < n; r++) {
+                    tu_free(pool, in[r]);
+                    tu_free(pool, out[r]);
+                }
+            }
+    for (int a = 0; a < 4; a++)
+        assert_int_equal(ump_comm_destroy(comm[a]), 0);
+    tu_pool_destroy(pool);
+}
+
+static void test_allreduce_matrix(void **state)
+{
+    (void)state;
+    static const int nranks[] = {2, 3, 4, 5, 8};
+    for (size_t i = 0; i < sizeof(nranks) / sizeof(nranks[0]); i++)
+        allreduce_matrix(nranks[i]);
+}
+
+/* Buffers that span two devices (placed by interleave) and buffers moved
+ * to the host tier serve as well as device-local ones. */
+static void test_pooled_and_host_buffers(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:256M,host_limit:256M");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 2, NULL, "coll_algo:twoshot",
+                                     &comm), 0);
+    size_t c = 4 << 20; /* 16 MiB of int32: 8 chunks */
+    void *b[2];
+    for (int r = 0; r < 2; r++) {
+        ump_hints_t h = tu_hints(r);
+        h.policy = "interleave";
+        h.flags = r ? UMP_HINT_OFFLOAD : 0;
+        assert_int_equal(ump_alloc(pool, c * 4, &h, &b[r]), 0);
+        for (size_t i = 0; i < c; i++)
+            ((int32_t *)b[r])[i] = (int32_t)(i * (size_t)(r + 1));
+    }
+    /* rank 1's buffer on the host tier, keeping its address */
+    assert_int_equal(ump_evict(pool, b[1], 0, UMP_TIER_HOST), 0);
+    ump_ptr_info_t in0, in0e, in1;
+    assert_int_equal(ump_ptr_info(pool, b[0], &in0), 0);
+    assert_int_equal(ump_ptr_info(pool, (char *)b[0] + c * 4 - 1, &in0e), 0);
+    assert_int_not_equal(in0.device, in0e.device); /* spans both */
+    assert_int_equal(ump_ptr_info(pool, b[1], &in1), 0);
+    assert_int_equal(in1.tier, UMP_TIER_HOST);
+    const void *send[2] = {b[0], b[1]};
+    assert_int_equal(ump_allreduce(comm, send, b, c, UMP_INT32, UMP_SUM, NULL),
+                     0);
+    for (int r = 0; r < 2; r++)
+        for (size_t i = 0; i < c; i++)
+            if (((int32_t *)b[r])[i] != (int32_t)(3 * i))
+                fail_msg("rank %d element %zu: %d", r, i,
+                         ((int32_t *)b[r])[i]);
+    for (int r = 0; r < 2; r++)
+        tu_free(pool, b[r]);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
+}
+
+int main(void)
+{
+    tu_main_begin("test_coll");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_all_collectives),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_user_streams),
+        cmocka_unit_test(test_two_threads),
+        cmocka_unit_test(test_allreduce_matrix),
+        cmocka_unit_test(test_pooled_and_host_buffers),
+    };
+    return tu_main_end(cmocka_run_group_tests_name("coll", tests, NULL, NULL),
+                       6);
+}

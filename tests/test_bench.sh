@@ -213,6 +213,36 @@ for args in "replay" "replay $trace --capacity 0.1x" "alloc --capacity 1G"; do
 done
 echo "  one line per capacity, JSON consistent, bad traces and options fail"
 
+echo "check: coll prints nccl-tests' table, checked and modeled"
+run coll --config backend:sim,sim_devices:3,sim_device_mem:256M coll \
+    -b 8 -e 64K -f 8 -n 2
+cat "$tmp/coll.out"
+[ "$(grep -c ' oneshot \| twoshot \| ring \| tree ' "$tmp/coll.out")" -eq 5 ] ||
+    fail "not one row per size (8 B to 64 KiB by 8) with an algorithm"
+awk '$1 ~ /^[0-9]+$/ && $9 != 0 { exit 1 }' "$tmp/coll.out" ||
+    fail "a row with wrong elements"
+run coll_json --json --config backend:sim,sim_devices:2,sim_device_mem:256M \
+    coll reduce_scatter -b 1K -e 4K -d bfloat16 -o max --algo ring
+if command -v python3 >/dev/null 2>&1; then
+    python3 -c '
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["collective"] == "reduce_scatter" and o["ranks"] == 2, o
+r = o["results"]
+assert [x["size"] for x in r] == [1024, 2048, 4096], r
+assert all(x["algorithm"] == "ring" and x["wrong"] == -1 and
+           x["type"] == "bfloat16" and x["redop"] == "max" and
+           x["model_us"] > 0 for x in r), r
+' "$tmp/coll_json.out" || fail "coll JSON: $(cat "$tmp/coll_json.out")"
+fi
+for args in "coll nope" "coll -d nope" "coll -f 1" "coll -b 1M -e 1K" \
+    "alloc --algo ring"; do
+    rc=0
+    "$bench" $args >"$tmp/usage.out" 2>&1 || rc=$?
+    [ "$rc" -eq 2 ] || fail "umpool-bench $args exited $rc, not 2"
+done
+echo "  a row per size, no wrong element, JSON consistent, bad options exit 2"
+
 echo "check: an unknown scenario exits 2 with a usage message"
 rc=0
 "$bench" no-such-scenario >"$tmp/usage.out" 2>&1 || rc=$?

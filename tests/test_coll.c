@@ -11,6 +11,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "coll/coll.h"
 #include "coll/model.h"
@@ -378,6 +379,112 @@ static void test_user_streams(void **state)
     tu_pool_destroy(pool);
 }
 
+/* A slow producer: work queued before the collective on a rank's stream
+ * that writes its send buffer late. Every algorithm must wait for it. */
+struct late {
+    int32_t *p;
+    size_t c;
+    int32_t v;
+};
+
+static void late_write(void *arg)
+{
+    struct late *l = arg;
+    usleep(20000);
+    for (size_t i = 0; i < l->c; i++)
+        l->p[i] = l->v;
+}
+
+static void test_waits_for_every_stream(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:3,"
+                                      "sim_device_mem:256M,host_limit:64M");
+    static const char *const forced[] = {"oneshot", "twoshot", "ring",
+                                         "tree"};
+    ump_stream_t st[3];
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
+    size_t c = 1000;
+    for (int a = 0; a < 4; a++) {
+        char cc[64];
+        snprintf(cc, sizeof(cc), "coll_algo:%s", forced[a]);
+        ump_comm_t *comm;
+        assert_int_equal(ump_comm_create(pool, 3, NULL, cc, &comm), 0);
+        int32_t *in[3], *out[3];
+        struct late l[3];
+        for (int r = 0; r < 3; r++) {
+            in[r] = tu_alloc(pool, c * 4, r);
+            out[r] = tu_alloc(pool, c * 4, r);
+            memset(in[r], 0, c * 4);
+            l[r] = (struct late){in[r], c, r + 1};
+            /* rank 2's producer is the late one */
+            if (r == 2)
+                assert_int_equal(ump_launch_host_func(pool, st[r],
+                                                      late_write, &l[r]), 0);
+            else
+                late_write(&l[r]);
+        }
+        const void *send[3] = {in[0], in[1], in[2]};
+        void *recv[3] = {out[0], out[1], out[2]};
+        assert_int_equal(ump_allreduce(comm, send, recv, c, UMP_INT32,
+                                       UMP_SUM, st), 0);
+        for (int r = 0; r < 3; r++)
+            assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+        for (int r = 0; r < 3; r++)
+            for (size_t i = 0; i < c; i++)
+                if (out[r][i] != 6)
+                    fail_msg("%s: rank %d element %zu: %d, expected 6",
+                             forced[a], r, i, out[r][i]);
+        for (int r = 0; r < 3; r++) {
+            tu_free(pool, in[r]);
+            tu_free(pool, out[r]);
+        }
+        assert_int_equal(ump_comm_destroy(comm), 0);
+    }
+    /* streams: one of another device, or one stream for two ranks */
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 3, NULL, NULL, &comm), 0);
+    void *b[3];
+    for (int r = 0; r < 3; r++)
+        b[r] = tu_alloc(pool, 4096, r);
+    const void *send[3] = {b[0], b[1], b[2]};
+    ump_stream_t swapped[3] = {st[1], st[0], st[2]};
+    ump_stream_t twice[3] = {st[0], st[0], st[2]};
+    expect_bad(ump_allreduce(comm, send, b, 1024, UMP_INT32, UMP_SUM,
+                             swapped), "a stream of another device");
+    expect_bad(ump_allreduce(comm, send, b, 1024, UMP_INT32, UMP_SUM, twice),
+               "one stream for two ranks");
+    /* an offloadable buffer is held (acquired) while the call is queued:
+     * the tiers cannot move it until the call is done and the next call
+     * on the communicator has released it */
+    void *off;
+    ump_hints_t h = tu_hints(1);
+    h.flags = UMP_HINT_OFFLOAD;
+    assert_int_equal(ump_alloc(pool, 4096, &h, &off), 0);
+    memset(off, 0, 4096);
+    const void *send2[3] = {b[0], off, b[2]};
+    struct late slow = {b[0], 1, 0};
+    assert_int_equal(ump_launch_host_func(pool, st[0], late_write, &slow), 0);
+    assert_int_equal(ump_allreduce(comm, send2, b, 1024, UMP_INT32, UMP_SUM,
+                                   st), 0);
+    assert_int_equal(ump_evict(pool, off, 0, UMP_TIER_HOST), -EBUSY);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+    const void *send3[3] = {b[0], b[1], b[2]};
+    void *r3[3] = {b[0], b[1], b[2]};
+    assert_int_equal(ump_allreduce(comm, send3, r3, 1, UMP_INT32, UMP_SUM,
+                                   NULL), 0); /* reaps the held buffer */
+    assert_int_equal(ump_evict(pool, off, 0, UMP_TIER_HOST), 0);
+    tu_free(pool, off);
+    for (int r = 0; r < 3; r++)
+        tu_free(pool, b[r]);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
+    tu_pool_destroy(pool);
+}
+
 /* Two threads, each with its own communicator over the same devices, run
  * collectives at once; and several communicators live together. */
 struct thr {
@@ -637,7 +744,8 @@ int main(void)
         cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_allreduce_matrix),
         cmocka_unit_test(test_pooled_and_host_buffers),
+        cmocka_unit_test(test_waits_for_every_stream),
     };
     return tu_main_end(cmocka_run_group_tests_name("coll", tests, NULL, NULL),
-                       6);
+                       7);
 }

@@ -1,12 +1,14 @@
 /*
- * The algorithms, as each rank runs them (job.h). A rank reads its peers'
+ * The algorithms, as each rank runs them (job.h), after the call's first
+ * barrier (every rank's stream has reached the call). A rank reads its peers'
  * buffers directly through the pool's pointers and writes only its own;
  * coll_barrier separates the steps, so a step reads only what the steps
  * before it wrote.
  *
  * Reductions read their inputs in one fixed order wherever a result is
- * made (reduce.h), and every rank receives a result made once, by one
- * rank, so all ranks get the same bits. Which order depends on the
+ * made (reduce.h): one-shot makes every element on every rank, from the
+ * same inputs in the same order; the others make each element once and
+ * copy it; either way all ranks get the same bits. Which order depends on the
  * algorithm: one-shot and two-shot fold ranks 0..n-1 with one rounding
  * (identical results); ring folds a slice around the ring and tree up the
  * tree, two inputs at a time (README: collectives).

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "coll/check.h"
@@ -16,6 +17,7 @@
 #include "coll/job.h"
 #include "coll/reduce.h"
 #include "front/check.h"
+#include "front/front.h"
 #include "front/stream.h"
 #include "util/internal.h"
 #include "util/log.h"
@@ -29,16 +31,82 @@ static void job_free(struct coll_job *j)
     free(j);
 }
 
-/* One rank's share, on its stream: the schedule, then a last barrier so
- * that no rank's stream runs on while a peer still reads its buffers. */
+/* A job whose ranks are all done: freed, or handed to its communicator
+ * when it holds acquired buffers (released by the next call, or by
+ * ump_comm_destroy). */
+static void job_finish(struct coll_job *j)
+{
+    if (!j->nhold) {
+        job_free(j);
+        return;
+    }
+    ump_comm_t *c = j->comm;
+    pthread_mutex_lock(&c->done_lock);
+    j->next = c->done;
+    c->done = j;
+    pthread_mutex_unlock(&c->done_lock);
+}
+
+static void release_holds(ump_comm_t *c, struct coll_job *j)
+{
+    for (int i = 0; i < j->nhold; i++)
+        ump_release(c->pool, j->hold[i].p, j->hold[i].len);
+    j->nhold = 0;
+}
+
+void coll_comm_reap(ump_comm_t *c)
+{
+    pthread_mutex_lock(&c->done_lock);
+    struct coll_job *j = c->done;
+    c->done = NULL;
+    pthread_mutex_unlock(&c->done_lock);
+    while (j) {
+        struct coll_job *next = j->next;
+        release_holds(c, j);
+        job_free(j);
+        j = next;
+    }
+}
+
+/* Acquires every buffer of the call whose allocation may move, so that no
+ * tier moves it while a rank reads or writes it. */
+static int hold_buffers(ump_comm_t *c, const struct coll_args *a,
+                        struct coll_job *j)
+{
+    size_t s = a->count * j->esz;
+    for (int r = 0; r < c->n; r++) {
+        struct coll_buf b[2];
+        int k = coll_buffers(c, a, r, s, b);
+        for (int i = 0; i < k; i++) {
+            if (!pool_ptr_movable(c->pool, b[i].p))
+                continue;
+            void *p = (void *)(uintptr_t)b[i].p;
+            int rc = ump_acquire(c->pool, p, b[i].len, c->dev[r], NULL);
+            if (rc) {
+                release_holds(c, j);
+                return rc;
+            }
+            j->hold[j->nhold].p = p;
+            j->hold[j->nhold++].len = b[i].len;
+        }
+    }
+    return 0;
+}
+
+/* One rank's share, on its stream. A first barrier: every rank's stream
+ * has reached the call, so the work queued before it on every stream (the
+ * producers of the send buffers) is done, and a call whose launch failed
+ * half way stops here having written nothing. A last barrier: no rank's
+ * stream runs on while a peer still reads its buffers. */
 static void rank_main(void *arg)
 {
     struct coll_rank *cr = arg;
     struct coll_job *j = cr->job;
-    coll_algo_run(j, cr->r);
+    if (coll_barrier(j))
+        coll_algo_run(j, cr->r);
     coll_barrier(j);
     if (atomic_fetch_sub(&j->left, 1) == 1)
-        job_free(j);
+        job_finish(j);
 }
 
 static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
@@ -56,6 +124,7 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     j->count = a->count;
     j->esz = coll_dtype_size(a->dt);
     j->inplace = inplace;
+    j->comm = c;
     for (int r = 0; r < c->n; r++) {
         j->send[r] = a->send[r];
         j->recv[r] = a->recv[r];
@@ -90,7 +159,7 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st)
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (atomic_fetch_sub(&j->left, c->n - r) == c->n - r)
-        job_free(j);
+        job_finish(j);
     return rc;
 }
 
@@ -121,16 +190,31 @@ static int run(ump_comm_t *c, const struct coll_args *a)
         }
         if ((rc = pool_stream_check(c->pool, st[r], a->fn)))
             return rc;
+        /* Each rank's share waits for the others': two on one stream (one
+         * worker) would wait for each other forever. */
+        int d = pool_stream_device(c->pool, st[r]);
+        if (d != c->dev[r]) {
+            ump_log_error("%s: streams[%d] is a stream of device %d, not of "
+                          "rank %d's device %d", a->fn, r, d, r, c->dev[r]);
+            return -EINVAL;
+        }
     }
+    coll_comm_reap(c);
     double us;
     size_t bytes = coll_bytes(a->coll, a->count, coll_dtype_size(a->dt), c->n);
     pthread_mutex_lock(&c->lock);
     struct coll_job *j = job_new(c, a, coll_comm_algo(c, a->coll, bytes, &us),
                                  inplace);
-    rc = j ? launch(c, j, st) : -ENOMEM;
+    rc = j ? hold_buffers(c, a, j) : -ENOMEM;
+    if (rc && j)
+        job_free(j);
+    else if (!rc)
+        rc = launch(c, j, st);
     pthread_mutex_unlock(&c->lock);
     for (int r = 0; !rc && !a->streams && r < c->n; r++)
         rc = ump_stream_synchronize(c->pool, c->own[r]);
+    if (!a->streams)
+        coll_comm_reap(c);
     return rc;
 }
 

@@ -20,19 +20,10 @@ static bool reducing(int coll)
            coll == UMP_COLL_REDUCE_SCATTER;
 }
 
-/* A buffer of one rank, as the call uses it. */
-struct buf {
-    const char *p;
-    size_t len;
-    int rank;
-    bool recv;
-};
-
-/* The buffers rank r passes that the call touches, into b; how many. The
- * slice rules: allgather and gather receive n slices, reduce-scatter and
- * scatter send n, all-to-all both. */
-static int buffers(const ump_comm_t *c, const struct coll_args *a, int r,
-                   size_t s, struct buf *b)
+/* The slice rules: allgather and gather receive n slices, reduce-scatter
+ * and scatter send n, all-to-all both. */
+int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
+                 size_t s, struct coll_buf *b)
 {
     size_t all = s * (size_t)c->n;
     int k = 0, root = a->root;
@@ -57,9 +48,9 @@ static int buffers(const ump_comm_t *c, const struct coll_args *a, int r,
         break;
     }
     if (send_used)
-        b[k++] = (struct buf){a->send[r], slen, r, false};
+        b[k++] = (struct coll_buf){a->send[r], slen, r, false};
     if (recv_used)
-        b[k++] = (struct buf){a->recv[r], rlen, r, true};
+        b[k++] = (struct coll_buf){a->recv[r], rlen, r, true};
     return k;
 }
 
@@ -82,7 +73,7 @@ static bool in_place(const struct coll_args *a, int r, size_t s)
 /* Pool memory, len bytes from p inside one allocation, every chunk on a
  * device rank's device reaches or on the host tier. */
 static int check_one(ump_comm_t *c, const struct coll_args *a,
-                     const struct buf *b)
+                     const struct coll_buf *b)
 {
     const char *what = b->recv ? "recv" : "send";
     if (!b->p) {
@@ -125,7 +116,7 @@ static int check_one(ump_comm_t *c, const struct coll_args *a,
     return 0;
 }
 
-static bool overlap(const struct buf *x, const struct buf *y)
+static bool overlap(const struct coll_buf *x, const struct coll_buf *y)
 {
     return x->p < y->p + y->len && y->p < x->p + x->len;
 }
@@ -158,11 +149,11 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
         return -EINVAL;
     }
     size_t s = a->count * esz;
-    struct buf b[2 * COLL_MAX_RANKS];
+    struct coll_buf b[2 * COLL_MAX_RANKS];
     int nb = 0;
     *inplace_p = false;
     for (int r = 0; r < c->n; r++) {
-        int k = buffers(c, a, r, s, &b[nb]);
+        int k = coll_buffers(c, a, r, s, &b[nb]);
         for (int i = nb; i < nb + k; i++) {
             int rc = check_one(c, a, &b[i]);
             if (rc)

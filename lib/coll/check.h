@@ -19,6 +19,19 @@ struct coll_args {
     const ump_stream_t *streams;
 };
 
+/* A buffer of one rank, as a call uses it. */
+struct coll_buf {
+    const char *p;
+    size_t len;
+    int rank;
+    bool recv;
+};
+
+/* The buffers rank r passes that the call touches (s: bytes of count
+ * elements), into b; how many (0 to 2). */
+int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
+                 size_t s, struct coll_buf *b);
+
 /* Type, op, root, counts and every buffer: pool memory, big enough, on
  * devices the rank reaches (or the host tier), not on NVMe, and no two
  * ranks' buffers overlapping (a rank's own send and recv only as in place:

@@ -126,6 +126,7 @@ UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
         return rc;
     }
     pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->done_lock, NULL);
     *comm_p = c;
     return 0;
 }
@@ -136,13 +137,17 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
         ump_log_error("ump_comm_destroy: comm is NULL");
         return -EINVAL;
     }
-    int rc = 0;
+    int rc = pool_check(comm->pool, "ump_comm_destroy");
+    if (rc)
+        return rc;
+    coll_comm_reap(comm);
     for (int r = 0; r < comm->n; r++) {
         int e = ump_stream_destroy(comm->pool, comm->own[r]);
         if (e && !rc)
             rc = e;
     }
     pthread_mutex_destroy(&comm->lock);
+    pthread_mutex_destroy(&comm->done_lock);
     free(comm);
     return rc;
 }

@@ -20,7 +20,14 @@ struct ump_comm {
      * communicator would otherwise interleave their ranks' work on the
      * streams and each wait for the other's ranks. */
     pthread_mutex_t lock;
+    /* Finished jobs holding acquired buffers, to release (calls.c). */
+    pthread_mutex_t done_lock;
+    struct coll_job *done;
 };
+
+/* Releases the buffers of the communicator's finished jobs and frees
+ * them (calls.c). */
+void coll_comm_reap(ump_comm_t *c);
 
 /* The algorithm for coll of bytes (nccl-tests' S): the forced one where it
  * runs that collective, else the cost model's choice; its modeled time. */

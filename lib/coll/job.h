@@ -40,8 +40,18 @@ struct coll_job {
     int arrived;
     unsigned gen;
     bool abort; /* (mu) not every rank was launched: nobody waits */
-    atomic_int left; /* ranks still running: the last one frees the job */
+    atomic_int left; /* ranks still running: the last one finishes it */
     struct coll_rank rank[COLL_MAX_RANKS];
+    /* Buffers of movable allocations, acquired (pinned where they are)
+     * for the call: released by the communicator once the job is done,
+     * since a host function may not call the pool (calls.c). */
+    int nhold;
+    struct {
+        void *p;
+        size_t len;
+    } hold[2 * COLL_MAX_RANKS];
+    ump_comm_t *comm;
+    struct coll_job *next; /* in comm->done */
 };
 
 /* Waits until every rank of the job has called it as often; false when

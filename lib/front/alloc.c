@@ -583,6 +583,23 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
     return 0;
 }
 
+bool pool_ptr_movable(ump_pool_t *pool, const void *ptr)
+{
+    if (!vas_contains(&pool->vas, ptr))
+        return false;
+    bool movable = false;
+    pthread_mutex_lock(&pool->lock);
+    uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, ptr));
+    if (vas_tag_kind(tag) == VAS_RUN) {
+        struct run *r = vas_tag_owner(tag);
+        movable = r->res ||
+                  (atomic_load_explicit(&r->flags, memory_order_relaxed) &
+                   UMP_HINT_OFFLOAD);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return movable;
+}
+
 int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
                   const char **why_p)
 {

@@ -35,5 +35,9 @@ void pool_trim_locked(ump_pool_t *pool);
  * inside a live allocation"). */
 int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
                   const char **why_p);
+/* May the allocation holding ptr move between tiers by itself or has it
+ * (made with UMP_HINT_OFFLOAD, or tracked by the tiers)? false for slab
+ * objects and for anything not allocated. */
+bool pool_ptr_movable(ump_pool_t *pool, const void *ptr);
 
 #endif

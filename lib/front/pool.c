@@ -239,6 +239,7 @@ static void pool_free_meta(ump_pool_t *pool)
     free(pool->dev);
     free(pool->folded);
     free(pool->streams); /* the backend closes the streams themselves */
+    free(pool->stream_devs);
     pthread_mutex_destroy(&pool->streams_lock);
     pthread_mutex_destroy(&pool->lock);
     free(pool);

@@ -48,25 +48,37 @@ static bool live_has(const ump_pool_t *pool, const void *handle)
     return pool->stream_cap && pool->streams[live_slot(pool, handle)];
 }
 
-/* Adds a handle not in the set; grows it to keep it at most half full.
- * -ENOMEM (not logged) when it cannot grow. Lock held. */
-static int live_add(ump_pool_t *pool, void *handle)
+/* Adds a handle of device not in the set; grows it to keep it at most
+ * half full. -ENOMEM (not logged) when it cannot grow. Lock held. */
+static int live_add(ump_pool_t *pool, void *handle, int device)
 {
     if ((pool->stream_n + 1) * 2 > pool->stream_cap) {
         size_t old_cap = pool->stream_cap;
         size_t cap = old_cap ? old_cap * 2 : 16;
         void **old = pool->streams, **bigger = calloc(cap, sizeof(*bigger));
+        int *old_devs = pool->stream_devs;
+        int *devs = calloc(cap, sizeof(*devs));
 
-        if (!bigger)
+        if (!bigger || !devs) {
+            free(bigger);
+            free(devs);
             return -ENOMEM;
+        }
         pool->streams = bigger;
+        pool->stream_devs = devs;
         pool->stream_cap = cap;
         for (size_t i = 0; i < old_cap; i++)
-            if (old[i])
-                pool->streams[live_slot(pool, old[i])] = old[i];
+            if (old[i]) {
+                size_t j = live_slot(pool, old[i]);
+                pool->streams[j] = old[i];
+                pool->stream_devs[j] = old_devs[i];
+            }
         free(old);
+        free(old_devs);
     }
-    pool->streams[live_slot(pool, handle)] = handle;
+    size_t i = live_slot(pool, handle);
+    pool->streams[i] = handle;
+    pool->stream_devs[i] = device;
     pool->stream_n++;
     return 0;
 }
@@ -90,6 +102,7 @@ static void live_remove_at(ump_pool_t *pool, size_t i)
         if ((j > i && (home <= i || home > j)) ||
             (j < i && home <= i && home > j)) {
             slot[i] = slot[j];
+            pool->stream_devs[i] = pool->stream_devs[j];
             slot[j] = NULL;
             i = j;
         }
@@ -168,7 +181,7 @@ UMP_EXPORT int ump_stream_create(ump_pool_t *pool, int device,
     if (rc)
         return rc;
     pthread_mutex_lock(&pool->streams_lock);
-    rc = live_add(pool, s);
+    rc = live_add(pool, s, device);
     pthread_mutex_unlock(&pool->streams_lock);
     if (rc) {
         pool->be->stream_destroy(pool->bctx, s);
@@ -186,6 +199,7 @@ UMP_EXPORT int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream)
     if (rc)
         return rc;
     /* Taken out first: a second destroy, even a racing one, finds nothing. */
+    int dev = pool_stream_device(pool, stream);
     if (!live_take(pool, stream))
         return not_a_stream(stream, "ump_stream_destroy");
     rc = pool->be->stream_destroy(pool->bctx, stream);
@@ -193,10 +207,23 @@ UMP_EXPORT int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream)
         /* Still alive (say, destroyed from a host function): keep it. The
          * slot it left is free again, so this cannot need memory. */
         pthread_mutex_lock(&pool->streams_lock);
-        live_add(pool, stream);
+        live_add(pool, stream, dev);
         pthread_mutex_unlock(&pool->streams_lock);
     }
     return rc;
+}
+
+int pool_stream_device(ump_pool_t *pool, ump_stream_t stream)
+{
+    int dev = -1;
+    pthread_mutex_lock(&pool->streams_lock);
+    if (stream && pool->stream_cap) {
+        size_t i = live_slot(pool, stream);
+        if (pool->streams[i])
+            dev = pool->stream_devs[i];
+    }
+    pthread_mutex_unlock(&pool->streams_lock);
+    return dev;
 }
 
 UMP_EXPORT int ump_stream_synchronize(ump_pool_t *pool, ump_stream_t stream)

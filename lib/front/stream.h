@@ -24,4 +24,8 @@
  * pool must already have passed pool_check. */
 int pool_stream_check(ump_pool_t *pool, ump_stream_t stream, const char *fn);
 
+/* The device of a live stream of pool (made by ump_stream_create), or -1
+ * (NULL, destroyed, not the pool's). */
+int pool_stream_device(ump_pool_t *pool, ump_stream_t stream);
+
 #endif

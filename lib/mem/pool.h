@@ -186,6 +186,7 @@ struct ump_pool {
      * of handles, under its own lock. */
     pthread_mutex_t streams_lock;
     void **streams;
+    int *stream_devs; /* the device of streams[i] */
     size_t stream_cap, stream_n;
     uint64_t clock_base;     /* CLOCK_MONOTONIC at creation, ns */
     _Atomic uint32_t clock;  /* tenths of a second since: ticked by the

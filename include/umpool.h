@@ -421,6 +421,10 @@ typedef struct ump_coll_plan {
 } ump_coll_plan_t;
 int ump_comm_plan(ump_comm_t *c, int coll, size_t count, ump_dtype_t dt,
                   ump_coll_plan_t *plan_p);
+/* The cost model's time for the schedule the last finished call on c ran
+ * (sim: each transfer charged to the links it crossed); to set beside
+ * the plan's. -ENODATA: no call has finished with one. */
+int ump_comm_last_modeled_us(ump_comm_t *c, double *us_p);
 
 const char *ump_strerror(int err);
 

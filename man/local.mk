@@ -58,6 +58,7 @@ MAN3_LINKS = \
 	man/ump_comm_destroy.3 \
 	man/ump_comm_size.3 \
 	man/ump_comm_plan.3 \
+	man/ump_comm_last_modeled_us.3 \
 	man/ump_broadcast.3 \
 	man/ump_reduce.3 \
 	man/ump_allgather.3 \

@@ -29,6 +29,7 @@ UNIT_TESTS = \
 	tests/test_fork \
 	tests/test_stress \
 	tests/test_coll_model \
+	tests/test_coll_vtime \
 	tests/test_coll_reduce
 
 # The eviction test checks the bench's optimum (Belady's rule) too.

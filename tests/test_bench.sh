@@ -221,6 +221,10 @@ cat "$tmp/coll.out"
     fail "not one row per size (8 B to 64 KiB by 8) with an algorithm"
 awk '$1 ~ /^[0-9]+$/ && $9 != 0 { exit 1 }' "$tmp/coll.out" ||
     fail "a row with wrong elements"
+# The executed schedule's modeled time (column 12) is the plan's (11).
+awk '$1 ~ /^[0-9]+$/ { d = $12 - $11; if (d < 0) d = -d;
+                       if (d > 0.01 * $11 + 0.1) exit 1 }' "$tmp/coll.out" ||
+    fail "a row whose executed modeled time is not the plan's"
 run coll_json --json --config backend:sim,sim_devices:2,sim_device_mem:256M \
     coll reduce_scatter -b 1K -e 4K -d bfloat16 -o max --algo ring
 if command -v python3 >/dev/null 2>&1; then
@@ -232,7 +236,9 @@ r = o["results"]
 assert [x["size"] for x in r] == [1024, 2048, 4096], r
 assert all(x["algorithm"] == "ring" and x["wrong"] == -1 and
            x["type"] == "bfloat16" and x["redop"] == "max" and
-           x["model_us"] > 0 for x in r), r
+           x["model_us"] > 0 and
+           abs(x["exec_us"] - x["model_us"]) <= 0.01 * x["model_us"]
+           for x in r), r
 ' "$tmp/coll_json.out" || fail "coll JSON: $(cat "$tmp/coll_json.out")"
 fi
 for args in "coll nope" "coll -d nope" "coll -f 1" "coll -b 1M -e 1K" \

@@ -46,6 +46,46 @@ static void copy(void *dst, const void *src, size_t bytes)
         memmove(dst, src, bytes);
 }
 
+/* The transfer log of the sim's virtual-time link model (job.h): every copy
+ * and reduction notes what it reads from whom. A peer's bytes are a
+ * transfer over the link (it lands in the rank's memory: the model charges
+ * both ends' memory for it); the rank's own are local work, read and
+ * written. Zero-byte transfers are noted too: their hand-off still pays a
+ * hop. */
+
+/* Rank r copied bytes from rank `from`'s buffer src into its dst. */
+static void fetched(struct coll_job *j, int r, int from, void *dst,
+                    const void *src, size_t bytes)
+{
+    if (from != r)
+        coll_note(j, r, from, bytes);
+    else if (dst != src)
+        coll_note(j, r, r, 2 * bytes);
+}
+
+/* copy() of rank r from rank from's buffer, noted. */
+static void copy_from(struct coll_job *j, int r, int from, void *dst,
+                      const void *src, size_t bytes)
+{
+    copy(dst, src, bytes);
+    fetched(j, r, from, dst, src, bytes);
+}
+
+/* Rank r reduced bytes of each of the n ranks' inputs into its memory. */
+static void reduced_all(struct coll_job *j, int r, size_t bytes)
+{
+    for (int k = 0; k < j->n; k++)
+        coll_note(j, r, k, bytes); /* k == r: its own input, read */
+    coll_note(j, r, r, bytes);     /* the result, written */
+}
+
+/* Rank r added bytes of rank from's buffer to its own (two-at-a-time). */
+static void reduced2(struct coll_job *j, int r, int from, size_t bytes)
+{
+    coll_note(j, r, from, bytes);
+    coll_note(j, r, r, 2 * bytes); /* its own read, the result written */
+}
+
 /* The op a two-at-a-time step applies: AVG sums, and divides once at the
  * end (coll_avg_finish). */
 static int step_op(int op) { return op == UMP_AVG ? UMP_SUM : op; }
@@ -58,12 +98,13 @@ static void allreduce_oneshot(struct coll_job *j, int r)
     size_t esz = j->esz;
     void *dst = j->inplace ? j->scratch[r] : j->recv[r];
     coll_reduce(j->dt, j->op, dst, j->send, j->n, j->count);
+    reduced_all(j, r, j->count * esz);
     if (!j->inplace)
         return;
     /* Peers read send[r] == recv[r] until they are done. */
-    if (!coll_barrier(j))
+    if (!coll_barrier(j, r))
         return;
-    copy(j->recv[r], dst, j->count * esz);
+    copy_from(j, r, r, j->recv[r], dst, j->count * esz);
 }
 
 /* Rank r reduces slice r of every input (ranks in order: the same bits as
@@ -76,13 +117,14 @@ static void allreduce_twoshot(struct coll_job *j, int r)
         src[k] = CAT(j->send[k], lo);
     coll_reduce(j->dt, j->op, AT(j->recv[r], lo), src, j->n,
                 slice_len(j->count, j->n, r));
-    if (!coll_barrier(j))
+    reduced_all(j, r, slice_len(j->count, j->n, r) * esz);
+    if (!coll_barrier(j, r))
         return;
     for (int k = 1; k < j->n; k++) {
         int o = (r + k) % j->n;
         size_t olo = slice_lo(j->count, j->n, o);
-        copy(AT(j->recv[r], olo), CAT(j->recv[o], olo),
-             slice_len(j->count, j->n, o) * esz);
+        copy_from(j, r, o, AT(j->recv[r], olo), CAT(j->recv[o], olo),
+                  slice_len(j->count, j->n, o) * esz);
     }
 }
 
@@ -103,7 +145,8 @@ static bool ring_reduce_scatter(struct coll_job *j, int r, void *const *work,
         coll_reduce2(j->dt, step_op(j->op), AT(work[r], lo),
                      CAT(work[prev], lo), CAT(work[r], lo),
                      slice_len(count, n, c));
-        if (!coll_barrier(j))
+        reduced2(j, r, prev, slice_len(count, n, c) * esz);
+        if (!coll_barrier(j, r))
             return false;
     }
     return true;
@@ -117,9 +160,9 @@ static bool ring_allgather(struct coll_job *j, int r, void *const *buf,
     for (int s = 0; s + 1 < n; s++) {
         int c = ((r - s + shift) % n + n) % n;
         size_t lo = slice_lo(count, n, c);
-        copy(AT(buf[r], lo), CAT(buf[prev], lo),
-             slice_len(count, n, c) * esz);
-        if (!coll_barrier(j))
+        copy_from(j, r, prev, AT(buf[r], lo), CAT(buf[prev], lo),
+                  slice_len(count, n, c) * esz);
+        if (!coll_barrier(j, r))
             return false;
     }
     return true;
@@ -128,14 +171,14 @@ static bool ring_allgather(struct coll_job *j, int r, void *const *buf,
 static void allreduce_ring(struct coll_job *j, int r)
 {
     size_t esz = j->esz;
-    copy(j->recv[r], j->send[r], j->count * esz);
-    if (!coll_barrier(j) || !ring_reduce_scatter(j, r, j->recv, j->count, 0))
+    copy_from(j, r, r, j->recv[r], j->send[r], j->count * esz);
+    if (!coll_barrier(j, r) || !ring_reduce_scatter(j, r, j->recv, j->count, 0))
         return;
     int own = (r + 1) % j->n;
     if (j->op == UMP_AVG)
         coll_avg_finish(j->dt, AT(j->recv[r], slice_lo(j->count, j->n, own)),
                         slice_len(j->count, j->n, own), j->n);
-    if (!coll_barrier(j))
+    if (!coll_barrier(j, r))
         return;
     ring_allgather(j, r, j->recv, j->count, 0);
 }
@@ -159,10 +202,12 @@ static bool tree_reduce(struct coll_job *j, int r, void *const *buf, int root)
     int n = j->n, v = (r - root + n) % n, dmax = depth_of(n - 1);
     for (int d = dmax - 1; d >= 0; d--) {
         if (depth_of(v) == d)
-            for (int ch = 2 * v + 1; ch <= 2 * v + 2 && ch < n; ch++)
+            for (int ch = 2 * v + 1; ch <= 2 * v + 2 && ch < n; ch++) {
                 coll_reduce2(j->dt, step_op(j->op), buf[r], buf[r],
                              buf[(ch + root) % n], j->count);
-        if (!coll_barrier(j))
+                reduced2(j, r, (ch + root) % n, j->count * j->esz);
+            }
+        if (!coll_barrier(j, r))
             return false;
     }
     return true;
@@ -176,21 +221,22 @@ static void tree_broadcast(struct coll_job *j, int r, void *const *buf,
     for (int d = 1; d <= dmax; d++) {
         if (depth_of(v) == d) {
             int p = ((v - 1) / 2 + root) % n;
-            copy(buf[r], p == root ? src : buf[p], j->count * j->esz);
+            copy_from(j, r, p, buf[r], p == root ? src : buf[p],
+                      j->count * j->esz);
         }
-        if (!coll_barrier(j))
+        if (!coll_barrier(j, r))
             return;
     }
 }
 
 static void allreduce_tree(struct coll_job *j, int r)
 {
-    copy(j->recv[r], j->send[r], j->count * j->esz);
-    if (!coll_barrier(j) || !tree_reduce(j, r, j->recv, 0))
+    copy_from(j, r, r, j->recv[r], j->send[r], j->count * j->esz);
+    if (!coll_barrier(j, r) || !tree_reduce(j, r, j->recv, 0))
         return;
     if (r == 0 && j->op == UMP_AVG)
         coll_avg_finish(j->dt, j->recv[0], j->count, j->n);
-    if (!coll_barrier(j))
+    if (!coll_barrier(j, r))
         return;
     tree_broadcast(j, r, j->recv, j->recv[0], 0);
 }
@@ -199,7 +245,8 @@ static void allreduce_tree(struct coll_job *j, int r)
 
 static void broadcast_direct(struct coll_job *j, int r)
 {
-    copy(j->recv[r], j->send[j->root], j->count * j->esz);
+    copy_from(j, r, j->root, j->recv[r], j->send[j->root],
+              j->count * j->esz);
 }
 
 /* A chain from the root: rank root+s+1 copies from rank root+s. */
@@ -207,15 +254,15 @@ static void broadcast_ring(struct coll_job *j, int r)
 {
     int n = j->n, v = (r - j->root + n) % n;
     if (v == 0)
-        copy(j->recv[r], j->send[r], j->count * j->esz);
+        copy_from(j, r, r, j->recv[r], j->send[r], j->count * j->esz);
     for (int s = 0; s + 1 < n; s++) {
         /* The root's first successor reads send (the root's copy into
          * recv is not behind a barrier yet). */
         if (v == s + 1)
-            copy(j->recv[r], v == 1 ? j->send[j->root]
-                                    : j->recv[(r + n - 1) % n],
-                 j->count * j->esz);
-        if (!coll_barrier(j))
+            copy_from(j, r, (r + n - 1) % n, j->recv[r],
+                      v == 1 ? j->send[j->root] : j->recv[(r + n - 1) % n],
+                      j->count * j->esz);
+        if (!coll_barrier(j, r))
             return;
     }
 }
@@ -223,14 +270,16 @@ static void broadcast_ring(struct coll_job *j, int r)
 static void broadcast_tree(struct coll_job *j, int r)
 {
     if (r == j->root)
-        copy(j->recv[r], j->send[r], j->count * j->esz);
+        copy_from(j, r, r, j->recv[r], j->send[r], j->count * j->esz);
     tree_broadcast(j, r, j->recv, j->send[j->root], j->root);
 }
 
 static void reduce_direct(struct coll_job *j, int r)
 {
-    if (r == j->root)
+    if (r == j->root) {
         coll_reduce(j->dt, j->op, j->recv[r], j->send, j->n, j->count);
+        reduced_all(j, r, j->count * j->esz);
+    }
 }
 
 /* Partial results travel in the ranks' scratch buffers (recv is the
@@ -252,13 +301,15 @@ static void reduce_ring(struct coll_job *j, int r)
     int step = v ? v - 1 : n - 1;
     for (int s = 0; s < n; s++) {
         if (s == step) {
-            if (s == 0)
-                copy(buf[r], j->send[r], j->count * j->esz);
-            else
+            if (s == 0) {
+                copy_from(j, r, r, buf[r], j->send[r], j->count * j->esz);
+            } else {
                 coll_reduce2(j->dt, step_op(j->op), buf[r],
                              buf[(r + n - 1) % n], j->send[r], j->count);
+                reduced2(j, r, (r + n - 1) % n, j->count * j->esz);
+            }
         }
-        if (s + 1 < n && !coll_barrier(j))
+        if (s + 1 < n && !coll_barrier(j, r))
             return;
     }
     if (r == j->root && j->op == UMP_AVG)
@@ -269,8 +320,8 @@ static void reduce_tree(struct coll_job *j, int r)
 {
     void *buf[COLL_MAX_RANKS];
     reduce_bufs(j, buf);
-    copy(buf[r], j->send[r], j->count * j->esz);
-    if (!coll_barrier(j) || !tree_reduce(j, r, buf, j->root))
+    copy_from(j, r, r, buf[r], j->send[r], j->count * j->esz);
+    if (!coll_barrier(j, r) || !tree_reduce(j, r, buf, j->root))
         return;
     if (r == j->root && j->op == UMP_AVG)
         coll_avg_finish(j->dt, j->recv[r], j->count, j->n);
@@ -282,14 +333,15 @@ static void allgather_direct(struct coll_job *j, int r)
 {
     size_t esz = j->esz, c = j->count;
     for (int k = 0; k < j->n; k++)
-        copy(AT(j->recv[r], (size_t)k * c), j->send[k], c * esz);
+        copy_from(j, r, k, AT(j->recv[r], (size_t)k * c), j->send[k],
+                  c * esz);
 }
 
 static void allgather_ring(struct coll_job *j, int r)
 {
     size_t esz = j->esz, c = j->count;
-    copy(AT(j->recv[r], (size_t)r * c), j->send[r], c * esz);
-    if (coll_barrier(j)) /* rank r holds slice r: shift -1 */
+    copy_from(j, r, r, AT(j->recv[r], (size_t)r * c), j->send[r], c * esz);
+    if (coll_barrier(j, r)) /* rank r holds slice r: shift -1 */
         ring_allgather(j, r, j->recv, c * (size_t)j->n, -1);
 }
 
@@ -301,17 +353,19 @@ static void reduce_scatter_direct(struct coll_job *j, int r)
     for (int k = 0; k < j->n; k++)
         src[k] = CAT(j->send[k], (size_t)r * c);
     coll_reduce(j->dt, j->op, j->recv[r], src, j->n, c);
+    reduced_all(j, r, c * esz);
 }
 
 static void reduce_scatter_ring(struct coll_job *j, int r)
 {
     size_t esz = j->esz, c = j->count, all = c * (size_t)j->n;
-    copy(j->scratch[r], j->send[r], all * esz);
-    if (!coll_barrier(j) || !ring_reduce_scatter(j, r, j->scratch, all, -1))
+    copy_from(j, r, r, j->scratch[r], j->send[r], all * esz);
+    if (!coll_barrier(j, r) || !ring_reduce_scatter(j, r, j->scratch, all, -1))
         return;
     if (j->op == UMP_AVG)
         coll_avg_finish(j->dt, AT(j->scratch[r], (size_t)r * c), c, j->n);
-    copy(j->recv[r], CAT(j->scratch[r], (size_t)r * c), c * esz);
+    copy_from(j, r, r, j->recv[r], CAT(j->scratch[r], (size_t)r * c),
+              c * esz);
 }
 
 /* Peer order: rank r reads rank r-1 first, then r-2, ...: with ring, one
@@ -322,15 +376,16 @@ static void alltoall_run(struct coll_job *j, int r, bool stepwise)
     void *dst = j->inplace ? j->scratch[r] : j->recv[r];
     for (int s = 0; s < j->n; s++) {
         int k = (r - s + j->n) % j->n;
-        copy(AT(dst, (size_t)k * c), CAT(j->send[k], (size_t)r * c), c * esz);
-        if (stepwise && s + 1 < j->n && !coll_barrier(j))
+        copy_from(j, r, k, AT(dst, (size_t)k * c),
+                  CAT(j->send[k], (size_t)r * c), c * esz);
+        if (stepwise && s + 1 < j->n && !coll_barrier(j, r))
             return;
     }
     if (!j->inplace)
         return;
-    if (!coll_barrier(j)) /* peers read send[r] == recv[r] until done */
+    if (!coll_barrier(j, r)) /* peers read send[r] == recv[r] until done */
         return;
-    copy(j->recv[r], dst, c * (size_t)j->n * esz);
+    copy_from(j, r, r, j->recv[r], dst, c * (size_t)j->n * esz);
 }
 
 /* The root reads every rank's input; with ring, one peer per step. */
@@ -340,8 +395,9 @@ static void gather_run(struct coll_job *j, int r, bool stepwise)
     for (int s = 0; s < j->n; s++) {
         int k = (j->root + s) % j->n;
         if (r == j->root)
-            copy(AT(j->recv[r], (size_t)k * c), j->send[k], c * esz);
-        if (stepwise && s + 1 < j->n && !coll_barrier(j))
+            copy_from(j, r, k, AT(j->recv[r], (size_t)k * c), j->send[k],
+                      c * esz);
+        if (stepwise && s + 1 < j->n && !coll_barrier(j, r))
             return;
     }
 }
@@ -352,13 +408,24 @@ static void scatter_run(struct coll_job *j, int r, bool stepwise)
     int n = j->n, v = (r - j->root + n) % n;
     for (int s = 0; s < n; s++) {
         if (v == s)
-            copy(j->recv[r], CAT(j->send[j->root], (size_t)r * c), c * esz);
-        if (stepwise && s + 1 < n && !coll_barrier(j))
+            copy_from(j, r, j->root, j->recv[r],
+                      CAT(j->send[j->root], (size_t)r * c), c * esz);
+        if (stepwise && s + 1 < n && !coll_barrier(j, r))
             return;
     }
 }
 
 /* --- dispatch ------------------------------------------------------------- */
+
+size_t coll_algo_log_cap(const struct coll_job *j)
+{
+    /* Barriers a rank passes, at the most: the call's first and last, and
+     * in between ring allreduce's 2(n-1) + 2 (the others pass fewer: tree's
+     * 2 log2(n) + 2 is no more). Each step notes at most one transfer per
+     * rank and one for its own writes. */
+    size_t steps = 2 * (size_t)j->n + 3, per_step = (size_t)j->n + 1;
+    return steps * per_step;
+}
 
 size_t coll_algo_scratch(const struct coll_job *j)
 {

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
@@ -26,6 +27,7 @@ static void job_free(struct coll_job *j)
 {
     for (int r = 0; r < j->n; r++)
         free(j->scratch[r]);
+    free(j->logs);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
     free(j);
@@ -93,6 +95,27 @@ static int hold_buffers(ump_comm_t *c, const struct coll_args *a,
     return 0;
 }
 
+/* The last rank of a job that ran to the end: the sim's virtual-time link
+ * model reads every rank's log (the other ranks are done with them: the
+ * job's `left` count orders their writes before this) and gives the
+ * communicator the executed schedule's modeled time. */
+static void account(struct coll_job *j)
+{
+    const struct coll_xfer *log[COLL_MAX_RANKS];
+    size_t nlog[COLL_MAX_RANKS];
+    bool full = false;
+    for (int r = 0; r < j->n; r++) {
+        log[r] = j->rank[r].log;
+        nlog[r] = j->rank[r].nlog;
+        full |= j->rank[r].log_full;
+    }
+    /* Every rank passed the same barriers: each waits for all the others. */
+    double us = full ? NAN
+                     : coll_model_exec_us(&j->comm->topo, j->algo, log, nlog,
+                                          j->rank[0].step);
+    coll_comm_set_last_us(j->comm, us);
+}
+
 /* One rank's share, on its stream. A first barrier: every rank's stream
  * has reached the call, so the work queued before it on every stream (the
  * producers of the send buffers) is done, and a call whose launch failed
@@ -102,11 +125,14 @@ static void rank_main(void *arg)
 {
     struct coll_rank *cr = arg;
     struct coll_job *j = cr->job;
-    if (coll_barrier(j))
+    if (coll_barrier(j, cr->r))
         coll_algo_run(j, cr->r);
-    coll_barrier(j);
-    if (atomic_fetch_sub(&j->left, 1) == 1)
+    bool ok = coll_barrier(j, cr->r);
+    if (atomic_fetch_sub(&j->left, 1) == 1) {
+        if (ok)
+            account(j);
         job_finish(j);
+    }
 }
 
 static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
@@ -128,12 +154,20 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     for (int r = 0; r < c->n; r++) {
         j->send[r] = a->send[r];
         j->recv[r] = a->recv[r];
-        j->rank[r] = (struct coll_rank){j, r};
+        j->rank[r] = (struct coll_rank){.job = j, .r = r};
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->left, c->n);
+    j->log_cap = coll_algo_log_cap(j);
+    j->logs = calloc((size_t)c->n * j->log_cap, sizeof(*j->logs));
+    for (int r = 0; j->logs && r < c->n; r++)
+        j->rank[r].log = j->logs + (size_t)r * j->log_cap;
     j->scratch_bytes = coll_algo_scratch(j);
+    if (!j->logs) {
+        job_free(j);
+        return NULL;
+    }
     for (int r = 0; r < c->n && j->scratch_bytes; r++)
         if (!(j->scratch[r] = malloc(j->scratch_bytes))) {
             job_free(j);

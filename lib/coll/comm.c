@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,6 +128,7 @@ UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
     }
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->done_lock, NULL);
+    c->last_us = NAN;
     *comm_p = c;
     return 0;
 }
@@ -185,4 +187,32 @@ UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
     plan_p->algorithm = coll_algo_name(a);
     plan_p->modeled_us = us;
     return 0;
+}
+
+void coll_comm_set_last_us(ump_comm_t *c, double us)
+{
+    pthread_mutex_lock(&c->done_lock);
+    c->last_us = us;
+    pthread_mutex_unlock(&c->done_lock);
+}
+
+int coll_comm_last_us(ump_comm_t *c, double *us_p)
+{
+    pthread_mutex_lock(&c->done_lock);
+    double us = c->last_us;
+    pthread_mutex_unlock(&c->done_lock);
+    if (isnan(us))
+        return -ENODATA;
+    *us_p = us;
+    return 0;
+}
+
+UMP_EXPORT int ump_comm_last_modeled_us(ump_comm_t *c, double *us_p)
+{
+    if (!c || !us_p) {
+        ump_log_error("ump_comm_last_modeled_us: %s is NULL",
+                      c ? "us_p" : "comm");
+        return -EINVAL;
+    }
+    return coll_comm_last_us(c, us_p);
 }

@@ -23,7 +23,18 @@ struct ump_comm {
     /* Finished jobs holding acquired buffers, to release (calls.c). */
     pthread_mutex_t done_lock;
     struct coll_job *done;
+    /* (done_lock) The executed schedule's modeled time of the last call to
+     * finish (the sim's virtual-time link model, model.h); NAN: none yet,
+     * or the schedule outgrew its log. */
+    double last_us;
 };
+
+/* Records us as the last call's executed modeled time (calls.c, from the
+ * job's last rank). */
+void coll_comm_set_last_us(ump_comm_t *c, double us);
+/* The last call's executed modeled time: 0, or -ENODATA when no call has
+ * finished with one. */
+int coll_comm_last_us(ump_comm_t *c, double *us_p);
 
 /* Releases the buffers of the communicator's finished jobs and frees
  * them (calls.c). */

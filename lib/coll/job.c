@@ -4,8 +4,9 @@
 
 #include "coll/job.h"
 
-bool coll_barrier(struct coll_job *job)
+bool coll_barrier(struct coll_job *job, int r)
 {
+    job->rank[r].step++;
     pthread_mutex_lock(&job->mu);
     unsigned gen = job->gen;
     if (++job->arrived == job->n) {

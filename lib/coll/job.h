@@ -17,12 +17,20 @@
 #include <stddef.h>
 
 #include "coll/coll.h"
+#include "coll/model.h"
 
 struct coll_job;
 
+/* A rank's share: written only by the rank's own thread while the job
+ * runs, read by the last rank to finish (after the job's `left` count, an
+ * acquire-release edge). */
 struct coll_rank {
     struct coll_job *job;
     int r;
+    unsigned step;  /* barriers passed in this call */
+    size_t nlog;    /* entries of log used */
+    bool log_full;  /* the schedule logged more than log_cap: no time */
+    struct coll_xfer *log; /* log_cap entries, in job->logs */
 };
 
 struct coll_job {
@@ -42,6 +50,13 @@ struct coll_job {
     bool abort; /* (mu) not every rank was launched: nobody waits */
     atomic_int left; /* ranks still running: the last one finishes it */
     struct coll_rank rank[COLL_MAX_RANKS];
+    /* The sim's virtual-time link model (model.h): every rank logs the
+     * transfers of its schedule into its own log, one writer per log and
+     * no lock; the last rank to finish computes the modeled time from all
+     * the logs and gives it to the communicator. Sized from the schedule
+     * (coll_algo_log_cap): a bounded append on the data path. */
+    struct coll_xfer *logs;
+    size_t log_cap; /* per rank */
     /* Buffers of movable allocations, acquired (pinned where they are)
      * for the call: released by the communicator once the job is done,
      * since a host function may not call the pool (calls.c). */
@@ -54,9 +69,28 @@ struct coll_job {
     struct coll_job *next; /* in comm->done */
 };
 
-/* Waits until every rank of the job has called it as often; false when
- * the job was aborted (the schedule then stops). */
-bool coll_barrier(struct coll_job *job);
+/* Rank r waits until every rank of the job has called it as often; false
+ * when the job was aborted (the schedule then stops). Counts rank r's
+ * steps for its transfer log. */
+bool coll_barrier(struct coll_job *job, int r);
+
+/* Rank r logs a transfer of bytes from rank `from` into its own memory
+ * (from == r: local work, the bytes of its memory read and written). A
+ * bounded append; past log_cap it marks the log full instead. */
+static inline void coll_note(struct coll_job *job, int r, int from,
+                             size_t bytes)
+{
+    struct coll_rank *cr = &job->rank[r];
+    if (cr->nlog == job->log_cap) {
+        cr->log_full = true;
+        return;
+    }
+    cr->log[cr->nlog++] = (struct coll_xfer){cr->step, from, r, bytes};
+}
+
+/* The most transfers one rank of job logs (coll_note): at most one entry
+ * per rank it reads, plus one for what it writes, in each of its steps. */
+size_t coll_algo_log_cap(const struct coll_job *job);
 
 /* Runs rank r's share of job's algorithm (algo.c): every algorithm for
  * every collective coll_algo_applies (model.h) says it applies to. */

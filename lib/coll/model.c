@@ -389,69 +389,120 @@ static void sched_build(struct sched *s, const struct coll_topo *t, int coll,
     }
 }
 
+/* The resources a transfer occupies, as bytes charged to each: the pair's
+ * path, the sender's and the receiver's NVLink or PCIe port (the host path
+ * and PCIe peers go by PCIe), and both ends' device memory. A transfer
+ * from a rank to itself is local work: its memory only. The analytic model
+ * (whole schedules) and the sim's executed accounting (coll_model_exec_us)
+ * charge through this one rule, so that they can agree. A resource's bytes
+ * over its bandwidth is its clock: the transfers on it one after another. */
+struct res {
+    double path[COLL_MAX_RANKS][COLL_MAX_RANKS];
+    double nvl_out[COLL_MAX_RANKS], nvl_in[COLL_MAX_RANKS];
+    double pcie_out[COLL_MAX_RANKS], pcie_in[COLL_MAX_RANKS];
+    double mem[COLL_MAX_RANKS];
+};
+
+static void res_add(struct res *r, const struct coll_topo *t, int i, int j,
+                    double b)
+{
+    if (i == j) {
+        r->mem[i] += b;
+        return;
+    }
+    r->path[i][j] += b;
+    r->mem[i] += b;
+    r->mem[j] += b;
+    if (t->peer[i][j] && t->kind[i][j] == UMP_LINK_NVLINK) {
+        r->nvl_out[i] += b;
+        r->nvl_in[j] += b;
+    } else {
+        r->pcie_out[i] += b;
+        r->pcie_in[j] += b;
+    }
+}
+
 /* Microseconds the busiest resource needs when links run at factor times
  * their bandwidth (device memory always runs at its own). */
-static double sched_bw_us(const struct sched *s, const struct coll_topo *t,
-                          double factor)
+static double res_us(const struct res *r, const struct coll_topo *t,
+                     double factor)
 {
-    double nvl_out[COLL_MAX_RANKS] = {0}, nvl_in[COLL_MAX_RANKS] = {0};
-    double pcie_out[COLL_MAX_RANKS] = {0}, pcie_in[COLL_MAX_RANKS] = {0};
-    double mem[COLL_MAX_RANKS];
     double worst = 0; /* bytes / (GB/s) */
-    int n = s->n;
+    int n = t->nranks;
 
-    memcpy(mem, s->own, sizeof(mem));
     for (int i = 0; i < n; i++)
-        for (int j = 0; j < n; j++) {
-            double b = s->pair[i][j];
-            if (i == j || b <= 0)
-                continue;
-            worst = maxd(worst, b / (coll_model_path_gbs(t, i, j) * factor));
-            mem[i] += b;
-            mem[j] += b;
-            if (t->peer[i][j] && t->kind[i][j] == UMP_LINK_NVLINK) {
-                nvl_out[i] += b;
-                nvl_in[j] += b;
-            } else {
-                pcie_out[i] += b;
-                pcie_in[j] += b;
-            }
-        }
-    for (int r = 0; r < n; r++) {
-        if (t->nvl_port[r] > 0)
-            worst = maxd(worst, maxd(nvl_out[r], nvl_in[r]) /
-                                    (t->nvl_port[r] * factor));
-        if (t->pcie_port[r] > 0)
-            worst = maxd(worst, maxd(pcie_out[r], pcie_in[r]) /
-                                    (t->pcie_port[r] * factor));
+        for (int j = 0; j < n; j++)
+            if (i != j && r->path[i][j] > 0)
+                worst = maxd(worst, r->path[i][j] /
+                                        (coll_model_path_gbs(t, i, j) *
+                                         factor));
+    for (int k = 0; k < n; k++) {
+        if (t->nvl_port[k] > 0)
+            worst = maxd(worst, maxd(r->nvl_out[k], r->nvl_in[k]) /
+                                    (t->nvl_port[k] * factor));
+        if (t->pcie_port[k] > 0)
+            worst = maxd(worst, maxd(r->pcie_out[k], r->pcie_in[k]) /
+                                    (t->pcie_port[k] * factor));
         if (t->local_bw > 0)
-            worst = maxd(worst, mem[r] / t->local_bw);
+            worst = maxd(worst, r->mem[k] / t->local_bw);
     }
     return worst / 1e3; /* 1 GB/s moves 1e3 bytes a microsecond */
+}
+
+/* The schedule's bytes on every resource, its own buffers included. */
+static void sched_res(const struct sched *s, const struct coll_topo *t,
+                      struct res *r)
+{
+    memset(r, 0, sizeof(*r));
+    for (int i = 0; i < s->n; i++) {
+        r->mem[i] = s->own[i];
+        for (int j = 0; j < s->n; j++)
+            if (i != j && s->pair[i][j] > 0)
+                res_add(r, t, i, j, s->pair[i][j]);
+    }
+}
+
+/* The slowest hop among the pairs used. */
+static double used_hop_us(const bool used[COLL_MAX_RANKS][COLL_MAX_RANKS],
+                          const struct coll_topo *t, double nvl, double pci)
+{
+    double worst = 0;
+    for (int i = 0; i < t->nranks; i++)
+        for (int j = 0; j < t->nranks; j++)
+            if (used[i][j])
+                worst = maxd(worst, hop(t, i, j, nvl, pci));
+    return worst;
 }
 
 /* The slowest hop of the schedule's steps. */
 static double sched_hop_us(const struct sched *s, const struct coll_topo *t,
                            double nvl, double pci)
 {
-    double worst = 0;
-    for (int i = 0; i < s->n; i++)
-        for (int j = 0; j < s->n; j++)
-            if (s->used[i][j])
-                worst = maxd(worst, hop(t, i, j, nvl, pci));
-    return worst;
+    return used_hop_us(s->used, t, nvl, pci);
+}
+
+/* A barrier of the peer-pointer algorithms: flag every peer, one store
+ * after another, and the last flag arrives one hop later. */
+static double barrier_us(const bool used[COLL_MAX_RANKS][COLL_MAX_RANKS],
+                         const struct coll_topo *t)
+{
+    return used_hop_us(used, t, nccl_hop_nvl_us[NCCL_RING][PROTO_LL],
+                       nccl_hop_pci_us[NCCL_RING][PROTO_LL]) +
+           (t->nranks - 1) * FLAG_US;
 }
 
 double coll_model_root_us(const struct coll_topo *t, int coll,
                           enum coll_algo a, size_t bytes, int root)
 {
     struct sched s;
+    struct res r;
 
     if (!topo_ok(t) || !coll_algo_applies(coll, a) || !rank_ok(t, root))
         return INFINITY;
     sched_build(&s, t, coll, a, root, (double)bytes);
+    sched_res(&s, t, &r);
     if (t->nranks == 1) /* a local copy, whatever the algorithm */
-        return LAUNCH_US + sched_bw_us(&s, t, 1.0);
+        return LAUNCH_US + res_us(&r, t, 1.0);
     if (a == COLL_RING || a == COLL_TREE) {
         int row = a == COLL_RING ? NCCL_RING : NCCL_TREE;
         double best = INFINITY;
@@ -459,19 +510,13 @@ double coll_model_root_us(const struct coll_topo *t, int coll,
             double lat = nccl_base_us[row][p] +
                          s.hops * sched_hop_us(&s, t, nccl_hop_nvl_us[row][p],
                                                nccl_hop_pci_us[row][p]);
-            double us = lat + sched_bw_us(&s, t, nccl_bw_factor[row][p]);
+            double us = lat + res_us(&r, t, nccl_bw_factor[row][p]);
             if (us < best)
                 best = us;
         }
         return best;
     }
-    /* A barrier: flag every peer, one store after another, and the last
-     * flag arrives one hop later. */
-    double barrier =
-        sched_hop_us(&s, t, nccl_hop_nvl_us[NCCL_RING][PROTO_LL],
-                     nccl_hop_pci_us[NCCL_RING][PROTO_LL]) +
-        (t->nranks - 1) * FLAG_US;
-    return LAUNCH_US + s.rounds * barrier + sched_bw_us(&s, t, 1.0);
+    return LAUNCH_US + s.rounds * barrier_us(s.used, t) + res_us(&r, t, 1.0);
 }
 
 double coll_model_us(const struct coll_topo *t, int coll, enum coll_algo a,
@@ -499,4 +544,83 @@ enum coll_algo coll_model_choose(const struct coll_topo *t, int coll,
     if (us_p)
         *us_p = best_us;
     return best;
+}
+
+/* The executed schedule's time (model.h). Two kinds of schedule:
+ *
+ * Ring and tree are pipelined in NCCL: data moves in chunks, each handed on
+ * with a flag as soon as it lands, so the steps overlap and a link is never
+ * idle waiting for the others. The sim runs each step on the whole buffer
+ * behind a barrier, but the barrier stands for that hand-off, not for a
+ * stop: the resources' clocks run on through the steps (each is the sum of
+ * its transfers' bytes over its bandwidth, at the protocol's factor), and
+ * each step that moves data puts its slowest hop on the critical path. The
+ * protocol is the plan's to choose, as NCCL's tuner does: the time is the
+ * best of LL, LL128 and Simple, each with its constants.
+ *
+ * The peer-pointer schedules (oneshot, twoshot, direct) stop at every
+ * barrier: within a step the resources' clocks serialize the step's
+ * transfers, the step ends when the busiest one does, and the barrier then
+ * aligns every clock to that plus its own cost (a hop and a flag per
+ * peer). The call's first barrier is the launch (LAUNCH_US): it waits for
+ * the streams, which the model does not charge.
+ *
+ * A hop's latency is charged per step, not per transfer: the transfers of
+ * a step are in flight together, so their latencies overlap. */
+double coll_model_exec_us(const struct coll_topo *t, enum coll_algo a,
+                          const struct coll_xfer *const log[],
+                          const size_t nlog[], unsigned nsteps)
+{
+    bool used[COLL_MAX_RANKS][COLL_MAX_RANKS] = {{false}};
+    struct res r;
+
+    if (!topo_ok(t) || !log || !nlog || (int)a < 0 || a >= COLL_NALGO)
+        return NAN;
+    int n = t->nranks;
+    for (int k = 0; k < n; k++)
+        for (size_t e = 0; e < nlog[k]; e++) {
+            const struct coll_xfer *x = &log[k][e];
+            if (!rank_ok(t, x->from) || !rank_ok(t, x->to) ||
+                x->step >= nsteps)
+                return NAN;
+            if (x->from != x->to)
+                used[x->from][x->to] = true;
+        }
+    if ((a == COLL_RING || a == COLL_TREE) && n > 1) {
+        int row = a == COLL_RING ? NCCL_RING : NCCL_TREE;
+        double best = INFINITY;
+        memset(&r, 0, sizeof(r));
+        for (int k = 0; k < n; k++)
+            for (size_t e = 0; e < nlog[k]; e++)
+                res_add(&r, t, log[k][e].from, log[k][e].to,
+                        (double)log[k][e].bytes);
+        for (int p = 0; p < NPROTO; p++) {
+            double us = nccl_base_us[row][p];
+            for (unsigned st = 0; st < nsteps; st++) {
+                double h = 0;
+                for (int k = 0; k < n; k++)
+                    for (size_t e = 0; e < nlog[k]; e++)
+                        if (log[k][e].step == st)
+                            h = maxd(h, hop(t, log[k][e].from, log[k][e].to,
+                                            nccl_hop_nvl_us[row][p],
+                                            nccl_hop_pci_us[row][p]));
+                us += h;
+            }
+            us += res_us(&r, t, nccl_bw_factor[row][p]);
+            if (us < best)
+                best = us;
+        }
+        return best;
+    }
+    double barrier = barrier_us(used, t), us = LAUNCH_US;
+    for (unsigned st = 1; st < nsteps; st++) {
+        memset(&r, 0, sizeof(r));
+        for (int k = 0; k < n; k++)
+            for (size_t e = 0; e < nlog[k]; e++)
+                if (log[k][e].step == st)
+                    res_add(&r, t, log[k][e].from, log[k][e].to,
+                            (double)log[k][e].bytes);
+        us += res_us(&r, t, 1.0) + barrier;
+    }
+    return us;
 }

@@ -23,6 +23,10 @@
  *           every other reduced slice from its owner
  *   direct  every rank reads (or the root reads or writes) exactly the
  *           peer data it needs, all peers at once
+ * coll_model_exec_us charges the schedule a call actually ran (its ranks'
+ * transfer logs) to the same resources with the same constants: the sim's
+ * virtual-time link model, which checks the executors against these
+ * assumptions (tests/test_coll_vtime.c: they agree to float rounding).
  */
 #ifndef UMP_COLL_MODEL_H
 #define UMP_COLL_MODEL_H
@@ -71,5 +75,29 @@ enum coll_algo coll_model_choose(const struct coll_topo *t, int coll,
  * which the peer-pointer algorithms' flags and loads pay). */
 double coll_model_path_gbs(const struct coll_topo *t, int i, int j);
 double coll_model_hop_us(const struct coll_topo *t, int i, int j);
+
+/* One transfer of an executed schedule, as a rank logs it (algo.c): bytes
+ * from rank `from` to rank `to` in step `step`, the number of barriers the
+ * logging rank had passed in the call (the first one included). from == to
+ * is local work: the bytes of the rank's own memory read and written. */
+struct coll_xfer {
+    unsigned step;
+    int from, to;
+    size_t bytes;
+};
+
+/* The sim's virtual-time link model: the modeled microseconds of a
+ * schedule that ran with algorithm a, from every rank's log (log[r], nlog[r]
+ * entries) and the number of barriers each rank passed (nsteps). Each
+ * resource of the analytic model (a pair's path, each rank's NVLink and
+ * PCIe port per direction, its memory) keeps a clock that its transfers
+ * advance by bytes / bandwidth; latencies and barriers are charged as the
+ * analytic model charges them (model.c says how), so that for the schedule
+ * the model assumes the two agree. Deterministic: the logs are read in a
+ * fixed order, whatever order the ranks ran in. NAN for a bad topology,
+ * algorithm or log entry. */
+double coll_model_exec_us(const struct coll_topo *t, enum coll_algo a,
+                          const struct coll_xfer *const log[],
+                          const size_t nlog[], unsigned nsteps);
 
 #endif

@@ -207,14 +207,16 @@ int bench_coll(const struct bench_coll_opts *o)
         printf("# umpool-bench coll %s: %d ranks, pool \"%s\"%s\n",
                coll_names[coll], n, config,
                sim ? "; time: measured CPU time (sim), model: the cost "
-                     "model's time for the topology; copy: the memory-copy "
-                     "baseline of the same bytes"
+                     "model's time for the topology; exec: the model's time "
+                     "for the schedule as executed (each transfer charged to "
+                     "its links); copy: the memory-copy baseline of the same "
+                     "bytes"
                    : "");
-        printf("%12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %10s %7s "
-               "%10s\n",
+        printf("%12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %10s "
+               "%7s %10s\n",
                "size", "count", "type", "redop", "root", "time us",
                "algbw", "busbw", "#wrong", "algorithm", "model us",
-               "model bus", "copy us", "copy/time");
+               "exec us", "model bus", "copy us", "copy/time");
     } else {
         printf("{\"scenario\": \"coll\", \"collective\": \"%s\", \"ranks\": "
                "%d, \"config\": ", coll_names[coll], n);
@@ -310,6 +312,11 @@ int bench_coll(const struct bench_coll_opts *o)
                                     (char *)rb[0] + i * esz, esz) != 0;
         ump_coll_plan_t plan = {"?", 0};
         ump_comm_plan(comm, coll, count, dt, &plan);
+        /* The last iteration's schedule, charged transfer by transfer by
+         * the sim's virtual-time link model: it should match the plan. */
+        double exec = NAN;
+        if (ump_comm_last_modeled_us(comm, &exec))
+            exec = NAN;
         /* the least bytes: every input read once and every output written
          * once, per rank: a copy of the larger of the two, in host memory
          * of the same kind as the sim's */
@@ -342,25 +349,28 @@ int bench_coll(const struct bench_coll_opts *o)
                           : 0;
         if (!ret && !o->json)
             printf("%12zu %12zu %8s %6s %5d %10.1f %8.2f %8.2f %7s %10s "
-                   "%8.1f %10.2f %7.1f %10.2f\n", bytes, count,
+                   "%8.1f %8.1f %10.2f %7.1f %10.2f\n", bytes, count,
                    type_names[dt], reducing(coll) ? op_names[o->op] : "none",
                    root, t, algbw,
                    algbw * bus_factor(coll, n),
                    same ? (snprintf(wbuf, sizeof(wbuf), "%llu",
                                     (unsigned long long)wrong), wbuf)
                         : "n/a",
-                   plan.algorithm, plan.modeled_us, mbus, copy, copy / t);
+                   plan.algorithm, plan.modeled_us, exec, mbus, copy,
+                   copy / t);
         else if (!ret)
             printf("%s\n {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
                    "\"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, "
                    "\"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": "
                    "%lld, \"algorithm\": \"%s\", \"model_us\": %.3f, "
-                   "\"model_busbw_gbs\": %.4f, \"copy_us\": %.3f}",
+                   "\"exec_us\": %.3f, \"model_busbw_gbs\": %.4f, "
+                   "\"copy_us\": %.3f}",
                    first ? "" : ",", bytes, count, type_names[dt],
                    reducing(coll) ? op_names[o->op] : "none", root, t, algbw,
                    algbw * bus_factor(coll, n),
                    same ? (long long)wrong : -1LL,
-                   plan.algorithm, plan.modeled_us, mbus,
+                   plan.algorithm, plan.modeled_us,
+                   isnan(exec) ? -1.0 : exec, mbus,
                    isnan(copy) ? -1.0 : copy);
         first = false;
         if (wrong)

@@ -15,7 +15,11 @@
  * call returns. It checks what the real driver checks, strictly: a current
  * context where one is needed, events and streams of one context, exact
  * mappings, live handles, and no calls from a forked child or from inside
- * a host function (those are counted, see fake_cuda_count).
+ * a host function (those are counted, see fake_cuda_count). It also
+ * refuses a cuMemSetAccess naming one device twice (CUDA_ERROR_INVALID_
+ * VALUE, counted as "access_dups"): cuda.h does not say what the driver
+ * does with that, so the backend must never ask it, and the fake makes
+ * sure (cuda_virtual_devices turns several pool devices into one GPU).
  *
  * UMPOOL_FAKE_CUDA, read by cuDriverGetVersion and cuInit (so each pool
  * the backend opens sees the current value), is a comma-separated list:
@@ -198,6 +202,7 @@ static bool initialized;
 static pid_t init_pid;
 static long n_child_calls, n_hostfn_calls, n_creates, n_fd_creates, n_abi;
 static long n_set_access, n_cpu_refused, last_cpu_type, last_host_node = -1;
+static long n_access_dups, last_access_devs, last_dev_loc = -1;
 static _Thread_local struct CUctx_st *current;
 static _Thread_local bool in_host_func;
 
@@ -752,6 +757,8 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     a->loc = prop->location;
     if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA)
         last_host_node = dev;
+    else if (!host)
+        last_dev_loc = dev;
     a->size = size;
     a->refs = 1;
     a->next = allocs;
@@ -915,6 +922,13 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
             return end(CUDA_ERROR_INVALID_VALUE);
         if (!cpu && !dev_ok(desc[i].location.id))
             return end(CUDA_ERROR_INVALID_DEVICE);
+        for (size_t j = 0; j < i; j++) {
+            if (!cpu && desc[j].location.type == t &&
+                desc[j].location.id == desc[i].location.id) {
+                n_access_dups++;
+                return end(CUDA_ERROR_INVALID_VALUE);
+            }
+        }
         for (uintptr_t p = va; p < va + size;) {
             struct fake_map *m = map_at(p);
 
@@ -936,9 +950,13 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
     }
     if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
         return end(CUDA_ERROR_UNKNOWN);
-    for (size_t i = 0; i < count; i++)
+    last_access_devs = 0;
+    for (size_t i = 0; i < count; i++) {
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
             last_cpu_type = desc[i].location.type;
+        else
+            last_access_devs++;
+    }
     for (uintptr_t p = va; p < va + size;) {
         struct fake_map *m = map_at(p);
 
@@ -1391,6 +1409,12 @@ long fake_cuda_count(const char *what)
         n = last_cpu_type; /* of the last cuMemSetAccess that took one */
     } else if (strcmp(what, "last_host_node") == 0) {
         n = last_host_node; /* of the last HOST_NUMA cuMemCreate */
+    } else if (strcmp(what, "last_dev_loc") == 0) {
+        n = last_dev_loc; /* location id of the last device cuMemCreate */
+    } else if (strcmp(what, "access_dups") == 0) {
+        n = n_access_dups; /* cuMemSetAccess refused: a device twice */
+    } else if (strcmp(what, "last_access_devs") == 0) {
+        n = last_access_devs; /* device descriptors of the last accepted */
     } else if (strcmp(what, "abi") == 0) {
         n = n_abi;
     } else {

@@ -125,7 +125,7 @@ static void test_table_complete(void **state)
     (void)state;
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
-        "sim_driver_costs", "device_mem", "policy", "log_level",
+        "sim_driver_costs", "device_mem", "cuda_virtual_devices", "policy", "log_level",
         "chunk_size", "max_chunk", "va_size", "release_threshold",
         "release_window", "tcache",
         "host_limit",
@@ -169,6 +169,7 @@ static void test_defaults_match_table(void **state)
     assert_int_equal(cfg.sim_device_mem, d.sim_device_mem);
     assert_int_equal(cfg.sim_driver_costs, d.sim_driver_costs);
     assert_int_equal(cfg.device_mem, d.device_mem);
+    assert_int_equal(cfg.cuda_virtual_devices, d.cuda_virtual_devices);
     assert_string_equal(cfg.policy, d.policy);
     assert_int_equal(cfg.log_level, d.log_level);
     assert_int_equal(cfg.chunk_size, d.chunk_size);
@@ -314,6 +315,26 @@ static void test_int_range(void **state)
     expect_bad_value("sim_devices", item);
     snprintf(item, sizeof(item), "%lld", e->min - 1);
     expect_bad_value("sim_devices", item);
+}
+
+/* cuda_virtual_devices: 1..8, default 1; 0, 9 and words are refused. */
+static void test_cuda_virtual_devices(void **state)
+{
+    (void)state;
+    struct ump_config cfg;
+    char item[64];
+
+    conf_defaults(&cfg);
+    assert_int_equal(cfg.cuda_virtual_devices, 1);
+    for (int v = 1; v <= 8; v++) {
+        snprintf(item, sizeof(item), "cuda_virtual_devices:%d", v);
+        assert_int_equal(conf_apply(&cfg, item, "config"), 0);
+        assert_int_equal(cfg.cuda_virtual_devices, v);
+    }
+    expect_bad_value("cuda_virtual_devices", "0");
+    expect_bad_value("cuda_virtual_devices", "9");
+    expect_bad_value("cuda_virtual_devices", "-1");
+    expect_bad_value("cuda_virtual_devices", "four");
 }
 
 /* ---- sizes ---------------------------------------------------------------- */
@@ -839,6 +860,7 @@ int main(void)
         cmocka_unit_test(test_enums),
         cmocka_unit_test(test_bools),
         cmocka_unit_test(test_int_range),
+        cmocka_unit_test(test_cuda_virtual_devices),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_chunk_size),
         cmocka_unit_test(test_bad_values),

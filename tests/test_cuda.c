@@ -358,6 +358,71 @@ static const double gen3x8 = 8.0 * 8 * 128 / 130 / 8;
 static const double gen4x16 = 16.0 * 16 * 128 / 130 / 8;
 static const double gen5x16 = 32.0 * 16 * 128 / 130 / 8;
 
+/* cuda_topology_virtualize on a made-up machine (no driver needed): 3
+ * GPUs with a long model name, 4 devices each; 9 x 4 is too many. */
+static void test_virtualize_topology(void **state)
+{
+    (void)state;
+    struct ump_topology *t = calloc(1, sizeof(*t));
+    const char *long_model = "A-Very-Long-Model-Name-0123456789";
+
+    assert_non_null(t);
+    topo_make_uniform(t, 3, 64 * TU_MIB);
+    snprintf(t->name, sizeof(t->name), "cuda-3xLong");
+    for (int d = 0; d < 3; d++) {
+        snprintf(t->dev[d].model, sizeof(t->dev[d].model), "%s", long_model);
+        snprintf(t->dev[d].pci, sizeof(t->dev[d].pci), "0000:%d0:00.0", d + 1);
+        t->dev[d].numa = d;
+    }
+    t->link[0][2].bw_gbs = 12; /* one link to recognise */
+    assert_int_equal(cuda_topology_virtualize(t, 1), 0);
+    assert_int_equal(t->ndev, 3);
+    assert_int_equal(cuda_topology_virtualize(t, 4), 0);
+    assert_int_equal(t->ndev, 12);
+    assert_string_equal(t->name, "cuda-3xLong-v4");
+    for (int v = 0; v < 12; v++) {
+        char suffix[8], pci[32];
+
+        snprintf(suffix, sizeof(suffix), "/v%d", v % 4);
+        snprintf(pci, sizeof(pci), "0000:%d0:00.0", v / 4 + 1);
+        assert_int_equal(strlen(t->dev[v].model), 31);
+        assert_string_equal(t->dev[v].model + 31 - strlen(suffix), suffix);
+        assert_int_equal(strncmp(t->dev[v].model, long_model,
+                                 31 - strlen(suffix)), 0);
+        assert_string_equal(t->dev[v].pci, pci);
+        assert_int_equal(t->dev[v].mem, 16 * TU_MIB);
+        assert_int_equal(t->dev[v].numa, v / 4);
+        for (int w = 0; w < 12; w++) {
+            const struct topo_link *l = &t->link[v][w];
+
+            assert_true(l->peer);
+            if (v == w)
+                assert_int_equal(l->kind, UMP_LINK_SELF);
+            else if (v / 4 == w / 4)
+                assert_true(l->kind == UMP_LINK_NVLINK && l->hops == 1 &&
+                            l->bw_gbs == t->local_bw_gbs);
+        }
+    }
+    assert_float_equal(t->link[1][9].bw_gbs, 12, 1e-9); /* GPU 0 -> 2 */
+    /* Nearest first: the other three of the same GPU. */
+    int order[11];
+    assert_int_equal(topo_nearest(t, 5, order), 11);
+    assert_int_equal(order[0], 4);
+    assert_int_equal(order[1], 6);
+    assert_int_equal(order[2], 7);
+
+    char buf[4096];
+    struct tu_capture cap;
+    topo_make_uniform(t, 9, 64 * TU_MIB);
+    tu_capture_start(&cap);
+    int rc = cuda_topology_virtualize(t, 4);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    assert_int_equal(t->ndev, 9);
+    free(t);
+}
+
 static void test_sysfs_tree(void **state)
 {
     (void)state;
@@ -796,6 +861,187 @@ static void test_fake_no_peer(void **state)
 static void count_up(void *arg)
 {
     (*(int *)arg)++;
+}
+
+/* --- cuda_virtual_devices --------------------------------------------- */
+
+/* One fake GPU of 64 MiB shown as 4 devices: a quarter of the memory each,
+ * the GPU's PCI id and NUMA node, a model telling them apart, peer links
+ * at the GPU's own bandwidth; one context; chunks created on GPU 0 and
+ * made accessible to it once whatever the pool's device list. */
+static void test_fake_virtual(void **state)
+{
+    (void)state;
+    use_fake("devices=1,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
+    ump_device_props_t props;
+    ump_link_props_t link;
+    char model[32];
+    void *p[4];
+
+    assert_string_equal(ump_backend_name(pool), "cuda");
+    assert_int_equal(ump_device_count(pool), 4);
+    assert_int_equal(fake_count("ctx_refs"), 1); /* one GPU, one context */
+    for (int d = 0; d < 4; d++) {
+        assert_int_equal(ump_device_props(pool, d, &props), 0);
+        snprintf(model, sizeof(model), "Fake-GPU/v%d", d);
+        assert_string_equal(props.model, model);
+        assert_string_equal(props.pci_bus_id, "0000:1a:00.0");
+        assert_int_equal(props.capacity, 16 * TU_MIB);
+        for (int e = 0; e < 4; e++) {
+            assert_int_equal(ump_link_props(pool, d, e, &link), 0);
+            assert_true(link.peer);
+            assert_float_equal(link.bandwidth_gbs, 64, 1e-9);
+            assert_int_equal(link.kind,
+                             d == e ? UMP_LINK_SELF : UMP_LINK_NVLINK);
+        }
+    }
+
+    /* Placed on virtual device 3: created on GPU 0, accessible to the
+     * GPU once (the pool names all four devices, which reach it). */
+    long dups = fake_count("access_dups");
+    p[3] = tu_alloc(pool, 12 * TU_MIB, 3);
+    assert_int_equal(tu_info(pool, p[3]).device, 3);
+    assert_int_equal(fake_count("last_dev_loc"), 0);
+    assert_int_equal(fake_count("last_access_devs"), 1);
+    tu_fill(p[3], 12 * TU_MIB, 31);
+    for (int d = 0; d < 3; d++) {
+        p[d] = tu_alloc(pool, 3 * TU_MIB, d);
+        assert_int_equal(tu_info(pool, p[d]).device, d);
+        assert_int_equal(fake_count("last_dev_loc"), 0);
+        tu_fill(p[d], 3 * TU_MIB, 40 + (uint64_t)d);
+    }
+    assert_int_equal(fake_count("access_dups"), dups);
+    tu_assert_pattern(p[3], 12 * TU_MIB, 31);
+
+    /* A stream on each virtual device: copies between the devices' buffers
+     * and a memset, all in the GPU's context. */
+    for (int d = 0; d < 4; d++) {
+        ump_stream_t s = NULL;
+        int calls = 0;
+
+        assert_int_equal(ump_stream_create(pool, d, &s), 0);
+        assert_non_null(s);
+        assert_int_equal(ump_memcpy_async(pool, p[(d + 1) % 4], p[d],
+                                          TU_MIB, s), 0);
+        assert_int_equal(ump_memset_async(pool, (char *)p[d] + TU_MIB, d,
+                                          4096, s), 0);
+        assert_int_equal(ump_launch_host_func(pool, s, count_up, &calls), 0);
+        assert_int_equal(ump_stream_synchronize(pool, s), 0);
+        assert_int_equal(calls, 1);
+        assert_int_equal(memcmp(p[(d + 1) % 4], p[d], TU_MIB), 0);
+        assert_int_equal(((unsigned char *)p[d])[TU_MIB + 4095], d);
+        assert_int_equal(ump_free_async(pool, p[d], s), 0);
+        assert_int_equal(ump_stream_destroy(pool, s), 0);
+    }
+    assert_int_equal(fake_count("current"), 0);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* Two GPUs, two devices each: 0 and 1 are GPU 0, 2 and 3 GPU 1. Links
+ * across GPUs are the GPUs' own; access goes to each GPU once. */
+static void test_fake_virtual_two_gpus(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=64");
+    ump_pool_t *plain = tu_pool_create("backend:cuda,cuda_virtual_devices:1");
+    ump_link_props_t phys, link;
+
+    assert_int_equal(ump_link_props(plain, 0, 1, &phys), 0);
+    tu_pool_destroy(plain);
+
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:2");
+    ump_device_props_t props;
+
+    assert_int_equal(ump_device_count(pool), 4);
+    assert_int_equal(fake_count("ctx_refs"), 2);
+    assert_int_equal(ump_device_props(pool, 3, &props), 0);
+    assert_string_equal(props.model, "Fake-GPU/v1");
+    assert_string_equal(props.pci_bus_id, "0000:2a:00.0");
+    assert_int_equal(props.capacity, 32 * TU_MIB);
+    for (int a = 0; a < 2; a++) {
+        for (int b = 2; b < 4; b++) {
+            assert_int_equal(ump_link_props(pool, a, b, &link), 0);
+            assert_int_equal(link.kind, phys.kind);
+            assert_float_equal(link.bandwidth_gbs, phys.bandwidth_gbs, 1e-9);
+            assert_int_equal(link.peer, phys.peer);
+        }
+    }
+    assert_int_equal(ump_link_props(pool, 2, 3, &link), 0);
+    assert_int_equal(link.kind, UMP_LINK_NVLINK);
+    assert_true(link.peer);
+
+    void *p = tu_alloc(pool, 4 * TU_MIB, 2);
+    assert_int_equal(tu_info(pool, p).device, 2);
+    assert_int_equal(fake_count("last_dev_loc"), 1);
+    assert_int_equal(fake_count("last_access_devs"), 2); /* both GPUs */
+    tu_fill(p, 4 * TU_MIB, 7);
+    tu_assert_pattern(p, 4 * TU_MIB, 7);
+    void *q = tu_alloc(pool, 4 * TU_MIB, 1);
+    assert_int_equal(fake_count("last_dev_loc"), 0);
+    tu_free(pool, q);
+    tu_free(pool, p);
+    assert_int_equal(fake_count("access_dups"), 0);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
+/* More than UMP_MAX_DEVICES in all: -EINVAL, one line, nothing retained.
+ * A value out of 1..8: the configuration's own error. Sim ignores it. */
+static void test_fake_virtual_limits(void **state)
+{
+    (void)state;
+    char buf[4096];
+    ump_pool_t *pool = NULL;
+
+    use_fake("devices=5,mem=16");
+    int rc = create_captured("backend:cuda,cuda_virtual_devices:7", &pool,
+                             buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_null(pool);
+    if (tu_count_log_lines(buf) != 1 ||
+        count_lines_with(buf, "cuda_virtual_devices:7 on 5 GPUs makes 35 "
+                              "devices, more than the 32") != 1)
+        fail_msg("want one line on the device limit, got:\n%s", buf);
+    assert_fake_clean();
+
+    /* 4 x 8 = 32 fits exactly. */
+    use_fake("devices=4,mem=16");
+    pool = tu_pool_create("backend:cuda,cuda_virtual_devices:8");
+    assert_int_equal(ump_device_count(pool), 32);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+
+    rc = create_captured("backend:cuda,cuda_virtual_devices:9", &pool, buf,
+                         sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    assert_int_equal(count_lines_with(buf, "cuda_virtual_devices"), 1);
+
+    pool = tu_pool_create("backend:sim,sim_devices:2,cuda_virtual_devices:4");
+    assert_int_equal(ump_device_count(pool), 2);
+    tu_pool_destroy(pool);
+}
+
+/* N = 1 is the default, and the pool is what it was: the GPU's model. */
+static void test_fake_virtual_one(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:1");
+    ump_device_props_t props;
+
+    assert_int_equal(ump_device_count(pool), 2);
+    assert_int_equal(ump_device_props(pool, 1, &props), 0);
+    assert_string_equal(props.model, "Fake-GPU");
+    assert_int_equal(props.capacity, 64 * TU_MIB);
+    void *p = tu_alloc(pool, 4 * TU_MIB, 1);
+    assert_int_equal(fake_count("last_dev_loc"), 1);
+    assert_int_equal(fake_count("last_access_devs"), 2);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
 }
 
 static void test_fake_streams(void **state)
@@ -1643,6 +1889,7 @@ int main(void)
         cmocka_unit_test(test_errno_mapping),
         cmocka_unit_test(test_busid_and_rates),
         cmocka_unit_test(test_sysfs_tree),
+        cmocka_unit_test(test_virtualize_topology),
         cmocka_unit_test_setup(test_not_a_driver, test_setup),
         cmocka_unit_test_setup(test_fake_old_driver, test_setup),
         cmocka_unit_test_setup(test_fake_no_device, test_setup),
@@ -1655,6 +1902,10 @@ int main(void)
         cmocka_unit_test_setup(test_fake_faults, test_setup),
         cmocka_unit_test_setup(test_fake_no_fd, test_setup),
         cmocka_unit_test_setup(test_fake_no_peer, test_setup),
+        cmocka_unit_test_setup(test_fake_virtual, test_setup),
+        cmocka_unit_test_setup(test_fake_virtual_two_gpus, test_setup),
+        cmocka_unit_test_setup(test_fake_virtual_limits, test_setup),
+        cmocka_unit_test_setup(test_fake_virtual_one, test_setup),
         cmocka_unit_test_setup(test_fake_streams, test_setup),
         cmocka_unit_test_setup(test_fake_stream_left, test_setup),
         cmocka_unit_test_setup(test_fake_event_contexts, test_setup),

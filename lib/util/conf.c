@@ -56,6 +56,12 @@ const struct ump_conf_entry conf_table[] = {
      "most memory the pool takes from each device, on any backend (0: all "
      "of it; on cuda, what is free when the pool is created)",
      offsetof(struct ump_config, device_mem), 0, 0},
+    {"cuda_virtual_devices", "1", UMP_CONF_INT, "an integer 1..8",
+     "devices of the pool per physical GPU on the cuda backend (each gets "
+     "1/N of the GPU's memory; pool device v is GPU v / N), so multi-device "
+     "code runs on one GPU; at most " CONF_STR(UMP_MAX_DEVICES) " devices "
+     "in all; ignored by sim",
+     offsetof(struct ump_config, cuda_virtual_devices), 1, 8},
     {"policy", "local", UMP_CONF_STRING,
      "local, interleave[=D*W+...], balanced, domain, or a plugin's path "
      "(shorter than 256 bytes)",

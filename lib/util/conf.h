@@ -36,6 +36,7 @@ struct ump_config {
     size_t sim_device_mem;               /* 0: not set */
     int sim_driver_costs;                /* enum ump_sim_driver_costs */
     size_t device_mem;                   /* cap per device, 0: none */
+    int cuda_virtual_devices;            /* pool devices per GPU (cuda) */
     int log_level;                       /* enum ump_log_level */
     char policy[UMP_CONF_PATH_MAX];      /* default placement policy */
     size_t chunk_size;                   /* bytes of one physical chunk */

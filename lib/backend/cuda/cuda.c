@@ -18,6 +18,13 @@
  *    logs the reason as an error only when the user asked for cuda.
  *  - close_in_child (after fork) frees memory only: the driver cannot be
  *    used in a forked child, and the parent's lock may be held.
+ *  - cuda_virtual_devices:N shows each GPU as N devices of the pool (pool
+ *    device v is GPU v / N; see struct cuda_ctx and
+ *    cuda_topology_virtualize), so that pooling across devices, the
+ *    placement policies and the collectives run their multi-device code on
+ *    one GPU. Contexts, granularity and the driver's checks stay per GPU;
+ *    the pool-device numbers are turned into GPU ordinals where they reach
+ *    the driver (chunk_create, set_access, stream_create, granularity).
  *
  * What was verified, and how: this code has NOT run on a GPU yet. It was
  * written against the CUDA 13 cuda.h (every entry point is typed from its
@@ -112,6 +119,7 @@ static int broken(int err, const char *fmt, ...)
     return err;
 }
 
+/* Pool devices, virtual ones included: what the pool passes. */
 bool cuda_device_ok(const struct cuda_ctx *c, int device, const char *op)
 {
     if (device >= 0 && device < c->ndev)
@@ -137,7 +145,7 @@ static int devices_check(struct cuda_ctx *c, const struct ump_config *cfg)
     const struct cudrv_api *api = &c->api;
     char text[256];
 
-    for (int d = 0; d < c->ndev; d++) {
+    for (int d = 0; d < c->nphys; d++) {
         char name[128] = "?";
         int vmm = 0;
         CUresult res = api->cuDeviceGet(&c->dev[d], d);
@@ -158,14 +166,14 @@ static int devices_check(struct cuda_ctx *c, const struct ump_config *cfg)
     return 0;
 }
 
-/* Retains every device's primary context and sets the device up. Releases
- * what it retained on failure. */
+/* Retains every GPU's primary context (once, however many pool devices it
+ * shows) and sets the GPU up. Releases what it retained on failure. */
 static int devices_open(struct cuda_ctx *c)
 {
     const struct cudrv_api *api = &c->api;
     int d, err;
 
-    for (d = 0; d < c->ndev; d++) {
+    for (d = 0; d < c->nphys; d++) {
         CUresult res = api->cuDevicePrimaryCtxRetain(&c->pctx[d], c->dev[d]);
         CUcontext saved;
 
@@ -197,7 +205,7 @@ static int cuda_open(const struct ump_config *cfg, struct ump_topology *topo,
     struct ump_topology *t;
     char why[384], text[256];
     struct cuda_ctx *c;
-    int n = 0, err;
+    int n = 0, nvirt, err;
     CUresult res;
 
     if (!path || !*path)
@@ -231,22 +239,43 @@ static int cuda_open(const struct ump_config *cfg, struct ump_topology *topo,
         err = unusable(cfg, -ENODEV, "no CUDA device");
         goto err_free;
     }
-    if (n > UMP_MAX_DEVICES) {
+    nvirt = cfg->cuda_virtual_devices > 1 ? cfg->cuda_virtual_devices : 1;
+    if (nvirt == 1 && n > UMP_MAX_DEVICES) {
         ump_log_warn("cuda: using the first %d of %d devices",
                      UMP_MAX_DEVICES, n);
         n = UMP_MAX_DEVICES;
     }
-    c->ndev = n;
+    /* A configuration error, said whatever the backend setting (with auto
+     * the pool then goes on with sim); checked before any context is
+     * retained. Not cut to fit like the plain case: the user asked for
+     * this many devices, and fewer GPUs than there are would surprise. */
+    if (n > UMP_MAX_DEVICES / nvirt) {
+        ump_log_error("config: cuda_virtual_devices:%d on %d GPUs makes %d "
+                      "devices, more than the %d a pool holds", nvirt, n,
+                      n * nvirt, UMP_MAX_DEVICES);
+        err = broken(-EINVAL, "cuda_virtual_devices:%d on %d GPUs makes "
+                     "more than %d devices", nvirt, n, UMP_MAX_DEVICES);
+        goto err_free;
+    }
+    c->nphys = n;
+    c->nvirt = nvirt;
+    c->ndev = n * nvirt;
     err = devices_check(c, cfg);
     if (err)
         goto err_free;
     err = devices_open(c);
     if (err)
         goto err_free;
-    err = cuda_topology_discover(&c->api, c->ndev, c->pctx, sysfs,
+    err = cuda_topology_discover(&c->api, c->nphys, c->pctx, sysfs,
                                  CUDA_NVML_DEFAULT, t);
     if (err) {
         broken(err, "topology discovery failed");
+        goto err_release;
+    }
+    /* The host tier's setup reads only the NUMA nodes, the same after. */
+    err = cuda_topology_virtualize(t, c->nvirt);
+    if (err) {
+        broken(err, "cannot make %d virtual devices per GPU", c->nvirt);
         goto err_release;
     }
     cuvmm_host_setup(c, t, sysfs);
@@ -256,16 +285,17 @@ static int cuda_open(const struct ump_config *cfg, struct ump_topology *topo,
         broken(err, "pthread_mutex_init failed");
         goto err_release;
     }
-    ump_log_debug("cuda: driver %d.%d, %d devices (%s)",
+    ump_log_debug("cuda: driver %d.%d, %d devices on %d GPUs (%s)",
                   c->api.driver_version / 1000,
-                  c->api.driver_version % 1000 / 10, c->ndev, t->name);
+                  c->api.driver_version % 1000 / 10, c->ndev, c->nphys,
+                  t->name);
     *topo = *t;
     free(t);
     *ctx_p = c;
     return 0;
 
 err_release:
-    release_contexts(c, c->ndev);
+    release_contexts(c, c->nphys);
 err_free:
     free(t);
     free(c);
@@ -280,7 +310,7 @@ static void cuda_close(void *ctx)
         return;
     /* What the caller left, before the contexts it lives in go. */
     custream_close(c);
-    release_contexts(c, c->ndev);
+    release_contexts(c, c->nphys);
     pthread_mutex_destroy(&c->lock);
     custream_free(c);
     free(c);

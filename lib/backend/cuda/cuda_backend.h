@@ -29,6 +29,19 @@
 /* Rewrites a PCI bus id as sysfs names it ("0000:1a:00.0", lowercase, four
  * domain digits at least). -EINVAL when busid is not domain:bus:dev.fn. */
 int cuda_pci_busid_norm(const char *busid, char *out, size_t len);
+/* Turns t, the topology of t->ndev physical GPUs, into that of the pool's
+ * t->ndev * nvirt devices (cuda_virtual_devices): pool device v is GPU
+ * v / nvirt (the virtual devices of one GPU are consecutive). Each gets
+ * 1/nvirt of its GPU's memory, its NUMA node and PCI bus id, and a model
+ * name ending in "/v<k>", k = v % nvirt (cut to fit, the suffix kept). Two
+ * virtual devices of one GPU are linked as NVLink at the GPU's own memory
+ * bandwidth (local_bw_gbs), peer: their memory is the same memory, reached
+ * without a link, and NVLink (hops 1) is the kind the policies (domain)
+ * and the collectives' model group and treat as direct peers; SELF is
+ * kept for a device and itself. Virtual devices of two GPUs have the GPUs'
+ * link. The name gets "-v<nvirt>". -EINVAL (logged) when the devices
+ * would be more than UMP_MAX_DEVICES; nvirt 1 leaves t as it is. */
+int cuda_topology_virtualize(struct ump_topology *t, int nvirt);
 /* The device's NUMA node from <root>/bus/pci/devices/<busid>/numa_node;
  * "-1" (no affinity) reads as node 0. A negative errno when unreadable. */
 int cuda_sysfs_numa_node(const char *root, const char *busid);
@@ -86,14 +99,24 @@ struct custream_node;
 struct custream_event;
 
 /* The backend's context, one per pool. Written at open, read-only after
- * except the atomics (learnt from the driver) and the two lists (lock). */
+ * except the atomics (learnt from the driver) and the two lists (lock).
+ *
+ * Devices: the pool's devices (what every backend call's "device" means,
+ * 0 .. ndev-1) are the physical GPUs (0 .. nphys-1, CUDA ordinals) each
+ * shown nvirt times (cuda_virtual_devices): pool device v is GPU v / nvirt
+ * (cuda_phys). With nvirt 1 they are the same. Everything the driver
+ * holds is per GPU, hence indexed by physical ordinal: dev, pctx, gran,
+ * fd_handles. The virtual devices of a GPU share its primary context, so
+ * their streams, events and copies are the GPU's. */
 struct cuda_ctx {
     struct cudrv_api api;
-    int ndev;
-    CUdevice dev[UMP_MAX_DEVICES];
-    CUcontext pctx[UMP_MAX_DEVICES]; /* retained primary contexts */
-    size_t gran[UMP_MAX_DEVICES];
-    /* Cleared when the driver refuses shareable handles on the device. */
+    int ndev;  /* the pool's devices: nphys * nvirt */
+    int nphys; /* physical GPUs used */
+    int nvirt; /* pool devices per GPU, 1..8 */
+    CUdevice dev[UMP_MAX_DEVICES];   /* by physical ordinal */
+    CUcontext pctx[UMP_MAX_DEVICES]; /* retained primary contexts, same */
+    size_t gran[UMP_MAX_DEVICES];    /* same */
+    /* Cleared when the driver refuses shareable handles on the GPU. */
     atomic_bool fd_handles[UMP_MAX_DEVICES];
     atomic_bool host_fd_handles; /* the same, for host NUMA chunks */
 
@@ -120,7 +143,7 @@ struct cuda_ctx {
     struct ump_list events; /* of struct custream_event, by link */
 };
 
-/* Device 0's context serves the calls that are not about one device (the
+/* Device 0's context (GPU 0's, whatever nvirt) serves the calls that are not about one device (the
  * address space is shared by all). */
 #define CUDA_ANY_DEVICE 0
 
@@ -129,9 +152,17 @@ struct cuda_ctx {
 /* True when device is one of the pool's; else logs (op: the caller). */
 bool cuda_device_ok(const struct cuda_ctx *c, int device, const char *op);
 
+/* The physical GPU (CUDA ordinal, index of dev/pctx/gran) behind pool
+ * device device, which the caller has checked. */
+static inline int cuda_phys(const struct cuda_ctx *c, int device)
+{
+    return device / c->nvirt;
+}
+
 /* --- vmm.c: addresses, chunks, mappings ----------------------------------- */
 
-/* Learns device d's granularity and handle types; d's context is current.
+/* Learns GPU d's (a physical ordinal) granularity and handle types; d's
+ * context is current.
  * Logs its failures. */
 int cuvmm_device_setup(struct cuda_ctx *c, int d);
 /* Decides, once at open, whether the host tier can work (per device

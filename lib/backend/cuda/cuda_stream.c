@@ -5,6 +5,9 @@
  *  - Streams are the driver's CUstreams, created non-blocking in their
  *    device's primary context; the pool keeps a list of them so that one it
  *    did not create is refused, and close destroys what the caller left.
+ *    A virtual device's (cuda_virtual_devices) is its GPU's context: its
+ *    streams are the GPU's streams, and nothing below tells them apart
+ *    (events, copies, host functions work per context, unchanged).
  *  - NULL (and CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) is the default
  *    stream of the calling thread's current context, device 0's primary
  *    context when there is none: what a cuda.h user means by it.
@@ -83,22 +86,23 @@ int custream_create(void *ctx, int device, void **stream_p)
     struct cuda_ctx *c = ctx;
     struct custream_node *node;
     CUstream s = NULL;
-    CUcontext saved;
+    CUcontext saved, dctx;
     CUresult res;
     int err;
 
     if (!cuda_device_ok(c, device, "stream_create"))
         return -EINVAL;
+    dctx = c->pctx[cuda_phys(c, device)];
     node = malloc(sizeof(*node));
     if (!node) {
         ump_log_error("cuda: out of host memory for a stream");
         return -ENOMEM;
     }
-    err = cudrv_ctx_enter(&c->api, c->pctx[device], &saved);
+    err = cudrv_ctx_enter(&c->api, dctx, &saved);
     if (err)
         goto err_free;
     res = c->api.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
-    cudrv_ctx_leave(&c->api, c->pctx[device], saved);
+    cudrv_ctx_leave(&c->api, dctx, saved);
     if (res != CUDA_SUCCESS) {
         err = cudrv_fail(&c->api, res, UMP_LOG_ERROR,
                          "cuStreamCreate on device %d", device);

@@ -362,6 +362,67 @@ double cuda_nvlink_link_gbs(unsigned nvml_version)
     return 25;
 }
 
+/* --- virtual devices (cuda_virtual_devices) ---------------------------- */
+
+int cuda_topology_virtualize(struct ump_topology *t, int nvirt)
+{
+    struct ump_topology *p;
+    int nphys = t->ndev, keep;
+    char tail[16];
+
+    if (nvirt <= 1)
+        return 0;
+    if (nphys < 1 || nphys > UMP_MAX_DEVICES / nvirt) {
+        ump_log_error("cuda: %d virtual devices on each of %d GPUs are "
+                      "more than the %d a pool holds", nvirt, nphys,
+                      UMP_MAX_DEVICES);
+        return -EINVAL;
+    }
+    /* The physical one is read while t is rewritten. */
+    p = malloc(sizeof(*p));
+    if (!p) {
+        ump_log_error("cuda: out of host memory for the topology");
+        return -ENOMEM;
+    }
+    *p = *t;
+    t->ndev = nphys * nvirt;
+    for (int v = 0; v < t->ndev; v++) {
+        const struct topo_device *pd = &p->dev[v / nvirt];
+        struct topo_device *vd = &t->dev[v];
+        char suffix[16];
+
+        /* "H200/v3": the GPU's model, the index within the GPU; the PCI
+         * bus id (the GPU's) says which GPU. The model is cut, not the
+         * suffix, when both do not fit. */
+        snprintf(suffix, sizeof(suffix), "/v%d", v % nvirt);
+        keep = (int)(sizeof(vd->model) - 1 - strlen(suffix));
+        snprintf(vd->model, sizeof(vd->model), "%.*s%s", keep, pd->model,
+                 suffix);
+        memcpy(vd->pci, pd->pci, sizeof(vd->pci));
+        vd->mem = pd->mem / (size_t)nvirt;
+        vd->numa = pd->numa;
+        for (int w = 0; w < t->ndev; w++) {
+            struct topo_link *l = &t->link[v][w];
+
+            if (v == w)
+                *l = p->link[v / nvirt][v / nvirt]; /* SELF */
+            else if (v / nvirt == w / nvirt)
+                /* One memory: the device's own bandwidth, always peer
+                 * (every virtual device maps every chunk of its GPU). */
+                *l = (struct topo_link){UMP_LINK_NVLINK, t->local_bw_gbs,
+                                        1, true};
+            else
+                *l = p->link[v / nvirt][w / nvirt];
+        }
+    }
+    /* "cuda-1xH200-v4"; the GPUs' name is cut, not the tail. */
+    snprintf(tail, sizeof(tail), "-v%d", nvirt);
+    keep = (int)(sizeof(t->name) - 1 - strlen(tail));
+    snprintf(t->name, sizeof(t->name), "%.*s%s", keep, p->name, tail);
+    free(p);
+    return 0;
+}
+
 #ifdef HAVE_CUDA_H
 
 #include <dlfcn.h>

@@ -29,6 +29,13 @@
  *    type; the pool's host tier only creates HOST_NUMA chunks.
  *  - A full device or host (out of memory) is normal for the pool and
  *    logged at debug level only.
+ *  - Devices given by the pool are pool devices; with cuda_virtual_devices
+ *    several are one GPU (cuda_phys). A chunk is created on the GPU, so
+ *    the virtual devices of a GPU draw on its memory together (the pool
+ *    keeps each to its share, the capacity the topology gives it); access
+ *    is given to GPUs, each named once: the access descriptors are per
+ *    location, and the same location twice is not something to ask of
+ *    the driver.
  */
 #include "config.h"
 
@@ -71,6 +78,7 @@ uint64_t cuvmm_driver_ns(void *ctx, int device)
 
 /* --- devices ----------------------------------------------------------- */
 
+/* d: a GPU (physical ordinal). */
 int cuvmm_device_setup(struct cuda_ctx *c, int d)
 {
     const struct cudrv_api *api = &c->api;
@@ -109,7 +117,8 @@ size_t cuvmm_granularity(void *ctx, int device)
 {
     struct cuda_ctx *c = ctx;
 
-    return c->gran[device >= 0 && device < c->ndev ? device : 0];
+    return c->gran[device >= 0 && device < c->ndev ? cuda_phys(c, device)
+                                                   : 0];
 }
 
 /* --- addresses --------------------------------------------------------- */
@@ -196,24 +205,25 @@ int cuvmm_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p)
     CUcontext saved;
     CUresult res;
     bool fd;
-    int err;
+    int err, g;
 
     if (!cuda_device_ok(c, device, "chunk_create"))
         return -EINVAL;
-    if (!size || size % c->gran[device]) {
+    g = cuda_phys(c, device); /* the GPU: location, context, flags */
+    if (!size || size % c->gran[g]) {
         ump_log_error("cuda: chunk_create: size %zu is not a positive "
                       "multiple of device %d's granularity %zu", size, device,
-                      c->gran[device]);
+                      c->gran[g]);
         return -EINVAL;
     }
     memset(&prop, 0, sizeof(prop));
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = device;
-    fd = atomic_load_explicit(&c->fd_handles[device], memory_order_relaxed);
+    prop.location.id = g;
+    fd = atomic_load_explicit(&c->fd_handles[g], memory_order_relaxed);
     prop.requestedHandleTypes = fd ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
                                    : CU_MEM_HANDLE_TYPE_NONE;
-    err = cudrv_ctx_enter(&c->api, c->pctx[device], &saved);
+    err = cudrv_ctx_enter(&c->api, c->pctx[g], &saved);
     if (err)
         return err;
     uint64_t t0 = ump_clock_ns();
@@ -223,21 +233,21 @@ int cuvmm_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p)
      * sharing is for later, memory is for now. */
     if ((res == CUDA_ERROR_NOT_SUPPORTED || res == CUDA_ERROR_NOT_PERMITTED) &&
         fd) {
-        atomic_store_explicit(&c->fd_handles[device], false,
+        atomic_store_explicit(&c->fd_handles[g], false,
                               memory_order_relaxed);
-        ump_log_debug("cuda: device %d refuses shareable handles; chunks "
-                      "are created without them", device);
+        ump_log_debug("cuda: GPU %d refuses shareable handles; chunks "
+                      "are created without them", g);
         prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
         res = c->api.cuMemCreate(&h, size, &prop, 0);
     }
     drv_time(c, t0);
-    cudrv_ctx_leave(&c->api, c->pctx[device], saved);
+    cudrv_ctx_leave(&c->api, c->pctx[g], saved);
     if (res != CUDA_SUCCESS)
         return cudrv_fail(&c->api, res,
                           res == CUDA_ERROR_OUT_OF_MEMORY ? UMP_LOG_DEBUG
                                                           : UMP_LOG_ERROR,
-                          "cuMemCreate of %zu bytes on device %d", size,
-                          device);
+                          "cuMemCreate of %zu bytes on device %d (GPU %d)",
+                          size, device, g);
     *h_p = (ump_handle_t)h;
     return 0;
 }
@@ -299,19 +309,31 @@ int cuvmm_unmap(void *ctx, void *va, size_t size)
                              "cuMemUnmap of [%p, +%zu)", va, size);
 }
 
-/* Read-write descriptors for the listed devices into desc[0..ndevices);
- * false (logged by cuda_device_ok) when one is not a device of the pool. */
-static bool device_access(struct cuda_ctx *c, CUmemAccessDesc *desc,
-                          const int *devices, int ndevices, const char *op)
+/* Read-write descriptors for the GPUs behind the listed pool devices into
+ * desc[], each GPU once, in the order first named (with nvirt 1: the list
+ * itself); returns how many, or -1 (logged by cuda_device_ok) when one is
+ * not a device of the pool. */
+static int device_access(struct cuda_ctx *c, CUmemAccessDesc *desc,
+                         const int *devices, int ndevices, const char *op)
 {
+    bool named[UMP_MAX_DEVICES] = {false};
+    int n = 0;
+
     for (int i = 0; i < ndevices; i++) {
+        int g;
+
         if (!cuda_device_ok(c, devices[i], op))
-            return false;
-        desc[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        desc[i].location.id = devices[i];
-        desc[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            return -1;
+        g = cuda_phys(c, devices[i]);
+        if (named[g])
+            continue;
+        named[g] = true;
+        desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        desc[n].location.id = g;
+        desc[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        n++;
     }
-    return true;
+    return n;
 }
 
 /* One call for the whole range: the driver charges per handle, not per
@@ -323,7 +345,7 @@ int cuvmm_set_access(void *ctx, void *va, size_t size, const int *devices,
     CUmemAccessDesc desc[UMP_MAX_DEVICES];
     CUcontext saved;
     CUresult res;
-    int err;
+    int err, ndesc;
 
     if (!devices || ndevices <= 0 || ndevices > c->ndev) {
         ump_log_error("cuda: set_access: %d devices given (have %d)",
@@ -331,14 +353,15 @@ int cuvmm_set_access(void *ctx, void *va, size_t size, const int *devices,
         return -EINVAL;
     }
     memset(desc, 0, sizeof(desc));
-    if (!device_access(c, desc, devices, ndevices, "set_access"))
+    ndesc = device_access(c, desc, devices, ndevices, "set_access");
+    if (ndesc < 0)
         return -EINVAL;
     err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
     if (err)
         return err;
     uint64_t t0 = ump_clock_ns();
     res = c->api.cuMemSetAccess((CUdeviceptr)(uintptr_t)va, size, desc,
-                                (size_t)ndevices);
+                                (size_t)ndesc);
     drv_time(c, t0);
     return cudrv_leave_check(&c->api, c->pctx[CUDA_ANY_DEVICE], saved, res,
                              "cuMemSetAccess of [%p, +%zu) for %d devices",
@@ -380,7 +403,7 @@ static int host_attr_check(struct cuda_ctx *c, CUdevice_attribute attr,
                            const char *attr_name, const char *what,
                            char *why, size_t len)
 {
-    for (int d = 0; d < c->ndev; d++) {
+    for (int d = 0; d < c->nphys; d++) {
         char name[128] = "?", text[160];
         int v = 0;
         CUresult res = c->api.cuDeviceGetAttribute(&v, attr, c->dev[d]);
@@ -608,7 +631,9 @@ int cuvmm_set_access_host(void *ctx, void *va, size_t size,
         return -EINVAL;
     }
     memset(desc, 0, sizeof(desc));
-    if (!device_access(c, desc, devices, ndevices, "set_access_host"))
+    /* From here on ndevices counts descriptors: GPUs, each once. */
+    ndevices = device_access(c, desc, devices, ndevices, "set_access_host");
+    if (ndevices < 0)
         return -EINVAL;
     err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
     if (err)

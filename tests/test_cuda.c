@@ -370,7 +370,11 @@ static void test_virtualize_topology(void **state)
     topo_make_uniform(t, 3, 64 * TU_MIB);
     snprintf(t->name, sizeof(t->name), "cuda-3xLong");
     for (int d = 0; d < 3; d++) {
-        snprintf(t->dev[d].model, sizeof(t->dev[d].model), "%s", long_model);
+        /* a model name that fills the field: cut, as the backend's own
+         * copy of the driver's name would be */
+        size_t m = sizeof(t->dev[d].model) - 1;
+        memcpy(t->dev[d].model, long_model, m);
+        t->dev[d].model[m] = '\0';
         snprintf(t->dev[d].pci, sizeof(t->dev[d].pci), "0000:%d0:00.0", d + 1);
         t->dev[d].numa = d;
     }

@@ -1883,6 +1883,10 @@ NO_FAKE(test_fake_tiers)
 NO_FAKE(test_fake_hostreg_refused)
 NO_FAKE(test_fake_topology_pcie)
 NO_FAKE(test_fake_topology_nvlink)
+NO_FAKE(test_fake_virtual)
+NO_FAKE(test_fake_virtual_two_gpus)
+NO_FAKE(test_fake_virtual_limits)
+NO_FAKE(test_fake_virtual_one)
 #endif /* HAVE_CUDA_H */
 
 int main(void)

@@ -46,19 +46,25 @@ void vas_fini(struct vas *v)
     memset(v, 0, sizeof(*v));
 }
 
+/* Takes the first n granules of free range i (which has them). */
+static void take_from(struct vas *v, size_t i, size_t n)
+{
+    struct vas_range *r = &v->free[i];
+    r->start += n;
+    r->n -= n;
+    if (!r->n) {
+        memmove(r, r + 1, (v->nfree - i - 1) * sizeof(*r));
+        v->nfree--;
+    }
+}
+
 int vas_take(struct vas *v, size_t n, size_t *start_p)
 {
     for (size_t i = 0; i < v->nfree; i++) {
-        struct vas_range *r = &v->free[i];
-        if (r->n < n)
+        if (v->free[i].n < n)
             continue;
-        *start_p = r->start;
-        r->start += n;
-        r->n -= n;
-        if (!r->n) {
-            memmove(r, r + 1, (v->nfree - i - 1) * sizeof(*r));
-            v->nfree--;
-        }
+        *start_p = v->free[i].start;
+        take_from(v, i, n);
         return 0;
     }
     return -ENOMEM;
@@ -89,13 +95,7 @@ int vas_take_at(struct vas *v, size_t start, size_t n)
     size_t i = range_from(v, start);
     if (i == v->nfree || v->free[i].start != start || v->free[i].n < n)
         return -ENOMEM;
-    struct vas_range *r = &v->free[i];
-    r->start += n;
-    r->n -= n;
-    if (!r->n) {
-        memmove(r, r + 1, (v->nfree - i - 1) * sizeof(*r));
-        v->nfree--;
-    }
+    take_from(v, i, n);
     return 0;
 }
 

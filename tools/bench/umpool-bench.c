@@ -174,57 +174,66 @@ static bool parse_size(const char *s, size_t *size_p)
     return true;
 }
 
-static bool parse_sizes(const char *list, struct bench_opts *o)
+/* Calls item(tok, i, ctx) for each of the comma-separated items of list,
+ * at most max of them; the count, or -1 when an item is refused, there are
+ * too many or none, or the list is too long. */
+static int parse_list(const char *list, int max,
+                      bool (*item)(const char *tok, int i, void *ctx),
+                      void *ctx)
 {
     char buf[1024];
     char *save = NULL;
     int n = 0;
 
     if (strlen(list) >= sizeof(buf))
-        return false;
+        return -1;
     strcpy(buf, list);
     for (char *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {
-        if (n == BENCH_MAX_SIZES || !parse_size(tok, &o->sizes[n]))
-            return false;
+        if (n == max || !item(tok, n, ctx))
+            return -1;
         n++;
     }
-    if (n == 0)
+    return n ? n : -1;
+}
+
+static bool size_item(const char *tok, int i, void *ctx)
+{
+    return parse_size(tok, &((struct bench_opts *)ctx)->sizes[i]);
+}
+
+static bool parse_sizes(const char *list, struct bench_opts *o)
+{
+    int n = parse_list(list, BENCH_MAX_SIZES, size_item, o);
+    if (n < 0)
         return false;
     o->nsizes = n;
     return true;
 }
 
-/* replay's --capacity: sizes or multiples of the peak ("1.02x"). */
+/* replay's --capacity item: a size or a multiple of the peak ("1.02x"). */
+static bool capacity_item(const char *tok, int i, void *ctx)
+{
+    struct bench_replay_opts *r = ctx;
+    size_t len = strlen(tok);
+    r->caps[i].bytes = 0;
+    r->caps[i].times = 0;
+    if (len > 1 && tok[len - 1] == 'x') {
+        char *end;
+        errno = 0;
+        double t = strtod(tok, &end);
+        if (errno || end != tok + len - 1 || !(t >= 0.5 && t <= 1000))
+            return false;
+        r->caps[i].times = t;
+        return true;
+    }
+    return parse_size(tok, &r->caps[i].bytes);
+}
+
 static bool parse_capacities(const char *list, struct bench_replay_opts *r)
 {
-    char buf[1024];
-    char *save = NULL;
-    int n = 0;
-
-    if (strlen(list) >= sizeof(buf))
-        return false;
-    strcpy(buf, list);
-    for (char *tok = strtok_r(buf, ",", &save); tok;
-         tok = strtok_r(NULL, ",", &save)) {
-        size_t len = strlen(tok);
-        if (n == BENCH_REPLAY_MAX_CAPS)
-            return false;
-        r->caps[n].bytes = 0;
-        r->caps[n].times = 0;
-        if (len > 1 && tok[len - 1] == 'x') {
-            char *end;
-            errno = 0;
-            double t = strtod(tok, &end);
-            if (errno || end != tok + len - 1 || !(t >= 0.5 && t <= 1000))
-                return false;
-            r->caps[n].times = t;
-        } else if (!parse_size(tok, &r->caps[n].bytes)) {
-            return false;
-        }
-        n++;
-    }
-    if (n == 0)
+    int n = parse_list(list, BENCH_REPLAY_MAX_CAPS, capacity_item, r);
+    if (n < 0)
         return false;
     r->ncap = n;
     return true;

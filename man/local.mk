@@ -3,8 +3,8 @@
 # umpool(7) with the configuration table, and a man1 page per tool.
 # Included from the top Makefile.am, after EXTRA_DIST and SOURCE_CHECKS are
 # defined; paths are relative to the top. It defines (with '=')
-# dist_man_MANS, man_MANS, EXTRA_PROGRAMS and CLEANFILES: a later addition
-# to one of them elsewhere uses '+=' after this include.
+# dist_man_MANS, man_MANS and EXTRA_PROGRAMS: a later addition to one of
+# them elsewhere uses '+=' after this include. CLEANFILES is the top's.
 #
 # umpool(7) is generated: man/gen-conf-table (built here, run at build time)
 # reads conf_table, the one table of configuration keys, through the
@@ -85,7 +85,7 @@ man/umpool.7: $(srcdir)/man/umpool.7.in man/gen-conf-table$(EXEEXT)
 	mv -f $@-t $@
 
 EXTRA_DIST += man/umpool.7.in
-CLEANFILES = man/umpool.7 man/umpool.7-t man/gen-conf-table$(EXEEXT)
+CLEANFILES += man/umpool.7 man/umpool.7-t man/gen-conf-table$(EXEEXT)
 
 # man -l (or groff -ww) renders every page without a warning; every public
 # function has a page; every page is listed above.

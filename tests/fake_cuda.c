@@ -30,6 +30,8 @@
  *   nofd          devices advertise file descriptor handles, cuMemCreate
  *                 refuses them
  *   nopeer        no peer access between devices
+ *   nopeer=I-J    no peer access between devices I and J only (the others
+ *                 have it: peer access need not be transitive)
  *   hostmem=N     MiB of pinnable host memory, all nodes together (default
  *                 64)
  *   hostgran=N    MiB of host memory granularity (default 2)
@@ -68,6 +70,9 @@
 
 #include <cuda.h>
 
+#include "coll/kernel.h"
+#include "coll/reduce.h"
+
 #define FAKE_MAX_DEV 8
 #define FAKE_NUMA 8 /* host NUMA nodes */
 #define FAKE_GRAN ((size_t)2 << 20)
@@ -79,6 +84,7 @@ static struct fake_config {
     int driver, devices;
     size_t mem, hostmem, hostgran;
     bool novmm, nofd, nopeer, cpuhost, nohostvmm;
+    int nopeer_i, nopeer_j; /* nopeer=I-J; -1: none */
     int nohostnuma; /* -2: none; -1: every device; else that device */
     int hostnuma; /* -2: HOST_NUMA_ID unknown */
     char fail_call[64];
@@ -96,6 +102,7 @@ static void load_config(void)
     memset(&cfg, 0, sizeof(cfg));
     cfg.driver = 13000;
     cfg.devices = 1;
+    cfg.nopeer_i = cfg.nopeer_j = -1;
     cfg.mem = (size_t)64 << 20;
     cfg.hostmem = (size_t)64 << 20;
     cfg.hostgran = (size_t)2 << 20;
@@ -135,6 +142,9 @@ static void load_config(void)
             cfg.nofd = true;
         } else if (strcmp(w, "nopeer") == 0) {
             cfg.nopeer = true;
+        } else if (sscanf(w, "nopeer=%d-%d", &n, &code) == 2) {
+            cfg.nopeer_i = n;
+            cfg.nopeer_j = code;
         } else if (strcmp(w, "cpuhost") == 0) {
             cfg.cpuhost = true;
         } else if (strcmp(w, "nohostnuma") == 0) {
@@ -203,6 +213,7 @@ static pid_t init_pid;
 static long n_child_calls, n_hostfn_calls, n_creates, n_fd_creates, n_abi;
 static long n_set_access, n_cpu_refused, last_cpu_type, last_host_node = -1;
 static long n_access_dups, last_access_devs, last_dev_loc = -1;
+static long n_launches, n_waits, n_modules;
 static _Thread_local struct CUctx_st *current;
 static _Thread_local bool in_host_func;
 
@@ -535,13 +546,20 @@ static CUresult fake_cuDeviceGetPCIBusId(char *bus, int len, CUdevice dev)
     return end(CUDA_SUCCESS);
 }
 
+/* May device a map device b's memory (a != b)? */
+static bool peers(int a, int b)
+{
+    return !cfg.nopeer && !(a == cfg.nopeer_i && b == cfg.nopeer_j) &&
+           !(a == cfg.nopeer_j && b == cfg.nopeer_i);
+}
+
 static CUresult fake_cuDeviceCanAccessPeer(int *can, CUdevice dev,
                                            CUdevice peer)
 {
     BEGIN();
     if (!dev_ok(dev) || !dev_ok(peer))
         return end(CUDA_ERROR_INVALID_DEVICE);
-    *can = !cfg.nopeer && dev != peer;
+    *can = dev != peer && peers(dev, peer);
     return end(CUDA_SUCCESS);
 }
 
@@ -555,7 +573,7 @@ static CUresult fake_cuDeviceGetP2PAttribute(int *v,
     if (attr == CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK)
         *v = 0;
     else if (attr == CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED)
-        *v = !cfg.nopeer;
+        *v = peers(src, dst);
     else
         return end(CUDA_ERROR_INVALID_VALUE);
     return end(CUDA_SUCCESS);
@@ -942,8 +960,8 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
             }
             /* Without peer access a device may reach its own memory (and
              * host memory) only. */
-            if (!cpu && cfg.nopeer && !m->a->host &&
-                m->a->dev != desc[i].location.id)
+            if (!cpu && !m->a->host && m->a->dev != desc[i].location.id &&
+                !peers(m->a->dev, desc[i].location.id))
                 return end(CUDA_ERROR_INVALID_DEVICE);
             p = m->va + m->size;
         }
@@ -1184,6 +1202,155 @@ static CUresult fake_cuEventDestroy(CUevent e)
     return end(CUDA_ERROR_INVALID_HANDLE);
 }
 
+/* Work runs when queued here: no time passes between two events. */
+static CUresult fake_cuEventElapsedTime(float *ms, CUevent a, CUevent b)
+{
+    BEGIN();
+    if (!ms)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (!event_ok(a) || !event_ok(b))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    *ms = 0;
+    return end(CUDA_SUCCESS);
+}
+
+/* --- modules and kernels -------------------------------------------------
+ * A module is the collectives' fatbin (its magic is checked, so the image
+ * the library embeds is the one nvcc made), loaded into the current
+ * context. Its one kernel, ump_coll_reduce, is emulated with the library's
+ * own host reduction (coll_reduce, built into this library): the kernel's
+ * contract (lib/coll/kernel.h) is that it gives those bits. What the fake
+ * checks is what a GPU would fault on: a launch in the module's context,
+ * on a stream of it, every source and the destination mapped and usable. */
+
+#define FATBIN_MAGIC 0xba55ed50u
+
+/* A module's one function lives in it, as long as it. */
+struct CUfunc_st {
+    struct CUmod_st *mod;
+};
+struct CUmod_st {
+    struct CUctx_st *ctx;
+    struct CUfunc_st fn;
+    struct CUmod_st *next;
+};
+static struct CUmod_st *modules;
+
+static CUresult fake_cuModuleLoadData(CUmodule *m, const void *image)
+{
+    uint32_t magic;
+
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    if (!m || !image)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    memcpy(&magic, image, sizeof magic);
+    if (magic != FATBIN_MAGIC)
+        return end(CUDA_ERROR_INVALID_IMAGE);
+    struct CUmod_st *mod = calloc(1, sizeof(*mod));
+    if (!mod)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    mod->ctx = current;
+    mod->next = modules;
+    modules = mod;
+    n_modules++;
+    *m = mod;
+    return end(CUDA_SUCCESS);
+}
+
+static bool module_ok(CUmodule m)
+{
+    for (struct CUmod_st *p = modules; p; p = p->next)
+        if (p == m)
+            return true;
+    return false;
+}
+
+static CUresult fake_cuModuleUnload(CUmodule m)
+{
+    BEGIN();
+    for (struct CUmod_st **pp = &modules; *pp; pp = &(*pp)->next)
+        if (*pp == m) {
+            *pp = m->next;
+            free(m);
+            return end(CUDA_SUCCESS);
+        }
+    return end(CUDA_ERROR_INVALID_HANDLE);
+}
+
+static CUresult fake_cuModuleGetFunction(CUfunction *f, CUmodule m,
+                                         const char *name)
+{
+    BEGIN();
+    if (!f || !name)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (!module_ok(m))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (strcmp(name, COLL_KERNEL_REDUCE))
+        return end(CUDA_ERROR_NOT_FOUND);
+    m->fn.mod = m;
+    *f = &m->fn;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
+                                    unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned shmem, CUstream s,
+                                    void **params, void **extra)
+{
+    CUresult res;
+
+    BEGIN();
+    res = stream_check(s);
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    if (!f || !module_ok(f->mod) || f->mod->ctx != current)
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (!gx || !gy || !gz || !bx || !by || !bz || bx * by * bz > 1024 ||
+        shmem || extra || !params || !params[0])
+        return end(CUDA_ERROR_INVALID_VALUE);
+    res = injected("cuLaunchKernel");
+    if (res != CUDA_SUCCESS)
+        return end(res);
+    const struct coll_kargs *a = params[0];
+    size_t esz = coll_dtype_size(a->dt);
+    if (!esz || !coll_op_valid(a->op) || a->n < 1 ||
+        a->n > UMP_MAX_DEVICES || a->ndst < 1 || a->ndst > UMP_MAX_DEVICES)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    size_t bytes = (size_t)a->count * esz;
+    for (int k = 0; k < a->n; k++)
+        if (!a->src[k] || !range_usable((uintptr_t)a->src[k], bytes))
+            return end(CUDA_ERROR_ILLEGAL_ADDRESS);
+        else if ((uintptr_t)a->src[k] % esz) /* a GPU faults on it */
+            return end(CUDA_ERROR_MISALIGNED_ADDRESS);
+    for (int o = 0; o < a->ndst; o++)
+        if (!a->dst[o] || !range_usable((uintptr_t)a->dst[o], bytes))
+            return end(CUDA_ERROR_ILLEGAL_ADDRESS);
+        else if ((uintptr_t)a->dst[o] % esz)
+            return end(CUDA_ERROR_MISALIGNED_ADDRESS);
+    coll_reduce_multi(a->dt, a->op, a->dst, a->ndst, a->src, a->n,
+                      (size_t)a->count);
+    n_launches++;
+    return end(CUDA_SUCCESS);
+}
+
+/* Streams run their work at once here: waiting is checking. */
+static CUresult fake_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
+{
+    BEGIN();
+    if (!default_stream(s) && !stream_ok(s))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (!event_ok(e))
+        return end(CUDA_ERROR_INVALID_HANDLE);
+    if (flags)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (!current || stream_ctx(s) != current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    n_waits++;
+    return end(CUDA_SUCCESS);
+}
+
 /* --- cuGetProcAddress ---------------------------------------------------- */
 
 #define FAKE_ENTRY(name) {#name, (void *)fake_##name}
@@ -1231,6 +1398,12 @@ static const struct {
     FAKE_ENTRY(cuEventQuery),
     FAKE_ENTRY(cuEventSynchronize),
     FAKE_ENTRY(cuEventDestroy),
+    FAKE_ENTRY(cuStreamWaitEvent),
+    FAKE_ENTRY(cuEventElapsedTime),
+    FAKE_ENTRY(cuModuleLoadData),
+    FAKE_ENTRY(cuModuleUnload),
+    FAKE_ENTRY(cuModuleGetFunction),
+    FAKE_ENTRY(cuLaunchKernel),
 };
 
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn,
@@ -1417,6 +1590,15 @@ long fake_cuda_count(const char *what)
         n = last_access_devs; /* device descriptors of the last accepted */
     } else if (strcmp(what, "abi") == 0) {
         n = n_abi;
+    } else if (strcmp(what, "launches") == 0) {
+        n = n_launches; /* kernels run (emulated) */
+    } else if (strcmp(what, "waits") == 0) {
+        n = n_waits; /* cuStreamWaitEvent calls accepted */
+    } else if (strcmp(what, "module_loads") == 0) {
+        n = n_modules;
+    } else if (strcmp(what, "modules") == 0) {
+        for (struct CUmod_st *m = modules; m; m = m->next)
+            n++;
     } else {
         n = -1;
     }

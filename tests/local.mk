@@ -30,20 +30,50 @@ UNIT_TESTS = \
 	tests/test_stress \
 	tests/test_coll_model \
 	tests/test_coll_vtime \
-	tests/test_coll_reduce
+	tests/test_coll_reduce \
+	tests/test_coll_kernel \
+	tests/test_coll_cuda
 
 # The eviction test checks the bench's optimum (Belady's rule) too.
 tests_test_offload_SOURCES = tests/test_offload.c tools/bench/offload_opt.c
 
 # The fake driver's cuda.h.
 tests_test_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_coll_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+
+# The collectives' kernel on the host (coll_kernel_host.cu includes
+# lib/coll/kernels.cu): built by nvcc as host code, linked with the static
+# CUDA runtime (the object carries the kernel's device code too), run
+# without a GPU. Without nvcc the test skips.
+EXTRA_DIST += tests/coll_kernel_host.cu
+tests_test_coll_kernel_CPPFLAGS = $(AM_CPPFLAGS) $(COLL_KERNEL_HOST_DEFS)
+tests_test_coll_kernel_LDADD = $(COLL_KERNEL_HOST_LIBS) $(TEST_LDADD)
+EXTRA_tests_test_coll_kernel_DEPENDENCIES = $(COLL_KERNEL_HOST_OBJ)
+if HAVE_NVCC
+COLL_KERNEL_HOST_OBJ = tests/coll_kernel_host.$(OBJEXT)
+# The test runs the host code: PTX only for the device side (no ptxas).
+COLL_HOST_NVCCFLAGS = -O2 -std=c++17 -fmad=false -ftz=false -prec-div=true \
+	-gencode arch=compute_90,code=compute_90
+COLL_KERNEL_HOST_DEFS = -DHAVE_KERNEL_HOST_TEST
+COLL_KERNEL_HOST_LIBS = $(COLL_KERNEL_HOST_OBJ) \
+	-L$(CUDA_LIBDIR) -lcudart_static -ldl -lrt
+$(COLL_KERNEL_HOST_OBJ): $(srcdir)/tests/coll_kernel_host.cu \
+		$(srcdir)/lib/coll/kernels.cu $(srcdir)/lib/coll/kernel.h \
+		$(srcdir)/lib/coll/reduce.h
+	@$(MKDIR_P) tests
+	$(AM_V_GEN)$(NVCC) $(COLL_HOST_NVCCFLAGS) -I$(srcdir)/include \
+		-I$(srcdir)/lib -I. --compiler-options \
+		-fPIC,-fno-exceptions,-fno-threadsafe-statics \
+		-c $(srcdir)/tests/coll_kernel_host.cu -o $@
+CLEANFILES += $(COLL_KERNEL_HOST_OBJ)
+endif
 
 SCRIPT_TESTS = tests/test_bench.sh tests/test_exports.sh
 # Checks of the source itself (the layers, the man pages): no cmocka needed.
 SOURCE_CHECKS = lib/check-layers.sh
 # The allocation trace test_replay replays (scripts/gen-train-trace --preset
 # small writes it).
-EXTRA_DIST += tests/testutil.h $(SCRIPT_TESTS) $(SOURCE_CHECKS) \
+EXTRA_DIST += tests/testutil.h tests/coll_cases.h tests/fakecuda_util.h $(SCRIPT_TESTS) $(SOURCE_CHECKS) \
 	tests/train-small.trace
 TESTS = $(SOURCE_CHECKS)
 if HAVE_CMOCKA

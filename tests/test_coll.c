@@ -19,169 +19,11 @@
 
 #include <math.h>
 
-#define NR_MAX 8
+#include "coll_cases.h"
 
 static const char *const algos[] = {"auto", "oneshot", "twoshot", "ring",
                                     "tree", "direct"};
 #define NALGOS (sizeof(algos) / sizeof(algos[0]))
-
-/* Rank k's input element j. */
-static int32_t val(int k, size_t j)
-{
-    return (int32_t)((k * 7 + j * 13) % 97) - 48;
-}
-
-static bool rooted(int coll)
-{
-    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
-}
-
-/* Elements of rank r's send and recv buffers for count. */
-static void sizes(int coll, int n, size_t c, size_t *sn, size_t *rn)
-{
-    *sn = *rn = c;
-    if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
-        *rn = c * (size_t)n;
-    if (coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER)
-        *sn = c * (size_t)n;
-    if (coll == UMP_COLL_ALLTOALL)
-        *sn = *rn = c * (size_t)n;
-}
-
-/* What rank r's recv element i must hold (SUM of int32 or float32). */
-static int32_t expect(int coll, int n, size_t c, int root, int r, size_t i)
-{
-    int32_t sum = 0;
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-    case UMP_COLL_REDUCE:
-        for (int k = 0; k < n; k++)
-            sum += val(k, i);
-        return sum;
-    case UMP_COLL_BROADCAST:
-        return val(root, i);
-    case UMP_COLL_ALLGATHER:
-    case UMP_COLL_GATHER:
-        return val((int)(i / c), i % c);
-    case UMP_COLL_REDUCE_SCATTER:
-        for (int k = 0; k < n; k++)
-            sum += val(k, (size_t)r * c + i);
-        return sum;
-    case UMP_COLL_ALLTOALL:
-        return val((int)(i / c), (size_t)r * c + i % c);
-    default: /* scatter */
-        return val(root, (size_t)r * c + i);
-    }
-}
-
-static int call(ump_comm_t *comm, int coll, const void **send, void **recv,
-                size_t c, ump_dtype_t dt, int root)
-{
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(comm, send, recv, c, dt, UMP_SUM, NULL);
-    case UMP_COLL_BROADCAST:
-        return ump_broadcast(comm, send, recv, c, dt, root, NULL);
-    case UMP_COLL_REDUCE:
-        return ump_reduce(comm, send, recv, c, dt, UMP_SUM, root, NULL);
-    case UMP_COLL_ALLGATHER:
-        return ump_allgather(comm, send, recv, c, dt, NULL);
-    case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(comm, send, recv, c, dt, UMP_SUM, NULL);
-    case UMP_COLL_ALLTOALL:
-        return ump_alltoall(comm, send, recv, c, dt, NULL);
-    case UMP_COLL_GATHER:
-        return ump_gather(comm, send, recv, c, dt, root, NULL);
-    default:
-        return ump_scatter(comm, send, recv, c, dt, root, NULL);
-    }
-}
-
-/* Does rank r receive anything in coll? */
-static bool receives(int coll, int r, int root)
-{
-    return !(coll == UMP_COLL_REDUCE || coll == UMP_COLL_GATHER) || r == root;
-}
-
-/* One collective on comm, checked against expect(). */
-static void run_case(ump_pool_t *pool, ump_comm_t *comm, int coll, int n,
-                     size_t c, ump_dtype_t dt, bool inplace, const char *algo)
-{
-    int root = rooted(coll) ? n - 1 : 0;
-    size_t sn, rn;
-    sizes(coll, n, c, &sn, &rn);
-    void *sbuf[NR_MAX], *rbuf[NR_MAX];
-    const void *send[NR_MAX];
-    void *recv[NR_MAX];
-    for (int r = 0; r < n; r++) {
-        /* In place: one buffer, the send part inside the recv (or the other
-         * way round), as NCCL has it. */
-        bool ip = inplace && receives(coll, r, root) &&
-                  (!rooted(coll) || r == root || coll == UMP_COLL_BROADCAST);
-        size_t big = sn > rn ? sn : rn;
-        rbuf[r] = tu_alloc(pool, big * 4, r);
-        sbuf[r] = ip ? NULL : tu_alloc(pool, sn * 4, r);
-        memset(rbuf[r], 0x5a, big * 4);
-        recv[r] = rbuf[r];
-        send[r] = sbuf[r];
-        if (ip) {
-            if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
-                send[r] = (char *)rbuf[r] + (size_t)r * c * 4;
-            else if (coll == UMP_COLL_REDUCE_SCATTER ||
-                     coll == UMP_COLL_SCATTER) {
-                send[r] = rbuf[r];
-                recv[r] = (char *)rbuf[r] + (size_t)r * c * 4;
-            } else {
-                send[r] = rbuf[r];
-            }
-        }
-        size_t fill = sn;
-        for (size_t j = 0; j < fill; j++) {
-            int32_t v = val(r, j);
-            if (dt == UMP_FLOAT32) {
-                float f = (float)v;
-                memcpy((char *)send[r] + j * 4, &f, 4);
-            } else {
-                memcpy((char *)send[r] + j * 4, &v, 4);
-            }
-        }
-    }
-    int rc = call(comm, coll, send, recv, c, dt, root);
-    if (rc)
-        fail_msg("coll %d algo %s n %d count %zu: %s", coll, algo, n, c,
-                 ump_strerror(rc));
-    for (int r = 0; r < n; r++) {
-        if (!receives(coll, r, root))
-            continue;
-        size_t got_n = coll == UMP_COLL_REDUCE_SCATTER ||
-                               coll == UMP_COLL_SCATTER
-                           ? c
-                           : rn;
-        for (size_t i = 0; i < got_n; i++) {
-            int32_t want = expect(coll, n, c, root, r, i), got;
-            if (dt == UMP_FLOAT32) {
-                float f;
-                memcpy(&f, (char *)recv[r] + i * 4, 4);
-                got = (int32_t)f;
-                if (f != (float)want)
-                    got = INT32_MIN;
-            } else {
-                memcpy(&got, (char *)recv[r] + i * 4, 4);
-            }
-            if (got != want)
-                fail_msg("coll %d algo %s n %d count %zu %s rank %d element "
-                         "%zu: %d, expected %d", coll, algo, n, c,
-                         inplace ? "in place" : "out of place", r, i, got,
-                         want);
-        }
-    }
-    for (int r = 0; r < n; r++) {
-        tu_free(pool, rbuf[r]);
-        if (sbuf[r])
-            tu_free(pool, sbuf[r]);
-    }
-}
 
 static void test_all_collectives(void **state)
 {
@@ -280,6 +122,10 @@ static void test_bad_arguments(void **state)
     void *r_small[2] = {a2, small};
     expect_bad(ump_allreduce(comm, send, r_small, c, UMP_INT32, UMP_SUM,
                              NULL), "too small");
+    const void *s_odd[2] = {(char *)a + 2, b};
+    expect_bad(ump_allreduce(comm, s_odd, recv, c - 1, UMP_INT32, UMP_SUM,
+                             NULL), "not aligned to its elements");
+
     void *r_overlap[2] = {a2, (char *)a2 + 64};
     expect_bad(ump_allreduce(comm, send, r_overlap, c, UMP_INT32, UMP_SUM,
                              NULL), "overlapping ranks");
@@ -305,6 +151,12 @@ static void test_bad_arguments(void **state)
     const void *none_s[2] = {NULL, NULL};
     void *none_r[2] = {NULL, NULL};
     assert_int_equal(ump_allreduce(comm, none_s, none_r, 0, UMP_INT32, UMP_SUM,
+                                   NULL), 0);
+    /* 2-byte aligned is aligned enough for 2-byte elements; collectives
+     * that only copy take any alignment */
+    assert_int_equal(ump_allreduce(comm, s_odd, recv, c - 1, UMP_FLOAT16,
+                                   UMP_SUM, NULL), 0);
+    assert_int_equal(ump_allgather(comm, s_odd, recv, c / 2 - 1, UMP_INT32,
                                    NULL), 0);
 
     /* a device the rank cannot reach: pcie-4gpu's two sockets */

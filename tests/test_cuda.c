@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 
 #include "testutil.h"
+#include "fakecuda_util.h"
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
@@ -73,45 +74,6 @@ static int create_captured(const char *conf, ump_pool_t **pool_p, char *buf,
     rc = ump_pool_create(conf, pool_p);
     tu_capture_stop(&cap, buf, len);
     return rc;
-}
-
-/* The fake driver: UMPOOL_FAKE_CUDA_LIB, else libfakecuda.so among the
- * test plugins the build exports (UMPOOL_TEST_PLUGINS); NULL when neither. */
-static const char *fake_path(void)
-{
-    static char path[PATH_MAX];
-    const char *p = getenv("UMPOOL_FAKE_CUDA_LIB");
-    const char *dir = getenv("UMPOOL_TEST_PLUGINS");
-
-    if (p && *p)
-        return p;
-    if (!dir || !*dir)
-        return NULL;
-    snprintf(path, sizeof(path), "%s/libfakecuda.so", dir);
-    return path;
-}
-
-static void *fake_handle;
-
-static int group_setup(void **state)
-{
-    (void)state;
-    if (fake_path()) {
-        fake_handle = dlopen(fake_path(), RTLD_NOW | RTLD_LOCAL);
-#ifdef HAVE_CUDA_H
-        if (!fake_handle)
-            fprintf(stderr, "cannot load the fake driver: %s\n", dlerror());
-#endif
-    }
-    return 0;
-}
-
-static int group_teardown(void **state)
-{
-    (void)state;
-    if (fake_handle)
-        dlclose(fake_handle);
-    return 0;
 }
 
 static int test_setup(void **state)
@@ -474,28 +436,6 @@ static void test_sysfs_tree(void **state)
 
 #ifdef HAVE_CUDA_H
 /* --- the fake driver: no GPU usable ----------------------------------------*/
-
-/* The fake driver with its mode set, or the test is skipped. */
-static void use_fake(const char *mode)
-{
-    if (!fake_handle)
-        skip();
-    assert_int_equal(setenv("UMPOOL_CUDA_DRIVER", fake_path(), 1), 0);
-    assert_int_equal(setenv("UMPOOL_FAKE_CUDA", mode, 1), 0);
-}
-
-static long fake_count(const char *what)
-{
-    long (*fn)(const char *);
-    void *sym = dlsym(fake_handle, "fake_cuda_count");
-
-    assert_non_null(sym);
-    memcpy(&fn, &sym, sizeof(fn));
-    long n = fn(what);
-    if (n < 0)
-        fail_msg("the fake driver does not count '%s'", what);
-    return n;
-}
 
 /* Nothing of a destroyed pool is left in the driver. */
 static void assert_fake_clean(void)
@@ -1850,12 +1790,6 @@ static void test_fake_topology_nvlink(void **state)
 }
 
 #else /* without cuda.h there is no fake driver */
-#define NO_FAKE(name)                                                          \
-    static void name(void **state)                                             \
-    {                                                                          \
-        (void)state;                                                           \
-        skip();                                                                \
-    }
 NO_FAKE(test_not_a_driver)
 NO_FAKE(test_fake_old_driver)
 NO_FAKE(test_fake_no_device)

@@ -88,6 +88,17 @@ struct backend_ops {
     /* 0 when that work is done, -EAGAIN while it is not. */
     int (*event_query)(void *ctx, void *event);
     int (*event_sync)(void *ctx, void *event);
+    /* Optional (NULL on sim, which runs no device code). The work queued
+     * on stream from now on waits, on the device, for the work event
+     * captured (cuStreamWaitEvent); event may be of another device. */
+    int (*stream_wait_event)(void *ctx, void *stream, void *event);
+    /* Optional (NULL on sim). Queues kernel `name` of the module image (a
+     * fatbin or PTX, loaded once per GPU on first use and kept until
+     * close) on stream: grid blocks of block threads, one argument passed
+     * by value, read from *arg when the call queues it. */
+    int (*kernel_launch)(void *ctx, void *stream, const void *image,
+                         const char *name, unsigned grid, unsigned block,
+                         void *arg);
 
     /* Optional (NULL: 0). Nanoseconds of driver time spent so far in the
      * virtual-memory calls on device chunks (chunk_create, map,

@@ -9,4 +9,5 @@ lib_libumpool_core_la_SOURCES += \
 	lib/backend/cuda/cuda.c lib/backend/cuda/cuda_backend.h \
 	lib/backend/cuda/driver.c lib/backend/cuda/driver.h \
 	lib/backend/cuda/vmm.c lib/backend/cuda/cuda_stream.c \
+	lib/backend/cuda/cuda_kernel.c \
 	lib/backend/cuda/cuda_topology.c

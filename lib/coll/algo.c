@@ -1,7 +1,8 @@
 /*
  * The algorithms, as each rank runs them (job.h), after the call's first
  * barrier (every rank's stream has reached the call). A rank reads its peers'
- * buffers directly through the pool's pointers and writes only its own;
+ * buffers directly through the pool's pointers and writes only its own
+ * (two-shot excepted: it stores its slice into every rank's buffer);
  * coll_barrier separates the steps, so a step reads only what the steps
  * before it wrote.
  *
@@ -108,24 +109,30 @@ static void allreduce_oneshot(struct coll_job *j, int r)
 }
 
 /* Rank r reduces slice r of every input (ranks in order: the same bits as
- * one-shot), then gathers the others' slices. */
+ * one-shot) and writes it into every rank's receive buffer, as a GPU
+ * kernel stores over NVLink: each input byte is read once and each output
+ * byte written once, the least a two-shot moves (reduce-scatter, then an
+ * all-gather that pulls the slices would read every slice a second time).
+ * In place, rank r writes slice r of the send buffers, which only it reads,
+ * each block after it has read it (coll_reduce_multi). The step's barrier
+ * then is two-shot's hand-off between its rounds, which the cost model
+ * charges (model.c: 2 rounds); here it finds the slices already in place. */
 static void allreduce_twoshot(struct coll_job *j, int r)
 {
     size_t esz = j->esz, lo = slice_lo(j->count, j->n, r);
+    size_t len = slice_len(j->count, j->n, r);
     const void *src[COLL_MAX_RANKS];
-    for (int k = 0; k < j->n; k++)
+    void *dst[COLL_MAX_RANKS];
+    for (int k = 0; k < j->n; k++) {
         src[k] = CAT(j->send[k], lo);
-    coll_reduce(j->dt, j->op, AT(j->recv[r], lo), src, j->n,
-                slice_len(j->count, j->n, r));
-    reduced_all(j, r, slice_len(j->count, j->n, r) * esz);
-    if (!coll_barrier(j, r))
-        return;
-    for (int k = 1; k < j->n; k++) {
-        int o = (r + k) % j->n;
-        size_t olo = slice_lo(j->count, j->n, o);
-        copy_from(j, r, o, AT(j->recv[r], olo), CAT(j->recv[o], olo),
-                  slice_len(j->count, j->n, o) * esz);
+        dst[k] = AT(j->recv[k], lo);
     }
+    coll_reduce_multi(j->dt, j->op, dst, j->n, src, j->n, len);
+    reduced_all(j, r, len * esz);
+    for (int k = 0; k < j->n; k++)
+        if (k != r)
+            coll_note_to(j, r, k, len * esz);
+    coll_barrier(j, r);
 }
 
 /* Reduce-scatter around the ring: at step s rank r adds what its
@@ -422,7 +429,8 @@ size_t coll_algo_log_cap(const struct coll_job *j)
     /* Barriers a rank passes, at the most: the call's first and last, and
      * in between ring allreduce's 2(n-1) + 2 (the others pass fewer: tree's
      * 2 log2(n) + 2 is no more). Each step notes at most one transfer per
-     * rank and one for its own writes. */
+     * rank and one for its own writes, but two-shot's, which notes two per
+     * peer (a read and a write) in one of its three steps. */
     size_t steps = 2 * (size_t)j->n + 3, per_step = (size_t)j->n + 1;
     return steps * per_step;
 }

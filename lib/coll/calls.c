@@ -1,9 +1,9 @@
 /*
  * The collective calls: check the arguments, choose the algorithm, and
- * queue each rank's share on its stream (job.h). On sim a rank's share is a
- * host function reading and writing pool memory from the stream's worker
- * thread. The cuda backend runs collectives with kernels (not built yet:
- * -ENOTSUP, logged once per communicator).
+ * queue each rank's share on its stream. On sim a rank's share is a host
+ * function reading and writing pool memory from the stream's worker thread
+ * (job.h); on a backend that runs kernels (cuda), copies and kernel
+ * launches between event barriers (gpu.h).
  */
 #include "config.h"
 
@@ -15,6 +15,7 @@
 
 #include "coll/check.h"
 #include "coll/comm.h"
+#include "coll/gpu.h"
 #include "coll/job.h"
 #include "coll/reduce.h"
 #include "front/check.h"
@@ -58,6 +59,10 @@ static void release_holds(ump_comm_t *c, struct coll_job *j)
 
 void coll_comm_reap(ump_comm_t *c)
 {
+    if (c->gpu) {
+        coll_gpu_reap(c, false);
+        return;
+    }
     pthread_mutex_lock(&c->done_lock);
     struct coll_job *j = c->done;
     c->done = NULL;
@@ -210,11 +215,6 @@ static int run(ump_comm_t *c, const struct coll_args *a)
     rc = coll_check(c, a, &inplace);
     if (rc || !a->count) /* count 0: nothing to move, nothing waited for */
         return rc;
-    if (strcmp(ump_backend_name(c->pool), "sim")) {
-        ump_log_error("%s: collectives run on the sim backend only so far "
-                      "(the cuda kernels are not built)", a->fn);
-        return -ENOTSUP;
-    }
     const ump_stream_t *st = a->streams ? a->streams : c->own;
     for (int r = 0; a->streams && r < c->n; r++) {
         if (!st[r]) {
@@ -237,13 +237,17 @@ static int run(ump_comm_t *c, const struct coll_args *a)
     double us;
     size_t bytes = coll_bytes(a->coll, a->count, coll_dtype_size(a->dt), c->n);
     pthread_mutex_lock(&c->lock);
-    struct coll_job *j = job_new(c, a, coll_comm_algo(c, a->coll, bytes, &us),
-                                 inplace);
-    rc = j ? hold_buffers(c, a, j) : -ENOMEM;
-    if (rc && j)
-        job_free(j);
-    else if (!rc)
-        rc = launch(c, j, st);
+    int algo = coll_comm_algo(c, a->coll, bytes, &us);
+    if (c->gpu) {
+        rc = coll_gpu_run(c, a, algo, st);
+    } else {
+        struct coll_job *j = job_new(c, a, algo, inplace);
+        rc = j ? hold_buffers(c, a, j) : -ENOMEM;
+        if (rc && j)
+            job_free(j);
+        else if (!rc)
+            rc = launch(c, j, st);
+    }
     pthread_mutex_unlock(&c->lock);
     for (int r = 0; !rc && !a->streams && r < c->n; r++)
         rc = ump_stream_synchronize(c->pool, c->own[r]);

@@ -70,14 +70,24 @@ static bool in_place(const struct coll_args *a, int r, size_t s)
     }
 }
 
-/* Pool memory, len bytes from p inside one allocation, every chunk on a
- * device rank's device reaches or on the host tier. */
+/* Pool memory (aligned to its elements for a reduction), len bytes from p
+ * inside one allocation, every chunk on a device rank's device reaches or on the host
+ * tier. */
 static int check_one(ump_comm_t *c, const struct coll_args *a,
-                     const struct coll_buf *b)
+                     const struct coll_buf *b, size_t esz)
 {
     const char *what = b->recv ? "recv" : "send";
     if (!b->p) {
         ump_log_error("%s: rank %d's %s buffer is NULL", a->fn, b->rank, what);
+        return -EINVAL;
+    }
+    /* A reduction reads and writes elements as their type, on the CPU on
+     * sim and in a kernel on the GPU, where a misaligned access is a fault
+     * that breaks the whole context. The others only copy bytes. */
+    if (reducing(a->coll) && (uintptr_t)b->p % esz) {
+        ump_log_error("%s: rank %d's %s buffer %p is not aligned to its "
+                      "%zu-byte elements", a->fn, b->rank, what,
+                      (const void *)b->p, esz);
         return -EINVAL;
     }
     for (size_t off = 0; off < b->len;) {
@@ -155,7 +165,7 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
     for (int r = 0; r < c->n; r++) {
         int k = coll_buffers(c, a, r, s, &b[nb]);
         for (int i = nb; i < nb + k; i++) {
-            int rc = check_one(c, a, &b[i]);
+            int rc = check_one(c, a, &b[i], esz);
             if (rc)
                 return rc;
         }

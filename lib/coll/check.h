@@ -32,7 +32,8 @@ struct coll_buf {
 int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
                  size_t s, struct coll_buf *b);
 
-/* Type, op, root, counts and every buffer: pool memory, big enough, on
+/* Type, op, root, counts and every buffer: pool memory, aligned to the
+ * element size for the reducing collectives, big enough, on
  * devices the rank reaches (or the host tier), not on NVMe, and no two
  * ranks' buffers overlapping (a rank's own send and recv only as in place:
  * the same pointer, or its slice of the other for allgather, gather,

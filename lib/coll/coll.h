@@ -30,7 +30,8 @@
 enum coll_algo {
     COLL_ONESHOT, /* allreduce: every rank reads all peers and reduces */
     COLL_TWOSHOT, /* allreduce: reduce-scatter then all-gather over peer
-                     pointers, each rank owning one slice */
+                     pointers, each rank owning one slice (executed in one
+                     pass: a rank stores its reduced slice to every rank) */
     COLL_RING,    /* every collective: n-1 steps around a ring */
     COLL_TREE,    /* allreduce, broadcast, reduce: a binary tree, log depth */
     COLL_DIRECT,  /* data movement and the rooted collectives: each rank

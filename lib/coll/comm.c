@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "coll/comm.h"
+#include "coll/gpu.h"
 #include "coll/job.h"
 #include "coll/model.h"
 #include "coll/reduce.h"
@@ -27,11 +28,13 @@ size_t coll_bytes(int coll, size_t count, size_t esz, int n)
 
 int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p)
 {
-    if (c->force >= 0 && coll_algo_applies(coll, c->force)) {
+    if (c->force >= 0 && coll_algo_applies(coll, c->force) &&
+        (c->algos[coll] & 1u << c->force)) {
         *us_p = coll_model_us(&c->topo, coll, c->force, bytes);
         return c->force;
     }
-    return (int)coll_model_choose(&c->topo, coll, bytes, us_p);
+    return (int)coll_model_choose_among(&c->topo, coll, bytes,
+                                        c->algos[coll], us_p);
 }
 
 /* The communicator's own keys ("key:value,..."): coll_algo only, so far. */
@@ -119,16 +122,24 @@ UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
     int made = 0;
     for (; !rc && made < c->n; made++)
         rc = ump_stream_create(pool, c->dev[made], &c->own[made]);
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->done_lock, NULL);
+    c->last_us = NAN;
+    /* A backend that runs kernels runs the collectives there (gpu.c). */
+    c->gpu = pool->be->kernel_launch && pool->be->stream_wait_event;
+    if (!rc && c->gpu)
+        rc = coll_gpu_init(c);
+    for (int k = 0; k < COLL_NCOLL; k++)
+        c->algos[k] = c->gpu ? coll_gpu_algos(c, k) : COLL_ALGOS_ALL;
     if (rc) {
         while (made-- > 0)
             if (c->own[made])
                 ump_stream_destroy(pool, c->own[made]);
+        pthread_mutex_destroy(&c->lock);
+        pthread_mutex_destroy(&c->done_lock);
         free(c);
         return rc;
     }
-    pthread_mutex_init(&c->lock, NULL);
-    pthread_mutex_init(&c->done_lock, NULL);
-    c->last_us = NAN;
     *comm_p = c;
     return 0;
 }
@@ -143,6 +154,8 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
     if (rc)
         return rc;
     coll_comm_reap(comm);
+    if (comm->gpu)
+        coll_gpu_fini(comm);
     for (int r = 0; r < comm->n; r++) {
         int e = ump_stream_destroy(comm->pool, comm->own[r]);
         if (e && !rc)
@@ -184,6 +197,11 @@ UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
     }
     double us;
     int a = coll_comm_algo(c, coll, coll_bytes(coll, count, esz, c->n), &us);
+    if (a == COLL_NALGO) {
+        ump_log_error("ump_comm_plan: the reductions need the GPU kernel, "
+                      "and this library was built without nvcc");
+        return -ENOTSUP;
+    }
     plan_p->algorithm = coll_algo_name(a);
     plan_p->modeled_us = us;
     return 0;

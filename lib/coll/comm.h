@@ -27,6 +27,19 @@ struct ump_comm {
      * finish (the sim's virtual-time link model, model.h); NAN: none yet,
      * or the schedule outgrew its log. */
     double last_us;
+    /* The algorithms each collective may use (bits 1u << enum coll_algo):
+     * every one on sim, the GPU executor's on cuda (gpu.h). */
+    unsigned algos[COLL_NCOLL];
+    /* The GPU executor (gpu.c): false on sim, and the rest unused. */
+    bool gpu;
+    bool reach_all; /* every device of the pool maps every other's memory */
+    void *ev[COLL_MAX_RANKS]; /* (lock) rank r's barrier event */
+    void *last; /* (lock) recorded on rank 0's stream after each call */
+    /* (lock) Pinned host copies of the send buffers of ranks some peer
+     * cannot reach (cuMemHostRegister'ed), grown as calls need. */
+    void *stage[COLL_MAX_RANKS];
+    size_t stage_len[COLL_MAX_RANKS];
+    struct coll_gjob *gjobs; /* (done_lock) calls holding acquired buffers */
 };
 
 /* Records us as the last call's executed modeled time (calls.c, from the
@@ -41,7 +54,9 @@ int coll_comm_last_us(ump_comm_t *c, double *us_p);
 void coll_comm_reap(ump_comm_t *c);
 
 /* The algorithm for coll of bytes (nccl-tests' S): the forced one where it
- * runs that collective, else the cost model's choice; its modeled time. */
+ * runs that collective (and the executor has it), else the cost model's
+ * choice among c->algos[coll]; its modeled time. COLL_NALGO (and INFINITY)
+ * when the executor runs no algorithm for coll. */
 int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p);
 
 /* nccl-tests' S: the bytes a collective of count elements of esz bytes

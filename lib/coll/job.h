@@ -88,8 +88,22 @@ static inline void coll_note(struct coll_job *job, int r, int from,
     cr->log[cr->nlog++] = (struct coll_xfer){cr->step, from, r, bytes};
 }
 
-/* The most transfers one rank of job logs (coll_note): at most one entry
- * per rank it reads, plus one for what it writes, in each of its steps. */
+/* Rank r logs a transfer of bytes from its memory into rank to's (a store
+ * to a peer, two-shot's). The same bounded append. */
+static inline void coll_note_to(struct coll_job *job, int r, int to,
+                                size_t bytes)
+{
+    struct coll_rank *cr = &job->rank[r];
+    if (cr->nlog == job->log_cap) {
+        cr->log_full = true;
+        return;
+    }
+    cr->log[cr->nlog++] = (struct coll_xfer){cr->step, r, to, bytes};
+}
+
+/* The most transfers one rank of job logs in all (coll_note, coll_note_to):
+ * about one entry per rank it reads, plus one for what it writes, in each
+ * of its steps (two-shot logs two per peer in one step, well within). */
 size_t coll_algo_log_cap(const struct coll_job *job);
 
 /* Runs rank r's share of job's algorithm (algo.c): every algorithm for

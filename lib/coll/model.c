@@ -528,6 +528,13 @@ double coll_model_us(const struct coll_topo *t, int coll, enum coll_algo a,
 enum coll_algo coll_model_choose(const struct coll_topo *t, int coll,
                                  size_t bytes, double *us_p)
 {
+    return coll_model_choose_among(t, coll, bytes, COLL_ALGOS_ALL, us_p);
+}
+
+enum coll_algo coll_model_choose_among(const struct coll_topo *t, int coll,
+                                       size_t bytes, unsigned algos,
+                                       double *us_p)
+{
     /* Ties: fewest synchronisation rounds first. */
     static const enum coll_algo order[COLL_NALGO] = {
         COLL_ONESHOT, COLL_DIRECT, COLL_TWOSHOT, COLL_TREE, COLL_RING};
@@ -535,6 +542,8 @@ enum coll_algo coll_model_choose(const struct coll_topo *t, int coll,
     double best_us = INFINITY;
 
     for (int k = 0; k < COLL_NALGO; k++) {
+        if (!(algos & 1u << order[k]))
+            continue;
         double us = coll_model_us(t, coll, order[k], bytes);
         if (us < best_us) {
             best_us = us;

@@ -67,6 +67,12 @@ double coll_model_root_us(const struct coll_topo *t, int coll,
  * INFINITY when nothing applies (coll or t not valid). */
 enum coll_algo coll_model_choose(const struct coll_topo *t, int coll,
                                  size_t bytes, double *us_p);
+/* The same among the algorithms whose bit (1u << a) is set in algos: the
+ * cuda executor runs fewer than the sim (gpu.c). */
+#define COLL_ALGOS_ALL ((1u << COLL_NALGO) - 1)
+enum coll_algo coll_model_choose_among(const struct coll_topo *t, int coll,
+                                       size_t bytes, unsigned algos,
+                                       double *us_p);
 
 /* For the executors' virtual-time link model, the same figures the model
  * uses: the bandwidth in GB/s of the path from rank i to rank j (a pair

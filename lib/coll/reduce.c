@@ -50,45 +50,7 @@ const char *coll_op_name(int op)
     return coll_op_valid(op) ? op_name[op] : NULL;
 }
 
-/* ---- the element operations --------------------------------------------
- * Written as selects without branches so that they vectorize. */
-
-/* IEEE 754-2019 maximum and minimum (reduce.h says why), in few vector
- * operations: m1 and m2 are the plain "a > b ? a : b" both ways round (one
- * maxps each), which agree unless a == b or one is NaN. Equal values are the
- * same bits except +0 and -0, where the AND of the bits (max) picks +0 and
- * the OR (min) -0. With a NaN: when a is one, m2 is a; when only b is, m1
- * is b; so the first NaN in fold order comes out. */
-#define DEFINE_MAXMIN(NAME, T, U, BITS, FROM, CMP, COMBINE)                    \
-    static inline T NAME(T a, T b)                                             \
-    {                                                                          \
-        T m1 = a CMP b ? a : b;                                                \
-        T m2 = b CMP a ? b : a;                                                \
-        U both = BITS(m1) COMBINE BITS(m2);                                    \
-        U a_nan = (U)0 - (U)(a != a);                                          \
-        U unord = (U)0 - (U)(a != a || b != b);                                \
-        U pick = (BITS(m2) & a_nan) | (BITS(m1) & ~a_nan);                     \
-        return FROM((pick & unord) | (both & ~unord));                         \
-    }
-
-static inline uint64_t f64_bits(double d)
-{
-    uint64_t u;
-    memcpy(&u, &d, sizeof u);
-    return u;
-}
-
-static inline double f64_from_bits(uint64_t u)
-{
-    double d;
-    memcpy(&d, &u, sizeof d);
-    return d;
-}
-
-DEFINE_MAXMIN(max_f32, float, uint32_t, coll_f32_bits, coll_f32_from_bits, >, &)
-DEFINE_MAXMIN(min_f32, float, uint32_t, coll_f32_bits, coll_f32_from_bits, <, |)
-DEFINE_MAXMIN(max_f64, double, uint64_t, f64_bits, f64_from_bits, >, &)
-DEFINE_MAXMIN(min_f64, double, uint64_t, f64_bits, f64_from_bits, <, |)
+/* ---- the element operations (the floating MAX/MIN are reduce.h's) ----- */
 
 /* The cast back to the unsigned type wraps: uint8_t operands are promoted
  * to int, where 255 * 255 still fits. */
@@ -96,10 +58,10 @@ DEFINE_MAXMIN(min_f64, double, uint64_t, f64_bits, f64_from_bits, <, |)
 #define OP_PROD(A, a, b) ((A)((a) * (b)))
 #define OP_MAX(A, a, b) ((a) > (b) ? (a) : (b))
 #define OP_MIN(A, a, b) ((a) < (b) ? (a) : (b))
-#define OP_FMAX(A, a, b) max_f32(a, b)
-#define OP_FMIN(A, a, b) min_f32(a, b)
-#define OP_DMAX(A, a, b) max_f64(a, b)
-#define OP_DMIN(A, a, b) min_f64(a, b)
+#define OP_FMAX(A, a, b) coll_max_f32(a, b)
+#define OP_FMIN(A, a, b) coll_min_f32(a, b)
+#define OP_DMAX(A, a, b) coll_max_f64(a, b)
+#define OP_DMIN(A, a, b) coll_min_f64(a, b)
 
 #define LD_ID(x) (x)
 #define ST_ID(x) (x)
@@ -118,7 +80,8 @@ DEFINE_MAXMIN(min_f64, double, uint64_t, f64_bits, f64_from_bits, <, |)
 #define FIN_FDIV(S, x) ((x) / (S)n) /* n < 2^24: exact in float */
 
 /* One block of M elements from offset i: fold every source into acc, then
- * store. n >= 2 starts with the first two sources in one pass. */
+ * store into the first destination and copy that to the others (while the
+ * block is in L1). n >= 2 starts with the first two sources in one pass. */
 #define REDUCE_BLOCK(T, A, S, LD, ST, OP, FIN, M)                              \
     do {                                                                       \
         A acc[COLL_BLK];                                                       \
@@ -131,17 +94,19 @@ DEFINE_MAXMIN(min_f64, double, uint64_t, f64_bits, f64_from_bits, <, |)
             for (size_t j = 0; j < (M); j++)                                   \
                 acc[j] = OP(A, acc[j], (A)LD(sk[j]));                          \
         }                                                                      \
+        T *d = (T *)dst[0] + i;                                                \
         for (size_t j = 0; j < (M); j++)                                       \
-            d[i + j] = (T)ST(FIN(S, acc[j]));                                  \
+            d[j] = (T)ST(FIN(S, acc[j]));                                      \
+        for (int o = 1; o < ndst; o++)                                         \
+            memcpy((T *)dst[o] + i, d, (M) * sizeof(T));                       \
     } while (0)
 
-/* reduce_NAME(dst, src, n, count), n >= 2: T the stored type, A the
+/* reduce_NAME(dst, ndst, src, n, count), n >= 2: T the stored type, A the
  * accumulation type, S the type AVG divides in. */
 #define DEFINE_REDUCE(NAME, T, A, S, LD, ST, OP, FIN)                          \
-    static void reduce_##NAME(void *dst, const void *const *src, int n,        \
-                              size_t count)                                    \
+    static void reduce_##NAME(void *const *dst, int ndst,                      \
+                              const void *const *src, int n, size_t count)     \
     {                                                                          \
-        T *d = dst;                                                            \
         size_t i = 0;                                                          \
         for (; count - i >= COLL_BLK; i += COLL_BLK)                           \
             REDUCE_BLOCK(T, A, S, LD, ST, OP, FIN, COLL_BLK);                  \
@@ -178,8 +143,8 @@ DEFINE_FLOAT(f32, float, float, LD_ID, ST_ID, OP_FMAX, OP_FMIN)
 DEFINE_FLOAT(f64, double, double, LD_ID, ST_ID, OP_DMAX, OP_DMIN)
 DEFINE_FLOAT(bf16, uint16_t, float, LD_BF16, ST_BF16, OP_FMAX, OP_FMIN)
 
-typedef void reduce_fn(void *dst, const void *const *src, int n,
-                       size_t count);
+typedef void reduce_fn(void *const *dst, int ndst, const void *const *src,
+                       int n, size_t count);
 
 #define OPS(NAME)                                                              \
     {reduce_##NAME##_sum, reduce_##NAME##_prod, reduce_##NAME##_max,          \
@@ -190,18 +155,26 @@ static reduce_fn *const reduce_table[COLL_NDTYPE][COLL_NOP] = {
     OPS(i8),  OPS(u8),  OPS(i32), OPS(u32), OPS(i64),
     OPS(u64), OPS(f16), OPS(f32), OPS(f64), OPS(bf16)};
 
+void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
+                       const void *const *src, int n, size_t count)
+{
+    if (!coll_dtype_valid(dt) || !coll_op_valid(op) || n < 1 || ndst < 1 ||
+        count == 0)
+        return;
+    if (n == 1) {
+        /* memmove: a dst is src[0] when in place (then nothing moves) */
+        for (int o = 0; o < ndst; o++)
+            if (dst[o] != src[0])
+                memmove(dst[o], src[0], count * dtype_size[dt]);
+        return;
+    }
+    reduce_table[dt][op](dst, ndst, src, n, count);
+}
+
 void coll_reduce(int dt, int op, void *dst, const void *const *src, int n,
                  size_t count)
 {
-    if (!coll_dtype_valid(dt) || !coll_op_valid(op) || n < 1 || count == 0)
-        return;
-    if (n == 1) {
-        /* memmove: dst is src[0] when in place (then nothing moves) */
-        if (dst != src[0])
-            memmove(dst, src[0], count * dtype_size[dt]);
-        return;
-    }
-    reduce_table[dt][op](dst, src, n, count);
+    coll_reduce_multi(dt, op, &dst, 1, src, n, count);
 }
 
 void coll_reduce2(int dt, int op, void *dst, const void *a, const void *b,

@@ -80,6 +80,19 @@
 
 #include "umpool.h"
 
+/* The conversions and the floating MAX/MIN below are also the GPU kernels'
+ * (kernels.cu includes this header): one definition, the same bits on the
+ * host and the device. */
+#ifdef __CUDACC__
+#define COLL_HD __host__ __device__
+#else
+#define COLL_HD
+#endif
+
+#ifdef __cplusplus /* kernels.cu and its host test */
+extern "C" {
+#endif
+
 #define COLL_NDTYPE 10 /* UMP_INT8 .. UMP_BFLOAT16 */
 #define COLL_NOP 5     /* UMP_SUM .. UMP_AVG */
 
@@ -101,6 +114,12 @@ const char *coll_op_name(int op);
  * allowed. Nothing happens for an invalid dt or op, n < 1 or count 0. */
 void coll_reduce(int dt, int op, void *dst, const void *const *src, int n,
                  size_t count);
+/* The same result written to ndst >= 1 destinations (two-shot writes a
+ * rank's reduced slice into every rank's receive buffer). Each dst[o] may
+ * be the source of the same index (dst[o] == src[o], in place) or not
+ * overlap any source; destinations do not overlap each other. */
+void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
+                       const void *const *src, int n, size_t count);
 /* One step of a ring or tree: dst = a op b, as coll_reduce of {a, b}, with
  * AVG taken as SUM (the division comes once, in coll_avg_finish). dst may be
  * a or b. Half types round at each step (see above). */
@@ -117,14 +136,14 @@ void coll_avg_finish(int dt, void *buf, size_t count, int n);
  * case is computed and the result picked with masks (gcc does not turn
  * ternaries around float operations into selects, as they may trap). */
 
-static inline uint32_t coll_f32_bits(float f)
+static inline COLL_HD uint32_t coll_f32_bits(float f)
 {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float coll_f32_from_bits(uint32_t u)
+static inline COLL_HD float coll_f32_from_bits(uint32_t u)
 {
     float f;
     memcpy(&f, &u, sizeof f);
@@ -135,7 +154,7 @@ static inline float coll_f32_from_bits(uint32_t u)
  * exact. NaN stays NaN with its payload. Subnormals go through an integer
  * conversion rather than a float multiply, so that a DAZ mode could not
  * flush them. */
-static inline float coll_half_to_float(uint16_t h)
+static inline COLL_HD float coll_half_to_float(uint16_t h)
 {
     /* int32_t: SSE2 compares only signed integers */
     int32_t em = h & 0x7fff;
@@ -162,7 +181,7 @@ static inline float coll_half_to_float(uint16_t h)
  * does the rounding, a carry into the exponent included. Only values far
  * below fp16's smallest subnormal pass through float subnormals, so FTZ/DAZ
  * would not change the result. */
-static inline uint16_t coll_float_to_half(float f)
+static inline COLL_HD uint16_t coll_float_to_half(float f)
 {
     uint32_t w = coll_f32_bits(f);
     uint32_t sign = (w >> 16) & 0x8000u;
@@ -179,7 +198,7 @@ static inline uint16_t coll_float_to_half(float f)
 }
 
 /* bfloat16 is float's top half: exact. */
-static inline float coll_bf16_to_float(uint16_t b)
+static inline COLL_HD float coll_bf16_to_float(uint16_t b)
 {
     return coll_f32_from_bits((uint32_t)b << 16);
 }
@@ -188,12 +207,58 @@ static inline float coll_bf16_to_float(uint16_t b)
  * into the exponent, up to inf for the largest floats; NaN becomes a quiet
  * NaN with the sign and the payload's top bits (a plain rounding could carry
  * a NaN into inf or drop its payload to inf's bits). */
-static inline uint16_t coll_float_to_bf16(float f)
+static inline COLL_HD uint16_t coll_float_to_bf16(float f)
 {
     uint32_t u = coll_f32_bits(f);
     uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     uint32_t nan = (u >> 16) | 0x40u;
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
+
+/* ---- IEEE 754-2019 maximum and minimum (see above for why) ----------------
+ * Selects without branches, in few vector operations: m1 and m2 are the
+ * plain "a > b ? a : b" both ways round (one maxps each), which agree unless
+ * a == b or one is NaN. Equal values are the same bits except +0 and -0,
+ * where the AND of the bits (max) picks +0 and the OR (min) -0. With a NaN:
+ * when a is one, m2 is a; when only b is, m1 is b; so the first NaN in fold
+ * order comes out. */
+#define COLL_DEFINE_MAXMIN(NAME, T, U, BITS, FROM, CMP, COMBINE)               \
+    static inline COLL_HD T NAME(T a, T b)                                     \
+    {                                                                          \
+        T m1 = a CMP b ? a : b;                                                \
+        T m2 = b CMP a ? b : a;                                                \
+        U both = BITS(m1) COMBINE BITS(m2);                                    \
+        U a_nan = (U)0 - (U)(a != a);                                          \
+        U unord = (U)0 - (U)(a != a || b != b);                                \
+        U pick = (BITS(m2) & a_nan) | (BITS(m1) & ~a_nan);                     \
+        return FROM((pick & unord) | (both & ~unord));                         \
+    }
+
+static inline COLL_HD uint64_t coll_f64_bits(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, sizeof u);
+    return u;
+}
+
+static inline COLL_HD double coll_f64_from_bits(uint64_t u)
+{
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
+COLL_DEFINE_MAXMIN(coll_max_f32, float, uint32_t, coll_f32_bits,
+                   coll_f32_from_bits, >, &)
+COLL_DEFINE_MAXMIN(coll_min_f32, float, uint32_t, coll_f32_bits,
+                   coll_f32_from_bits, <, |)
+COLL_DEFINE_MAXMIN(coll_max_f64, double, uint64_t, coll_f64_bits,
+                   coll_f64_from_bits, >, &)
+COLL_DEFINE_MAXMIN(coll_min_f64, double, uint64_t, coll_f64_bits,
+                   coll_f64_from_bits, <, |)
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

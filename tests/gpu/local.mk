@@ -12,7 +12,8 @@ GPU_TESTS = \
 	tests/gpu/test_gpu_free_async \
 	tests/gpu/test_gpu_enomem \
 	tests/gpu/test_gpu_peer \
-	tests/gpu/test_gpu_offload
+	tests/gpu/test_gpu_offload \
+	tests/gpu/test_gpu_coll
 
 if HAVE_CMOCKA
 check_PROGRAMS += $(GPU_TESTS)
@@ -83,3 +84,9 @@ tests_gpu_test_gpu_offload_SOURCES = tests/gpu/test_gpu_offload.c \
 tests_gpu_test_gpu_offload_CFLAGS = $(GPU_TEST_CFLAGS)
 tests_gpu_test_gpu_offload_LDADD = $(GPU_TEST_LDADD)
 EXTRA_tests_gpu_test_gpu_offload_DEPENDENCIES = $(GPU_KERNELS_OBJ)
+
+tests_gpu_test_gpu_coll_SOURCES = tests/gpu/test_gpu_coll.c \
+	$(GPU_KERNEL_SRC) $(GPU_TEST_HDRS)
+tests_gpu_test_gpu_coll_CFLAGS = $(GPU_TEST_CFLAGS)
+tests_gpu_test_gpu_coll_LDADD = $(GPU_TEST_LDADD)
+EXTRA_tests_gpu_test_gpu_coll_DEPENDENCIES = $(GPU_KERNELS_OBJ)

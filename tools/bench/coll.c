@@ -15,10 +15,17 @@
  * rank, the ranks' copies on as many threads at once. Its ratio is how
  * close the collective comes to the machine's limit.
  *
- * #wrong: where every rank receives the same result (allreduce,
- * allgather, broadcast), the elements of each rank that differ from rank
- * 0's at all (all ranks must get the same bits); n/a for the others, whose
- * results the test suite checks (tests/test_coll.c).
+ * On cuda the time is the GPU's, from events around calls queued back to
+ * back on the ranks' streams (coll_gpu.c), and the copy baseline is every
+ * rank's device-to-device copy of the same bytes, all at once.
+ *
+ * #wrong: the received elements that differ from a reference computed
+ * here (the inputs are small integers, so SUM, MAX and MIN are exact in
+ * every type; PROD and AVG, whose roundings differ per type, are checked
+ * by the test suite, tests/test_coll_reduce.c), plus, where every rank
+ * receives the same result (allreduce, allgather, broadcast), the elements
+ * whose bits differ from rank 0's (all ranks must get the same bits). A
+ * wrong element makes the bench fail.
  */
 #include "config.h"
 
@@ -30,6 +37,7 @@
 #include <string.h>
 
 #include "bench.h"
+#include "coll_gpu.h"
 #include "umpool.h"
 
 static const char *const coll_names[] = {
@@ -176,6 +184,241 @@ static double copy_baseline(void *const *dst, void *const *src, int n,
     return median(c.t + 1, (size_t)c.rounds - 1);
 }
 
+/* One call of the collective being measured (streams NULL: the
+ * communicator's own, and the call returns when done). */
+struct call {
+    ump_comm_t *comm;
+    int coll, dt, op, root;
+    size_t count;
+    const void *send[64];
+    void *recv[64];
+};
+
+static int call_run(void *arg, const ump_stream_t *st)
+{
+    struct call *c = arg;
+    int rc;
+    switch (c->coll) {
+    case UMP_COLL_ALLREDUCE:
+        rc = ump_allreduce(c->comm, c->send, c->recv, c->count, c->dt, c->op,
+                           st);
+        break;
+    case UMP_COLL_BROADCAST:
+        rc = ump_broadcast(c->comm, c->send, c->recv, c->count, c->dt,
+                           c->root, st);
+        break;
+    case UMP_COLL_REDUCE:
+        rc = ump_reduce(c->comm, c->send, c->recv, c->count, c->dt, c->op,
+                        c->root, st);
+        break;
+    case UMP_COLL_ALLGATHER:
+        rc = ump_allgather(c->comm, c->send, c->recv, c->count, c->dt, st);
+        break;
+    case UMP_COLL_REDUCE_SCATTER:
+        rc = ump_reduce_scatter(c->comm, c->send, c->recv, c->count, c->dt,
+                                c->op, st);
+        break;
+    case UMP_COLL_ALLTOALL:
+        rc = ump_alltoall(c->comm, c->send, c->recv, c->count, c->dt, st);
+        break;
+    case UMP_COLL_GATHER:
+        rc = ump_gather(c->comm, c->send, c->recv, c->count, c->dt, c->root,
+                        st);
+        break;
+    default:
+        rc = ump_scatter(c->comm, c->send, c->recv, c->count, c->dt, c->root,
+                         st);
+    }
+    if (rc)
+        fprintf(stderr, "umpool-bench: coll: %s of %zu elements: %s\n",
+                coll_names[c->coll], c->count, ump_strerror(rc));
+    return rc;
+}
+
+/* Rank k's input element j: small integers, exact in every type. */
+static long input(int k, size_t j)
+{
+    return (long)((k * 3 + (int)(j % 11)) % 5);
+}
+
+/* Element i of type dt at p, as a double (exact for the inputs' range). */
+static double get(const void *p, int dt)
+{
+    int8_t i8;
+    int32_t i32;
+    int64_t i64;
+    uint16_t h;
+    float f;
+    double d;
+    uint32_t x;
+    switch (dt) {
+    case UMP_INT8: memcpy(&i8, p, 1); return i8;
+    case UMP_UINT8: return *(const uint8_t *)p;
+    case UMP_INT32: memcpy(&i32, p, 4); return i32;
+    case UMP_UINT32: memcpy(&x, p, 4); return x;
+    case UMP_INT64: case UMP_UINT64: memcpy(&i64, p, 8); return (double)i64;
+    case UMP_FLOAT32: memcpy(&f, p, 4); return f;
+    case UMP_FLOAT64: memcpy(&d, p, 8); return d;
+    case UMP_FLOAT16: { /* normal halves and zero: what the inputs make */
+        memcpy(&h, p, 2);
+        int e = (h >> 10) & 0x1f;
+        x = (uint32_t)(h & 0x8000) << 16;
+        if (e == 31)
+            x |= 0x7f800000u | (uint32_t)(h & 0x3ff) << 13;
+        else if (e)
+            x |= (uint32_t)(e + 112) << 23 | (uint32_t)(h & 0x3ff) << 13;
+        memcpy(&f, &x, 4);
+        return e || !(h & 0x3ff) ? f : NAN; /* subnormal: not expected */
+    }
+    default:
+        memcpy(&h, p, 2);
+        x = (uint32_t)h << 16;
+        memcpy(&f, &x, 4);
+        return f;
+    }
+}
+
+/* The reference: what rank r's recv element i must hold, for the ops
+ * whose result is exact in every type on these inputs (SUM, MAX, MIN) and
+ * for the data movers; NAN for PROD and AVG (whose roundings and wrapping
+ * differ per type: tests/test_coll_reduce.c checks them). */
+static double want(const struct call *c, int n, int r, size_t i)
+{
+    size_t cnt = c->count;
+    int k0 = 0, k1 = n;
+    size_t j = i;
+    switch (c->coll) {
+    case UMP_COLL_BROADCAST:
+        return (double)input(c->root, i);
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_GATHER:
+        return (double)input((int)(i / cnt), i % cnt);
+    case UMP_COLL_ALLTOALL:
+        return (double)input((int)(i / cnt), (size_t)r * cnt + i % cnt);
+    case UMP_COLL_SCATTER:
+        return (double)input(c->root, (size_t)r * cnt + i);
+    case UMP_COLL_REDUCE_SCATTER:
+        j = (size_t)r * cnt + i;
+        break;
+    default:
+        break;
+    }
+    if (c->op == UMP_PROD || c->op == UMP_AVG)
+        return NAN;
+    double acc = (double)input(k0, j);
+    for (int k = k0 + 1; k < k1; k++) {
+        double v = (double)input(k, j);
+        acc = c->op == UMP_SUM   ? acc + v
+              : c->op == UMP_MAX ? (v > acc ? v : acc)
+                                 : (v < acc ? v : acc);
+    }
+    return acc;
+}
+
+/* Does rank r receive anything? */
+static bool receives(int coll, int r, int root)
+{
+    return !(coll == UMP_COLL_REDUCE || coll == UMP_COLL_GATHER) || r == root;
+}
+
+/* Copies between pool memory and the host through the default stream and
+ * waits (pool memory is not the CPU's on cuda). */
+static int xfer(ump_pool_t *pool, void *dst, const void *src, size_t n)
+{
+    int rc = ump_memcpy_async(pool, dst, src, n, NULL);
+    return rc ? rc : ump_stream_synchronize(pool, NULL);
+}
+
+/* #wrong: the elements of every receiving rank that differ from the
+ * reference (where there is one), plus, for the collectives where every
+ * rank receives the same result, those whose bits differ from rank 0's.
+ * -1 when the buffers cannot be read back. */
+static long long count_wrong(ump_pool_t *pool, const struct call *c, int n,
+                             size_t rn, size_t esz)
+{
+    char *h0 = malloc(rn * esz), *h = malloc(rn * esz);
+    long long wrong = 0;
+    bool same = c->coll == UMP_COLL_ALLREDUCE ||
+                c->coll == UMP_COLL_ALLGATHER ||
+                c->coll == UMP_COLL_BROADCAST;
+    size_t got_n = c->coll == UMP_COLL_REDUCE_SCATTER ||
+                           c->coll == UMP_COLL_SCATTER
+                       ? c->count
+                       : rn;
+    for (int r = 0; r < n && wrong >= 0; r++) {
+        if (!receives(c->coll, r, c->root))
+            continue;
+        if (!h0 || !h || xfer(pool, r ? h : h0, c->recv[r], got_n * esz)) {
+            wrong = -1;
+            break;
+        }
+        const char *b = r ? h : h0;
+        for (size_t i = 0; i < got_n; i++) {
+            double w = want(c, n, r, i);
+            if ((!isnan(w) && get(b + i * esz, c->dt) != w) ||
+                (same && r && memcmp(b + i * esz, h0 + i * esz, esz)))
+                wrong++;
+        }
+    }
+    free(h0);
+    free(h);
+    return wrong;
+}
+
+/* The memory-copy baseline on sim: the least bytes a rank must move,
+ * copied by n threads in host memory of the same kind as the sim's;
+ * microseconds, NAN when memory is short. */
+static double host_copy_us(int n, size_t cp)
+{
+    void *cs[64], *cd[64];
+    int got = 0;
+    double copy = NAN;
+    for (; got < n; got++) {
+        cs[got] = malloc(cp);
+        cd[got] = malloc(cp);
+        if (!cs[got] || !cd[got]) {
+            free(cs[got]);
+            free(cd[got]);
+            break;
+        }
+        memset(cs[got], 1, cp);
+        memset(cd[got], 0, cp);
+    }
+    if (got == n)
+        copy = copy_baseline(cd, cs, n, cp, 3) * 1e6;
+    while (got-- > 0) {
+        free(cs[got]);
+        free(cd[got]);
+    }
+    return copy;
+}
+
+/* The same on the GPU: each rank copies between two buffers of the pool on
+ * its device, all at once. */
+static double gpu_copy_us(ump_pool_t *pool, struct coll_gpu *g, int n,
+                          size_t cp)
+{
+    void *cs[64], *cd[64];
+    int got = 0;
+    double copy = NAN;
+    for (; got < n; got++) {
+        ump_hints_t h = {.device = got};
+        if (ump_alloc(pool, cp, &h, &cs[got]))
+            break;
+        if (ump_alloc(pool, cp, &h, &cd[got])) {
+            ump_free(pool, cs[got]);
+            break;
+        }
+    }
+    if (got == n)
+        copy = coll_gpu_copy_us(g, cd, cs, cp, 5);
+    while (got-- > 0) {
+        ump_free(pool, cs[got]);
+        ump_free(pool, cd[got]);
+    }
+    return copy;
+}
+
 int bench_coll(const struct bench_coll_opts *o)
 {
     const char *config = o->config ? o->config : BENCH_COLL_CONFIG;
@@ -189,9 +432,11 @@ int bench_coll(const struct bench_coll_opts *o)
     int n = ump_device_count(pool), coll = o->coll, dt = o->dtype;
     if (o->ranks && o->ranks < n)
         n = o->ranks;
+    if (n > 64)
+        n = 64;
     ump_comm_t *comm;
     int dev[64];
-    for (int r = 0; r < n && r < 64; r++) /* the first n devices */
+    for (int r = 0; r < n; r++) /* the first n devices */
         dev[r] = r;
     rc = ump_comm_create(pool, n, dev, o->comm_config, &comm);
     if (rc) {
@@ -203,6 +448,18 @@ int bench_coll(const struct bench_coll_opts *o)
     size_t esz = type_sizes[dt];
     int root = rooted(coll) ? o->root % n : -1;
     bool sim = !strcmp(ump_backend_name(pool), "sim");
+    struct coll_gpu *gpu = NULL;
+    if (!sim) {
+        char why[256];
+        gpu = coll_gpu_open(pool, n, why, sizeof(why));
+        if (!gpu) {
+            fprintf(stderr, "umpool-bench: coll: no GPU timing on %s: %s\n",
+                    ump_backend_name(pool), why);
+            ump_comm_destroy(comm);
+            ump_pool_destroy(pool);
+            return 1;
+        }
+    }
     if (!o->json) {
         printf("# umpool-bench coll %s: %d ranks, pool \"%s\"%s\n",
                coll_names[coll], n, config,
@@ -211,7 +468,10 @@ int bench_coll(const struct bench_coll_opts *o)
                      "for the schedule as executed (each transfer charged to "
                      "its links); copy: the memory-copy baseline of the same "
                      "bytes"
-                   : "");
+                   : "; time: GPU time per call (events around calls queued "
+                     "back to back), model: the cost model's time; copy: "
+                     "every rank's device-to-device copy of the same bytes, "
+                     "all at once");
         printf("%12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %10s "
                "%7s %10s\n",
                "size", "count", "type", "redop", "root", "time us",
@@ -240,76 +500,58 @@ int bench_coll(const struct bench_coll_opts *o)
         size_t sn, rn;
         elems(coll, n, count, &sn, &rn);
         void *sb[64], *rb[64];
-        for (int r = 0; r < n && !ret; r++) {
-            ump_hints_t h = {.device = r};
-            if (ump_alloc(pool, sn * esz, &h, &sb[r]) ||
-                ump_alloc(pool, rn * esz, &h, &rb[r]))
+        char *hb = malloc((sn > rn ? sn : rn) * esz);
+        int made = 0;
+        for (; hb && made < n; made++) {
+            ump_hints_t h = {.device = made};
+            if (ump_alloc(pool, sn * esz, &h, &sb[made]))
+                break;
+            if (ump_alloc(pool, rn * esz, &h, &rb[made])) {
+                ump_free(pool, sb[made]);
+                break;
+            }
+            for (size_t i = 0; i < sn; i++)
+                put(hb + i * esz, dt, input(made, i));
+            if (xfer(pool, sb[made], hb, sn * esz) ||
+                ump_memset_async(pool, rb[made], 0, rn * esz, NULL) ||
+                ump_stream_synchronize(pool, NULL)) {
+                made++;
                 ret = 1;
-            for (size_t i = 0; !ret && i < sn; i++)
-                put((char *)sb[r] + i * esz, dt,
-                    (long)((r * 3 + (int)(i % 11)) % 5));
-            if (!ret)
-                memset(rb[r], 0, rn * esz);
+                break;
+            }
         }
-        if (ret) {
+        free(hb);
+        if (made < n || ret) {
             fprintf(stderr, "umpool-bench: coll: out of pool memory at %zu "
                     "bytes\n", bytes);
+            ret = 1;
+            while (made-- > 0) {
+                ump_free(pool, sb[made]);
+                ump_free(pool, rb[made]);
+            }
             break;
         }
-        const void *send[64];
-        void *recv[64];
+        struct call c = {comm, coll, dt, o->op, root < 0 ? 0 : root, count,
+                         {NULL}, {NULL}};
         for (int r = 0; r < n; r++) {
-            send[r] = sb[r];
-            recv[r] = rb[r];
+            c.send[r] = sb[r];
+            c.recv[r] = rb[r];
         }
         int iters = o->iters ? o->iters : 5;
         double t = 0;
-        for (int k = 0; k <= iters && !ret; k++) {
-            uint64_t t0 = now_ns();
-            switch (coll) {
-            case UMP_COLL_ALLREDUCE:
-                rc = ump_allreduce(comm, send, recv, count, dt, o->op, NULL);
-                break;
-            case UMP_COLL_BROADCAST:
-                rc = ump_broadcast(comm, send, recv, count, dt, root, NULL);
-                break;
-            case UMP_COLL_REDUCE:
-                rc = ump_reduce(comm, send, recv, count, dt, o->op, root,
-                                NULL);
-                break;
-            case UMP_COLL_ALLGATHER:
-                rc = ump_allgather(comm, send, recv, count, dt, NULL);
-                break;
-            case UMP_COLL_REDUCE_SCATTER:
-                rc = ump_reduce_scatter(comm, send, recv, count, dt, o->op,
-                                        NULL);
-                break;
-            case UMP_COLL_ALLTOALL:
-                rc = ump_alltoall(comm, send, recv, count, dt, NULL);
-                break;
-            case UMP_COLL_GATHER:
-                rc = ump_gather(comm, send, recv, count, dt, root, NULL);
-                break;
-            default:
-                rc = ump_scatter(comm, send, recv, count, dt, root, NULL);
+        if (gpu) {
+            t = coll_gpu_time(gpu, call_run, &c, iters);
+            ret = isnan(t);
+        } else {
+            for (int k = 0; k <= iters && !ret; k++) {
+                uint64_t t0 = now_ns();
+                ret = call_run(&c, NULL) != 0;
+                if (k) /* the first is a warm-up */
+                    t += (double)(now_ns() - t0) / 1e3;
             }
-            if (rc) {
-                fprintf(stderr, "umpool-bench: coll: %s of %zu bytes: %s\n",
-                        coll_names[coll], bytes, ump_strerror(rc));
-                ret = 1;
-            }
-            if (k) /* the first is a warm-up */
-                t += (double)(now_ns() - t0) / 1e3;
+            t /= iters;
         }
-        t /= iters;
-        bool same = coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_ALLGATHER ||
-                    coll == UMP_COLL_BROADCAST;
-        uint64_t wrong = 0;
-        if (!ret && same)
-            for (int r = 1; r < n; r++)
-                for (size_t i = 0; i < rn; i++)
-                    wrong += memcmp((char *)rb[r] + i * esz,
-                                    (char *)rb[0] + i * esz, esz) != 0;
+        long long wrong = ret ? 0 : count_wrong(pool, &c, n, rn, esz);
         ump_coll_plan_t plan = {"?", 0};
         ump_comm_plan(comm, coll, count, dt, &plan);
         /* The last iteration's schedule, charged transfer by transfer by
@@ -318,44 +560,26 @@ int bench_coll(const struct bench_coll_opts *o)
         if (ump_comm_last_modeled_us(comm, &exec))
             exec = NAN;
         /* the least bytes: every input read once and every output written
-         * once, per rank: a copy of the larger of the two, in host memory
-         * of the same kind as the sim's */
+         * once, per rank: a copy of the larger of the two */
         size_t cp = (sn > rn ? sn : rn) * esz;
-        double copy = NAN;
-        void *cs[64], *cd[64];
-        int got = 0;
-        for (; sim && !ret && got < n; got++) {
-            cs[got] = malloc(cp);
-            cd[got] = malloc(cp);
-            if (!cs[got] || !cd[got]) {
-                free(cs[got]);
-                free(cd[got]);
-                break;
-            }
-            memset(cs[got], 1, cp);
-            memset(cd[got], 0, cp);
-        }
-        if (sim && !ret && got == n)
-            copy = copy_baseline(cd, cs, n, cp, 3) * 1e6;
-        while (got-- > 0) {
-            free(cs[got]);
-            free(cd[got]);
-        }
-        double algbw = (double)bytes / (t * 1e3); /* GB/s */
+        double copy = ret   ? NAN
+                      : gpu ? gpu_copy_us(pool, gpu, n, cp)
+                            : host_copy_us(n, cp);
+        double algbw = t > 0 ? (double)bytes / (t * 1e3) : 0; /* GB/s */
         char wbuf[24];
         double mbus = plan.modeled_us > 0
                           ? (double)bytes / (plan.modeled_us * 1e3) *
                                 bus_factor(coll, n)
                           : 0;
+        if (wrong < 0)
+            snprintf(wbuf, sizeof(wbuf), "n/a");
+        else
+            snprintf(wbuf, sizeof(wbuf), "%lld", wrong);
         if (!ret && !o->json)
             printf("%12zu %12zu %8s %6s %5d %10.1f %8.2f %8.2f %7s %10s "
                    "%8.1f %8.1f %10.2f %7.1f %10.2f\n", bytes, count,
                    type_names[dt], reducing(coll) ? op_names[o->op] : "none",
-                   root, t, algbw,
-                   algbw * bus_factor(coll, n),
-                   same ? (snprintf(wbuf, sizeof(wbuf), "%llu",
-                                    (unsigned long long)wrong), wbuf)
-                        : "n/a",
+                   root, t, algbw, algbw * bus_factor(coll, n), wbuf,
                    plan.algorithm, plan.modeled_us, exec, mbus, copy,
                    copy / t);
         else if (!ret)
@@ -367,10 +591,8 @@ int bench_coll(const struct bench_coll_opts *o)
                    "\"copy_us\": %.3f}",
                    first ? "" : ",", bytes, count, type_names[dt],
                    reducing(coll) ? op_names[o->op] : "none", root, t, algbw,
-                   algbw * bus_factor(coll, n),
-                   same ? (long long)wrong : -1LL,
-                   plan.algorithm, plan.modeled_us,
-                   isnan(exec) ? -1.0 : exec, mbus,
+                   algbw * bus_factor(coll, n), wrong, plan.algorithm,
+                   plan.modeled_us, isnan(exec) ? -1.0 : exec, mbus,
                    isnan(copy) ? -1.0 : copy);
         first = false;
         if (wrong)
@@ -382,6 +604,7 @@ int bench_coll(const struct bench_coll_opts *o)
     }
     if (o->json)
         printf("\n]}\n");
+    coll_gpu_close(gpu);
     ump_comm_destroy(comm);
     ump_pool_destroy(pool);
     return ret;

@@ -105,6 +105,15 @@ static const struct sym cu_copy_syms[] = {
     CU_SYM("cuMemcpyDtoH", dtoh),
     CU_SYM("cuMemcpyHtoD", htod),
 };
+static const struct sym cu_event_syms[] = {
+    CU_SYM("cuEventCreate", event_create),
+    CU_SYM("cuEventRecord", event_record),
+    CU_SYM("cuEventSynchronize", event_sync),
+    CU_SYM("cuEventElapsedTime", event_elapsed),
+    CU_SYM("cuEventDestroy", event_destroy),
+    CU_SYM("cuStreamWaitEvent", stream_wait_event),
+    CU_SYM("cuStreamGetCtx", stream_get_ctx),
+};
 #undef CU_SYM
 
 const char *bench_cu_err(const struct bench_cu *cu, CUresult r)
@@ -129,6 +138,8 @@ int bench_cu_load(struct bench_cu *cu, unsigned want, char *why,
          sizeof(cu_vmm_syms) / sizeof(cu_vmm_syms[0])},
         {BENCH_CU_COPY, cu_copy_syms,
          sizeof(cu_copy_syms) / sizeof(cu_copy_syms[0])},
+        {BENCH_CU_EVENT, cu_event_syms,
+         sizeof(cu_event_syms) / sizeof(cu_event_syms[0])},
     };
     struct getproc gp;
     const char *missing = NULL, *what;

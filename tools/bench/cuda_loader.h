@@ -64,11 +64,20 @@ struct bench_cu {
     CUresult (*mem_free_host)(void *p);
     CUresult (*dtoh)(void *dst, CUdeviceptr src, size_t size);
     CUresult (*htod)(CUdeviceptr dst, const void *src, size_t size);
+    /* BENCH_CU_EVENT: coll's GPU timing (events on the pool's streams). */
+    CUresult (*event_create)(CUevent *e, unsigned int flags);
+    CUresult (*event_record)(CUevent e, CUstream s);
+    CUresult (*event_sync)(CUevent e);
+    CUresult (*event_elapsed)(float *ms, CUevent start, CUevent end);
+    CUresult (*event_destroy)(CUevent e);
+    CUresult (*stream_wait_event)(CUstream s, CUevent e, unsigned int flags);
+    CUresult (*stream_get_ctx)(CUstream s, CUcontext *ctx);
 };
 
 /* Groups of entry points beyond the context calls, for bench_cu_load. */
 #define BENCH_CU_VMM 1u  /* granularity .. release */
 #define BENCH_CU_COPY 2u /* mem_alloc .. htod */
+#define BENCH_CU_EVENT 4u /* event_create .. stream_get_ctx */
 
 /* Loads the driver (dlopen libcuda.so.1; the context calls and the groups
  * in want by cuGetProcAddress, the others stay NULL) and makes device 0's

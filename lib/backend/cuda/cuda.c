@@ -310,9 +310,11 @@ static void cuda_close(void *ctx)
         return;
     /* What the caller left, before the contexts it lives in go. */
     custream_close(c);
+    cukernel_close(c);
     release_contexts(c, c->nphys);
     pthread_mutex_destroy(&c->lock);
     custream_free(c);
+    cukernel_free(c);
     free(c);
 }
 
@@ -325,6 +327,7 @@ static void cuda_close_in_child(void *ctx)
     if (!c)
         return;
     custream_free(c);
+    cukernel_free(c);
     free(c);
 }
 
@@ -356,6 +359,8 @@ const struct backend_ops cuda_backend_ops = {
     .event_record = custream_event_record,
     .event_query = custream_event_query,
     .event_sync = custream_event_sync,
+    .stream_wait_event = custream_wait_event,
+    .kernel_launch = cukernel_launch,
     .driver_ns = cuvmm_driver_ns,
 };
 

@@ -97,6 +97,7 @@ int cuda_topology_discover(const struct cudrv_api *api, int ndev,
 
 struct custream_node;
 struct custream_event;
+struct cukernel_module;
 
 /* The backend's context, one per pool. Written at open, read-only after
  * except the atomics (learnt from the driver) and the two lists (lock).
@@ -138,9 +139,11 @@ struct cuda_ctx {
      * cuMemUnmap may cover several devices' handles. */
     _Atomic uint64_t drv_ns;
 
-    pthread_mutex_t lock; /* guards the two lists below */
+    pthread_mutex_t lock; /* guards the two lists below and kmod */
     struct custream_node *streams;
     struct ump_list events; /* of struct custream_event, by link */
+    /* Loaded module images, per physical GPU (cuda_kernel.c). */
+    struct cukernel_module *kmod[UMP_MAX_DEVICES];
 };
 
 /* Device 0's context (GPU 0's, whatever nvirt) serves the calls that are not about one device (the
@@ -187,6 +190,16 @@ int cuvmm_set_access_host(void *ctx, void *va, size_t size,
                           const int *devices, int ndevices);
 uint64_t cuvmm_driver_ns(void *ctx, int device);
 
+/* --- cuda_kernel.c: modules and kernel launches ------------------------- */
+
+int cukernel_launch(void *ctx, void *stream, const void *image,
+                    const char *name, unsigned grid, unsigned block,
+                    void *arg);
+/* Unloads every module, each in its GPU's context (at close). */
+void cukernel_close(struct cuda_ctx *c);
+/* Frees the records without the driver (in a forked child). */
+void cukernel_free(struct cuda_ctx *c);
+
 /* --- cuda_stream.c: streams and events ----------------------------------- */
 
 int custream_create(void *ctx, int device, void **stream_p);
@@ -198,6 +211,12 @@ int custream_memset_async(void *ctx, void *dst, int value, size_t size,
                           void *stream);
 int custream_host_func(void *ctx, void *stream, void (*fn)(void *),
                        void *arg);
+int custream_wait_event(void *ctx, void *stream, void *event);
+/* Makes current the context stream's work runs in (for a default stream,
+ * the caller's current context, else device 0's) and returns it in
+ * *sctx_p, and the one it replaced in *saved_p. */
+int custream_enter(struct cuda_ctx *c, CUstream stream, CUcontext *sctx_p,
+                   CUcontext *saved_p);
 int custream_event_create(void *ctx, void **event_p);
 int custream_event_destroy(void *ctx, void *event);
 int custream_event_record(void *ctx, void *event, void *stream);

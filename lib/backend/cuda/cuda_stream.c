@@ -54,11 +54,8 @@ static bool default_stream(CUstream stream)
     return (uintptr_t)stream <= (uintptr_t)CU_STREAM_PER_THREAD;
 }
 
-/* Makes current the context stream's work runs in (for a default stream,
- * the caller's current context, else device 0's) and returns it in
- * *sctx_p, and the one it replaced in *saved_p. */
-static int stream_enter(struct cuda_ctx *c, CUstream stream,
-                        CUcontext *sctx_p, CUcontext *saved_p)
+int custream_enter(struct cuda_ctx *c, CUstream stream, CUcontext *sctx_p,
+                   CUcontext *saved_p)
 {
     const struct cudrv_api *api = &c->api;
     CUcontext sctx = NULL;
@@ -144,7 +141,7 @@ int custream_destroy(void *ctx, void *stream)
         return -EINVAL;
     }
     free(node);
-    err = stream_enter(c, stream, &sctx, &saved);
+    err = custream_enter(c, stream, &sctx, &saved);
     if (err)
         return err;
     res = c->api.cuStreamDestroy(stream);
@@ -159,7 +156,7 @@ int custream_sync(void *ctx, void *stream)
     CUresult res;
     int err;
 
-    err = stream_enter(c, stream, &sctx, &saved);
+    err = custream_enter(c, stream, &sctx, &saved);
     if (err)
         return err;
     res = c->api.cuStreamSynchronize(stream);
@@ -177,7 +174,7 @@ int custream_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
 
     if (!size)
         return 0;
-    err = stream_enter(c, stream, &sctx, &saved);
+    err = custream_enter(c, stream, &sctx, &saved);
     if (err)
         return err;
     /* Unified addressing: the driver tells host from device pointers. */
@@ -198,7 +195,7 @@ int custream_memset_async(void *ctx, void *dst, int value, size_t size,
 
     if (!size)
         return 0;
-    err = stream_enter(c, stream, &sctx, &saved);
+    err = custream_enter(c, stream, &sctx, &saved);
     if (err)
         return err;
     res = c->api.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst,
@@ -215,7 +212,7 @@ int custream_host_func(void *ctx, void *stream, void (*fn)(void *),
     CUresult res;
     int err;
 
-    err = stream_enter(c, stream, &sctx, &saved);
+    err = custream_enter(c, stream, &sctx, &saved);
     if (err)
         return err;
     res = c->api.cuLaunchHostFunc(stream, fn, arg);
@@ -277,7 +274,7 @@ int custream_event_record(void *ctx, void *event, void *stream)
     CUresult res;
     int err;
 
-    err = stream_enter(c, stream, &sctx, &saved);
+    err = custream_enter(c, stream, &sctx, &saved);
     if (err)
         return err;
     if (e->ev && e->ctx != sctx) {
@@ -338,6 +335,28 @@ int custream_event_sync(void *ctx, void *event)
     return event_wait(ctx, event, true);
 }
 
+/* The event never recorded waits for nothing, as in CUDA. The driver lets
+ * a stream wait for an event of another context (another GPU). */
+int custream_wait_event(void *ctx, void *stream, void *event)
+{
+    struct cuda_ctx *c = ctx;
+    struct custream_event *e = event;
+    CUcontext sctx, saved;
+    CUresult res;
+    int err;
+
+    if (!e)
+        return -EINVAL;
+    if (!e->ev)
+        return 0;
+    err = custream_enter(c, stream, &sctx, &saved);
+    if (err)
+        return err;
+    res = c->api.cuStreamWaitEvent(stream, e->ev, 0);
+    return cudrv_leave_check(&c->api, sctx, saved, res,
+                             "cuStreamWaitEvent of stream %p", stream);
+}
+
 /* --- close ------------------------------------------------------------- */
 
 void custream_close(struct cuda_ctx *c)
@@ -359,7 +378,7 @@ void custream_close(struct cuda_ctx *c)
     for (struct custream_node *s = c->streams; s; s = s->next) {
         CUcontext sctx, saved;
 
-        if (stream_enter(c, s->s, &sctx, &saved))
+        if (custream_enter(c, s->s, &sctx, &saved))
             continue;
         res = api->cuStreamDestroy(s->s);
         cudrv_ctx_leave(api, sctx, saved);

@@ -150,6 +150,11 @@ static const struct {
     CUDRV_TABLE(cuEventQuery),
     CUDRV_TABLE(cuEventSynchronize),
     CUDRV_TABLE(cuEventDestroy),
+    CUDRV_TABLE(cuStreamWaitEvent),
+    CUDRV_TABLE(cuModuleLoadData),
+    CUDRV_TABLE(cuModuleUnload),
+    CUDRV_TABLE(cuModuleGetFunction),
+    CUDRV_TABLE(cuLaunchKernel),
 };
 
 /* dlsym's object pointer as a function pointer, the way POSIX allows. */

@@ -89,6 +89,11 @@ struct cudrv_api {
     CUDRV_ENTRY(cuEventQuery);
     CUDRV_ENTRY(cuEventSynchronize);
     CUDRV_ENTRY(cuEventDestroy);
+    CUDRV_ENTRY(cuStreamWaitEvent);
+    CUDRV_ENTRY(cuModuleLoadData);
+    CUDRV_ENTRY(cuModuleUnload);
+    CUDRV_ENTRY(cuModuleGetFunction);
+    CUDRV_ENTRY(cuLaunchKernel);
 };
 
 /* Loads the driver at path and resolves every entry point into *api. On

@@ -160,7 +160,10 @@ int cuvmm_unreserve(void *ctx, void *va, size_t size)
 
 /* --- ordinary host memory ---------------------------------------------- */
 
-/* PORTABLE: page-locked for every context, hence every device. */
+/* PORTABLE: page-locked for every context, hence every device. DEVICEMAP:
+ * mapped into the devices' address space, so that kernels may read it
+ * (the collectives' staging) where the device uses the host pointer for
+ * registered memory, as every 64-bit unified-addressing platform does. */
 int cuvmm_host_register(void *ctx, void *p, size_t size)
 {
     struct cuda_ctx *c = ctx;
@@ -171,7 +174,8 @@ int cuvmm_host_register(void *ctx, void *p, size_t size)
     err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
     if (err)
         return err;
-    res = c->api.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE);
+    res = c->api.cuMemHostRegister(p, size, CU_MEMHOSTREGISTER_PORTABLE |
+                                                CU_MEMHOSTREGISTER_DEVICEMAP);
     cudrv_ctx_leave(&c->api, c->pctx[CUDA_ANY_DEVICE], saved);
     /* The caller goes on without it (copies are slower): a warning. */
     return res == CUDA_SUCCESS

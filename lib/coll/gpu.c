@@ -1,0 +1,561 @@
+/*
+ * The collectives on a backend that runs device code (gpu.h). A call is
+ * queued, not run: each rank's share goes onto its stream as copies
+ * (memcpy_async between pool pointers: the copy engines read peers over
+ * NVLink or PCIe) and launches of the reduction kernel (kernel.h), and the
+ * call returns. The ranks' streams meet at barriers made of events: every
+ * rank records its event, then every rank's stream waits for every other
+ * rank's event. That is the same protocol as the sim's host-function
+ * barrier (job.h), on the device:
+ *
+ *  - an entry barrier, so that the work queued on every rank's stream
+ *    before the call (a kernel still writing a send buffer) is done before
+ *    any rank reads that buffer;
+ *  - barriers between steps (in-place one-shot and all-to-all, whose
+ *    results wait in scratch space until no peer reads the send buffers);
+ *  - an exit barrier, so that no rank's stream runs on into work that
+ *    overwrites a buffer a peer still reads.
+ *
+ * The cost model (model.c) that chooses between them is the sim's: it
+ * charges two-shot two barrier rounds (a pull in its second step needs
+ * them), while this executor's two-shot stores its slices into the peers'
+ * buffers and needs only the exit barrier; so on a GPU two-shot is one
+ * round cheaper than the plan says, and the choice leans to one-shot near
+ * the crossover.
+ *
+ * Algorithms: one-shot and two-shot for allreduce (one-shot: every rank
+ * reads all its peers' buffers through the pool's pointers; two-shot: rank
+ * r reduces slice r and stores it into every rank's receive buffer; the
+ * kernel folds ranks 0..n-1 in order, so both give the sim's bits), direct
+ * for the others (the rank that needs data reads it). Ring and tree are the sim's only: over peer
+ * pointers on one NVLink domain the direct schedules already use every
+ * link, and their step-by-step hand-offs would cost a barrier each.
+ *
+ * Ranks that cannot reach each other (no peer access, the two sockets of a
+ * PCIe box) exchange through pinned host memory, as NCCL's shared-memory
+ * transport does: the sender copies its send buffer into a host buffer of
+ * the communicator before the entry barrier, and readers that cannot reach
+ * it read that copy (a GPU reads pinned host memory over PCIe). Two-shot
+ * then does not apply: it writes into the peers' receive buffers.
+ *
+ * Built without nvcc there is no kernel: the data-moving collectives still
+ * run (copies), the reducing ones are -ENOTSUP.
+ *
+ * Buffers of movable allocations are acquired for the call, as on sim, and
+ * released once an event recorded after the exit barrier has completed
+ * (coll_gpu_reap, called at the next call and at destroy). Scratch space
+ * (in-place one-shot and all-to-all) is pool memory of the rank's device,
+ * freed with ump_free_async on the rank's stream right after the call is
+ * queued.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coll/gpu.h"
+#include "coll/kernel.h"
+#include "coll/reduce.h"
+#include "front/front.h"
+#include "util/log.h"
+
+/* A call that holds acquired buffers until its work is done. */
+struct coll_gjob {
+    void *done; /* an event recorded after the exit barrier */
+    int nhold;
+    struct {
+        void *p;
+        size_t len;
+    } hold[2 * COLL_MAX_RANKS];
+    struct coll_gjob *next;
+};
+
+static bool reducing(int coll)
+{
+    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_REDUCE_SCATTER;
+}
+
+unsigned coll_gpu_algos(const ump_comm_t *c, int coll)
+{
+    if (reducing(coll) && !coll_kernel_image)
+        return 0;
+    if (coll == UMP_COLL_ALLREDUCE)
+        return 1u << COLL_ONESHOT | (c->reach_all ? 1u << COLL_TWOSHOT : 0);
+    return 1u << COLL_DIRECT;
+}
+
+int coll_gpu_init(ump_comm_t *c)
+{
+    const struct backend_ops *be = c->pool->be;
+    int rc = 0, nd = ump_device_count(c->pool);
+    /* A rank's buffer may be on any device its own reaches (a pooled or
+     * spilled allocation), not only on the ranks' devices: staging and
+     * two-shot's stores into peers' buffers may be skipped only when every
+     * device of the pool reaches every other. */
+    c->reach_all = true;
+    for (int i = 0; i < nd; i++)
+        for (int j = 0; j < nd; j++) {
+            ump_link_props_t l;
+            c->reach_all &= i == j || (!ump_link_props(c->pool, i, j, &l) &&
+                                       l.peer);
+        }
+    for (int r = 0; r < c->n && !rc; r++)
+        rc = be->event_create(c->pool->bctx, &c->ev[r]);
+    if (!rc)
+        rc = be->event_create(c->pool->bctx, &c->last);
+    if (rc)
+        coll_gpu_fini(c);
+    return rc;
+}
+
+void coll_gpu_fini(ump_comm_t *c)
+{
+    const struct backend_ops *be = c->pool->be;
+    void *bctx = c->pool->bctx;
+    coll_gpu_reap(c, true);
+    if (c->last) {
+        be->event_sync(bctx, c->last); /* staging may still be read */
+        be->event_destroy(bctx, c->last);
+        c->last = NULL;
+    }
+    for (int r = 0; r < c->n; r++) {
+        if (c->ev[r])
+            be->event_destroy(bctx, c->ev[r]);
+        c->ev[r] = NULL;
+        if (c->stage[r]) {
+            be->host_unregister(bctx, c->stage[r]);
+            free(c->stage[r]);
+            c->stage[r] = NULL;
+        }
+    }
+}
+
+void coll_gpu_reap(ump_comm_t *c, bool wait)
+{
+    const struct backend_ops *be = c->pool->be;
+    pthread_mutex_lock(&c->done_lock);
+    struct coll_gjob *j = c->gjobs, *keep = NULL;
+    c->gjobs = NULL;
+    pthread_mutex_unlock(&c->done_lock);
+    while (j) {
+        struct coll_gjob *next = j->next;
+        int rc = wait ? be->event_sync(c->pool->bctx, j->done)
+                      : be->event_query(c->pool->bctx, j->done);
+        if (rc == -EAGAIN) {
+            j->next = keep;
+            keep = j;
+        } else {
+            /* done, or the device failed: nothing will touch the buffers */
+            for (int i = 0; i < j->nhold; i++)
+                ump_release(c->pool, j->hold[i].p, j->hold[i].len);
+            be->event_destroy(c->pool->bctx, j->done);
+            free(j);
+        }
+        j = next;
+    }
+    if (!keep)
+        return;
+    pthread_mutex_lock(&c->done_lock);
+    struct coll_gjob **tail = &keep;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = c->gjobs;
+    c->gjobs = keep;
+    pthread_mutex_unlock(&c->done_lock);
+}
+
+/* --- one call ------------------------------------------------------------ */
+
+struct gcall {
+    ump_comm_t *c;
+    const struct backend_ops *be;
+    void *bctx;
+    const struct coll_args *a;
+    const ump_stream_t *st;
+    size_t esz, s; /* bytes of an element, of count elements */
+    /* Where rank r reads rank k's send buffer: the buffer itself, or its
+     * pinned host copy when r cannot reach it. */
+    const char *src[COLL_MAX_RANKS][COLL_MAX_RANKS];
+    void *scratch[COLL_MAX_RANKS];
+    int rc; /* the first failure; later steps are skipped */
+};
+
+static void copy(struct gcall *g, int r, void *dst, const void *src,
+                 size_t bytes)
+{
+    if (g->rc || dst == src || !bytes)
+        return;
+    g->rc = g->be->memcpy_async(g->bctx, dst, src, bytes, g->st[r]);
+}
+
+/* Where rank r reads every rank's send buffer, off bytes in. */
+static void srcs_at(const struct gcall *g, int r, size_t off,
+                    const void **out)
+{
+    for (int k = 0; k < g->c->n; k++)
+        out[k] = g->src[r][k] + off;
+}
+
+/* Rank r: each of the ndst destinations = the fold of nsrc sources of
+ * count elements (kernel.h). */
+static void reduce(struct gcall *g, int r, void *const *dst, int ndst,
+                   const void *const *src, int nsrc, size_t count)
+{
+    if (g->rc || !count)
+        return;
+    if (nsrc == 1) { /* the kernel would copy the bits: so do copies */
+        for (int o = 0; o < ndst; o++)
+            copy(g, r, dst[o], src[0], count * g->esz);
+        return;
+    }
+    struct coll_kargs k = {.count = count, .n = nsrc, .ndst = ndst,
+                           .dt = g->a->dt, .op = g->a->op};
+    for (int i = 0; i < nsrc; i++)
+        k.src[i] = src[i];
+    for (int o = 0; o < ndst; o++)
+        k.dst[o] = dst[o];
+    /* a thread per 16 bytes (the kernel's vectors), up to the cap */
+    size_t vecs = (count * g->esz + 15) / 16;
+    size_t blocks = (vecs + COLL_KERNEL_THREADS - 1) / COLL_KERNEL_THREADS;
+    if (blocks > COLL_KERNEL_MAX_BLOCKS)
+        blocks = COLL_KERNEL_MAX_BLOCKS;
+    g->rc = g->be->kernel_launch(g->bctx, g->st[r], coll_kernel_image,
+                                 COLL_KERNEL_REDUCE, (unsigned)blocks,
+                                 COLL_KERNEL_THREADS, &k);
+}
+
+/* Every rank's stream waits for what every other rank's has queued. */
+static void barrier(struct gcall *g)
+{
+    ump_comm_t *c = g->c;
+    for (int r = 0; r < c->n && !g->rc; r++)
+        g->rc = g->be->event_record(g->bctx, c->ev[r], g->st[r]);
+    for (int r = 0; r < c->n && !g->rc; r++)
+        for (int k = 0; k < c->n && !g->rc; k++)
+            if (k != r && g->st[k] != g->st[r])
+                g->rc = g->be->stream_wait_event(g->bctx, g->st[r], c->ev[k]);
+}
+
+/* Does device d map every byte of [p, p + len) (its own, a peer's, or
+ * pinned host memory)? */
+static bool reaches(ump_comm_t *c, int d, const char *p, size_t len)
+{
+    for (size_t off = 0; off < len;) {
+        ump_ptr_info_t in;
+        const char *why;
+        ump_link_props_t l;
+        if (pool_ptr_info(c->pool, p + off, &in, &why))
+            return false;
+        if (in.device >= 0 && in.device != d &&
+            (ump_link_props(c->pool, d, in.device, &l) || !l.peer))
+            return false;
+        off = (size_t)((const char *)in.chunk_base + in.chunk_size - p);
+    }
+    return true;
+}
+
+/* Pinned host memory for rank k's copy of len bytes. */
+static int stage_buf(struct gcall *g, int k, size_t len)
+{
+    ump_comm_t *c = g->c;
+    if (c->stage_len[k] >= len)
+        return 0;
+    if (c->stage[k]) {
+        /* the last call's work may still read it: the host waits */
+        int rc = g->be->event_sync(g->bctx, c->last);
+        if (rc)
+            return rc;
+        g->be->host_unregister(g->bctx, c->stage[k]);
+        free(c->stage[k]);
+        c->stage[k] = NULL;
+        c->stage_len[k] = 0;
+    }
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, len)) {
+        ump_log_error("%s: no host memory to stage %zu bytes of rank %d",
+                      g->a->fn, len, k);
+        return -ENOMEM;
+    }
+    int rc = g->be->host_register(g->bctx, p, len);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    c->stage[k] = p;
+    c->stage_len[k] = len;
+    return 0;
+}
+
+/* Fills g->src; where a rank cannot reach a peer's send buffer, the peer
+ * copies it to pinned host memory on its stream (before the entry
+ * barrier, so that readers wait for the copy). */
+static void sources(struct gcall *g)
+{
+    ump_comm_t *c = g->c;
+    const struct coll_args *a = g->a;
+    size_t slen = g->s;
+    if (a->coll == UMP_COLL_REDUCE_SCATTER || a->coll == UMP_COLL_SCATTER ||
+        a->coll == UMP_COLL_ALLTOALL)
+        slen *= (size_t)c->n;
+    /* Who reads whose send buffer: in broadcast and scatter only the
+     * root's is read, in reduce and gather only the root reads. */
+    bool one_sender = a->coll == UMP_COLL_BROADCAST ||
+                      a->coll == UMP_COLL_SCATTER;
+    bool one_reader = a->coll == UMP_COLL_REDUCE ||
+                      a->coll == UMP_COLL_GATHER;
+    bool staged_any = false;
+    for (int k = 0; k < c->n && !g->rc; k++) {
+        const char *sk = a->send[k];
+        bool staged = false;
+        for (int r = 0; r < c->n; r++) {
+            g->src[r][k] = sk;
+            if ((one_sender && k != a->root) || (one_reader && r != a->root))
+                continue;
+            if (r == k || c->reach_all || reaches(c, c->dev[r], sk, slen))
+                continue;
+            if (!staged) {
+                if (!staged_any) /* the last call may still read them */
+                    for (int q = 0; q < c->n && !g->rc; q++)
+                        g->rc = g->be->stream_wait_event(g->bctx, g->st[q],
+                                                         c->last);
+                staged_any = true;
+                if (!g->rc)
+                    g->rc = stage_buf(g, k, slen);
+                copy(g, k, c->stage[k], sk, slen);
+                staged = true;
+            }
+            g->src[r][k] = c->stage[k];
+        }
+    }
+}
+
+static int scratch(struct gcall *g, int r, size_t bytes)
+{
+    ump_hints_t h = UMP_HINTS_INIT;
+    h.device = g->c->dev[r];
+    h.flags = UMP_HINT_NO_SPILL; /* on the rank's own device */
+    int rc = ump_alloc(g->c->pool, bytes, &h, &g->scratch[r]);
+    if (rc)
+        ump_log_error("%s: no scratch space of %zu bytes on device %d",
+                      g->a->fn, bytes, h.device);
+    return rc;
+}
+
+/* Two-shot's slice k of n over count elements of esz bytes starts here:
+ * slices are cut in whole 16-byte vectors (the kernel's loads, which it
+ * uses only where every pointer of a launch is 16-byte aligned), the last
+ * slice taking what is left. The bits do not depend on where the cuts
+ * are: every element is folded from its own inputs. */
+static size_t slice_lo(size_t count, size_t esz, int n, int k)
+{
+    size_t unit = esz < 16 ? 16 / esz : 1, units = count / unit;
+    if (k >= n)
+        return count;
+    return (units / (size_t)n * (size_t)k +
+            ((size_t)k < units % (size_t)n ? (size_t)k
+                                           : units % (size_t)n)) * unit;
+}
+
+#define AT(p, bytes) ((char *)(p) + (bytes))
+
+static void allreduce(struct gcall *g, int algo)
+{
+    ump_comm_t *c = g->c;
+    const struct coll_args *a = g->a;
+    int n = c->n;
+    if (algo == COLL_ONESHOT) {
+        /* In place, a rank's result waits in scratch until no peer reads
+         * its send buffer any more. */
+        bool any = false;
+        for (int r = 0; r < n && !g->rc; r++) {
+            bool ip = a->send[r] == a->recv[r] && n > 1;
+            if (ip && !(g->rc = scratch(g, r, g->s)))
+                any = true;
+            const void *src[COLL_MAX_RANKS];
+            void *dst = ip ? g->scratch[r] : a->recv[r];
+            srcs_at(g, r, 0, src);
+            reduce(g, r, &dst, 1, src, n, a->count);
+        }
+        if (!any)
+            return;
+        barrier(g);
+        for (int r = 0; r < n; r++)
+            if (g->scratch[r])
+                copy(g, r, a->recv[r], g->scratch[r], g->s);
+        return;
+    }
+    /* two-shot: rank r reduces slice r of every input and stores it into
+     * every rank's receive buffer (kernel.h: several destinations), so each
+     * byte is read once and written once, and the exit barrier is the only
+     * hand-off. In place, rank r writes slice r of the send buffers, which
+     * only it reads, each element after reading it. */
+    for (int r = 0; r < n; r++) {
+        size_t first = slice_lo(a->count, g->esz, n, r);
+        size_t lo = first * g->esz;
+        const void *src[COLL_MAX_RANKS];
+        void *dst[COLL_MAX_RANKS];
+        srcs_at(g, r, lo, src);
+        for (int k = 0; k < n; k++)
+            dst[k] = AT(a->recv[k], lo);
+        reduce(g, r, dst, n, src, n,
+               slice_lo(a->count, g->esz, n, r + 1) - first);
+    }
+}
+
+static void run_direct(struct gcall *g)
+{
+    ump_comm_t *c = g->c;
+    const struct coll_args *a = g->a;
+    int n = c->n, root = a->root;
+    size_t s = g->s;
+    const void *src[COLL_MAX_RANKS];
+    switch (a->coll) {
+    case UMP_COLL_REDUCE: /* the kernel may write over its own input */
+        srcs_at(g, root, 0, src);
+        reduce(g, root, &a->recv[root], 1, src, n, a->count);
+        break;
+    case UMP_COLL_REDUCE_SCATTER: /* in place: a rank's slice is its own */
+        for (int r = 0; r < n; r++) {
+            srcs_at(g, r, (size_t)r * s, src);
+            reduce(g, r, &a->recv[r], 1, src, n, a->count);
+        }
+        break;
+    case UMP_COLL_BROADCAST:
+        for (int r = 0; r < n; r++)
+            copy(g, r, a->recv[r], g->src[r][root], s);
+        break;
+    case UMP_COLL_ALLGATHER:
+        for (int r = 0; r < n; r++)
+            for (int i = 0; i < n; i++) {
+                int k = (r + i) % n; /* peers read in turn, not all at 0 */
+                copy(g, r, AT(a->recv[r], (size_t)k * s), g->src[r][k], s);
+            }
+        break;
+    case UMP_COLL_GATHER:
+        for (int k = 0; k < n; k++)
+            copy(g, root, AT(a->recv[root], (size_t)k * s), g->src[root][k],
+                 s);
+        break;
+    case UMP_COLL_SCATTER:
+        for (int r = 0; r < n; r++)
+            copy(g, r, a->recv[r], g->src[r][root] + (size_t)r * s, s);
+        break;
+    case UMP_COLL_ALLTOALL: {
+        /* In place, a rank's send buffer is read by its peers while it
+         * would receive into it: the blocks go to scratch first. */
+        bool any = false;
+        for (int r = 0; r < n && !g->rc; r++) {
+            bool ip = a->send[r] == a->recv[r] && n > 1;
+            if (ip && !(g->rc = scratch(g, r, s * (size_t)n)))
+                any = true;
+            void *dst = ip ? g->scratch[r] : a->recv[r];
+            for (int i = 0; i < n; i++) {
+                int k = (r + i) % n;
+                copy(g, r, AT(dst, (size_t)k * s),
+                     g->src[r][k] + (size_t)r * s, s);
+            }
+        }
+        if (!any)
+            break;
+        barrier(g);
+        for (int r = 0; r < n; r++)
+            if (g->scratch[r])
+                copy(g, r, a->recv[r], g->scratch[r], s * (size_t)n);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Acquires the buffers of movable allocations into j (as the sim does,
+ * calls.c). */
+static int hold(struct gcall *g, struct coll_gjob *j)
+{
+    ump_comm_t *c = g->c;
+    for (int r = 0; r < c->n; r++) {
+        struct coll_buf b[2];
+        int k = coll_buffers(c, g->a, r, g->s, b);
+        for (int i = 0; i < k; i++) {
+            if (!pool_ptr_movable(c->pool, b[i].p))
+                continue;
+            void *p = (void *)(uintptr_t)b[i].p;
+            int rc = ump_acquire(c->pool, p, b[i].len, c->dev[r], NULL);
+            if (rc)
+                return rc;
+            j->hold[j->nhold].p = p;
+            j->hold[j->nhold++].len = b[i].len;
+        }
+    }
+    return 0;
+}
+
+int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
+                 const ump_stream_t *st)
+{
+    if (algo == COLL_NALGO) {
+        ump_log_error("%s: the reductions run in a GPU kernel, and this "
+                      "library was built without nvcc", a->fn);
+        return -ENOTSUP;
+    }
+    struct gcall *g = calloc(1, sizeof(*g));
+    struct coll_gjob *j = calloc(1, sizeof(*j));
+    int rc = g && j ? 0 : -ENOMEM;
+    if (!rc) {
+        g->c = c;
+        g->be = c->pool->be;
+        g->bctx = c->pool->bctx;
+        g->a = a;
+        g->st = st;
+        g->esz = coll_dtype_size(a->dt);
+        g->s = a->count * g->esz;
+        rc = hold(g, j);
+    }
+    if (!rc && j->nhold)
+        rc = g->be->event_create(g->bctx, &j->done);
+    if (rc)
+        goto out;
+    sources(g);
+    barrier(g); /* entry */
+    if (a->coll == UMP_COLL_ALLREDUCE)
+        allreduce(g, algo);
+    else
+        run_direct(g);
+    barrier(g); /* exit */
+    /* Rank 0's stream has waited for every rank: its event covers all. */
+    if (!g->rc)
+        g->rc = g->be->event_record(g->bctx, c->last, st[0]);
+    if (!g->rc && j->done)
+        g->rc = g->be->event_record(g->bctx, j->done, st[0]);
+    rc = g->rc;
+    /* Scratch goes back once its stream is past the call; on a failure
+     * half way, the work queued may still use it: the same. */
+    for (int r = 0; r < c->n; r++)
+        if (g->scratch[r])
+            ump_free_async(c->pool, g->scratch[r], st[r]);
+    if (j->done && !rc) {
+        pthread_mutex_lock(&c->done_lock);
+        j->next = c->gjobs;
+        c->gjobs = j;
+        pthread_mutex_unlock(&c->done_lock);
+        j = NULL;
+    } else if (rc) {
+        /* Failed half way: what was queued may still use the buffers, the
+         * scratch and the staging; c->last does not cover it. */
+        for (int r = 0; r < c->n; r++)
+            g->be->stream_sync(g->bctx, st[r]);
+    }
+out:
+    if (j) {
+        for (int i = 0; i < j->nhold; i++)
+            ump_release(c->pool, j->hold[i].p, j->hold[i].len);
+        if (j->done)
+            g->be->event_destroy(g->bctx, j->done);
+        free(j);
+    }
+    free(g);
+    return rc;
+}

@@ -1,0 +1,335 @@
+/*
+ * Collectives on the cuda backend without a GPU: the GPU executor (gpu.c)
+ * on the fake driver (tests/fake_cuda.c), which runs copies at once and
+ * emulates the reduction kernel with the host reduction (the kernel's
+ * contract, kernel.h). What this checks is the executor: the schedules,
+ * the events between the ranks' streams, the module loaded from the
+ * embedded image, staging through pinned host memory where ranks cannot
+ * reach each other, held buffers, failures half way. The kernel itself
+ * runs on a GPU only (tests/gpu/test_gpu_coll.c).
+ *
+ * Built without cuda.h there is no fake driver: every test is skipped.
+ * Built without nvcc there is no kernel: the reducing collectives must be
+ * -ENOTSUP and the others must still run.
+ */
+#include "config.h"
+
+#include "testutil.h"
+#include "fakecuda_util.h"
+
+#include "coll/coll.h"
+#include "coll/kernel.h"
+#include "coll/reduce.h"
+#include "coll_cases.h"
+
+#ifdef HAVE_CUDA_H
+
+static bool reducing(int coll)
+{
+    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_REDUCE_SCATTER;
+}
+
+/* Built without nvcc: a reducing collective with good buffers is -ENOTSUP,
+ * with one log line. */
+static void not_supported(ump_pool_t *pool, ump_comm_t *comm, int coll, int n,
+                          size_t c, ump_dtype_t dt)
+{
+    void *sb[NR_MAX], *rb[NR_MAX];
+    const void *send[NR_MAX];
+    for (int r = 0; r < n; r++) {
+        sb[r] = tu_alloc(pool, c * 4 * (size_t)n, r);
+        rb[r] = tu_alloc(pool, c * 4 * (size_t)n, r);
+        send[r] = sb[r];
+    }
+    struct tu_capture cap;
+    char log[4096];
+    tu_capture_start(&cap);
+    int rc = call(comm, coll, send, rb, c, dt, 0);
+    tu_capture_stop(&cap, log, sizeof(log));
+    assert_int_equal(rc, -ENOTSUP);
+    assert_int_equal(tu_count_log_lines(log), 1);
+    for (int r = 0; r < n; r++) {
+        tu_free(pool, sb[r]);
+        tu_free(pool, rb[r]);
+    }
+}
+
+/* Every collective on n ranks of pool, with each algorithm forced in turn
+ * (the executor runs its own where the forced one is the sim's only). */
+static void all_collectives(ump_pool_t *pool, int n)
+{
+    static const char *const algos[] = {"auto", "oneshot", "twoshot",
+                                        "direct", "ring"};
+    static const size_t counts[] = {1, 7, 1000, 4099};
+    for (size_t a = 0; a < sizeof(algos) / sizeof(algos[0]); a++) {
+        char cc[64];
+        snprintf(cc, sizeof(cc), "coll_algo:%s", algos[a]);
+        ump_comm_t *comm;
+        assert_int_equal(ump_comm_create(pool, n, NULL, cc, &comm), 0);
+        for (int coll = 0; coll < COLL_NCOLL; coll++) {
+            ump_coll_plan_t plan;
+            int rc = ump_comm_plan(comm, coll, 1000, UMP_INT32, &plan);
+            if (reducing(coll) && !coll_kernel_image) {
+                assert_int_equal(rc, -ENOTSUP);
+                continue;
+            }
+            assert_int_equal(rc, 0);
+            if (coll != UMP_COLL_ALLREDUCE)
+                assert_string_equal(plan.algorithm, "direct");
+            else if (!strcmp(algos[a], "oneshot"))
+                assert_string_equal(plan.algorithm, "oneshot");
+            else /* two-shot where every rank reaches every other */
+                assert_true(!strcmp(plan.algorithm, "oneshot") ||
+                            !strcmp(plan.algorithm, "twoshot"));
+        }
+        for (int coll = 0; coll < COLL_NCOLL; coll++)
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]);
+                 ci++)
+                for (int ip = 0; ip < 2; ip++) {
+                    ump_dtype_t dt = ci % 2 ? UMP_FLOAT32 : UMP_INT32;
+                    if (!reducing(coll) || coll_kernel_image) {
+                        run_case(pool, comm, coll, n, counts[ci], dt, ip,
+                                 algos[a]);
+                        continue;
+                    }
+                    not_supported(pool, comm, coll, n, counts[ci], dt);
+                }
+        assert_int_equal(ump_comm_destroy(comm), 0);
+    }
+}
+
+/* One GPU shown as 4 devices (what the GPU tests use), on 1 to 4 ranks;
+ * the kernel's module is loaded once, in the GPU's one context. */
+static void test_virtual_devices(void **state)
+{
+    (void)state;
+    use_fake("devices=1,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
+    long launches = fake_count("launches"), waits = fake_count("waits");
+    for (int n = 1; n <= 4; n++) {
+        int dev[4] = {0, 1, 2, 3};
+        ump_comm_t *comm;
+        assert_int_equal(ump_comm_create(pool, n, dev, NULL, &comm), 0);
+        assert_int_equal(ump_comm_destroy(comm), 0);
+        if (n == 4)
+            all_collectives(pool, n);
+    }
+    if (coll_kernel_image) {
+        assert_true(fake_count("launches") > launches);
+        assert_int_equal(fake_count("modules"), 1);
+    }
+    assert_true(fake_count("waits") > waits);
+    tu_pool_destroy(pool);
+    assert_int_equal(fake_count("modules"), 0); /* unloaded at close */
+}
+
+/* Two GPUs with peer access: two contexts, events waited for across them;
+ * a forced two-shot is what runs. */
+static void test_two_gpus(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    if (coll_kernel_image) {
+        ump_comm_t *comm;
+        ump_coll_plan_t plan;
+        assert_int_equal(ump_comm_create(pool, 2, NULL, "coll_algo:twoshot",
+                                         &comm), 0);
+        assert_int_equal(ump_comm_plan(comm, UMP_COLL_ALLREDUCE, 1000,
+                                       UMP_FLOAT32, &plan), 0);
+        assert_string_equal(plan.algorithm, "twoshot");
+        assert_int_equal(ump_comm_destroy(comm), 0);
+    }
+    all_collectives(pool, 2);
+    if (coll_kernel_image)
+        assert_int_equal(fake_count("modules"), 2);
+    tu_pool_destroy(pool);
+}
+
+/* Four GPUs without peer access: every peer's send buffer comes through
+ * pinned host memory of the communicator; two-shot is not run (it stores
+ * into the peers' receive buffers). */
+static void test_no_peer_staging(void **state)
+{
+    (void)state;
+    use_fake("devices=4,mem=64,nopeer");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    long regs = fake_count("host_regs");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:twoshot",
+                                     &comm), 0);
+    ump_coll_plan_t plan;
+    if (coll_kernel_image) {
+        assert_int_equal(ump_comm_plan(comm, UMP_COLL_ALLREDUCE, 1 << 20,
+                                       UMP_FLOAT32, &plan), 0);
+        assert_string_equal(plan.algorithm, "oneshot");
+    }
+    run_case(pool, comm, UMP_COLL_ALLGATHER, 4, 1000, UMP_INT32, false,
+             "direct");
+    assert_int_equal(fake_count("host_regs"), regs + 4);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    assert_int_equal(fake_count("host_regs"), regs);
+    all_collectives(pool, 4);
+    tu_pool_destroy(pool);
+}
+
+/* Peer access need not be transitive: GPUs 0 and 1 are peers, and each of
+ * them and GPU 2, but 1 and 2 are not. Rank 0 (GPU 0) may keep its send
+ * buffer on GPU 2; rank 1 cannot reach it there, so it comes through
+ * pinned host memory though the two ranks are peers. Two-shot is not
+ * planned on such a pool (it would store into buffers a rank may not
+ * reach). */
+static void test_peer_not_transitive(void **state)
+{
+    (void)state;
+    use_fake("devices=3,mem=64,nopeer=1-2");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    int two[2] = {0, 1};
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 2, two, "coll_algo:twoshot",
+                                     &comm), 0);
+    if (coll_kernel_image) {
+        ump_coll_plan_t plan;
+        assert_int_equal(ump_comm_plan(comm, UMP_COLL_ALLREDUCE, 1 << 20,
+                                       UMP_FLOAT32, &plan), 0);
+        assert_string_equal(plan.algorithm, "oneshot");
+    }
+    const size_t c = 1000;
+    int32_t *s0 = tu_alloc(pool, c * 4, 2), *s1 = tu_alloc(pool, c * 4, 1);
+    int32_t *r0 = tu_alloc(pool, 2 * c * 4, 0);
+    int32_t *r1 = tu_alloc(pool, 2 * c * 4, 1);
+    for (size_t i = 0; i < c; i++) {
+        s0[i] = (int32_t)i;
+        s1[i] = -(int32_t)i;
+    }
+    const void *send[2] = {s0, s1};
+    void *recv[2] = {r0, r1};
+    long regs = fake_count("host_regs");
+    assert_int_equal(ump_allgather(comm, send, recv, c, UMP_INT32, NULL), 0);
+    assert_int_equal(fake_count("host_regs"), regs + 1); /* rank 0's */
+    for (size_t i = 0; i < c; i++) {
+        assert_int_equal(r0[i], (int32_t)i);
+        assert_int_equal(r1[i], (int32_t)i);
+        assert_int_equal(r0[c + i], -(int32_t)i);
+        assert_int_equal(r1[c + i], -(int32_t)i);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_free(pool, s0);
+    tu_free(pool, s1);
+    tu_free(pool, r0);
+    tu_free(pool, r1);
+    tu_pool_destroy(pool);
+}
+
+/* A launch that fails half way: the error comes back, the buffers the call
+ * acquired are released, the communicator and the pool work on. */
+static void test_launch_failure(void **state)
+{
+    (void)state;
+    if (!coll_kernel_image)
+        skip(); /* no kernel, no launch */
+    use_fake("devices=1,mem=64,fail=cuLaunchKernel:2:719");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:oneshot",
+                                     &comm), 0);
+    void *b[4];
+    const void *send[4];
+    ump_hints_t h = tu_hints(1);
+    h.flags = UMP_HINT_OFFLOAD;
+    for (int r = 0; r < 4; r++) {
+        if (r == 1)
+            assert_int_equal(ump_alloc(pool, 4096, &h, &b[r]), 0);
+        else
+            b[r] = tu_alloc(pool, 4096, r);
+        memset(b[r], 1, 4096);
+        send[r] = b[r];
+    }
+    struct tu_capture cap;
+    char log[4096];
+    tu_capture_start(&cap);
+    int rc = ump_allreduce(comm, send, b, 1024, UMP_INT32, UMP_SUM, NULL);
+    tu_capture_stop(&cap, log, sizeof(log));
+    assert_true(rc < 0);
+    assert_non_null(strstr(log, "cuLaunchKernel"));
+    /* not held any more: a release of it is one too many */
+    tu_capture_start(&cap);
+    assert_int_equal(ump_release(pool, b[1], 0), -EINVAL);
+    tu_capture_stop(&cap, log, sizeof(log));
+    for (int r = 0; r < 4; r++)
+        memset(b[r], 0, 4096), ((int32_t *)b[r])[0] = r + 1;
+    assert_int_equal(ump_allreduce(comm, send, b, 1024, UMP_INT32, UMP_SUM,
+                                   NULL), 0);
+    for (int r = 0; r < 4; r++)
+        assert_int_equal(((int32_t *)b[r])[0], 10);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    for (int r = 0; r < 4; r++)
+        tu_free(pool, b[r]);
+    tu_pool_destroy(pool);
+}
+
+/* Calls on the caller's streams return once queued; an offloadable buffer
+ * stays acquired until the call is done and reaped (next call, destroy). */
+static void test_streams_and_holds(void **state)
+{
+    (void)state;
+    use_fake("devices=1,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:2");
+    ump_comm_t *comm;
+    ump_stream_t st[2];
+    assert_int_equal(ump_comm_create(pool, 2, NULL, NULL, &comm), 0);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
+    void *off, *b = tu_alloc(pool, 4096, 0);
+    ump_hints_t h = tu_hints(1);
+    h.flags = UMP_HINT_OFFLOAD;
+    assert_int_equal(ump_alloc(pool, 4096, &h, &off), 0);
+    memset(off, 7, 4096);
+    const void *send[2] = {off, NULL}; /* read at the root only */
+    void *recv[2] = {off, b};
+    /* broadcast from rank 0's offloadable buffer */
+    assert_int_equal(ump_broadcast(comm, send, recv, 4096, UMP_UINT8, 0, st),
+                     0);
+    assert_int_equal(ump_evict(pool, off, 0, UMP_TIER_HOST), -EBUSY);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+    assert_int_equal(((unsigned char *)b)[4095], 7);
+    ump_stream_t swapped[2] = {st[1], st[0]};
+    struct tu_capture cap;
+    char log[4096];
+    tu_capture_start(&cap);
+    assert_int_equal(ump_broadcast(comm, send, recv, 16, UMP_UINT8, 0,
+                                   swapped), -EINVAL);
+    tu_capture_stop(&cap, log, sizeof(log));
+    assert_int_equal(tu_count_log_lines(log), 1);
+    assert_int_equal(ump_comm_destroy(comm), 0); /* reaps the hold */
+    assert_int_equal(ump_evict(pool, off, 0, UMP_TIER_HOST), 0);
+    tu_free(pool, off);
+    tu_free(pool, b);
+    for (int r = 0; r < 2; r++)
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
+    tu_pool_destroy(pool);
+}
+
+#else /* without cuda.h there is no fake driver */
+NO_FAKE(test_virtual_devices)
+NO_FAKE(test_two_gpus)
+NO_FAKE(test_no_peer_staging)
+NO_FAKE(test_peer_not_transitive)
+NO_FAKE(test_launch_failure)
+NO_FAKE(test_streams_and_holds)
+#endif
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_virtual_devices),
+        cmocka_unit_test(test_two_gpus),
+        cmocka_unit_test(test_no_peer_staging),
+        cmocka_unit_test(test_peer_not_transitive),
+        cmocka_unit_test(test_launch_failure),
+        cmocka_unit_test(test_streams_and_holds),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

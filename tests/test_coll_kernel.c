@@ -1,0 +1,77 @@
+/*
+ * The collectives' GPU kernel checked on the host against the host
+ * reduction (tests/coll_kernel_host.cu runs its body thread by thread):
+ * every type, every op, 1 to 8 sources (batches of 4 and the rest), one
+ * destination or one per source (two-shot), none, all or some of them in
+ * place, 16-byte aligned (vectors and the scalar rest) and not (scalar
+ * only), with one pointer an element off the others, one thread and grids
+ * that do not divide the work. Bits must be equal (any NaN matching any
+ * NaN), and no byte outside the destinations may change. Built without
+ * nvcc there is no kernel: SKIP.
+ */
+#include "config.h"
+
+#include "testutil.h"
+
+#include "coll/reduce.h"
+
+#ifdef HAVE_KERNEL_HOST_TEST
+size_t coll_kernel_host_case(int dt, int op, int n, int ndst, size_t count,
+                             size_t off, int skew, size_t nthreads,
+                             unsigned inplace, char *why, size_t len);
+
+/* The shapes of a case: destinations (1, or n: two-shot), which of them
+ * are in place (none, all, every other: mixed), and a pointer one element
+ * off (none, the last source, the last destination). */
+static void test_every_case(void **state)
+{
+    (void)state;
+    static const int ns[] = {1, 2, 3, 4, 5, 8};
+    static const size_t counts[] = {0, 1, 15, 16, 17, 1000, 4099};
+    static const size_t threads[] = {1, 7, 256};
+    for (int dt = 0; dt < COLL_NDTYPE; dt++)
+        for (int op = 0; op < COLL_NOP; op++)
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]);
+                     ci++)
+                    for (int shape = 0; shape < 9; shape++) {
+                        int n = ns[ni];
+                        int ndst = shape % 3 == 0 ? 1 : n;
+                        unsigned ip = shape % 3 == 1   ? 0
+                                      : shape % 3 == 2 ? 0x55555555u
+                                                       : (ci & 1u);
+                        int skew = shape / 3 == 0   ? -1
+                                   : shape / 3 == 1 ? n - 1
+                                                    : n + ndst - 1;
+                        size_t off = (ci + ni) % 3 ? 0
+                                                   : coll_dtype_size(dt);
+                        size_t nth = threads[(ci + (size_t)op) % 3];
+                        char why[160] = "";
+                        size_t bad = coll_kernel_host_case(
+                            dt, op, n, ndst, counts[ci], off, skew, nth, ip,
+                            why, sizeof(why));
+                        if (bad)
+                            fail_msg("%s %s, %d sources, %d destinations "
+                                     "(in place: %#x), %zu elements at "
+                                     "offset %zu, skew %d, %zu threads: %zu "
+                                     "differ, first at %s",
+                                     coll_dtype_name(dt), coll_op_name(op),
+                                     n, ndst, ip, counts[ci], off, skew, nth,
+                                     bad, why);
+                    }
+}
+#else
+static void test_every_case(void **state)
+{
+    (void)state;
+    skip(); /* built without nvcc: no kernel */
+}
+#endif
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_case),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -11,6 +11,8 @@
 
 #include "testutil.h"
 
+#include "coll/reduce.h"
+
 #define NR_MAX 8
 
 /* Rank k's input element j. */
@@ -171,6 +173,78 @@ static inline void run_case(ump_pool_t *pool, ump_comm_t *comm, int coll,
         tu_free(pool, rbuf[r]);
         if (sbuf[r])
             tu_free(pool, sbuf[r]);
+    }
+}
+
+/* What rank r of n must receive in coll (count elements of dt, op, root),
+ * from each rank's send buffer hs[k] (host memory), into want; false when r
+ * receives nothing. The reductions are coll_reduce over the ranks in order
+ * (bitwise what every algorithm must give on inputs whose folds are exact,
+ * and what one-shot and two-shot give on any). */
+static inline bool coll_case_reference(int coll, int dt, int op, int root,
+                                       int n, int r, size_t count,
+                                       const char *const *hs, char *want)
+{
+    size_t s = count * coll_dtype_size(dt);
+    const void *src[UMP_MAX_DEVICES];
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+    case UMP_COLL_REDUCE:
+        if (coll == UMP_COLL_REDUCE && r != root)
+            return false;
+        for (int k = 0; k < n; k++)
+            src[k] = hs[k];
+        coll_reduce(dt, op, want, src, n, count);
+        return true;
+    case UMP_COLL_REDUCE_SCATTER:
+        for (int k = 0; k < n; k++)
+            src[k] = hs[k] + (size_t)r * s;
+        coll_reduce(dt, op, want, src, n, count);
+        return true;
+    case UMP_COLL_BROADCAST:
+        memcpy(want, hs[root], s);
+        return true;
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_GATHER:
+        if (coll == UMP_COLL_GATHER && r != root)
+            return false;
+        for (int k = 0; k < n; k++)
+            memcpy(want + (size_t)k * s, hs[k], s);
+        return true;
+    case UMP_COLL_ALLTOALL:
+        for (int k = 0; k < n; k++)
+            memcpy(want + (size_t)k * s, hs[k] + (size_t)r * s, s);
+        return true;
+    default: /* scatter */
+        memcpy(want, hs[root] + (size_t)r * s, s);
+        return true;
+    }
+}
+
+/* Writes an element of type dt at p: f for the floating types (rounded to
+ * the half types), else the low bytes of bits (little-endian: two's
+ * complement cut to the width). */
+static inline void coll_case_put(void *p, int dt, float f, uint64_t bits)
+{
+    uint16_t h;
+    double d = f;
+    switch (dt) {
+    case UMP_FLOAT16:
+        h = coll_float_to_half(f);
+        memcpy(p, &h, 2);
+        break;
+    case UMP_BFLOAT16:
+        h = coll_float_to_bf16(f);
+        memcpy(p, &h, 2);
+        break;
+    case UMP_FLOAT32:
+        memcpy(p, &f, 4);
+        break;
+    case UMP_FLOAT64:
+        memcpy(p, &d, 8);
+        break;
+    default:
+        memcpy(p, &bits, coll_dtype_size(dt));
     }
 }
 

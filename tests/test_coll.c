@@ -544,6 +544,119 @@ static void test_allreduce_matrix(void **state)
         allreduce_matrix(nranks[i]);
 }
 
+/* Element j of rank k's input as type dt: -2..2, whose sums, products,
+ * maxima, minima and averages over up to 8 ranks fold exactly in every
+ * type (|product| <= 256: exact in half and bfloat16), whatever the order
+ * and the roundings of the steps, so every algorithm must give the
+ * reference's bits. */
+static void small_elem(void *p, int dt, int k, size_t j)
+{
+    int v = (int)((k * 5 + j * 3 + j / 7) % 5) - 2;
+    coll_case_put(p, dt, (float)v, (uint64_t)(int64_t)v);
+}
+
+static int call_op(ump_comm_t *comm, int coll, const void **send,
+                   void **recv, size_t c, int dt, int op, int root)
+{
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+        return ump_allreduce(comm, send, recv, c, dt, op, NULL);
+    case UMP_COLL_REDUCE:
+        return ump_reduce(comm, send, recv, c, dt, op, root, NULL);
+    case UMP_COLL_REDUCE_SCATTER:
+        return ump_reduce_scatter(comm, send, recv, c, dt, op, NULL);
+    default:
+        return call(comm, coll, send, recv, c, dt, root);
+    }
+}
+
+/* Every collective x every type x every reduction, on 2, 3, 4, 5 and 8
+ * ranks, counts 0, 1, a prime and a larger prime, with every algorithm
+ * that runs the collective, forced in turn: bitwise the reference's. */
+static void test_every_collective_type_op(void **state)
+{
+    (void)state;
+    static const int nranks[] = {2, 3, 4, 5, 8};
+    static const size_t counts[] = {0, 1, 13, 1031};
+    for (size_t ni = 0; ni < sizeof(nranks) / sizeof(nranks[0]); ni++) {
+        int n = nranks[ni];
+        char conf[128];
+        snprintf(conf, sizeof(conf), "backend:sim,sim_devices:%d,"
+                 "sim_device_mem:64M", n);
+        ump_pool_t *pool = tu_pool_create(conf);
+        ump_comm_t *comm[COLL_NALGO];
+        for (int a = 0; a < COLL_NALGO; a++) {
+            snprintf(conf, sizeof(conf), "coll_algo:%s", coll_algo_name(a));
+            assert_int_equal(ump_comm_create(pool, n, NULL, conf, &comm[a]),
+                             0);
+        }
+        for (int coll = 0; coll < COLL_NCOLL; coll++)
+            for (int dt = 0; dt < COLL_NDTYPE; dt++)
+                for (int op = 0; op < (rooted(coll) && coll !=
+                                       UMP_COLL_REDUCE ? 1 : COLL_NOP);
+                     op++)
+                    for (size_t ci = 0; ci < 4; ci++) {
+                        if (op && coll != UMP_COLL_ALLREDUCE &&
+                            coll != UMP_COLL_REDUCE &&
+                            coll != UMP_COLL_REDUCE_SCATTER)
+                            break; /* the data movers have no op */
+                        size_t c = counts[ci], esz = coll_dtype_size(dt);
+                        size_t sn, rn;
+                        sizes(coll, n, c, &sn, &rn);
+                        int root = rooted(coll) ? n / 2 : 0;
+                        char *hs[NR_MAX], *want = malloc(rn * esz + 1);
+                        void *sb[NR_MAX], *rb[NR_MAX];
+                        const void *send[NR_MAX];
+                        for (int r = 0; r < n; r++) {
+                            hs[r] = malloc(sn * esz + 1);
+                            for (size_t j = 0; j < sn; j++)
+                                small_elem(hs[r] + j * esz, dt, r, j);
+                            sb[r] = tu_alloc(pool, sn * esz + 1, r);
+                            rb[r] = tu_alloc(pool, rn * esz + 1, r);
+                            memcpy(sb[r], hs[r], sn * esz);
+                            memset(rb[r], 0x5a, rn * esz);
+                            send[r] = sb[r];
+                        }
+                        for (int a = 0; a < COLL_NALGO; a++) {
+                            if (!coll_algo_applies(coll, a))
+                                continue;
+                            int rc = call_op(comm[a], coll, send, rb, c, dt,
+                                             op, root);
+                            if (rc)
+                                fail_msg("%s coll %d dt %d op %d n %d count "
+                                         "%zu: %s", coll_algo_name(a), coll,
+                                         dt, op, n, c, ump_strerror(rc));
+                            for (int r = 0; r < n && c; r++) {
+                                size_t got = coll == UMP_COLL_REDUCE_SCATTER ||
+                                                     coll == UMP_COLL_SCATTER
+                                                 ? c * esz
+                                                 : rn * esz;
+                                if (!coll_case_reference(
+                                        coll, dt, op, root, n, r, c,
+                                        (const char *const *)hs, want))
+                                    continue;
+                                if (memcmp(rb[r], want, got))
+                                    fail_msg("%s coll %d %s %s n %d count "
+                                             "%zu: rank %d differs from the "
+                                             "reference", coll_algo_name(a),
+                                             coll, coll_dtype_name(dt),
+                                             coll_op_name(op), n, c, r);
+                                memset(rb[r], 0x5a, rn * esz);
+                            }
+                        }
+                        for (int r = 0; r < n; r++) {
+                            tu_free(pool, sb[r]);
+                            tu_free(pool, rb[r]);
+                            free(hs[r]);
+                        }
+                        free(want);
+                    }
+        for (int a = 0; a < COLL_NALGO; a++)
+            assert_int_equal(ump_comm_destroy(comm[a]), 0);
+        tu_pool_destroy(pool);
+    }
+}
+
 /* Buffers that span two devices (placed by interleave) and buffers moved
  * to the host tier serve as well as device-local ones. */
 static void test_pooled_and_host_buffers(void **state)
@@ -595,6 +708,7 @@ int main(void)
         cmocka_unit_test(test_user_streams),
         cmocka_unit_test(test_two_threads),
         cmocka_unit_test(test_allreduce_matrix),
+        cmocka_unit_test(test_every_collective_type_op),
         cmocka_unit_test(test_pooled_and_host_buffers),
         cmocka_unit_test(test_waits_for_every_stream),
     };

@@ -14,6 +14,7 @@
 #include "gpu_util.h"
 
 #include "coll/reduce.h"
+#include "../coll_cases.h"
 
 #define CONF "backend:cuda,cuda_virtual_devices:4"
 #define NR 4
@@ -67,27 +68,7 @@ static void fill(void *buf, int dt, size_t n, int r)
     for (size_t i = 0; i < n; i++) {
         uint64_t x = mix((uint64_t)r << 40 ^ i ^ (uint64_t)dt << 56);
         float f = (float)((int)(x % 199) - 99) / 8.0f;
-        char *p = (char *)buf + i * esz;
-        uint16_t h;
-        double d = f;
-        switch (dt) {
-        case UMP_FLOAT16:
-            h = coll_float_to_half(f);
-            memcpy(p, &h, 2);
-            break;
-        case UMP_BFLOAT16:
-            h = coll_float_to_bf16(f);
-            memcpy(p, &h, 2);
-            break;
-        case UMP_FLOAT32:
-            memcpy(p, &f, 4);
-            break;
-        case UMP_FLOAT64:
-            memcpy(p, &d, 8);
-            break;
-        default:
-            memcpy(p, &x, esz);
-        }
+        coll_case_put((char *)buf + i * esz, dt, f, x);
     }
 }
 
@@ -111,47 +92,6 @@ static int run(struct fixture *f, int coll, const void **send, void **recv,
         return ump_gather(f->comm, send, recv, count, dt, root, NULL);
     default:
         return ump_scatter(f->comm, send, recv, count, dt, root, NULL);
-    }
-}
-
-/* What rank r's receive buffer must hold, from the host copies of every
- * rank's send buffer (hs); rb bytes. false: r receives nothing. */
-static bool reference(int coll, int dt, int op, int root, int r, size_t count,
-                      char *const *hs, char *want)
-{
-    size_t s = count * coll_dtype_size(dt);
-    const void *src[NR];
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-    case UMP_COLL_REDUCE:
-        if (coll == UMP_COLL_REDUCE && r != root)
-            return false;
-        for (int k = 0; k < NR; k++)
-            src[k] = hs[k];
-        coll_reduce(dt, op, want, src, NR, count);
-        return true;
-    case UMP_COLL_REDUCE_SCATTER:
-        for (int k = 0; k < NR; k++)
-            src[k] = hs[k] + (size_t)r * s;
-        coll_reduce(dt, op, want, src, NR, count);
-        return true;
-    case UMP_COLL_BROADCAST:
-        memcpy(want, hs[root], s);
-        return true;
-    case UMP_COLL_ALLGATHER:
-    case UMP_COLL_GATHER:
-        if (coll == UMP_COLL_GATHER && r != root)
-            return false;
-        for (int k = 0; k < NR; k++)
-            memcpy(want + (size_t)k * s, hs[k], s);
-        return true;
-    case UMP_COLL_ALLTOALL:
-        for (int k = 0; k < NR; k++)
-            memcpy(want + (size_t)k * s, hs[k] + (size_t)r * s, s);
-        return true;
-    default: /* scatter */
-        memcpy(want, hs[root] + (size_t)r * s, s);
-        return true;
     }
 }
 
@@ -208,7 +148,8 @@ static void one(struct fixture *f, int coll, int dt, int op, size_t count,
                       ? all
                       : s;
     for (int r = 0; r < NR; r++) {
-        if (!reference(coll, dt, op, root, r, count, hsend, want))
+        if (!coll_case_reference(coll, dt, op, root, NR, r, count,
+                                 (const char *const *)hsend, want))
             continue;
         gpu_copy(f->pool, f->st[r], got, recv[r], rlen);
         if (memcmp(got, want, rlen)) {

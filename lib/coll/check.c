@@ -71,8 +71,8 @@ static bool in_place(const struct coll_args *a, int r, size_t s)
 }
 
 /* Pool memory (aligned to its elements for a reduction), len bytes from p
- * inside one allocation, every chunk on a device rank's device reaches or on the host
- * tier. */
+ * inside one allocation, every chunk on a device rank's device reaches or
+ * on the host tier. */
 static int check_one(ump_comm_t *c, const struct coll_args *a,
                      const struct coll_buf *b, size_t esz)
 {

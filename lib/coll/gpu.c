@@ -16,20 +16,21 @@
  *  - an exit barrier, so that no rank's stream runs on into work that
  *    overwrites a buffer a peer still reads.
  *
- * The cost model (model.c) that chooses between them is the sim's: it
- * charges two-shot two barrier rounds (a pull in its second step needs
- * them), while this executor's two-shot stores its slices into the peers'
- * buffers and needs only the exit barrier; so on a GPU two-shot is one
- * round cheaper than the plan says, and the choice leans to one-shot near
- * the crossover.
- *
  * Algorithms: one-shot and two-shot for allreduce (one-shot: every rank
  * reads all its peers' buffers through the pool's pointers; two-shot: rank
  * r reduces slice r and stores it into every rank's receive buffer; the
  * kernel folds ranks 0..n-1 in order, so both give the sim's bits), direct
- * for the others (the rank that needs data reads it). Ring and tree are the sim's only: over peer
- * pointers on one NVLink domain the direct schedules already use every
- * link, and their step-by-step hand-offs would cost a barrier each.
+ * for the others (the rank that needs data reads it). Ring and tree are
+ * the sim's only: over peer pointers on one NVLink domain the direct
+ * schedules already use every link, and their step-by-step hand-offs
+ * would cost a barrier each.
+ *
+ * The cost model (model.c) that chooses between one-shot and two-shot is
+ * the sim's: it charges two-shot two barrier rounds (a pull in its second
+ * step needs them), while this executor's two-shot stores its slices into
+ * the peers' buffers and needs only the exit barrier; so on a GPU two-shot
+ * is one round cheaper than the plan says, and the choice leans to
+ * one-shot near the crossover.
  *
  * Ranks that cannot reach each other (no peer access, the two sockets of a
  * PCIe box) exchange through pinned host memory, as NCCL's shared-memory

@@ -15,8 +15,9 @@
 
 /* The algorithms (bits 1u << enum coll_algo) the GPU executor runs for
  * coll on communicator c: one-shot, and two-shot where every device of the
- * pool reaches every other, for allreduce; direct for the others. 0 for the reducing
- * collectives when the library was built without nvcc (no kernel). */
+ * pool reaches every other, for allreduce; direct for the others. 0 for
+ * the reducing collectives when the library was built without nvcc (no
+ * kernel). */
 unsigned coll_gpu_algos(const ump_comm_t *c, int coll);
 
 /* Sets up c's GPU side (events; whether every rank reaches every other)

@@ -11,6 +11,7 @@
 
 #include "testutil.h"
 
+#include "coll/coll.h"
 #include "coll/reduce.h"
 
 #define NR_MAX 8
@@ -19,12 +20,6 @@
 static inline int32_t val(int k, size_t j)
 {
     return (int32_t)((k * 7 + j * 13) % 97) - 48;
-}
-
-static inline bool rooted(int coll)
-{
-    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
 }
 
 /* Elements of rank r's send and recv buffers for count. */
@@ -67,27 +62,39 @@ static inline int32_t expect(int coll, int n, size_t c, int root, int r,
     }
 }
 
-static inline int call(ump_comm_t *comm, int coll, const void **send,
-                       void **recv, size_t c, ump_dtype_t dt, int root)
+/* One call of coll with reduction op (ignored by the collectives that
+ * only move data) on streams (NULL: the communicator's own). */
+static inline int coll_case_call(ump_comm_t *comm, int coll,
+                                 const void **send, void **recv, size_t c,
+                                 int dt, int op, int root,
+                                 const ump_stream_t *streams)
 {
     switch (coll) {
     case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(comm, send, recv, c, dt, UMP_SUM, NULL);
+        return ump_allreduce(comm, send, recv, c, dt, op, streams);
     case UMP_COLL_BROADCAST:
-        return ump_broadcast(comm, send, recv, c, dt, root, NULL);
+        return ump_broadcast(comm, send, recv, c, dt, root, streams);
     case UMP_COLL_REDUCE:
-        return ump_reduce(comm, send, recv, c, dt, UMP_SUM, root, NULL);
+        return ump_reduce(comm, send, recv, c, dt, op, root, streams);
     case UMP_COLL_ALLGATHER:
-        return ump_allgather(comm, send, recv, c, dt, NULL);
+        return ump_allgather(comm, send, recv, c, dt, streams);
     case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(comm, send, recv, c, dt, UMP_SUM, NULL);
+        return ump_reduce_scatter(comm, send, recv, c, dt, op, streams);
     case UMP_COLL_ALLTOALL:
-        return ump_alltoall(comm, send, recv, c, dt, NULL);
+        return ump_alltoall(comm, send, recv, c, dt, streams);
     case UMP_COLL_GATHER:
-        return ump_gather(comm, send, recv, c, dt, root, NULL);
+        return ump_gather(comm, send, recv, c, dt, root, streams);
     default:
-        return ump_scatter(comm, send, recv, c, dt, root, NULL);
+        return ump_scatter(comm, send, recv, c, dt, root, streams);
     }
+}
+
+/* The same with SUM, done before it returns. */
+static inline int call(ump_comm_t *comm, int coll, const void **send,
+                       void **recv, size_t c, ump_dtype_t dt, int root)
+{
+    return coll_case_call(comm, coll, send, recv, c, dt, UMP_SUM, root,
+                          NULL);
 }
 
 /* Does rank r receive anything in coll? */
@@ -101,7 +108,7 @@ static inline void run_case(ump_pool_t *pool, ump_comm_t *comm, int coll,
                             int n, size_t c, ump_dtype_t dt, bool inplace,
                             const char *algo)
 {
-    int root = rooted(coll) ? n - 1 : 0;
+    int root = coll_rooted(coll) ? n - 1 : 0;
     size_t sn, rn;
     sizes(coll, n, c, &sn, &rn);
     void *sbuf[NR_MAX], *rbuf[NR_MAX];
@@ -111,7 +118,8 @@ static inline void run_case(ump_pool_t *pool, ump_comm_t *comm, int coll,
         /* In place: one buffer, the send part inside the recv (or the other
          * way round), as NCCL has it. */
         bool ip = inplace && receives(coll, r, root) &&
-                  (!rooted(coll) || r == root || coll == UMP_COLL_BROADCAST);
+                  (!coll_rooted(coll) || r == root ||
+                   coll == UMP_COLL_BROADCAST);
         size_t big = sn > rn ? sn : rn;
         rbuf[r] = tu_alloc(pool, big * 4, r);
         sbuf[r] = ip ? NULL : tu_alloc(pool, sn * 4, r);

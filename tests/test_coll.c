@@ -555,19 +555,54 @@ static void small_elem(void *p, int dt, int k, size_t j)
     coll_case_put(p, dt, (float)v, (uint64_t)(int64_t)v);
 }
 
-static int call_op(ump_comm_t *comm, int coll, const void **send,
-                   void **recv, size_t c, int dt, int op, int root)
+/* One collective of c elements of dt with op on n ranks, with every
+ * algorithm that runs it (comm[a] forces algorithm a): bitwise the
+ * reference's. */
+static void check_every_algo(ump_pool_t *pool, ump_comm_t *const *comm,
+                             int n, int coll, int dt, int op, size_t c)
 {
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(comm, send, recv, c, dt, op, NULL);
-    case UMP_COLL_REDUCE:
-        return ump_reduce(comm, send, recv, c, dt, op, root, NULL);
-    case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(comm, send, recv, c, dt, op, NULL);
-    default:
-        return call(comm, coll, send, recv, c, dt, root);
+    size_t esz = coll_dtype_size(dt), sn, rn;
+    sizes(coll, n, c, &sn, &rn);
+    size_t got = coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER
+                     ? c * esz
+                     : rn * esz;
+    int root = coll_rooted(coll) ? n / 2 : 0;
+    char *hs[NR_MAX], *want = malloc(rn * esz + 1);
+    void *sb[NR_MAX], *rb[NR_MAX];
+    const void *send[NR_MAX];
+    for (int r = 0; r < n; r++) {
+        hs[r] = malloc(sn * esz + 1);
+        for (size_t j = 0; j < sn; j++)
+            small_elem(hs[r] + j * esz, dt, r, j);
+        sb[r] = tu_alloc(pool, sn * esz + 1, r);
+        rb[r] = tu_alloc(pool, rn * esz + 1, r);
+        memcpy(sb[r], hs[r], sn * esz);
+        send[r] = sb[r];
     }
+    for (int a = 0; a < COLL_NALGO; a++) {
+        if (!coll_algo_applies(coll, a))
+            continue;
+        for (int r = 0; r < n; r++)
+            memset(rb[r], 0x5a, rn * esz);
+        int rc = coll_case_call(comm[a], coll, send, rb, c, dt, op, root,
+                                NULL);
+        if (rc)
+            fail_msg("%s coll %d dt %d op %d n %d count %zu: %s",
+                     coll_algo_name(a), coll, dt, op, n, c, ump_strerror(rc));
+        for (int r = 0; r < n && c; r++)
+            if (coll_case_reference(coll, dt, op, root, n, r, c,
+                                    (const char *const *)hs, want) &&
+                memcmp(rb[r], want, got))
+                fail_msg("%s coll %d %s %s n %d count %zu: rank %d differs "
+                         "from the reference", coll_algo_name(a), coll,
+                         coll_dtype_name(dt), coll_op_name(op), n, c, r);
+    }
+    for (int r = 0; r < n; r++) {
+        tu_free(pool, sb[r]);
+        tu_free(pool, rb[r]);
+        free(hs[r]);
+    }
+    free(want);
 }
 
 /* Every collective x every type x every reduction, on 2, 3, 4, 5 and 8
@@ -592,65 +627,12 @@ static void test_every_collective_type_op(void **state)
         }
         for (int coll = 0; coll < COLL_NCOLL; coll++)
             for (int dt = 0; dt < COLL_NDTYPE; dt++)
-                for (int op = 0; op < (rooted(coll) && coll !=
-                                       UMP_COLL_REDUCE ? 1 : COLL_NOP);
+                /* the data movers have no op: one pass */
+                for (int op = 0; op < (coll_reducing(coll) ? COLL_NOP : 1);
                      op++)
-                    for (size_t ci = 0; ci < 4; ci++) {
-                        if (op && coll != UMP_COLL_ALLREDUCE &&
-                            coll != UMP_COLL_REDUCE &&
-                            coll != UMP_COLL_REDUCE_SCATTER)
-                            break; /* the data movers have no op */
-                        size_t c = counts[ci], esz = coll_dtype_size(dt);
-                        size_t sn, rn;
-                        sizes(coll, n, c, &sn, &rn);
-                        int root = rooted(coll) ? n / 2 : 0;
-                        char *hs[NR_MAX], *want = malloc(rn * esz + 1);
-                        void *sb[NR_MAX], *rb[NR_MAX];
-                        const void *send[NR_MAX];
-                        for (int r = 0; r < n; r++) {
-                            hs[r] = malloc(sn * esz + 1);
-                            for (size_t j = 0; j < sn; j++)
-                                small_elem(hs[r] + j * esz, dt, r, j);
-                            sb[r] = tu_alloc(pool, sn * esz + 1, r);
-                            rb[r] = tu_alloc(pool, rn * esz + 1, r);
-                            memcpy(sb[r], hs[r], sn * esz);
-                            memset(rb[r], 0x5a, rn * esz);
-                            send[r] = sb[r];
-                        }
-                        for (int a = 0; a < COLL_NALGO; a++) {
-                            if (!coll_algo_applies(coll, a))
-                                continue;
-                            int rc = call_op(comm[a], coll, send, rb, c, dt,
-                                             op, root);
-                            if (rc)
-                                fail_msg("%s coll %d dt %d op %d n %d count "
-                                         "%zu: %s", coll_algo_name(a), coll,
-                                         dt, op, n, c, ump_strerror(rc));
-                            for (int r = 0; r < n && c; r++) {
-                                size_t got = coll == UMP_COLL_REDUCE_SCATTER ||
-                                                     coll == UMP_COLL_SCATTER
-                                                 ? c * esz
-                                                 : rn * esz;
-                                if (!coll_case_reference(
-                                        coll, dt, op, root, n, r, c,
-                                        (const char *const *)hs, want))
-                                    continue;
-                                if (memcmp(rb[r], want, got))
-                                    fail_msg("%s coll %d %s %s n %d count "
-                                             "%zu: rank %d differs from the "
-                                             "reference", coll_algo_name(a),
-                                             coll, coll_dtype_name(dt),
-                                             coll_op_name(op), n, c, r);
-                                memset(rb[r], 0x5a, rn * esz);
-                            }
-                        }
-                        for (int r = 0; r < n; r++) {
-                            tu_free(pool, sb[r]);
-                            tu_free(pool, rb[r]);
-                            free(hs[r]);
-                        }
-                        free(want);
-                    }
+                    for (size_t ci = 0; ci < 4; ci++)
+                        check_every_algo(pool, comm, n, coll, dt, op,
+                                         counts[ci]);
         for (int a = 0; a < COLL_NALGO; a++)
             assert_int_equal(ump_comm_destroy(comm[a]), 0);
         tu_pool_destroy(pool);

@@ -24,12 +24,6 @@
 
 #ifdef HAVE_CUDA_H
 
-static bool reducing(int coll)
-{
-    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_REDUCE_SCATTER;
-}
-
 /* Built without nvcc: a reducing collective with good buffers is -ENOTSUP,
  * with one log line. */
 static void not_supported(ump_pool_t *pool, ump_comm_t *comm, int coll, int n,
@@ -70,7 +64,7 @@ static void all_collectives(ump_pool_t *pool, int n)
         for (int coll = 0; coll < COLL_NCOLL; coll++) {
             ump_coll_plan_t plan;
             int rc = ump_comm_plan(comm, coll, 1000, UMP_INT32, &plan);
-            if (reducing(coll) && !coll_kernel_image) {
+            if (coll_reducing(coll) && !coll_kernel_image) {
                 assert_int_equal(rc, -ENOTSUP);
                 continue;
             }
@@ -88,7 +82,7 @@ static void all_collectives(ump_pool_t *pool, int n)
                  ci++)
                 for (int ip = 0; ip < 2; ip++) {
                     ump_dtype_t dt = ci % 2 ? UMP_FLOAT32 : UMP_INT32;
-                    if (!reducing(coll) || coll_kernel_image) {
+                    if (!coll_reducing(coll) || coll_kernel_image) {
                         run_case(pool, comm, coll, n, counts[ci], dt, ip,
                                  algos[a]);
                         continue;

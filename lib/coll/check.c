@@ -8,18 +8,6 @@
 #include "front/front.h"
 #include "util/log.h"
 
-static bool rooted(int coll)
-{
-    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
-}
-
-static bool reducing(int coll)
-{
-    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_REDUCE_SCATTER;
-}
-
 /* The slice rules: allgather and gather receive n slices, reduce-scatter
  * and scatter send n, all-to-all both. */
 int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
@@ -27,9 +15,9 @@ int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
 {
     size_t all = s * (size_t)c->n;
     int k = 0, root = a->root;
-    bool send_used = !rooted(a->coll) || a->coll == UMP_COLL_REDUCE ||
+    bool send_used = !coll_rooted(a->coll) || a->coll == UMP_COLL_REDUCE ||
                      a->coll == UMP_COLL_GATHER || r == root;
-    bool recv_used = !rooted(a->coll) || a->coll == UMP_COLL_BROADCAST ||
+    bool recv_used = !coll_rooted(a->coll) || a->coll == UMP_COLL_BROADCAST ||
                      a->coll == UMP_COLL_SCATTER || r == root;
     size_t slen = s, rlen = s;
     switch (a->coll) {
@@ -84,7 +72,7 @@ static int check_one(ump_comm_t *c, const struct coll_args *a,
     /* A reduction reads and writes elements as their type, on the CPU on
      * sim and in a kernel on the GPU, where a misaligned access is a fault
      * that breaks the whole context. The others only copy bytes. */
-    if (reducing(a->coll) && (uintptr_t)b->p % esz) {
+    if (coll_reducing(a->coll) && (uintptr_t)b->p % esz) {
         ump_log_error("%s: rank %d's %s buffer %p is not aligned to its "
                       "%zu-byte elements", a->fn, b->rank, what,
                       (const void *)b->p, esz);
@@ -135,15 +123,15 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
 {
     const char *fn = a->fn;
     if (!coll_dtype_valid(a->dt) ||
-        (reducing(a->coll) && !coll_op_valid(a->op)) ||
-        (rooted(a->coll) && (a->root < 0 || a->root >= c->n))) {
+        (coll_reducing(a->coll) && !coll_op_valid(a->op)) ||
+        (coll_rooted(a->coll) && (a->root < 0 || a->root >= c->n))) {
         ump_log_error("%s: %s %d", fn,
                       !coll_dtype_valid(a->dt) ? "unknown data type"
-                      : reducing(a->coll) && !coll_op_valid(a->op)
+                      : coll_reducing(a->coll) && !coll_op_valid(a->op)
                           ? "unknown reduction"
                           : "root out of range:",
                       !coll_dtype_valid(a->dt) ? a->dt
-                      : reducing(a->coll) && !coll_op_valid(a->op) ? a->op
+                      : coll_reducing(a->coll) && !coll_op_valid(a->op) ? a->op
                                                                    : a->root);
         return -EINVAL;
     }

@@ -39,6 +39,20 @@ enum coll_algo {
     COLL_NALGO
 };
 
+/* Allreduce, reduce and reduce-scatter: the collectives that reduce. */
+static inline bool coll_reducing(int coll)
+{
+    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_REDUCE_SCATTER;
+}
+
+/* Broadcast, reduce, gather and scatter: the collectives with a root. */
+static inline bool coll_rooted(int coll)
+{
+    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
+}
+
 /* "oneshot", "twoshot", "ring", "tree", "direct"; NULL when out of range. */
 const char *coll_algo_name(enum coll_algo a);
 /* The algorithm named s (-1 when none is). */

@@ -73,15 +73,9 @@ struct coll_gjob {
     struct coll_gjob *next;
 };
 
-static bool reducing(int coll)
-{
-    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_REDUCE_SCATTER;
-}
-
 unsigned coll_gpu_algos(const ump_comm_t *c, int coll)
 {
-    if (reducing(coll) && !coll_kernel_image)
+    if (coll_reducing(coll) && !coll_kernel_image)
         return 0;
     if (coll == UMP_COLL_ALLREDUCE)
         return 1u << COLL_ONESHOT | (c->reach_all ? 1u << COLL_TWOSHOT : 0);
@@ -134,6 +128,14 @@ void coll_gpu_fini(ump_comm_t *c)
     }
 }
 
+/* Gives back what j holds (after its work is done or was never queued). */
+static void unhold(ump_comm_t *c, struct coll_gjob *j)
+{
+    for (int i = 0; i < j->nhold; i++)
+        ump_release(c->pool, j->hold[i].p, j->hold[i].len);
+    j->nhold = 0;
+}
+
 void coll_gpu_reap(ump_comm_t *c, bool wait)
 {
     const struct backend_ops *be = c->pool->be;
@@ -150,8 +152,7 @@ void coll_gpu_reap(ump_comm_t *c, bool wait)
             keep = j;
         } else {
             /* done, or the device failed: nothing will touch the buffers */
-            for (int i = 0; i < j->nhold; i++)
-                ump_release(c->pool, j->hold[i].p, j->hold[i].len);
+            unhold(c, j);
             be->event_destroy(c->pool->bctx, j->done);
             free(j);
         }
@@ -502,61 +503,56 @@ int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
                       "library was built without nvcc", a->fn);
         return -ENOTSUP;
     }
-    struct gcall *g = calloc(1, sizeof(*g));
-    struct coll_gjob *j = calloc(1, sizeof(*j));
-    int rc = g && j ? 0 : -ENOMEM;
-    if (!rc) {
-        g->c = c;
-        g->be = c->pool->be;
-        g->bctx = c->pool->bctx;
-        g->a = a;
-        g->st = st;
-        g->esz = coll_dtype_size(a->dt);
-        g->s = a->count * g->esz;
-        rc = hold(g, j);
+    struct gcall g = {.c = c, .be = c->pool->be, .bctx = c->pool->bctx,
+                      .a = a, .st = st, .esz = coll_dtype_size(a->dt)};
+    g.s = a->count * g.esz;
+    /* Only a call that holds buffers outlives its queueing: on the heap,
+     * with an event that says when its work is done. */
+    struct coll_gjob held = {0}, *j = NULL;
+    int rc = hold(&g, &held);
+    if (!rc && held.nhold && !(j = malloc(sizeof(*j))))
+        rc = -ENOMEM;
+    if (j) {
+        *j = held;
+        rc = g.be->event_create(g.bctx, &j->done);
     }
-    if (!rc && j->nhold)
-        rc = g->be->event_create(g->bctx, &j->done);
-    if (rc)
-        goto out;
-    sources(g);
-    barrier(g); /* entry */
+    if (rc) {
+        unhold(c, &held);
+        free(j);
+        return rc;
+    }
+    sources(&g);
+    barrier(&g); /* entry */
     if (a->coll == UMP_COLL_ALLREDUCE)
-        allreduce(g, algo);
+        allreduce(&g, algo);
     else
-        run_direct(g);
-    barrier(g); /* exit */
+        run_direct(&g);
+    barrier(&g); /* exit */
     /* Rank 0's stream has waited for every rank: its event covers all. */
-    if (!g->rc)
-        g->rc = g->be->event_record(g->bctx, c->last, st[0]);
-    if (!g->rc && j->done)
-        g->rc = g->be->event_record(g->bctx, j->done, st[0]);
-    rc = g->rc;
+    if (!g.rc)
+        g.rc = g.be->event_record(g.bctx, c->last, st[0]);
+    if (!g.rc && j)
+        g.rc = g.be->event_record(g.bctx, j->done, st[0]);
     /* Scratch goes back once its stream is past the call; on a failure
      * half way, the work queued may still use it: the same. */
     for (int r = 0; r < c->n; r++)
-        if (g->scratch[r])
-            ump_free_async(c->pool, g->scratch[r], st[r]);
-    if (j->done && !rc) {
+        if (g.scratch[r])
+            ump_free_async(c->pool, g.scratch[r], st[r]);
+    if (g.rc) {
+        /* Failed half way: what was queued may still use the buffers, the
+         * scratch and the staging; c->last does not cover it. */
+        for (int r = 0; r < c->n; r++)
+            g.be->stream_sync(g.bctx, st[r]);
+        if (j) {
+            unhold(c, j);
+            g.be->event_destroy(g.bctx, j->done);
+            free(j);
+        }
+    } else if (j) {
         pthread_mutex_lock(&c->done_lock);
         j->next = c->gjobs;
         c->gjobs = j;
         pthread_mutex_unlock(&c->done_lock);
-        j = NULL;
-    } else if (rc) {
-        /* Failed half way: what was queued may still use the buffers, the
-         * scratch and the staging; c->last does not cover it. */
-        for (int r = 0; r < c->n; r++)
-            g->be->stream_sync(g->bctx, st[r]);
     }
-out:
-    if (j) {
-        for (int i = 0; i < j->nhold; i++)
-            ump_release(c->pool, j->hold[i].p, j->hold[i].len);
-        if (j->done)
-            g->be->event_destroy(g->bctx, j->done);
-        free(j);
-    }
-    free(g);
-    return rc;
+    return g.rc;
 }

@@ -72,35 +72,6 @@ static void fill(void *buf, int dt, size_t n, int r)
     }
 }
 
-static int run(struct fixture *f, int coll, const void **send, void **recv,
-               size_t count, int dt, int op, int root)
-{
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(f->comm, send, recv, count, dt, op, NULL);
-    case UMP_COLL_BROADCAST:
-        return ump_broadcast(f->comm, send, recv, count, dt, root, NULL);
-    case UMP_COLL_REDUCE:
-        return ump_reduce(f->comm, send, recv, count, dt, op, root, NULL);
-    case UMP_COLL_ALLGATHER:
-        return ump_allgather(f->comm, send, recv, count, dt, NULL);
-    case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(f->comm, send, recv, count, dt, op, NULL);
-    case UMP_COLL_ALLTOALL:
-        return ump_alltoall(f->comm, send, recv, count, dt, NULL);
-    case UMP_COLL_GATHER:
-        return ump_gather(f->comm, send, recv, count, dt, root, NULL);
-    default:
-        return ump_scatter(f->comm, send, recv, count, dt, root, NULL);
-    }
-}
-
-static bool is_rooted(int coll)
-{
-    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
-}
-
 /* One call on the GPU, out of place or in place (NCCL's conventions: send
  * == recv, or for allgather and gather the rank's slice of recv, for
  * reduce-scatter and scatter the other way round; for the rooted ones at
@@ -109,7 +80,7 @@ static void one(struct fixture *f, int coll, int dt, int op, size_t count,
                 bool inplace)
 {
     size_t s = count * coll_dtype_size(dt), all = s * NR;
-    int root = is_rooted(coll) ? 2 : 0;
+    int root = coll_rooted(coll) ? 2 : 0;
     char *hs[NR], *got = malloc(all), *want = malloc(all);
     char *hsend[NR]; /* the host bytes of each rank's send buffer */
     void *sb[NR], *rb[NR];
@@ -120,7 +91,7 @@ static void one(struct fixture *f, int coll, int dt, int op, size_t count,
     assert_non_null(want);
     for (int r = 0; r < NR; r++) {
         ip[r] = inplace &&
-                (!is_rooted(coll) || r == root || coll == UMP_COLL_BROADCAST);
+                (!coll_rooted(coll) || r == root || coll == UMP_COLL_BROADCAST);
         hs[r] = malloc(all);
         assert_non_null(hs[r]);
         fill(hs[r], dt, all / coll_dtype_size(dt), r);
@@ -139,7 +110,8 @@ static void one(struct fixture *f, int coll, int dt, int op, size_t count,
             recv[r] = (char *)sb[r] + (size_t)r * s;
         }
     }
-    int rc = run(f, coll, send, recv, count, dt, op, root);
+    int rc = coll_case_call(f->comm, coll, send, recv, count, dt, op, root,
+                            NULL);
     if (rc)
         fail_msg("coll %d %s/%s count %zu: %s", coll, coll_dtype_name(dt),
                  coll_op_name(op), count, ump_strerror(rc));
@@ -172,12 +144,6 @@ static void one(struct fixture *f, int coll, int dt, int op, size_t count,
     free(want);
 }
 
-static bool reducing(int coll)
-{
-    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_REDUCE_SCATTER;
-}
-
 /* Every collective, type and op; counts around the kernel's block and the
  * two-shot slices, and (SUM only, to keep the host reference short) one of
  * several MiB. */
@@ -187,7 +153,7 @@ static void test_every_collective(void **state)
     static const size_t counts[] = {1, 4099, (1u << 20) + 3};
     for (int coll = 0; coll < 8; coll++)
         for (int dt = 0; dt < COLL_NDTYPE; dt++)
-            for (int op = 0; op < (reducing(coll) ? COLL_NOP : 1); op++)
+            for (int op = 0; op < (coll_reducing(coll) ? COLL_NOP : 1); op++)
                 for (size_t c = 0; c < (op == UMP_SUM ? 3u : 2u); c++)
                     one(f, coll, dt, op, counts[c], false);
     /* in place: every collective */

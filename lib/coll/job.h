@@ -74,31 +74,33 @@ struct coll_job {
  * steps for its transfer log. */
 bool coll_barrier(struct coll_job *job, int r);
 
-/* Rank r logs a transfer of bytes from rank `from` into its own memory
- * (from == r: local work, the bytes of its memory read and written). A
- * bounded append; past log_cap it marks the log full instead. */
+/* Rank r logs, into its own log, a transfer of bytes from rank `from`'s
+ * memory into rank to's (from == to: local work, the bytes of that memory
+ * read and written). A bounded append; past log_cap it marks the log full
+ * instead. */
+static inline void coll_log(struct coll_job *job, int r, int from, int to,
+                            size_t bytes)
+{
+    struct coll_rank *cr = &job->rank[r];
+    if (cr->nlog == job->log_cap) {
+        cr->log_full = true;
+        return;
+    }
+    cr->log[cr->nlog++] = (struct coll_xfer){cr->step, from, to, bytes};
+}
+
+/* What rank r read from rank `from` into its own memory. */
 static inline void coll_note(struct coll_job *job, int r, int from,
                              size_t bytes)
 {
-    struct coll_rank *cr = &job->rank[r];
-    if (cr->nlog == job->log_cap) {
-        cr->log_full = true;
-        return;
-    }
-    cr->log[cr->nlog++] = (struct coll_xfer){cr->step, from, r, bytes};
+    coll_log(job, r, from, r, bytes);
 }
 
-/* Rank r logs a transfer of bytes from its memory into rank to's (a store
- * to a peer, two-shot's). The same bounded append. */
+/* What rank r stored into rank to's memory (two-shot's stores). */
 static inline void coll_note_to(struct coll_job *job, int r, int to,
                                 size_t bytes)
 {
-    struct coll_rank *cr = &job->rank[r];
-    if (cr->nlog == job->log_cap) {
-        cr->log_full = true;
-        return;
-    }
-    cr->log[cr->nlog++] = (struct coll_xfer){cr->step, r, to, bytes};
+    coll_log(job, r, r, to, bytes);
 }
 
 /* The most transfers one rank of job logs in all (coll_note, coll_note_to):

@@ -426,6 +426,49 @@ int ump_comm_plan(ump_comm_t *c, int coll, size_t count, ump_dtype_t dt,
  * the plan's. -ENODATA: no call has finished with one. */
 int ump_comm_last_modeled_us(ump_comm_t *c, double *us_p);
 
+/*
+ * Communicators across processes (and nodes). Processes meet through an
+ * out-of-band channel the caller provides (the shape UCC uses): rank and
+ * size of this process, an allgather and a barrier. The library itself
+ * links no MPI: libumpool-mpi (umpool_mpi.h) supplies the channel and MPI
+ * as the data engine between processes; on cuda, NCCL is used where it
+ * loads (coll_engine:auto|mpi|nccl). Global ranks are numbered process by
+ * process: this process's ranks follow those of every process before it.
+ * The collective calls above take this process's ranks in send[], recv[]
+ * and streams[] (index = local rank), with counts, roots and slices
+ * counted over every rank of every process. See README: processes.
+ */
+typedef struct ump_oob {
+    int rank, size;   /* this process among size processes */
+    int (*allgather)(void *ctx, const void *send, void *recv, size_t bytes);   /* recv: size * bytes */
+    int (*barrier)(void *ctx);
+    void *ctx;
+} ump_oob_t;
+/* A communicator over the ranks of every process: this process contributes
+ * nlocal ranks on devices[0..nlocal). Every process calls it with the same
+ * config (checked: a mismatch is -EINVAL on every process). Without a data
+ * engine (ump_comm_create_mpi, or NCCL on cuda) the collectives move their
+ * data through oob->allgather, which then must stay valid until
+ * ump_comm_destroy, and point-to-point between processes is -ENOTSUP. */
+int ump_comm_create_oob(ump_pool_t *pool, int nlocal, const int *devices,
+                        const ump_oob_t *oob, const char *config,
+                        ump_comm_t **comm_p);
+/* global rank of local rank `local` */
+int ump_comm_rank(ump_comm_t *c, int local, int *rank_p);
+/* Point-to-point between any two ranks, matched in order per (source,
+ * destination) pair. Calls between ump_group_start() and ump_group_end()
+ * are issued together, so paired exchanges cannot deadlock. The work
+ * queued on stream before the call is finished before buf is read or
+ * written, and the data has arrived when the call (or ump_group_end)
+ * returns. A send between two ranks of this process must be in a group
+ * with its receive (-EDEADLK otherwise). */
+int ump_send(ump_comm_t *c, int local, const void *buf, size_t count,
+             ump_dtype_t dt, int peer, ump_stream_t stream);
+int ump_recv(ump_comm_t *c, int local, void *buf, size_t count,
+             ump_dtype_t dt, int peer, ump_stream_t stream);
+int ump_group_start(void);
+int ump_group_end(void);
+
 const char *ump_strerror(int err);
 
 #ifdef __cplusplus

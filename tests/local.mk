@@ -76,7 +76,8 @@ SOURCE_CHECKS = lib/check-layers.sh
 EXTRA_DIST += tests/testutil.h tests/coll_cases.h tests/fakecuda_util.h $(SCRIPT_TESTS) $(SOURCE_CHECKS) \
 	tests/train-small.trace
 TESTS = $(SOURCE_CHECKS)
+check_PROGRAMS =
 if HAVE_CMOCKA
-check_PROGRAMS = $(UNIT_TESTS)
+check_PROGRAMS += $(UNIT_TESTS)
 TESTS += $(UNIT_TESTS) $(SCRIPT_TESTS)
 endif

@@ -18,6 +18,7 @@
 #include "coll/gpu.h"
 #include "coll/job.h"
 #include "coll/reduce.h"
+#include "coll/world.h"
 #include "front/check.h"
 #include "front/front.h"
 #include "front/stream.h"
@@ -232,6 +233,12 @@ static int run(ump_comm_t *c, const struct coll_args *a)
                           "rank %d's device %d", a->fn, r, d, r, c->dev[r]);
             return -EINVAL;
         }
+    }
+    if (c->world) {
+        pthread_mutex_lock(&c->lock);
+        rc = coll_world_run(c, a);
+        pthread_mutex_unlock(&c->lock);
+        return rc;
     }
     coll_comm_reap(c);
     double us;

@@ -13,8 +13,8 @@
 int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
                  size_t s, struct coll_buf *b)
 {
-    size_t all = s * (size_t)c->n;
-    int k = 0, root = a->root;
+    size_t all = s * (size_t)c->nall;
+    int k = 0, root = a->root - c->first; /* a local rank, or none */
     bool send_used = !coll_rooted(a->coll) || a->coll == UMP_COLL_REDUCE ||
                      a->coll == UMP_COLL_GATHER || r == root;
     bool recv_used = !coll_rooted(a->coll) || a->coll == UMP_COLL_BROADCAST ||
@@ -42,10 +42,13 @@ int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
     return k;
 }
 
-/* Is rank r working in place (its send is its recv, or its slice of it)? */
-static bool in_place(const struct coll_args *a, int r, size_t s)
+/* Is rank r working in place (its send is its recv, or its slice of it,
+ * the slice of its global rank)? */
+static bool in_place(const ump_comm_t *c, const struct coll_args *a, int r,
+                     size_t s)
 {
     const char *sp = a->send[r], *rp = a->recv[r];
+    r += c->first;
     switch (a->coll) {
     case UMP_COLL_ALLGATHER:
     case UMP_COLL_GATHER:
@@ -124,7 +127,7 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
     const char *fn = a->fn;
     if (!coll_dtype_valid(a->dt) ||
         (coll_reducing(a->coll) && !coll_op_valid(a->op)) ||
-        (coll_rooted(a->coll) && (a->root < 0 || a->root >= c->n))) {
+        (coll_rooted(a->coll) && (a->root < 0 || a->root >= c->nall))) {
         ump_log_error("%s: %s %d", fn,
                       !coll_dtype_valid(a->dt) ? "unknown data type"
                       : coll_reducing(a->coll) && !coll_op_valid(a->op)
@@ -142,7 +145,7 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
         return -EINVAL;
     }
     size_t esz = coll_dtype_size(a->dt);
-    if (a->count > SIZE_MAX / esz / (size_t)c->n) {
+    if (a->count > SIZE_MAX / esz / (size_t)c->nall) {
         ump_log_error("%s: count %zu overflows", fn, a->count);
         return -EINVAL;
     }
@@ -157,13 +160,13 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
             if (rc)
                 return rc;
         }
-        if (k == 2 && in_place(a, r, s))
+        if (k == 2 && in_place(c, a, r, s))
             *inplace_p = true;
         nb += k;
     }
     for (int i = 0; i < nb; i++)
         for (int j = i + 1; j < nb; j++) {
-            bool own = b[i].rank == b[j].rank && in_place(a, b[i].rank, s);
+            bool own = b[i].rank == b[j].rank && in_place(c, a, b[i].rank, s);
             if (!overlap(&b[i], &b[j]) || own)
                 continue;
             ump_log_error("%s: rank %d's %s buffer %p overlaps rank %d's %s "

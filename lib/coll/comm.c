@@ -10,6 +10,7 @@
 #include "coll/job.h"
 #include "coll/model.h"
 #include "coll/reduce.h"
+#include "coll/world.h"
 #include "front/check.h"
 #include "util/internal.h"
 #include "util/log.h"
@@ -37,10 +38,66 @@ int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p)
                                         c->algos[coll], us_p);
 }
 
-/* The communicator's own keys ("key:value,..."): coll_algo only, so far. */
-static int parse_config(ump_comm_t *c, const char *config)
+/* One "key:value" of the communicator's configuration. */
+static int config_item(ump_comm_t *c, const char *key, size_t klen,
+                       const char *val, const char *fn)
+{
+#define KEY(k) (klen == sizeof(k) - 1 && !strncmp(key, k, klen))
+    if (KEY("coll_algo")) {
+        int a = strcmp(val, "auto") ? coll_algo_lookup(val) : -1;
+        if (a < 0 && strcmp(val, "auto")) {
+            ump_log_error("%s: unknown algorithm '%s' (known: auto, oneshot, "
+                          "twoshot, ring, tree, direct)", fn, val);
+            return -EINVAL;
+        }
+        c->force = a;
+        return 0;
+    }
+    if (KEY("coll_engine")) {
+        static const char *const names[] = {"auto", "mpi", "nccl"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(val, names[i])) {
+                c->engine_pref = i;
+                return 0;
+            }
+        ump_log_error("%s: unknown engine '%s' (known: auto, mpi, nccl)", fn,
+                      val);
+        return -EINVAL;
+    }
+    if (KEY("coll_schedule")) {
+        static const char *const names[] = {"auto", "flat", "hierarchical"};
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(val, names[i])) {
+                c->sched = i;
+                return 0;
+            }
+        ump_log_error("%s: unknown schedule '%s' (known: auto, flat, "
+                      "hierarchical)", fn, val);
+        return -EINVAL;
+    }
+    if (KEY("comm_timeout")) {
+        char *end;
+        double t = strtod(val, &end);
+        if (end == val || *end || !(t > 0) || t > 1e6) {
+            ump_log_error("%s: comm_timeout '%s' is not a number of seconds "
+                          "in (0, 1e6]", fn, val);
+            return -EINVAL;
+        }
+        c->timeout_s = t;
+        return 0;
+    }
+#undef KEY
+    ump_log_error("%s: bad config item '%.*s' (known: coll_algo, coll_engine, "
+                  "coll_schedule, comm_timeout)", fn, (int)klen, key);
+    return -EINVAL;
+}
+
+int coll_comm_config(ump_comm_t *c, const char *config, const char *fn)
 {
     c->force = -1;
+    c->engine_pref = 0; /* COLL_ENGINE_AUTO */
+    c->timeout_s = 60;
+    c->sched = 0; /* COLL_SCHED_AUTO */
     if (!config)
         return 0;
     const char *p = config;
@@ -51,36 +108,33 @@ static int parse_config(ump_comm_t *c, const char *config)
         char val[32];
         size_t klen = colon ? (size_t)(colon - p) : len;
         size_t vlen = colon ? len - klen - 1 : 0;
-        if (!colon || klen != 9 || strncmp(p, "coll_algo", 9) ||
-            vlen >= sizeof(val)) {
-            ump_log_error("ump_comm_create: bad config item '%.*s' (known: "
-                          "coll_algo:auto|oneshot|twoshot|ring|tree|direct)",
+        if (!colon || vlen >= sizeof(val)) {
+            ump_log_error("%s: bad config item '%.*s' (key:value; known: "
+                          "coll_algo, coll_engine, coll_schedule, "
+                          "comm_timeout)", fn,
                           (int)len, p);
             return -EINVAL;
         }
         memcpy(val, colon + 1, vlen);
         val[vlen] = '\0';
-        int a = strcmp(val, "auto") ? coll_algo_lookup(val) : -1;
-        if (a < 0 && strcmp(val, "auto")) {
-            ump_log_error("ump_comm_create: unknown algorithm '%s' (known: "
-                          "auto, oneshot, twoshot, ring, tree, direct)", val);
-            return -EINVAL;
-        }
-        c->force = a;
+        int rc = config_item(c, p, klen, val, fn);
+        if (rc)
+            return rc;
         p += len + (end != NULL);
     }
     return 0;
 }
 
 /* Devices of the communicator into c->dev: in range, each once. */
-static int set_devices(ump_comm_t *c, int ndev, const int *devices)
+static int set_devices(ump_comm_t *c, int ndev, const int *devices,
+                       const char *fn)
 {
     int have = ump_device_count(c->pool);
     if (have < 0)
         return have;
     if (ndev < 1 || ndev > COLL_MAX_RANKS || (!devices && ndev != have)) {
-        ump_log_error("ump_comm_create: %d ranks for a pool of %d devices%s",
-                      ndev, have, devices ? "" : " (devices NULL: one rank "
+        ump_log_error("%s: %d ranks for a pool of %d devices%s", fn, ndev,
+                      have, devices ? "" : " (devices NULL: one rank "
                       "per device)");
         return -EINVAL;
     }
@@ -88,7 +142,7 @@ static int set_devices(ump_comm_t *c, int ndev, const int *devices)
     for (int r = 0; r < ndev; r++) {
         int d = devices ? devices[r] : r;
         if (d < 0 || d >= have || seen[d]) {
-            ump_log_error("ump_comm_create: rank %d: device %d %s", r, d,
+            ump_log_error("%s: rank %d: device %d %s", fn, r, d,
                           d < 0 || d >= have ? "is not a device of the pool"
                                              : "has a rank already");
             return -EINVAL;
@@ -96,29 +150,44 @@ static int set_devices(ump_comm_t *c, int ndev, const int *devices)
         seen[d] = true;
         c->dev[r] = d;
     }
-    c->n = ndev;
+    c->n = c->nall = ndev;
+    return 0;
+}
+
+int coll_comm_alloc(ump_pool_t *pool, int ndev, const int *devices,
+                    const char *config, const char *fn, ump_comm_t **c_p)
+{
+    int rc = pool_check(pool, fn);
+    if (rc)
+        return rc;
+    ump_comm_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return -ENOMEM;
+    c->pool = pool;
+    rc = coll_comm_config(c, config, fn);
+    if (!rc)
+        rc = set_devices(c, ndev, devices, fn);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    *c_p = c;
     return 0;
 }
 
 UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
                                const char *config, ump_comm_t **comm_p)
 {
-    int rc = pool_check(pool, "ump_comm_create");
-    if (rc)
-        return rc;
     if (!comm_p) {
         ump_log_error("ump_comm_create: comm_p is NULL");
         return -EINVAL;
     }
-    ump_comm_t *c = calloc(1, sizeof(*c));
-    if (!c)
-        return -ENOMEM;
-    c->pool = pool;
-    rc = parse_config(c, config);
-    if (!rc)
-        rc = set_devices(c, ndev, devices);
-    if (!rc)
-        rc = coll_topo_from(&pool->topo, c->n, c->dev, &c->topo);
+    ump_comm_t *c;
+    int rc = coll_comm_alloc(pool, ndev, devices, config, "ump_comm_create",
+                             &c);
+    if (rc)
+        return rc;
+    rc = coll_topo_from(&pool->topo, c->n, c->dev, &c->topo);
     int made = 0;
     for (; !rc && made < c->n; made++)
         rc = ump_stream_create(pool, c->dev[made], &c->own[made]);
@@ -153,6 +222,10 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
     int rc = pool_check(comm->pool, "ump_comm_destroy");
     if (rc)
         return rc;
+    if (comm->world) {
+        coll_world_destroy(comm);
+        return 0;
+    }
     coll_comm_reap(comm);
     if (comm->gpu)
         coll_gpu_fini(comm);
@@ -174,7 +247,7 @@ UMP_EXPORT int ump_comm_size(ump_comm_t *comm, int *nranks_p)
                       comm ? "nranks_p" : "comm");
         return -EINVAL;
     }
-    *nranks_p = comm->n;
+    *nranks_p = comm->nall;
     return 0;
 }
 
@@ -191,11 +264,16 @@ UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
         return -EINVAL;
     }
     size_t esz = coll_dtype_size(dt);
-    if (count > SIZE_MAX / esz / (size_t)c->n) {
+    if (count > SIZE_MAX / esz / (size_t)c->nall) {
         ump_log_error("ump_comm_plan: count %zu overflows", count);
         return -EINVAL;
     }
     double us;
+    if (c->world) {
+        plan_p->algorithm = coll_world_plan(c, coll, count, dt, &us);
+        plan_p->modeled_us = us;
+        return 0;
+    }
     int a = coll_comm_algo(c, coll, coll_bytes(coll, count, esz, c->n), &us);
     if (a == COLL_NALGO) {
         ump_log_error("ump_comm_plan: the reductions need the GPU kernel, "

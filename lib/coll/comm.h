@@ -11,7 +11,13 @@
 
 struct ump_comm {
     ump_pool_t *pool;
-    int n;
+    int n;     /* this process's ranks */
+    int nall;  /* every process's (n on a one-process communicator) */
+    int first; /* the global rank of local rank 0 */
+    struct coll_world *world; /* NULL: one process (world.h) */
+    int engine_pref;   /* coll_engine: enum coll_engine_pref (world.h) */
+    double timeout_s;  /* comm_timeout */
+    int sched;         /* coll_schedule: enum coll_sched (world.h) */
     int dev[COLL_MAX_RANKS];
     ump_stream_t own[COLL_MAX_RANKS]; /* for calls with streams NULL */
     int force;                        /* coll_algo:NAME, or -1 */
@@ -41,6 +47,15 @@ struct ump_comm {
     size_t stage_len[COLL_MAX_RANKS];
     struct coll_gjob *gjobs; /* (done_lock) calls holding acquired buffers */
 };
+
+/* The communicator's keys ("key:value,...") into c (coll_algo,
+ * coll_engine, comm_timeout). */
+int coll_comm_config(ump_comm_t *c, const char *config, const char *fn);
+/* A communicator of this process's ndev ranks on devices (NULL: every
+ * device), not yet usable: the configuration and devices set, no streams.
+ * Freed with free(). */
+int coll_comm_alloc(ump_pool_t *pool, int ndev, const int *devices,
+                    const char *config, const char *fn, ump_comm_t **c_p);
 
 /* Records us as the last call's executed modeled time (calls.c, from the
  * job's last rank). */

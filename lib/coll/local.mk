@@ -1,7 +1,9 @@
 # lib/coll/: collectives on pooled buffers (allreduce, broadcast, reduce,
 # allgather, reduce-scatter, all-to-all, gather, scatter) across the devices
 # of one pool: element types and exact reductions, the cost model and the
-# algorithms, communicators, the sim's and the GPU's execution.
+# algorithms, communicators, the sim's and the GPU's execution; and across
+# processes: communicators over an out-of-band channel, the hierarchical
+# schedules, point-to-point, the transfers on a data engine.
 # May call: every layer below (the pool through front's entry points, the
 # backend's streams, events and kernel launches).
 lib_libumpool_core_la_SOURCES += \
@@ -14,7 +16,11 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/gpu.c lib/coll/gpu.h \
 	lib/coll/kernel.h \
 	lib/coll/reduce.c lib/coll/reduce.h \
-	lib/coll/model.c lib/coll/model.h
+	lib/coll/model.c lib/coll/model.h \
+	lib/coll/world.c lib/coll/world.h \
+	lib/coll/hier.c \
+	lib/coll/xchg.c \
+	lib/coll/p2p.c
 
 # The GPU kernel (kernels.cu): nvcc makes a fatbin (sm_90 machine code,
 # compute_90 and compute_80 PTX: configure's NVCC_ARCH_FLAGS), which is embedded as a byte array (kernel_image.c, made

@@ -1,0 +1,270 @@
+/*
+ * Communicators across processes: the processes meet through the caller's
+ * out-of-band channel (ump_oob_t, UCC's shape), which exchanges, once, what
+ * each brings (its ranks, a digest of its configuration, its host name)
+ * so that every process checks the same things and fails the same way. A
+ * process whose own part failed (a bad device, a bad config) still takes
+ * part in the exchange: the others learn it and fail too, rather than wait
+ * for it forever.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "coll/comm.h"
+#include "coll/world.h"
+#include "front/check.h"
+#include "util/internal.h"
+#include "util/log.h"
+
+#define INFO_MAGIC 0x554d5057u /* "UMPW" */
+
+/* What each process brings to the communicator, exchanged once. */
+struct proc_info {
+    uint32_t magic;
+    int32_t rc;     /* this process's own setup: 0, or its error */
+    int32_t nlocal;
+    int32_t engine; /* 1: it has a data engine */
+    uint64_t cfg;   /* FNV-1a of its config string */
+    char host[64];
+};
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (; s && *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+    return h;
+}
+
+static void world_free(struct coll_world *w)
+{
+    if (!w)
+        return;
+    free(w->first);
+    free(w->nr);
+    free(w->node);
+    free(w);
+}
+
+/* The processes' ranks and nodes, from the exchange. */
+static int world_build(struct coll_world *w, const struct proc_info *in)
+{
+    int np = w->nproc;
+    w->first = calloc((size_t)np, sizeof(int));
+    w->nr = calloc((size_t)np, sizeof(int));
+    w->node = calloc((size_t)np, sizeof(int));
+    if (!w->first || !w->nr || !w->node)
+        return -ENOMEM;
+    int g = 0;
+    for (int p = 0; p < np; p++) {
+        w->first[p] = g;
+        w->nr[p] = in[p].nlocal;
+        g += in[p].nlocal;
+        w->node[p] = w->nnode;
+        for (int q = 0; q < p; q++)
+            if (!strncmp(in[p].host, in[q].host, sizeof(in[p].host))) {
+                w->node[p] = w->node[q];
+                break;
+            }
+        if (w->node[p] == w->nnode)
+            w->nnode++;
+    }
+    return 0;
+}
+
+/* Every process's verdict on the exchange, the same everywhere: the first
+ * process whose setup failed, or whose config or engine differs from
+ * process 0's. */
+static int check_infos(const struct proc_info *in, int np, int me,
+                       const char *fn)
+{
+    for (int p = 0; p < np; p++) {
+        if (in[p].magic != INFO_MAGIC) {
+            ump_log_error("%s: process %d sent no valid description (is "
+                          "every process calling %s?)", fn, p, fn);
+            return -EPROTO;
+        }
+        if (in[p].rc) {
+            if (p != me)
+                ump_log_error("%s: process %d failed to set up its ranks "
+                              "(%s): no communicator", fn, p,
+                              ump_strerror(in[p].rc));
+            return p == me ? in[p].rc : -EINVAL;
+        }
+        if (in[p].cfg != in[0].cfg) {
+            ump_log_error("%s: process %d's config differs from process 0's "
+                          "(every process passes the same config)", fn, p);
+            return -EINVAL;
+        }
+        if (in[p].engine != in[0].engine) {
+            ump_log_error("%s: process %d %s a data engine and process 0 %s",
+                          fn, p, in[p].engine ? "has" : "has no",
+                          in[0].engine ? "has one" : "has none");
+            return -EINVAL;
+        }
+    }
+    long total = 0;
+    for (int p = 0; p < np; p++)
+        total += in[p].nlocal;
+    if (total > INT32_MAX / 2) {
+        ump_log_error("%s: %ld ranks in all", fn, total);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+/* This process's part: the communicator of its ranks (checked over every
+ * process's later) and the plain one that runs the in-process phases. */
+static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
+                      const char *config, const char *fn, ump_comm_t **c_p)
+{
+    ump_comm_t *c;
+    int rc = coll_comm_alloc(pool, nlocal, devices, config, fn, &c);
+    if (rc)
+        return rc;
+    c->world = calloc(1, sizeof(*c->world));
+    if (!c->world) {
+        free(c);
+        return -ENOMEM;
+    }
+    rc = ump_comm_create(pool, nlocal, devices, config, &c->world->local);
+    if (rc) {
+        free(c->world);
+        free(c);
+        return rc;
+    }
+    c->world->timeout_s = c->timeout_s;
+    *c_p = c;
+    return 0;
+}
+
+static void local_free(ump_comm_t *c)
+{
+    if (!c)
+        return;
+    ump_comm_destroy(c->world->local);
+    world_free(c->world);
+    free(c);
+}
+
+static int create(ump_pool_t *pool, int nlocal, const int *devices,
+                  const ump_oob_t *oob, const ump_engine_t *engine,
+                  const char *config, ump_comm_t **comm_p, const char *fn)
+{
+    if (!oob || !oob->allgather || oob->size < 1 || oob->rank < 0 ||
+        oob->rank >= oob->size) {
+        ump_log_error("%s: %s", fn, !oob ? "oob is NULL"
+                                    : !oob->allgather ? "oob->allgather is NULL"
+                                    : "oob->rank is not in [0, oob->size)");
+        if (engine && engine->destroy)
+            engine->destroy(engine->ctx);
+        return -EINVAL;
+    }
+    ump_comm_t *c = NULL;
+    int rc = 0;
+    if (!comm_p) {
+        ump_log_error("%s: comm_p is NULL", fn);
+        rc = -EINVAL;
+    } else if (engine && (!engine->isend || !engine->irecv ||
+                          !engine->testall || !engine->cancel)) {
+        ump_log_error("%s: the engine lacks isend, irecv, testall or cancel",
+                      fn);
+        rc = -EINVAL;
+    } else {
+        rc = local_part(pool, nlocal, devices, config, fn, &c);
+    }
+    struct proc_info mine = {.magic = INFO_MAGIC, .rc = rc,
+                             .nlocal = nlocal, .engine = engine != NULL,
+                             .cfg = fnv1a(config)};
+    gethostname(mine.host, sizeof(mine.host) - 1);
+    struct proc_info *in = calloc((size_t)oob->size, sizeof(*in));
+    int e = in ? oob->allgather(oob->ctx, &mine, in, sizeof(mine)) : -ENOMEM;
+    if (e) {
+        ump_log_error("%s: the oob's allgather failed (%s)", fn,
+                      ump_strerror(e));
+        rc = e < 0 ? e : -EIO;
+    } else {
+        rc = check_infos(in, oob->size, oob->rank, fn);
+    }
+    struct coll_world *w = c ? c->world : NULL;
+    if (!rc) {
+        w->nproc = oob->size;
+        w->me = oob->rank;
+        w->oob = *oob;
+        rc = world_build(w, in);
+    }
+    free(in);
+    if (rc) {
+        local_free(c);
+        if (engine && engine->destroy)
+            engine->destroy(engine->ctx);
+        return rc;
+    }
+    if (engine) {
+        w->engine = true;
+        w->eng = *engine;
+    }
+    c->nall = w->first[w->nproc - 1] + w->nr[w->nproc - 1];
+    c->first = w->first[w->me];
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_mutex_init(&c->done_lock, NULL);
+    *comm_p = c;
+    ump_log_info("%s: process %d of %d, global ranks %d..%d of %d, %d "
+                 "node(s), data between processes: %s", fn, w->me, w->nproc,
+                 c->first, c->first + c->n - 1, c->nall, w->nnode,
+                 engine ? engine->name : "the oob's allgather");
+    return 0;
+}
+
+void coll_world_destroy(ump_comm_t *c)
+{
+    struct coll_world *w = c->world;
+    if (w->engine && w->eng.destroy)
+        w->eng.destroy(w->eng.ctx);
+    pthread_mutex_destroy(&c->lock);
+    pthread_mutex_destroy(&c->done_lock);
+    local_free(c);
+}
+
+UMP_EXPORT int ump_comm_create_engine(ump_pool_t *pool, int nlocal,
+                                      const int *devices,
+                                      const ump_oob_t *oob,
+                                      const ump_engine_t *engine,
+                                      const char *config, ump_comm_t **comm_p)
+{
+    if (!engine) {
+        ump_log_error("ump_comm_create_engine: engine is NULL (without one: "
+                      "ump_comm_create_oob)");
+        return -EINVAL;
+    }
+    return create(pool, nlocal, devices, oob, engine, config, comm_p,
+                  engine->name && !strcmp(engine->name, "mpi")
+                      ? "ump_comm_create_mpi"
+                      : "ump_comm_create_engine");
+}
+
+UMP_EXPORT int ump_comm_create_oob(ump_pool_t *pool, int nlocal,
+                                   const int *devices, const ump_oob_t *oob,
+                                   const char *config, ump_comm_t **comm_p)
+{
+    return create(pool, nlocal, devices, oob, NULL, config, comm_p,
+                  "ump_comm_create_oob");
+}
+
+UMP_EXPORT int ump_comm_rank(ump_comm_t *c, int local, int *rank_p)
+{
+    if (!c || !rank_p || local < 0 || local >= c->n) {
+        ump_log_error("ump_comm_rank: %s", !c        ? "comm is NULL"
+                                           : !rank_p ? "rank_p is NULL"
+                                                     : "local rank out of "
+                                                       "range");
+        return -EINVAL;
+    }
+    *rank_p = c->first + local;
+    return 0;
+}

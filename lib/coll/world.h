@@ -1,0 +1,82 @@
+/*
+ * Communicators across processes (world.c makes them; hier.c runs the
+ * collectives on them; p2p.c point-to-point; xchg.c moves the bytes
+ * between processes).
+ *
+ * A communicator over several processes is a communicator of this
+ * process's ranks (c->n of them, global ranks c->first ..) whose calls are
+ * checked over every rank (c->nall), plus a coll_world: the processes,
+ * their ranks, the data engine between them, and a plain communicator of
+ * the local ranks (local) that runs the in-process phases with the pooled
+ * algorithms of the collectives issue.
+ */
+#ifndef UMP_COLL_WORLD_H
+#define UMP_COLL_WORLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "coll/check.h"
+#include "coll/comm.h"
+#include "umpool_engine.h"
+
+enum coll_engine_pref { COLL_ENGINE_AUTO, COLL_ENGINE_MPI, COLL_ENGINE_NCCL };
+/* coll_schedule: the cost model's choice, or one forced (allreduce). */
+enum coll_sched { COLL_SCHED_AUTO, COLL_SCHED_FLAT, COLL_SCHED_HIER };
+
+struct coll_world {
+    int nproc, me;     /* processes, and this one */
+    int *first, *nr;   /* per process: its first global rank, its ranks */
+    int *node;         /* per process: its node (same host name, same node) */
+    int nnode;
+    bool engine;       /* eng is the data engine; else oob's allgather */
+    ump_engine_t eng;
+    ump_oob_t oob;     /* valid until destroy only without an engine */
+    double timeout_s;  /* a transfer not done by then fails the comm */
+    ump_comm_t *local; /* this process's ranks, a one-process communicator */
+    /* (the comm's lock) A transfer failed or timed out: the processes no
+     * longer agree on what was sent, so every later call fails with it. */
+    int broken;
+};
+
+/* The world's part of ump_comm_destroy. */
+void coll_world_destroy(ump_comm_t *c);
+
+/* Runs a collective over every process (hier.c). The caller holds the
+ * comm's lock and checked the arguments. */
+int coll_world_run(ump_comm_t *c, const struct coll_args *a);
+
+/* The schedule a world collective runs: "hierarchical" or "flat", and its
+ * modeled time (ump_comm_plan). */
+const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
+                            double *us_p);
+
+/* One transfer of an exchange: bytes of host memory (or device memory the
+ * engine moves itself) to or from process proc. */
+struct coll_msg {
+    void *buf;
+    size_t bytes;
+    int proc;
+    int tag;
+    bool send;
+};
+#define COLL_TAG_COLL 0
+#define COLL_TAG_P2P 1024 /* + source local rank * 32 + destination's */
+
+/* Moves the messages: all started at once, then polled until done. With
+ * an engine, only this process's messages; without one, every process
+ * calls it the same number of times (a collective through the oob's
+ * allgather). A transfer not done within the comm's timeout, or failed,
+ * breaks the comm (-ETIMEDOUT, -EIO). */
+int coll_xchg(ump_comm_t *c, struct coll_msg *m, int nm, const char *fn);
+
+/* Memory the CPU may read and write directly: every sim buffer, host-tier
+ * memory on cuda. */
+bool coll_host_ok(ump_pool_t *pool, const void *p);
+/* A host view of len bytes at p: p itself when the CPU reaches it, else a
+ * host copy (*h allocated; copy: fill it from p). */
+int coll_stage_in(ump_pool_t *pool, void *p, size_t len, bool copy, void **h);
+/* The view's end: back into p when copy (and a copy was made), freed. */
+int coll_stage_out(ump_pool_t *pool, void *p, void *h, size_t len, bool copy);
+
+#endif

@@ -1,0 +1,32 @@
+#!/bin/sh
+# Runs an MPI test under mpirun: 4 processes (--oversubscribe: CI's
+# machines have 2 cores), each a sim pool of 2 devices (8 ranks). SKIP
+# where configure found no MPI (the program is not built) or no mpirun.
+#   run.sh [PROGRAM [NP [CONFIG]]]
+set -eu
+build=${UMPOOL_BUILDDIR:-.}
+prog=${1:-$build/tests/mpi/test_mpi_coll}
+np=${2:-4}
+config=${3:-backend:sim,sim_devices:2}
+mpirun=${UMPOOL_MPIRUN:-}
+if [ ! -x "$prog" ]; then
+    echo "SKIP: $prog is not built (configure found no MPI)"
+    exit 77
+fi
+if [ -z "$mpirun" ] || ! command -v "$mpirun" >/dev/null 2>&1; then
+    echo "SKIP: no mpirun (configure's MPIRUN)"
+    exit 77
+fi
+# Open MPI refuses root without this (CI runs as root). Busy-polling
+# processes oversubscribed on 2 cores yield; single-copy (CMA) is off since
+# containers often forbid ptrace between processes.
+opts="--oversubscribe --mca btl_vader_single_copy_mechanism none \
+--mca mpi_yield_when_idle 1"
+[ "$(id -u)" -eq 0 ] && opts="$opts --allow-run-as-root"
+# Under ASan, Open MPI's own allocations left at exit are not ours.
+supp=$(cd "$(dirname "$0")" && pwd)/lsan.supp
+LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+export LSAN_OPTIONS
+# shellcheck disable=SC2086 # opts is a list of words
+exec timeout 900 "$mpirun" $opts -x LSAN_OPTIONS -x UMPOOL_MPI_TEST \
+    -np "$np" "$prog" "$config"

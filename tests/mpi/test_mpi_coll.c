@@ -1,0 +1,660 @@
+/*
+ * Communicators across MPI processes (run by tests/mpi/run.sh under
+ * mpirun -np 4, each process a sim pool of CONFIG's devices, 2 by
+ * default: 8 ranks). Every collective x every type x every reduction
+ * against a reference computed here (the fixed order: each process's ranks
+ * folded in rank order, then the processes in order), in place and not,
+ * both schedules of allreduce, streams, a communicator whose processes
+ * bring different rank counts, the oob without an engine, point-to-point
+ * rings and pairwise exchanges in groups, and the faults: a process whose
+ * config differs, one whose device is bad, counts that differ, a process
+ * that leaves (bounded time). A plain MPI program, not cmocka: every
+ * process counts its failures, and rank 0 reports the sum.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <mpi.h>
+
+#include "coll/reduce.h"
+#include "umpool.h"
+#include "umpool_mpi.h"
+
+static int me, np, failures;
+static ump_pool_t *pool;
+static int ndev;
+
+static void fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "FAIL [process %d] ", me);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    failures++;
+}
+
+#define CHECK(cond, ...)                                                       \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            fail(__VA_ARGS__);                                                 \
+    } while (0)
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The layout of a communicator: every process's ranks. */
+struct layout {
+    int nall;
+    int first[64], nr[64];
+};
+
+static void layout_of(ump_comm_t *c, int nlocal, struct layout *l)
+{
+    MPI_Allgather(&nlocal, 1, MPI_INT, l->nr, 1, MPI_INT, MPI_COMM_WORLD);
+    l->nall = 0;
+    for (int p = 0; p < np; p++) {
+        l->first[p] = l->nall;
+        l->nall += l->nr[p];
+    }
+    int n = 0, g = -1;
+    CHECK(ump_comm_size(c, &n) == 0 && n == l->nall, "ump_comm_size: %d, "
+          "expected %d", n, l->nall);
+    CHECK(ump_comm_rank(c, 0, &g) == 0 && g == l->first[me],
+          "ump_comm_rank(0): %d, expected %d", g, l->first[me]);
+}
+
+/* Global rank k's send element j in dt: values that round in float, so the
+ * fold order shows in the bits. */
+static void put(void *p, int dt, int k, size_t j)
+{
+    int iv = (int)((k * 7 + j * 13) % 97) - 48;
+    float f = (float)iv / 3.0f;
+    uint64_t bits = (uint64_t)(int64_t)iv;
+    uint16_t h;
+    double d = (double)iv / 3.0;
+    switch (dt) {
+    case UMP_FLOAT16:
+        h = coll_float_to_half(f);
+        memcpy(p, &h, 2);
+        break;
+    case UMP_BFLOAT16:
+        h = coll_float_to_bf16(f);
+        memcpy(p, &h, 2);
+        break;
+    case UMP_FLOAT32:
+        memcpy(p, &f, 4);
+        break;
+    case UMP_FLOAT64:
+        memcpy(p, &d, 8);
+        break;
+    default:
+        memcpy(p, &bits, coll_dtype_size(dt));
+    }
+}
+
+static bool reducing(int coll)
+{
+    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_REDUCE_SCATTER;
+}
+
+static bool rooted(int coll)
+{
+    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
+}
+
+/* Elements of a rank's send and recv buffers. */
+static void sizes(int coll, int n, size_t c, size_t *sn, size_t *rn)
+{
+    *sn = *rn = c;
+    if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
+        *rn = c * (size_t)n;
+    if (coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER)
+        *sn = c * (size_t)n;
+    if (coll == UMP_COLL_ALLTOALL)
+        *sn = *rn = c * (size_t)n;
+}
+
+/* What global rank g receives, from every rank's send (all[k], host), in
+ * want; false when it receives nothing. Reductions in the fixed order. */
+static bool reference(const struct layout *l, int coll, int dt, int op,
+                      int root, int g, size_t count, char *const *all,
+                      char *want)
+{
+    size_t esz = coll_dtype_size(dt), s = count * esz;
+    int rop = op == UMP_AVG ? UMP_SUM : op;
+    size_t off = coll == UMP_COLL_REDUCE_SCATTER ? (size_t)g * s : 0;
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+    case UMP_COLL_REDUCE:
+    case UMP_COLL_REDUCE_SCATTER: {
+        if (coll == UMP_COLL_REDUCE && g != root)
+            return false;
+        char *part = malloc((size_t)np * s + 1);
+        const void *src[64];
+        for (int p = 0; p < np; p++) {
+            for (int i = 0; i < l->nr[p]; i++)
+                src[i] = all[l->first[p] + i] + off;
+            coll_reduce(dt, rop, part + (size_t)p * s, src, l->nr[p], count);
+        }
+        for (int p = 0; p < np; p++)
+            src[p] = part + (size_t)p * s;
+        coll_reduce(dt, rop, want, src, np, count);
+        if (op == UMP_AVG)
+            coll_avg_finish(dt, want, count, l->nall);
+        free(part);
+        return true;
+    }
+    case UMP_COLL_BROADCAST:
+        memcpy(want, all[root], s);
+        return true;
+    case UMP_COLL_ALLGATHER:
+    case UMP_COLL_GATHER:
+        if (coll == UMP_COLL_GATHER && g != root)
+            return false;
+        for (int k = 0; k < l->nall; k++)
+            memcpy(want + (size_t)k * s, all[k], s);
+        return true;
+    case UMP_COLL_ALLTOALL:
+        for (int k = 0; k < l->nall; k++)
+            memcpy(want + (size_t)k * s, all[k] + (size_t)g * s, s);
+        return true;
+    default:
+        memcpy(want, all[root] + (size_t)g * s, s);
+        return true;
+    }
+}
+
+static int call(ump_comm_t *c, int coll, const void **send, void **recv,
+                size_t count, int dt, int op, int root,
+                const ump_stream_t *st)
+{
+    switch (coll) {
+    case UMP_COLL_ALLREDUCE:
+        return ump_allreduce(c, send, recv, count, dt, op, st);
+    case UMP_COLL_BROADCAST:
+        return ump_broadcast(c, send, recv, count, dt, root, st);
+    case UMP_COLL_REDUCE:
+        return ump_reduce(c, send, recv, count, dt, op, root, st);
+    case UMP_COLL_ALLGATHER:
+        return ump_allgather(c, send, recv, count, dt, st);
+    case UMP_COLL_REDUCE_SCATTER:
+        return ump_reduce_scatter(c, send, recv, count, dt, op, st);
+    case UMP_COLL_ALLTOALL:
+        return ump_alltoall(c, send, recv, count, dt, st);
+    case UMP_COLL_GATHER:
+        return ump_gather(c, send, recv, count, dt, root, st);
+    default:
+        return ump_scatter(c, send, recv, count, dt, root, st);
+    }
+}
+
+static uint64_t fnv(const void *p, size_t len)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static void *palloc(size_t bytes, int dev)
+{
+    ump_hints_t hints = UMP_HINTS_INIT;
+    hints.device = dev;
+    void *p = NULL;
+    int rc = ump_alloc(pool, bytes ? bytes : 1, &hints, &p);
+    if (rc) {
+        fail("ump_alloc(%zu): %s", bytes, ump_strerror(rc));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    return p;
+}
+
+/* One call on comm c of this process's nlocal ranks on devs, checked. */
+static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
+                     const int *devs, int coll, int dt, int op, int root,
+                     size_t count, bool inplace, const ump_stream_t *st,
+                     const char *what)
+{
+    size_t esz = coll_dtype_size(dt), sn, rn;
+    sizes(coll, l->nall, count, &sn, &rn);
+    size_t big = (sn > rn ? sn : rn) * esz;
+    /* Every rank's input, for the reference. */
+    char **all = calloc((size_t)l->nall, sizeof(*all));
+    for (int k = 0; k < l->nall; k++) {
+        all[k] = malloc(sn * esz + 1);
+        for (size_t j = 0; j < sn; j++)
+            put(all[k] + j * esz, dt, k, j);
+    }
+    const void *send[32];
+    void *recv[32], *buf[32], *sbuf[32];
+    int first = l->first[me];
+    for (int r = 0; r < nlocal; r++) {
+        int g = first + r;
+        bool recvs = !(coll == UMP_COLL_REDUCE || coll == UMP_COLL_GATHER) ||
+                     g == root;
+        bool ip = inplace && recvs &&
+                  (!rooted(coll) || g == root || coll == UMP_COLL_BROADCAST);
+        buf[r] = palloc(big, devs[r]);
+        memset(buf[r], 0x5a, big);
+        sbuf[r] = ip ? NULL : palloc(sn * esz, devs[r]);
+        recv[r] = buf[r];
+        send[r] = sbuf[r];
+        if (ip) {
+            if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER) {
+                send[r] = (char *)buf[r] + (size_t)g * count * esz;
+            } else if (coll == UMP_COLL_REDUCE_SCATTER ||
+                       coll == UMP_COLL_SCATTER) {
+                send[r] = buf[r];
+                recv[r] = (char *)buf[r] + (size_t)g * count * esz;
+            } else {
+                send[r] = buf[r];
+            }
+        }
+        if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
+            memcpy((void *)send[r], all[g], count * esz);
+        else
+            memcpy((void *)send[r], all[g], sn * esz);
+    }
+    int rc = call(c, coll, send, recv, count, dt, op, root, st);
+    for (int r = 0; st && r < nlocal; r++)
+        ump_stream_synchronize(pool, st[r]);
+    CHECK(rc == 0, "%s: coll %d dt %d op %d count %zu: %s", what, coll, dt,
+          op, count, ump_strerror(rc));
+    char *want = malloc(big + 1);
+    size_t got = coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER
+                     ? count * esz
+                     : rn * esz;
+    uint64_t h = 0;
+    for (int r = 0; !rc && r < nlocal; r++) {
+        int g = first + r;
+        if (!reference(l, coll, dt, op, root, g, count, all, want))
+            continue;
+        if (memcmp(recv[r], want, got)) {
+            size_t i = 0;
+            while (((char *)recv[r])[i] == want[i])
+                i++;
+            fail("%s: coll %d dt %d op %d count %zu root %d %s: rank %d "
+                 "differs from the reference at byte %zu", what, coll, dt, op,
+                 count, root, inplace ? "in place" : "out of place", g, i);
+        }
+        if (r == 0)
+            h = fnv(recv[r], got);
+        else if (coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_ALLGATHER ||
+                 coll == UMP_COLL_BROADCAST)
+            CHECK(fnv(recv[r], got) == h, "%s: rank %d's bits differ from "
+                  "local rank 0's", what, g);
+    }
+    /* Every rank of every process the same bits, where all receive the
+     * same. */
+    if (!rc && (coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_ALLGATHER ||
+                coll == UMP_COLL_BROADCAST)) {
+        uint64_t hs[64];
+        MPI_Allgather(&h, 1, MPI_UINT64_T, hs, 1, MPI_UINT64_T,
+                      MPI_COMM_WORLD);
+        for (int p = 1; p < np; p++)
+            CHECK(hs[p] == hs[0], "%s: coll %d dt %d op %d: process %d's "
+                  "result bits differ from process 0's", what, coll, dt, op,
+                  p);
+    }
+    free(want);
+    for (int r = 0; r < nlocal; r++) {
+        ump_free(pool, buf[r]);
+        if (sbuf[r])
+            ump_free(pool, sbuf[r]);
+    }
+    for (int k = 0; k < l->nall; k++)
+        free(all[k]);
+    free(all);
+}
+
+/* Every collective x type x reduction (data movers: once per type). */
+static void matrix(ump_comm_t *c, int nlocal, const int *devs,
+                   const char *what)
+{
+    struct layout l;
+    layout_of(c, nlocal, &l);
+    for (int coll = 0; coll < 8; coll++)
+        for (int dt = 0; dt < 10; dt++)
+            for (int op = 0; op < (reducing(coll) ? 5 : 1); op++) {
+                int root = rooted(coll) ? (coll + dt) % l.nall : 0;
+                one_case(c, &l, nlocal, devs, coll, dt, op, root, 37,
+                         (dt + op) % 2, NULL, what);
+            }
+}
+
+static int all_devs[32];
+
+/* Sizes and roots over every process, with streams. */
+static void sizes_and_streams(ump_comm_t *c)
+{
+    struct layout l;
+    layout_of(c, ndev, &l);
+    ump_stream_t st[32];
+    for (int r = 0; r < ndev; r++)
+        ump_stream_create(pool, r, &st[r]);
+    size_t counts[] = {1, 3, 1000, 70001};
+    for (int coll = 0; coll < 8; coll++)
+        for (size_t i = 0; i < sizeof(counts) / sizeof(*counts); i++)
+            for (int root = 0; root < (rooted(coll) ? l.nall : 1); root += 3)
+                one_case(c, &l, ndev, all_devs, coll, UMP_FLOAT32, UMP_SUM,
+                         root, counts[i], i % 2, i % 2 ? st : NULL,
+                         "sizes, roots, streams");
+    for (int r = 0; r < ndev; r++)
+        ump_stream_destroy(pool, st[r]);
+}
+
+/* The flat and the hierarchical schedules of allreduce: the same bits. */
+static void schedules(void)
+{
+    const char *cfg[] = {"coll_schedule:flat", "coll_schedule:hierarchical"};
+    for (int i = 0; i < 2; i++) {
+        ump_comm_t *c;
+        int rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL, cfg[i],
+                                     &c);
+        CHECK(rc == 0, "create %s: %s", cfg[i], ump_strerror(rc));
+        if (rc)
+            return;
+        struct layout l;
+        layout_of(c, ndev, &l);
+        ump_coll_plan_t plan;
+        rc = ump_comm_plan(c, UMP_COLL_ALLREDUCE, 1000, UMP_FLOAT32, &plan);
+        CHECK(rc == 0 && (np == 1 || !strcmp(plan.algorithm,
+                                             i ? "hierarchical" : "flat")),
+              "plan with %s: %s", cfg[i], rc ? ump_strerror(rc)
+                                               : plan.algorithm);
+        for (int dt = 0; dt < 10; dt++)
+            for (int op = 0; op < 5; op++)
+                one_case(c, &l, ndev, all_devs, UMP_COLL_ALLREDUCE, dt, op, 0,
+                         1001, false, NULL, cfg[i]);
+        ump_comm_destroy(c);
+    }
+}
+
+/* Point-to-point: a ring, pairwise exchanges, several messages per pair in
+ * order, and a process-to-process send outside a group. */
+static void p2p(ump_comm_t *c)
+{
+    struct layout l;
+    layout_of(c, ndev, &l);
+    int n = l.nall, first = l.first[me];
+    size_t cnt = 513;
+    int *sb[32], *rb[32];
+    for (int r = 0; r < ndev; r++) {
+        sb[r] = palloc((size_t)n * 3 * cnt * 4, r);
+        rb[r] = palloc((size_t)n * 3 * cnt * 4, r);
+        for (size_t j = 0; j < (size_t)n * 3 * cnt; j++)
+            sb[r][j] = (first + r) * 1000003 + (int)j;
+    }
+    /* Ring: each rank sends to the next, receives from the one before. */
+    int rc = ump_group_start();
+    for (int r = 0; r < ndev; r++) {
+        int g = first + r;
+        rc |= ump_send(c, r, sb[r], cnt, UMP_INT32, (g + 1) % n, NULL);
+        rc |= ump_recv(c, r, rb[r], cnt, UMP_INT32, (g + n - 1) % n, NULL);
+    }
+    rc |= ump_group_end();
+    CHECK(rc == 0, "ring: %d", rc);
+    for (int r = 0; !rc && r < ndev; r++) {
+        int from = (first + r + n - 1) % n;
+        for (size_t j = 0; j < cnt; j++)
+            if (rb[r][j] != from * 1000003 + (int)j) {
+                fail("ring: rank %d element %zu: %d", first + r, j,
+                     rb[r][j]);
+                break;
+            }
+    }
+    /* Every pair, three messages each way, in order: message m from g to h
+     * is block (h * 3 + m) of g's send buffer, into block (g * 3 + m) of
+     * h's recv buffer. */
+    memset(rb[0], 0, 4);
+    rc = ump_group_start();
+    for (int r = 0; r < ndev; r++)
+        for (int h = 0; h < n; h++)
+            for (int m = 0; m < 3; m++) {
+                int g = first + r;
+                rc |= ump_send(c, r, sb[r] + ((size_t)h * 3 + m) * cnt, cnt,
+                               UMP_INT32, h, NULL);
+                rc |= ump_recv(c, r, rb[r] + ((size_t)h * 3 + m) * cnt, cnt,
+                               UMP_INT32, h, NULL);
+                (void)g;
+            }
+    rc |= ump_group_end();
+    CHECK(rc == 0, "pairwise: %d", rc);
+    for (int r = 0; !rc && r < ndev; r++)
+        for (int h = 0; h < n; h++)
+            for (int m = 0; m < 3; m++) {
+                int g = first + r;
+                int want = h * 1000003 + (int)(((size_t)g * 3 + m) * cnt);
+                int got = rb[r][((size_t)h * 3 + m) * cnt];
+                if (got != want)
+                    fail("pairwise: rank %d, message %d from %d: %d, "
+                         "expected %d", g, m, h, got, want);
+            }
+    /* Outside a group, between processes: even processes send first. */
+    int peer = l.first[me ^ 1];
+    if ((me ^ 1) < np) {
+        if (me % 2 == 0) {
+            rc = ump_send(c, 0, sb[0], cnt, UMP_INT32, peer, NULL);
+            rc |= ump_recv(c, 0, rb[0], cnt, UMP_INT32, peer, NULL);
+        } else {
+            rc = ump_recv(c, 0, rb[0], cnt, UMP_INT32, peer, NULL);
+            rc |= ump_send(c, 0, sb[0], cnt, UMP_INT32, peer, NULL);
+        }
+        CHECK(rc == 0 && rb[0][5] == peer * 1000003 + 5,
+              "blocking pair with %d: rc %d, %d", peer, rc, rb[0][5]);
+    }
+    /* Bad input, caught before anything moves. */
+    if (ndev > 1) {
+        rc = ump_send(c, 0, sb[0], cnt, UMP_INT32, first + 1, NULL);
+        CHECK(rc == -EDEADLK, "a send inside the process outside a group: "
+              "%d, expected -EDEADLK", rc);
+        ump_group_start();
+        ump_send(c, 0, sb[0], cnt, UMP_INT32, first + 1, NULL);
+        ump_recv(c, 1, rb[1], cnt + 1, UMP_INT32, first, NULL);
+        rc = ump_group_end();
+        CHECK(rc == -EINVAL, "sizes differ in a pair: %d", rc);
+    }
+    CHECK(ump_send(c, 0, sb[0], cnt, UMP_INT32, n, NULL) == -EINVAL,
+          "peer out of range accepted");
+    CHECK(ump_send(c, ndev, sb[0], cnt, UMP_INT32, 0, NULL) == -EINVAL,
+          "local rank out of range accepted");
+    int stack[4];
+    CHECK(ump_send(c, 0, stack, 4, UMP_INT32, 0, NULL) == -EINVAL,
+          "a buffer outside the pool accepted");
+    CHECK(ump_group_end() == -EINVAL, "ump_group_end without a start");
+    for (int r = 0; r < ndev; r++) {
+        ump_free(pool, sb[r]);
+        ump_free(pool, rb[r]);
+    }
+}
+
+/* An oob over MPI without an engine: the collectives through its
+ * allgather; point-to-point between processes is not possible. */
+static int oob_allgather(void *ctx, const void *s, void *r, size_t bytes)
+{
+    return MPI_Allgather(s, (int)bytes, MPI_BYTE, r, (int)bytes, MPI_BYTE,
+                         *(MPI_Comm *)ctx) ? -EIO : 0;
+}
+
+static int oob_barrier(void *ctx)
+{
+    return MPI_Barrier(*(MPI_Comm *)ctx) ? -EIO : 0;
+}
+
+static void oob_only(void)
+{
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    ump_oob_t oob = {me, np, oob_allgather, oob_barrier, &dup};
+    ump_comm_t *c;
+    int rc = ump_comm_create_oob(pool, ndev, NULL, &oob, NULL, &c);
+    CHECK(rc == 0, "ump_comm_create_oob: %s", ump_strerror(rc));
+    if (!rc) {
+        struct layout l;
+        layout_of(c, ndev, &l);
+        for (int coll = 0; coll < 8; coll++)
+            one_case(c, &l, ndev, all_devs, coll, UMP_BFLOAT16,
+                     reducing(coll) ? UMP_AVG : 0,
+                     rooted(coll) ? 3 % l.nall : 0, 29,
+                     false, NULL, "oob only");
+        void *b = palloc(64, 0);
+        int peer = l.first[(me + 1) % np];
+        rc = ump_send(c, 0, b, 4, UMP_INT32, peer, NULL);
+        CHECK(np == 1 || rc == -ENOTSUP, "p2p without an engine: %d", rc);
+        ump_free(pool, b);
+        ump_comm_destroy(c);
+    }
+    MPI_Comm_free(&dup);
+}
+
+/* Processes bringing different numbers of ranks: process 0 one (its
+ * second device), the others all of theirs. */
+static void uneven(void)
+{
+    int one[1] = {ndev - 1};
+    int nl = me == 0 ? 1 : ndev;
+    const int *devs = me == 0 ? one : all_devs;
+    ump_comm_t *c;
+    int rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, nl,
+                                 me == 0 ? one : NULL, NULL, &c);
+    CHECK(rc == 0, "uneven create: %s", ump_strerror(rc));
+    if (rc)
+        return;
+    struct layout l;
+    layout_of(c, nl, &l);
+    for (int coll = 0; coll < 8; coll++)
+        for (int root = 0; root < (rooted(coll) ? l.nall : 1); root += 2)
+            one_case(c, &l, nl, devs, coll, UMP_FLOAT16,
+                     reducing(coll) ? UMP_SUM : 0, root, 33, root % 4 == 2,
+                     NULL, "uneven");
+    ump_comm_destroy(c);
+}
+
+/* Faults: every process fails the same way, none hangs. */
+static void faults(void)
+{
+    ump_comm_t *c = NULL;
+    /* Process 1's config differs. */
+    int rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                                 me == 1 ? "coll_algo:ring" : NULL, &c);
+    CHECK(np == 1 ? rc == 0 : rc == -EINVAL,
+          "configs differ: %d, expected -EINVAL", rc);
+    if (!rc)
+        ump_comm_destroy(c);
+    /* Process 2 passes a device its pool lacks. */
+    int bad[1] = {ndev + 5};
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, 1,
+                             me == 2 % np ? bad : all_devs, NULL, &c);
+    CHECK(rc == -EINVAL, "a bad device in process %d: %d, expected -EINVAL",
+          2 % np, rc);
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                             "comm_timeout:0", &c);
+    CHECK(rc == -EINVAL, "comm_timeout:0: %d", rc);
+    if (np < 2)
+        return;
+    /* Counts differ between processes: an error, not a hang. */
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                             "comm_timeout:2", &c);
+    CHECK(rc == 0, "create with comm_timeout:2: %s", ump_strerror(rc));
+    if (rc)
+        return;
+    struct layout l;
+    layout_of(c, ndev, &l);
+    float *b[32];
+    const void *s[32];
+    void *r[32];
+    for (int i = 0; i < ndev; i++) {
+        b[i] = palloc(4096 * 4, i);
+        memset(b[i], 0, 4096 * 4);
+        s[i] = r[i] = b[i];
+    }
+    double t0 = now();
+    rc = ump_allreduce(c, s, r, me == 1 ? 4000 : 4096, UMP_FLOAT32, UMP_SUM,
+                       NULL);
+    CHECK(rc != 0, "counts differ between processes: no error");
+    CHECK(now() - t0 < 30, "counts differ: %.1f s", now() - t0);
+    ump_comm_destroy(c);
+    MPI_Barrier(MPI_COMM_WORLD);
+    /* The last process leaves: the others fail within about comm_timeout,
+     * and fail at once after that. */
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                             "comm_timeout:1", &c);
+    CHECK(rc == 0, "create with comm_timeout:1: %s", ump_strerror(rc));
+    if (!rc && me != np - 1) {
+        t0 = now();
+        rc = ump_allreduce(c, s, r, 4096, UMP_FLOAT32, UMP_SUM, NULL);
+        double t = now() - t0;
+        CHECK(rc == -ETIMEDOUT, "a peer left: %d, expected -ETIMEDOUT", rc);
+        CHECK(t >= 0.9 && t < 10, "a peer left: failed after %.2f s", t);
+        rc = ump_allreduce(c, s, r, 4096, UMP_FLOAT32, UMP_SUM, NULL);
+        CHECK(rc == -ETIMEDOUT, "after the failure: %d", rc);
+    }
+    if (c)
+        ump_comm_destroy(c);
+    for (int i = 0; i < ndev; i++)
+        ump_free(pool, b[i]);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+int main(int argc, char **argv)
+{
+    int prov;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &np);
+    const char *cfg = argc > 1 ? argv[1] : "backend:sim,sim_devices:2";
+    int rc = ump_pool_create(cfg, &pool);
+    if (rc) {
+        fprintf(stderr, "ump_pool_create(%s): %s\n", cfg, ump_strerror(rc));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    ndev = ump_device_count(pool);
+    for (int i = 0; i < ndev; i++)
+        all_devs[i] = i;
+    ump_comm_t *c;
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL, NULL, &c);
+    if (rc) {
+        fprintf(stderr, "ump_comm_create_mpi: %s\n", ump_strerror(rc));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    const char *only = getenv("UMPOOL_MPI_TEST");
+#define PART(name, stmt)                                                       \
+    if (!only || strstr(only, name)) {                                         \
+        double t0 = now();                                                     \
+        stmt;                                                                  \
+        if (me == 0)                                                           \
+            printf("%-8s %.2f s\n", name, now() - t0);                         \
+    }
+    PART("matrix", matrix(c, ndev, all_devs, "matrix"));
+    PART("sizes", sizes_and_streams(c));
+    PART("sched", schedules());
+    PART("p2p", p2p(c));
+    PART("oob", oob_only());
+    PART("uneven", uneven());
+    ump_comm_destroy(c);
+    PART("faults", faults());
+    int total = 0;
+    MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (me == 0)
+        printf("%s: %d processes x %d devices, %d failure(s)\n",
+               total ? "FAIL" : "PASS", np, ndev, total);
+    ump_pool_destroy(pool);
+    MPI_Finalize();
+    return total ? 1 : 0;
+}

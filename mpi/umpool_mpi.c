@@ -31,15 +31,51 @@
 /* MPI counts are int: a transfer above this is split in pieces. */
 #define PIECE ((size_t)1 << 30)
 
-/* One transfer: its pieces' requests. A receive remembers its length: MPI
- * accepts a shorter message than the buffer, which here means the
- * processes disagree on a count, an error to report. */
+/* One transfer: its pieces' requests. A receive is not posted at once: it
+ * is matched first (MPI_Improbe), its size checked, then received
+ * (MPI_Imrecv). A message of another size than expected means the
+ * processes disagree on a count: an error, found before any byte lands,
+ * since a receive posted for less than what arrives is not safe in every
+ * MPI (Open MPI 4.1's shared-memory single copy writes past the buffer). */
 struct req {
-    int n;
     bool recv;
+    int n;    /* pieces */
+    int next; /* receive: pieces matched so far, in order */
+    char *buf;
     size_t bytes;
-    MPI_Request r[];
+    int proc, tag;
+    MPI_Request r[]; /* MPI_REQUEST_NULL until started */
 };
+
+static size_t piece_len(const struct req *q, int i)
+{
+    size_t off = (size_t)i * PIECE;
+    return q->bytes - off < PIECE ? q->bytes - off : PIECE;
+}
+
+/* Abandons requests. A receive matched is waited for (its message is on
+ * its way: MPI writes its bytes, then no more), one not matched was never
+ * posted. A send cannot be taken back in general (Open MPI does not cancel
+ * sends): it is let go, and MPI delivers it or drops it with the
+ * communicator. */
+static void drop(int n, void **reqs)
+{
+    for (int i = 0; i < n; i++) {
+        struct req *q = reqs[i];
+        if (!q)
+            continue;
+        for (int j = 0; j < q->n; j++) {
+            if (q->r[j] == MPI_REQUEST_NULL)
+                continue;
+            if (q->recv)
+                MPI_Wait(&q->r[j], MPI_STATUS_IGNORE);
+            else
+                MPI_Request_free(&q->r[j]);
+        }
+        free(q);
+        reqs[i] = NULL;
+    }
+}
 
 static int start(MPI_Comm comm, void *buf, size_t bytes, int proc, int tag,
                  bool send, void **req_p)
@@ -48,21 +84,15 @@ static int start(MPI_Comm comm, void *buf, size_t bytes, int proc, int tag,
     struct req *q = malloc(sizeof(*q) + (size_t)n * sizeof(MPI_Request));
     if (!q)
         return -ENOMEM;
-    q->n = n;
-    q->recv = !send;
-    q->bytes = bytes;
-    for (int i = 0; i < n; i++) {
-        size_t off = (size_t)i * PIECE;
-        int len = (int)(bytes - off < PIECE ? bytes - off : PIECE);
-        char *p = (char *)buf + off;
-        int rc = send ? MPI_Isend(p, len, MPI_BYTE, proc, tag, comm, &q->r[i])
-                      : MPI_Irecv(p, len, MPI_BYTE, proc, tag, comm, &q->r[i]);
-        if (rc != MPI_SUCCESS) {
-            for (int j = 0; j < i; j++) {
-                MPI_Cancel(&q->r[j]);
-                MPI_Request_free(&q->r[j]);
-            }
-            free(q);
+    *q = (struct req){.recv = !send, .n = n, .buf = buf, .bytes = bytes,
+                      .proc = proc, .tag = tag};
+    for (int i = 0; i < n; i++)
+        q->r[i] = MPI_REQUEST_NULL;
+    for (int i = 0; send && i < n; i++) {
+        if (MPI_Isend(q->buf + (size_t)i * PIECE, (int)piece_len(q, i),
+                      MPI_BYTE, proc, tag, comm, &q->r[i]) != MPI_SUCCESS) {
+            void *one = q;
+            drop(1, &one);
             return -EIO;
         }
     }
@@ -82,54 +112,64 @@ static int mpi_irecv(void *ctx, void *buf, size_t bytes, int proc, int tag,
     return start(*(MPI_Comm *)ctx, buf, bytes, proc, tag, false, req_p);
 }
 
-static void drop(int n, void **reqs)
+/* Matches receive reqs[i]'s next pieces with the messages that arrived.
+ * Messages of one (process, tag) match in order: a receive waits while an
+ * earlier one of the same pair is not fully matched. */
+static int match(MPI_Comm comm, int i, void **reqs)
 {
-    for (int i = 0; i < n; i++) {
-        struct req *q = reqs[i];
-        for (int j = 0; j < q->n; j++)
-            if (q->r[j] != MPI_REQUEST_NULL) {
-                MPI_Cancel(&q->r[j]);
-                MPI_Request_free(&q->r[j]);
-            }
-        free(q);
-        reqs[i] = NULL;
+    struct req *q = reqs[i];
+    for (int j = 0; j < i; j++) {
+        const struct req *e = reqs[j];
+        if (e->recv && e->next < e->n && e->proc == q->proc &&
+            e->tag == q->tag)
+            return 0;
     }
-}
-
-/* The bytes a finished receive got (its pieces' counts). */
-static size_t received(const MPI_Status *st, int n)
-{
-    size_t got = 0;
-    for (int i = 0; i < n; i++) {
-        int k = 0;
-        MPI_Get_count(&st[i], MPI_BYTE, &k);
-        got += (size_t)(k > 0 ? k : 0);
+    while (q->next < q->n) {
+        int flag = 0, k = 0;
+        MPI_Message msg;
+        MPI_Status st;
+        if (MPI_Improbe(q->proc, q->tag, comm, &flag, &msg, &st) !=
+            MPI_SUCCESS)
+            return -EIO;
+        if (!flag)
+            return 0;
+        MPI_Get_count(&st, MPI_BYTE, &k);
+        size_t len = piece_len(q, q->next);
+        if (k < 0 || (size_t)k != len) {
+            /* Taken off the queue into a buffer of its own, then dropped. */
+            void *junk = malloc(k > 0 ? (size_t)k : 1);
+            if (junk)
+                MPI_Mrecv(junk, k > 0 ? k : 0, MPI_BYTE, &msg,
+                          MPI_STATUS_IGNORE);
+            free(junk);
+            return -EMSGSIZE;
+        }
+        if (MPI_Imrecv(q->buf + (size_t)q->next * PIECE, (int)len, MPI_BYTE,
+                       &msg, &q->r[q->next]) != MPI_SUCCESS)
+            return -EIO;
+        q->next++;
     }
-    return got;
+    return 0;
 }
 
 static int mpi_testall(void *ctx, int n, void **reqs)
 {
-    (void)ctx;
-    bool all = true;
+    MPI_Comm comm = *(MPI_Comm *)ctx;
     int rc = 0;
-    for (int i = 0; i < n && !rc; i++) {
+    for (int i = 0; !rc && i < n; i++)
+        if (((struct req *)reqs[i])->recv)
+            rc = match(comm, i, reqs);
+    bool all = true;
+    for (int i = 0; !rc && i < n; i++) {
         struct req *q = reqs[i];
-        if (!q->n) /* finished in an earlier poll */
-            continue;
-        MPI_Status st[8];
-        MPI_Status *stp = q->n <= 8 ? st : malloc((size_t)q->n * sizeof(*stp));
         int done = 0;
-        if (!stp)
-            return -ENOMEM;
-        if (MPI_Testall(q->n, q->r, &done, stp) != MPI_SUCCESS)
+        if (q->recv && q->next < q->n) {
+            all = false;
+            continue;
+        }
+        if (MPI_Testall(q->n, q->r, &done, MPI_STATUSES_IGNORE) !=
+            MPI_SUCCESS)
             rc = -EIO;
-        else if (done && q->recv && received(stp, q->n) != q->bytes)
-            rc = -EMSGSIZE;
-        else if (done)
-            q->n = 0;
-        if (stp != st)
-            free(stp);
         all &= done != 0;
     }
     if (rc) {

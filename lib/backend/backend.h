@@ -99,6 +99,10 @@ struct backend_ops {
     int (*kernel_launch)(void *ctx, void *stream, const void *image,
                          const char *name, unsigned grid, unsigned block,
                          void *arg);
+    /* Optional (NULL on sim). Makes device's context current on the
+     * calling thread, and leaves it so: for a library that works on the
+     * CUDA runtime's current device (NCCL's communicator set-up). */
+    int (*make_current)(void *ctx, int device);
 
     /* Optional (NULL: 0). Nanoseconds of driver time spent so far in the
      * virtual-memory calls on device chunks (chunk_create, map,

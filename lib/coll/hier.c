@@ -34,6 +34,7 @@
 #include "coll/model.h"
 #include "coll/reduce.h"
 #include "coll/world.h"
+#include "front/front.h"
 #include "util/log.h"
 
 /* The engine between processes, as the schedule choice sees it: a start-up
@@ -642,8 +643,10 @@ static bool want_flat(ump_comm_t *c, size_t bytes, double *us_p)
     double two = eng_us(w, 2, 2.0 * (np - 1) / np * b);
     double hier = red + bc + (one < two ? one : two);
     double flat = eng_us(w, 1, (double)(np - 1) * nmax * b);
-    bool f = c->sched == COLL_SCHED_FLAT ||
-             (c->sched == COLL_SCHED_AUTO && flat < hier);
+    /* Flat folds on the CPU, straight from the buffers: the sim's. */
+    bool f = !strcmp(c->pool->be->name, "sim") &&
+             (c->sched == COLL_SCHED_FLAT ||
+              (c->sched == COLL_SCHED_AUTO && flat < hier));
     if (us_p)
         *us_p = f ? flat : hier;
     return f;

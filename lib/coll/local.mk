@@ -20,7 +20,8 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/world.c lib/coll/world.h \
 	lib/coll/hier.c \
 	lib/coll/xchg.c \
-	lib/coll/p2p.c
+	lib/coll/p2p.c \
+	lib/coll/nccl.c lib/coll/nccl.h
 
 # The GPU kernel (kernels.cu): nvcc makes a fatbin (sm_90 machine code,
 # compute_90 and compute_80 PTX: configure's NVCC_ARCH_FLAGS), which is embedded as a byte array (kernel_image.c, made

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/nccl.h"
 #include "coll/reduce.h"
 #include "coll/world.h"
 #include "front/check.h"
@@ -116,7 +117,7 @@ static int pair(struct p2p_op *op, int n)
         struct p2p_op *o = &op[i];
         if (!inside(o)) {
             struct coll_world *w = o->c->world;
-            if (!w->engine) {
+            if (!w->engine && !w->nccl) {
                 ump_log_error("%s: rank %d to rank %d crosses processes, and "
                               "this communicator has no data engine "
                               "(ump_comm_create_mpi, or NCCL on cuda)",
@@ -175,7 +176,7 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
             p++;
         int from = o->send ? o->local : o->peer - w->first[p];
         int to = o->send ? o->peer - w->first[p] : o->local;
-        if (w->eng.device_buffers)
+        if (w->nccl || w->eng.device_buffers)
             h[i] = o->buf;
         else if ((rc = coll_stage_in(c->pool, o->buf, o->bytes, o->send,
                                      &h[i])))
@@ -184,7 +185,8 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
                                    COLL_TAG_P2P + from * 32 + to, o->send};
     }
     if (!rc && k)
-        rc = coll_xchg(c, m, k, "ump_group_end");
+        rc = w->nccl ? coll_nccl_xchg(c, m, k, "ump_group_end")
+                     : coll_xchg(c, m, k, "ump_group_end");
     for (int i = 0; h && i < n; i++)
         if (h[i] && h[i] != op[i].buf) {
             int e = coll_stage_out(c->pool, op[i].buf, h[i], op[i].bytes,

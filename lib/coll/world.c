@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "coll/comm.h"
+#include "coll/nccl.h"
 #include "coll/world.h"
 #include "front/check.h"
 #include "util/internal.h"
@@ -211,6 +212,15 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
     }
     c->nall = w->first[w->nproc - 1] + w->nr[w->nproc - 1];
     c->first = w->first[w->me];
+    rc = coll_nccl_start(c, oob);
+    if (rc) {
+        ump_log_error("%s: the oob failed while starting NCCL (%s)", fn,
+                      ump_strerror(rc));
+        if (engine && engine->destroy)
+            engine->destroy(engine->ctx);
+        local_free(c);
+        return rc;
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->done_lock, NULL);
     *comm_p = c;
@@ -224,6 +234,7 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
 void coll_world_destroy(ump_comm_t *c)
 {
     struct coll_world *w = c->world;
+    coll_nccl_stop(c);
     if (w->engine && w->eng.destroy)
         w->eng.destroy(w->eng.ctx);
     pthread_mutex_destroy(&c->lock);

@@ -34,6 +34,7 @@ struct coll_world {
     ump_oob_t oob;     /* valid until destroy only without an engine */
     double timeout_s;  /* a transfer not done by then fails the comm */
     ump_comm_t *local; /* this process's ranks, a one-process communicator */
+    struct coll_nccl *nccl; /* NCCL started: it carries point-to-point */
     /* (the comm's lock) A transfer failed or timed out: the processes no
      * longer agree on what was sent, so every later call fails with it. */
     int broken;

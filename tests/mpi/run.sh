@@ -1,7 +1,9 @@
 #!/bin/sh
 # Runs an MPI test under mpirun: 4 processes (--oversubscribe: CI's
-# machines have 2 cores), each a sim pool of 2 devices (8 ranks). SKIP
-# where configure found no MPI (the program is not built) or no mpirun.
+# machines have 2 cores), each a sim pool of 2 devices (8 ranks), then
+# (without arguments) the same on the fake CUDA driver where it is built.
+# SKIP where configure found no MPI (the program is not built) or no
+# mpirun.
 #   run.sh [PROGRAM [NP [CONFIG]]]
 set -eu
 build=${UMPOOL_BUILDDIR:-.}
@@ -28,5 +30,19 @@ supp=$(cd "$(dirname "$0")" && pwd)/lsan.supp
 LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export LSAN_OPTIONS
 # shellcheck disable=SC2086 # opts is a list of words
-exec timeout 900 "$mpirun" $opts -x LSAN_OPTIONS -x UMPOOL_MPI_TEST \
+timeout 900 "$mpirun" $opts -x LSAN_OPTIONS -x UMPOOL_MPI_TEST \
     -np "$np" "$prog" "$config"
+# The same on the cuda backend over the fake driver (tests/fake_cuda.c,
+# built where cuda.h is): device buffers staged through host memory
+# between processes, and NCCL's loading and fallback where libnccl loads.
+fake=${UMPOOL_TEST_PLUGINS:-}/libfakecuda.so
+if [ $# -eq 0 ] && [ -f "$fake" ]; then
+    UMPOOL_CUDA_DRIVER=$fake UMPOOL_FAKE_CUDA=devices=2
+    export UMPOOL_CUDA_DRIVER UMPOOL_FAKE_CUDA
+    # shellcheck disable=SC2086
+    timeout 900 "$mpirun" $opts -x LSAN_OPTIONS -x UMPOOL_MPI_TEST \
+        -x UMPOOL_CUDA_DRIVER -x UMPOOL_FAKE_CUDA -np "$np" "$prog" \
+        backend:cuda
+else
+    echo "(the fake CUDA driver is not built: the cuda run is left out)"
+fi

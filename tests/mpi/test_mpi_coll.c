@@ -374,8 +374,11 @@ static void schedules(void)
         layout_of(c, ndev, &l);
         ump_coll_plan_t plan;
         rc = ump_comm_plan(c, UMP_COLL_ALLREDUCE, 1000, UMP_FLOAT32, &plan);
+        /* Flat runs where the CPU folds the buffers: on sim. */
+        bool sim = !strcmp(ump_backend_name(pool), "sim");
         CHECK(rc == 0 && (np == 1 || !strcmp(plan.algorithm,
-                                             i ? "hierarchical" : "flat")),
+                                             i || !sim ? "hierarchical"
+                                                       : "flat")),
               "plan with %s: %s", cfg[i], rc ? ump_strerror(rc)
                                                : plan.algorithm);
         for (int dt = 0; dt < 10; dt++)
@@ -612,6 +615,55 @@ static void faults(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* NCCL asked for (coll_engine:nccl) where it cannot start (no GPU, or the
+ * sim backend): every process falls back to MPI with one info line, and
+ * the communicator works. Where libnccl.so.2 loads, this goes through its
+ * loading, process 0's unique id and the oob exchanges. */
+static void nccl_fallback(const char *cfg)
+{
+    char pcfg[256];
+    snprintf(pcfg, sizeof(pcfg), "%s,log_level:info", cfg);
+    ump_pool_t *saved = pool;
+    int rc = ump_pool_create(pcfg, &pool);
+    CHECK(rc == 0, "pool %s: %s", pcfg, ump_strerror(rc));
+    if (rc) {
+        pool = saved;
+        return;
+    }
+    fflush(stderr);
+    int err = dup(2);
+    FILE *t = tmpfile();
+    dup2(fileno(t), 2);
+    ump_comm_t *c = NULL;
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                             "coll_engine:nccl", &c);
+    fflush(stderr);
+    dup2(err, 2);
+    close(err);
+    char log[4096] = "";
+    rewind(t);
+    size_t got = fread(log, 1, sizeof(log) - 1, t);
+    log[got] = '\0';
+    fclose(t);
+    CHECK(rc == 0, "coll_engine:nccl without a GPU: %s", ump_strerror(rc));
+    const char *line = strstr(log, "NCCL did not start");
+    CHECK(line && !strstr(line + 1, "NCCL did not start") &&
+              strstr(line, "goes through mpi"),
+          "coll_engine:nccl without a GPU: no (single) fallback line in: %s",
+          log);
+    if (me == 0 && line)
+        printf("nccl: %.*s\n", (int)strcspn(line, "\n"), line);
+    if (!rc) {
+        struct layout l;
+        layout_of(c, ndev, &l);
+        one_case(c, &l, ndev, all_devs, UMP_COLL_ALLREDUCE, UMP_FLOAT32,
+                 UMP_SUM, 0, 1000, false, NULL, "after the NCCL fallback");
+        ump_comm_destroy(c);
+    }
+    ump_pool_destroy(pool);
+    pool = saved;
+}
+
 int main(int argc, char **argv)
 {
     int prov;
@@ -649,6 +701,7 @@ int main(int argc, char **argv)
     PART("uneven", uneven());
     ump_comm_destroy(c);
     PART("faults", faults());
+    PART("nccl", nccl_fallback(cfg));
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0)

@@ -73,7 +73,7 @@ EXTRA_DIST += tests/inspect/common.sh tests/inspect/show.golden tests/inspect/sh
 # finding, UBSan's included, ends the run with a failure:
 #   make fuzz FUZZ_TIME=60
 if FUZZ
-noinst_PROGRAMS = tests/fuzz_snapshot
+noinst_PROGRAMS += tests/fuzz_snapshot
 tests_fuzz_snapshot_SOURCES = tests/fuzz_snapshot.c \
 	tests/inspect/fuzz_entry.h lib/publish/snapshot.c lib/publish/snapshot.h \
 	tools/inspect/inspect_fmt.c tools/inspect/inspect_fmt.h \

@@ -331,6 +331,19 @@ static void cuda_close_in_child(void *ctx)
     free(c);
 }
 
+/* NCCL's set-up uses the runtime's current device, which is the context
+ * current on the thread: the device's primary context, left current. */
+static int cuda_make_current(void *ctx, int device)
+{
+    struct cuda_ctx *c = ctx;
+    if (!cuda_device_ok(c, device, "make_current"))
+        return -EINVAL;
+    CUresult res = c->api.cuCtxSetCurrent(c->pctx[cuda_phys(c, device)]);
+    return res == CUDA_SUCCESS ? 0
+                               : cudrv_fail(&c->api, res, UMP_LOG_ERROR,
+                                            "cuCtxSetCurrent");
+}
+
 const struct backend_ops cuda_backend_ops = {
     .name = "cuda",
     .open = cuda_open,
@@ -361,6 +374,7 @@ const struct backend_ops cuda_backend_ops = {
     .event_sync = custream_event_sync,
     .stream_wait_event = custream_wait_event,
     .kernel_launch = cukernel_launch,
+    .make_current = cuda_make_current,
     .driver_ns = cuvmm_driver_ns,
 };
 

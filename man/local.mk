@@ -34,6 +34,8 @@ MAN3_PAGES = \
 	man/ump_stream_create.3 \
 	man/ump_memcpy_async.3 \
 	man/ump_comm_create.3 \
+	man/ump_comm_create_oob.3 \
+	man/ump_send.3 \
 	man/ump_allreduce.3 \
 	man/ump_strerror.3
 
@@ -65,7 +67,12 @@ MAN3_LINKS = \
 	man/ump_reduce_scatter.3 \
 	man/ump_alltoall.3 \
 	man/ump_gather.3 \
-	man/ump_scatter.3
+	man/ump_scatter.3 \
+	man/ump_comm_rank.3 \
+	man/ump_comm_create_mpi.3 \
+	man/ump_recv.3 \
+	man/ump_group_start.3 \
+	man/ump_group_end.3
 
 dist_man_MANS = \
 	man/umpool-inspect.1 \

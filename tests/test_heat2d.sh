@@ -49,15 +49,10 @@ if [ -z "$heat_mpi" ] || [ ! -x "$heat_mpi" ] || [ -z "$mpirun" ]; then
     echo "note: heat2d-mpi or mpirun missing: the MPI run is skipped"
     exit 0
 fi
-# Open MPI (as tests/mpi/run.sh): more processes than cores (CI's machines
-# have 2), busy-polling processes yield, the shared-memory transport copies
-# without CMA, which containers often forbid (ptrace), and root is allowed
-# (CI runs as root). Other MPIs get the plain command.
-set -- -np 4
-if "$mpirun" --version 2>&1 | grep -q 'Open MPI'; then
-    set -- --oversubscribe --mca btl_vader_single_copy_mechanism none \
-        --mca mpi_yield_when_idle 1 "$@"
-    [ "$(id -u)" -eq 0 ] && set -- --allow-run-as-root "$@"
-fi
+MPI_SUPP_DIR=mpi
+# shellcheck source=tests/mpi/mpirun.sh
+. "$(dirname "$0")/mpi/mpirun.sh"
+# shellcheck disable=SC2086 # the options are a list of words
+set -- $MPIRUN_OPTS -np 4
 run "4 processes x 2 devices" timeout 600 "$mpirun" "$@" \
     "$heat_mpi" -n 64 -s 50 --config backend:sim,sim_devices:2

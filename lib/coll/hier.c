@@ -158,13 +158,13 @@ static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
         rc = sync_rank(c, a, 0);
     void *h = NULL;
     if (!rc)
-        rc = coll_stage_in(c->pool, a->recv[0], s, true, &h);
+        rc = coll_stage_in(c, a->recv[0], s, true, &h);
     if (rc)
         return rc;
     rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
     if (!rc && a->op == UMP_AVG)
         coll_avg_finish(a->dt, h, a->count, c->nall);
-    int e = coll_stage_out(c->pool, a->recv[0], h, s, !rc);
+    int e = coll_stage_out(c, a->recv[0], h, s, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
         rc = ump_broadcast(L, (const void *const *)a->recv, a->recv, a->count,
@@ -245,21 +245,21 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
-            rc = coll_stage_in(c->pool, a->recv[lr], s, true, &h);
+            rc = coll_stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < w->nproc; p++)
             if (p != q)
                 m[k++] = msg(h, s, p, true);
         if (!rc) {
             rc = coll_xchg(c, m, k, a->fn);
-            int e = coll_stage_out(c->pool, a->recv[lr], h, s, false);
+            int e = coll_stage_out(c, a->recv[lr], h, s, false);
             rc = rc ? rc : e;
         }
     } else {
-        rc = coll_stage_in(c->pool, a->recv[0], s, false, &h);
+        rc = coll_stage_in(c, a->recv[0], s, false, &h);
         if (!rc) {
             m[k++] = msg(h, s, q, false);
             rc = coll_xchg(c, m, k, a->fn);
-            int e = coll_stage_out(c->pool, a->recv[0], h, s, !rc);
+            int e = coll_stage_out(c, a->recv[0], h, s, !rc);
             rc = rc ? rc : e;
         }
         if (!rc && c->n > 1)
@@ -304,7 +304,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
-            rc = coll_stage_in(c->pool, a->recv[lr], s, true, &h);
+            rc = coll_stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < np; p++)
             if (p != q)
                 m[k++] = msg(tmp + (size_t)p * s, s, p, false);
@@ -317,7 +317,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
                 if (a->op == UMP_AVG)
                     coll_avg_finish(a->dt, h, a->count, c->nall);
             }
-            int e = coll_stage_out(c->pool, a->recv[lr], h, s, !rc);
+            int e = coll_stage_out(c, a->recv[lr], h, s, !rc);
             rc = rc ? rc : e;
         }
         free(tmp);
@@ -330,11 +330,11 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         if (!rc)
             rc = sync_rank(c, a, 0);
         if (!rc)
-            rc = coll_stage_in(c->pool, S, s, true, &h);
+            rc = coll_stage_in(c, S, s, true, &h);
         if (!rc) {
             m[k++] = msg(h, s, q, true);
             rc = coll_xchg(c, m, k, a->fn);
-            coll_stage_out(c->pool, S, h, s, false);
+            coll_stage_out(c, S, h, s, false);
         }
         if (S)
             ump_free(c->pool, S);
@@ -359,7 +359,7 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
         rc = sync_rank(c, a, 0);
     char *h = NULL;
     if (!rc)
-        rc = coll_stage_in(c->pool, a->recv[0], all, true, (void **)&h);
+        rc = coll_stage_in(c, a->recv[0], all, true, (void **)&h);
     if (rc)
         return rc;
     struct coll_msg *m = calloc(2 * (size_t)w->nproc, sizeof(*m));
@@ -374,7 +374,7 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     if (!rc)
         rc = coll_xchg(c, m, k, a->fn);
     free(m);
-    int e = coll_stage_out(c->pool, a->recv[0], h, all, !rc);
+    int e = coll_stage_out(c, a->recv[0], h, all, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
         rc = ump_broadcast(L, (const void *const *)a->recv, a->recv,
@@ -400,7 +400,7 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     if (!rc)
         rc = sync_rank(c, a, 0);
     if (!rc)
-        rc = coll_stage_in(c->pool, S, all, true, (void **)&h);
+        rc = coll_stage_in(c, S, all, true, (void **)&h);
     if (rc) {
         if (S)
             ump_free(c->pool, S);
@@ -430,7 +430,7 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     free(tmp);
     free(m);
     free(src);
-    int e = coll_stage_out(c->pool, S, h, all, !rc);
+    int e = coll_stage_out(c, S, h, all, !rc);
     rc = rc ? rc : e;
     const void *from[COLL_MAX_RANKS] = {S + (size_t)c->first * s};
     if (!rc)
@@ -457,7 +457,7 @@ static int views(ump_comm_t *c, void *const *buf, size_t len, bool copy,
             if (!rc)
                 memcpy(h[r], buf[r], len);
         } else {
-            rc = coll_stage_in(c->pool, buf[r], len, copy, &h[r]);
+            rc = coll_stage_in(c, buf[r], len, copy, &h[r]);
         }
         if (rc)
             break;
@@ -473,7 +473,7 @@ static int views_end(ump_comm_t *c, void *const *buf, size_t len, bool copy,
 {
     int rc = 0;
     for (int r = 0; r < c->n; r++) {
-        int e = coll_stage_out(c->pool, buf[r], h[r], len, copy);
+        int e = coll_stage_out(c, buf[r], h[r], len, copy);
         rc = rc ? rc : e;
     }
     return rc;
@@ -529,9 +529,7 @@ static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
     if (!rc)
         rc = coll_xchg(c, m, (int)k, a->fn);
     free(m);
-    for (int r = 0; r < c->n; r++)
-        if (hs[r] != a->send[r])
-            free(hs[r]);
+    views_end(c, (void *const *)a->send, all, false, hs);
     int e = views_end(c, a->recv, all, !rc, hr);
     return rc ? rc : e;
 }
@@ -556,14 +554,14 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
-            rc = coll_stage_in(c->pool, a->recv[lr], all, true, (void **)&h);
+            rc = coll_stage_in(c, a->recv[lr], all, true, (void **)&h);
         if (!rc) {
             for (int p = 0; p < w->nproc; p++)
                 for (int i = 0; p != q && i < w->nr[p]; i++)
                     m[k++] = msg(h + (size_t)(w->first[p] + i) * s, s, p,
                                  false);
             rc = coll_xchg(c, m, (int)k, a->fn);
-            int e = coll_stage_out(c->pool, a->recv[lr], h, all, !rc);
+            int e = coll_stage_out(c, a->recv[lr], h, all, !rc);
             rc = rc ? rc : e;
         }
     } else {
@@ -598,7 +596,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         char *h = NULL;
         rc = ump_scatter(L, S, a->recv, a->count, a->dt, lr, a->streams);
         if (!rc)
-            rc = coll_stage_in(c->pool, (void *)a->send[lr], all, true,
+            rc = coll_stage_in(c, (void *)a->send[lr], all, true,
                                (void **)&h);
         if (!rc) {
             for (int p = 0; p < w->nproc; p++)
@@ -606,7 +604,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
                     m[k++] = msg(h + (size_t)(w->first[p] + i) * s, s, p,
                                  true);
             rc = coll_xchg(c, m, (int)k, a->fn);
-            coll_stage_out(c->pool, (void *)a->send[lr], h, all, false);
+            coll_stage_out(c, (void *)a->send[lr], h, all, false);
         }
         /* The in-process scatter reads the root's send meanwhile: wait for
          * it before the caller may change it (streams NULL: done). */

@@ -178,7 +178,7 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
         int to = o->send ? o->peer - w->first[p] : o->local;
         if (w->nccl || w->eng.device_buffers)
             h[i] = o->buf;
-        else if ((rc = coll_stage_in(c->pool, o->buf, o->bytes, o->send,
+        else if ((rc = coll_stage_in(c, o->buf, o->bytes, o->send,
                                      &h[i])))
             break;
         m[k++] = (struct coll_msg){h[i], o->bytes, p,
@@ -189,7 +189,7 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
                      : coll_xchg(c, m, k, "ump_group_end");
     for (int i = 0; h && i < n; i++)
         if (h[i] && h[i] != op[i].buf) {
-            int e = coll_stage_out(c->pool, op[i].buf, h[i], op[i].bytes,
+            int e = coll_stage_out(c, op[i].buf, h[i], op[i].bytes,
                                    !rc && !op[i].send);
             rc = rc ? rc : e;
         }

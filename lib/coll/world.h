@@ -76,8 +76,12 @@ int coll_xchg(ump_comm_t *c, struct coll_msg *m, int nm, const char *fn);
 bool coll_host_ok(ump_pool_t *pool, const void *p);
 /* A host view of len bytes at p: p itself when the CPU reaches it, else a
  * host copy (*h allocated; copy: fill it from p). */
-int coll_stage_in(ump_pool_t *pool, void *p, size_t len, bool copy, void **h);
-/* The view's end: back into p when copy (and a copy was made), freed. */
-int coll_stage_out(ump_pool_t *pool, void *p, void *h, size_t len, bool copy);
+int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h);
+/* The view's end: back into p when copy (and a copy was made), freed. Once
+ * the communicator failed it is never freed: an abandoned send may still
+ * read it whenever its peer takes the message (MPI cannot take a send
+ * back, nor say when it is done with it), even after ump_comm_destroy. A
+ * failed communicator costs its last call's staging memory. */
+int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy);
 
 #endif

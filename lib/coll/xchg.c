@@ -18,6 +18,20 @@
 #include <string.h>
 #include <time.h>
 
+#if defined(__SANITIZE_ADDRESS__)
+#define UMP_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UMP_LSAN 1
+#endif
+#endif
+#ifndef UMP_LSAN
+#define UMP_LSAN 0
+#endif
+#if UMP_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include "coll/world.h"
 #include "front/front.h"
 #include "util/internal.h"
@@ -218,8 +232,20 @@ bool coll_host_ok(ump_pool_t *pool, const void *p)
     return !pool_ptr_info(pool, p, &in, &why) && in.tier == UMP_TIER_HOST;
 }
 
-int coll_stage_in(ump_pool_t *pool, void *p, size_t len, bool copy, void **h)
+/* Memory left to the process on purpose, not a leak to report (sanitizer
+ * builds). */
+static void lsan_ignore(const void *p)
 {
+#if UMP_LSAN
+    __lsan_ignore_object(p);
+#else
+    (void)p;
+#endif
+}
+
+int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
+{
+    ump_pool_t *pool = c->pool;
     if (coll_host_ok(pool, p)) {
         *h = p;
         return 0;
@@ -238,13 +264,17 @@ int coll_stage_in(ump_pool_t *pool, void *p, size_t len, bool copy, void **h)
     return 0;
 }
 
-int coll_stage_out(ump_pool_t *pool, void *p, void *h, size_t len, bool copy)
+int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
 {
     if (h == p)
         return 0;
-    int rc = copy ? ump_memcpy_async(pool, p, h, len, NULL) : 0;
+    int rc = copy ? ump_memcpy_async(c->pool, p, h, len, NULL) : 0;
     if (!rc && copy)
-        rc = ump_stream_synchronize(pool, NULL);
+        rc = ump_stream_synchronize(c->pool, NULL);
+    if (c->world && c->world->broken) {
+        lsan_ignore(h);
+        return rc;
+    }
     free(h);
     return rc;
 }

@@ -4,7 +4,7 @@
 # link the public libraries only (libumpool-mpi reaches the pool through
 # libumpool.so, so the test must not link a second, static copy of it);
 # the reference reductions are reduce.c compiled in.
-EXTRA_DIST += tests/mpi/run.sh tests/mpi/lsan.supp
+EXTRA_DIST += tests/mpi/run.sh tests/mpi/mpirun.sh tests/mpi/lsan.supp
 TESTS += tests/mpi/run.sh
 if HAVE_MPI
 check_PROGRAMS += tests/mpi/test_mpi_coll

@@ -19,18 +19,13 @@ if [ -z "$mpirun" ] || ! command -v "$mpirun" >/dev/null 2>&1; then
     echo "SKIP: no mpirun (configure's MPIRUN)"
     exit 77
 fi
-# Open MPI refuses root without this (CI runs as root). Busy-polling
-# processes oversubscribed on 2 cores yield; single-copy (CMA) is off since
-# containers often forbid ptrace between processes.
-opts="--oversubscribe --mca btl_vader_single_copy_mechanism none \
---mca mpi_yield_when_idle 1"
-[ "$(id -u)" -eq 0 ] && opts="$opts --allow-run-as-root"
-# Under ASan, Open MPI's own allocations left at exit are not ours.
-supp=$(cd "$(dirname "$0")" && pwd)/lsan.supp
-LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-export LSAN_OPTIONS
+# shellcheck source=tests/mpi/mpirun.sh
+. "$(dirname "$0")/mpirun.sh"
+UMPOOL_MPI_TEST=${UMPOOL_MPI_TEST:-} # the test's parts; empty: all
+export UMPOOL_MPI_TEST
+opts="$MPIRUN_OPTS -x UMPOOL_MPI_TEST"
 # shellcheck disable=SC2086 # opts is a list of words
-timeout 900 "$mpirun" $opts -x LSAN_OPTIONS -x UMPOOL_MPI_TEST \
+timeout 900 "$mpirun" $opts \
     -np "$np" "$prog" "$config"
 # The same on the cuda backend over the fake driver (tests/fake_cuda.c,
 # built where cuda.h is): device buffers staged through host memory
@@ -40,7 +35,7 @@ if [ $# -eq 0 ] && [ -f "$fake" ]; then
     UMPOOL_CUDA_DRIVER=$fake UMPOOL_FAKE_CUDA=devices=2
     export UMPOOL_CUDA_DRIVER UMPOOL_FAKE_CUDA
     # shellcheck disable=SC2086
-    timeout 900 "$mpirun" $opts -x LSAN_OPTIONS -x UMPOOL_MPI_TEST \
+    timeout 900 "$mpirun" $opts \
         -x UMPOOL_CUDA_DRIVER -x UMPOOL_FAKE_CUDA -np "$np" "$prog" \
         backend:cuda
 else

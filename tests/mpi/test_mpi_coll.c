@@ -685,7 +685,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "ump_comm_create_mpi: %s\n", ump_strerror(rc));
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
-    const char *only = getenv("UMPOOL_MPI_TEST");
+    const char *only = getenv("UMPOOL_MPI_TEST"); /* parts, e.g. "p2p,oob" */
+    if (only && !*only)
+        only = NULL;
 #define PART(name, stmt)                                                       \
     if (!only || strstr(only, name)) {                                         \
         double t0 = now();                                                     \

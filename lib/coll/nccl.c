@@ -114,8 +114,9 @@ static void unload(ump_comm_t *c, struct coll_nccl *n)
         return;
     if (n->ev)
         c->pool->be->event_destroy(c->pool->bctx, n->ev);
-    if (n->lib)
-        dlclose(n->lib);
+    /* libnccl stays loaded: NCCL leaves threads behind (its bootstrap's,
+     * even after a failed ncclCommInitRank), which would run in unmapped
+     * code after a dlclose. dlopen of the same library again is cheap. */
     free(n);
 }
 

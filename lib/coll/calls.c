@@ -203,21 +203,15 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st)
     return rc;
 }
 
-static int run(ump_comm_t *c, const struct coll_args *a)
+/* The arguments, and the streams given: each a stream of its rank's
+ * device. */
+static int check_call(ump_comm_t *c, const struct coll_args *a, bool *inplace)
 {
-    if (!c) {
-        ump_log_error("%s: comm is NULL", a->fn);
-        return -EINVAL;
-    }
-    int rc = pool_check(c->pool, a->fn);
-    if (rc)
-        return rc;
-    bool inplace;
-    rc = coll_check(c, a, &inplace);
+    int rc = coll_check(c, a, inplace);
     if (rc || !a->count) /* count 0: nothing to move, nothing waited for */
         return rc;
-    const ump_stream_t *st = a->streams ? a->streams : c->own;
     for (int r = 0; a->streams && r < c->n; r++) {
+        const ump_stream_t *st = a->streams;
         if (!st[r]) {
             ump_log_error("%s: streams[%d] is NULL (a stream of rank %d's "
                           "device, or streams NULL)", a->fn, r, r);
@@ -234,12 +228,36 @@ static int run(ump_comm_t *c, const struct coll_args *a)
             return -EINVAL;
         }
     }
+    return 0;
+}
+
+static int run(ump_comm_t *c, const struct coll_args *a)
+{
+    if (!c) {
+        ump_log_error("%s: comm is NULL", a->fn);
+        return -EINVAL;
+    }
+    int rc = pool_check(c->pool, a->fn);
+    if (rc)
+        return rc;
+    bool inplace;
     if (c->world) {
+        /* Every call counts, failed or empty: the calls' transfers carry
+         * their number, so that a process that left one out (its
+         * arguments were bad) never has its next call matched with the
+         * others' this one (world.h). */
         pthread_mutex_lock(&c->lock);
-        rc = coll_world_run(c, a);
+        c->world->seq++;
+        rc = check_call(c, a, &inplace);
+        if (!rc && a->count)
+            rc = coll_world_run(c, a);
         pthread_mutex_unlock(&c->lock);
         return rc;
     }
+    rc = check_call(c, a, &inplace);
+    if (rc || !a->count)
+        return rc;
+    const ump_stream_t *st = a->streams ? a->streams : c->own;
     coll_comm_reap(c);
     double us;
     size_t bytes = coll_bytes(a->coll, a->count, coll_dtype_size(a->dt), c->n);

@@ -87,9 +87,10 @@ static int proc_of(const struct coll_world *w, int g)
     return p;
 }
 
-static struct coll_msg msg(void *buf, size_t bytes, int proc, bool send)
+static struct coll_msg msg(const struct coll_world *w, void *buf,
+                           size_t bytes, int proc, bool send)
 {
-    return (struct coll_msg){buf, bytes, proc, COLL_TAG_COLL, send};
+    return (struct coll_msg){buf, bytes, proc, coll_call_tag(w), send, 0};
 }
 
 /* Allreduce of h (count elements, host memory) over the processes, folded
@@ -118,8 +119,8 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
             continue;
         size_t qlo = one ? 0 : count * (size_t)q / (size_t)np;
         size_t qhi = one ? count : count * (size_t)(q + 1) / (size_t)np;
-        m[k++] = msg(hc + qlo * esz, (qhi - qlo) * esz, q, true);
-        m[k++] = msg(tmp + (size_t)q * mine, mine, q, false);
+        m[k++] = msg(w, hc + qlo * esz, (qhi - qlo) * esz, q, true);
+        m[k++] = msg(w, tmp + (size_t)q * mine, mine, q, false);
     }
     if (!rc)
         rc = coll_xchg(c, m, k, fn);
@@ -134,8 +135,8 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
             continue;
         size_t qlo = count * (size_t)q / (size_t)np;
         size_t qhi = count * (size_t)(q + 1) / (size_t)np;
-        m[k++] = msg(hc + lo * esz, mine, q, true);
-        m[k++] = msg(hc + qlo * esz, (qhi - qlo) * esz, q, false);
+        m[k++] = msg(w, hc + lo * esz, mine, q, true);
+        m[k++] = msg(w, hc + qlo * esz, (qhi - qlo) * esz, q, false);
     }
     if (!rc && !one)
         rc = coll_xchg(c, m, k, fn);
@@ -198,9 +199,9 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
         if (p == w->me)
             continue;
         for (int r = 0; r < c->n; r++)
-            m[k++] = msg((void *)a->send[r], s, p, true);
+            m[k++] = msg(w, (void *)a->send[r], s, p, true);
         for (int i = 0; i < w->nr[p]; i++)
-            m[k++] = msg(in + (size_t)(w->first[p] + i) * s, s, p, false);
+            m[k++] = msg(w, in + (size_t)(w->first[p] + i) * s, s, p, false);
     }
     if (!rc)
         rc = coll_xchg(c, m, k, a->fn);
@@ -248,7 +249,7 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
             rc = coll_stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < w->nproc; p++)
             if (p != q)
-                m[k++] = msg(h, s, p, true);
+                m[k++] = msg(w, h, s, p, true);
         if (!rc) {
             rc = coll_xchg(c, m, k, a->fn);
             int e = coll_stage_out(c, a->recv[lr], h, s, false);
@@ -257,7 +258,7 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
     } else {
         rc = coll_stage_in(c, a->recv[0], s, false, &h);
         if (!rc) {
-            m[k++] = msg(h, s, q, false);
+            m[k++] = msg(w, h, s, q, false);
             rc = coll_xchg(c, m, k, a->fn);
             int e = coll_stage_out(c, a->recv[0], h, s, !rc);
             rc = rc ? rc : e;
@@ -307,7 +308,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
             rc = coll_stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < np; p++)
             if (p != q)
-                m[k++] = msg(tmp + (size_t)p * s, s, p, false);
+                m[k++] = msg(w, tmp + (size_t)p * s, s, p, false);
         if (!rc) {
             rc = coll_xchg(c, m, k, a->fn);
             for (int p = 0; !rc && p < np; p++)
@@ -332,7 +333,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         if (!rc)
             rc = coll_stage_in(c, S, s, true, &h);
         if (!rc) {
-            m[k++] = msg(h, s, q, true);
+            m[k++] = msg(w, h, s, q, true);
             rc = coll_xchg(c, m, k, a->fn);
             coll_stage_out(c, S, h, s, false);
         }
@@ -367,8 +368,8 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     for (int p = 0; !rc && p < w->nproc; p++) {
         if (p == w->me)
             continue;
-        m[k++] = msg(h + (size_t)c->first * s, (size_t)c->n * s, p, true);
-        m[k++] = msg(h + (size_t)w->first[p] * s, (size_t)w->nr[p] * s, p,
+        m[k++] = msg(w, h + (size_t)c->first * s, (size_t)c->n * s, p, true);
+        m[k++] = msg(w, h + (size_t)w->first[p] * s, (size_t)w->nr[p] * s, p,
                      false);
     }
     if (!rc)
@@ -414,9 +415,9 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     for (int p = 0; !rc && p < np; p++) {
         if (p == w->me)
             continue;
-        m[k++] = msg(h + (size_t)w->first[p] * s, (size_t)w->nr[p] * s, p,
+        m[k++] = msg(w, h + (size_t)w->first[p] * s, (size_t)w->nr[p] * s, p,
                      true);
-        m[k++] = msg(tmp + (size_t)p * mine, mine, p, false);
+        m[k++] = msg(w, tmp + (size_t)p * mine, mine, p, false);
     }
     if (!rc)
         rc = coll_xchg(c, m, k, a->fn);
@@ -519,11 +520,11 @@ static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
         /* The same order on both sides: sender's rank, then receiver's. */
         for (int r = 0; r < c->n; r++)
             for (int j = 0; j < w->nr[p]; j++)
-                m[k++] = msg((char *)hs[r] + (size_t)(w->first[p] + j) * s,
+                m[k++] = msg(w, (char *)hs[r] + (size_t)(w->first[p] + j) * s,
                              s, p, true);
         for (int i = 0; i < w->nr[p]; i++)
             for (int r = 0; r < c->n; r++)
-                m[k++] = msg((char *)hr[r] + (size_t)(w->first[p] + i) * s,
+                m[k++] = msg(w, (char *)hr[r] + (size_t)(w->first[p] + i) * s,
                              s, p, false);
     }
     if (!rc)
@@ -558,7 +559,7 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
         if (!rc) {
             for (int p = 0; p < w->nproc; p++)
                 for (int i = 0; p != q && i < w->nr[p]; i++)
-                    m[k++] = msg(h + (size_t)(w->first[p] + i) * s, s, p,
+                    m[k++] = msg(w, h + (size_t)(w->first[p] + i) * s, s, p,
                                  false);
             rc = coll_xchg(c, m, (int)k, a->fn);
             int e = coll_stage_out(c, a->recv[lr], h, all, !rc);
@@ -569,7 +570,7 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
         rc = views(c, (void *const *)a->send, s, true, false, hs);
         if (!rc) {
             for (int r = 0; r < c->n; r++)
-                m[k++] = msg(hs[r], s, q, true);
+                m[k++] = msg(w, hs[r], s, q, true);
             rc = coll_xchg(c, m, (int)k, a->fn);
             views_end(c, (void *const *)a->send, s, false, hs);
         }
@@ -601,7 +602,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         if (!rc) {
             for (int p = 0; p < w->nproc; p++)
                 for (int i = 0; p != q && i < w->nr[p]; i++)
-                    m[k++] = msg(h + (size_t)(w->first[p] + i) * s, s, p,
+                    m[k++] = msg(w, h + (size_t)(w->first[p] + i) * s, s, p,
                                  true);
             rc = coll_xchg(c, m, (int)k, a->fn);
             coll_stage_out(c, (void *)a->send[lr], h, all, false);
@@ -615,7 +616,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         rc = views(c, a->recv, s, false, false, hr);
         if (!rc) {
             for (int r = 0; r < c->n; r++)
-                m[k++] = msg(hr[r], s, q, false);
+                m[k++] = msg(w, hr[r], s, q, false);
             rc = coll_xchg(c, m, (int)k, a->fn);
             int e = views_end(c, a->recv, s, !rc, hr);
             rc = rc ? rc : e;
@@ -625,21 +626,21 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
     return rc;
 }
 
-/* Flat or hierarchical allreduce of bytes (c->world->nproc > 1). */
+/* Flat or hierarchical allreduce of bytes (c->world->nproc > 1). Every
+ * process must choose the same, so the choice reads only what they all
+ * know (the processes' rank counts, the bytes, the configuration), not
+ * their own topologies: an in-process phase is charged a constant. */
+#define LOCAL_PHASE_US 5.0
 static bool want_flat(ump_comm_t *c, size_t bytes, double *us_p)
 {
     struct coll_world *w = c->world;
     int np = w->nproc, nmax = 0;
     for (int p = 0; p < np; p++)
         nmax = w->nr[p] > nmax ? w->nr[p] : nmax;
-    ump_comm_t *L = w->local;
-    double red, bc;
-    coll_comm_algo(L, UMP_COLL_REDUCE, bytes, &red);
-    coll_comm_algo(L, UMP_COLL_BROADCAST, bytes, &bc);
     double b = (double)bytes;
     double one = eng_us(w, 1, (np - 1) * b);
     double two = eng_us(w, 2, 2.0 * (np - 1) / np * b);
-    double hier = red + bc + (one < two ? one : two);
+    double hier = 2 * LOCAL_PHASE_US + (one < two ? one : two);
     double flat = eng_us(w, 1, (double)(np - 1) * nmax * b);
     /* Flat folds on the CPU, straight from the buffers: the sim's. */
     bool f = !strcmp(c->pool->be->name, "sim") &&

@@ -159,6 +159,19 @@ static int pair(struct p2p_op *op, int n)
     return 0;
 }
 
+/* Transfers by process, direction, tag (source and destination local
+ * ranks), then the order of the calls (seq: qsort is not stable). */
+static int cmp_msg(const void *a, const void *b)
+{
+    const struct coll_msg *x = a, *y = b;
+    int kx[4] = {x->proc, x->send, x->tag, x->seq};
+    int ky[4] = {y->proc, y->send, y->tag, y->seq};
+    for (int i = 0; i < 4; i++)
+        if (kx[i] != ky[i])
+            return kx[i] < ky[i] ? -1 : 1;
+    return 0;
+}
+
 /* The ops of one communicator between processes: staged through host
  * memory where the engine cannot move device memory. */
 static int remote(ump_comm_t *c, struct p2p_op *op, int n)
@@ -181,12 +194,19 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
         else if ((rc = coll_stage_in(c, o->buf, o->bytes, o->send,
                                      &h[i])))
             break;
-        m[k++] = (struct coll_msg){h[i], o->bytes, p,
-                                   COLL_TAG_P2P + from * 32 + to, o->send};
+        m[k] = (struct coll_msg){h[i], o->bytes, p,
+                                 COLL_TAG_P2P + from * 32 + to, o->send, k};
+        k++;
     }
-    if (!rc && k)
-        rc = w->nccl ? coll_nccl_xchg(c, m, k, "ump_group_end")
-                     : coll_xchg(c, m, k, "ump_group_end");
+    if (!rc && k && w->nccl) {
+        /* NCCL matches a pair of processes' transfers by their order
+         * alone: both sides issue them sorted by (source local rank,
+         * destination local rank), the calls' order kept within each. */
+        qsort(m, (size_t)k, sizeof(*m), cmp_msg);
+        rc = coll_nccl_xchg(c, m, k, "ump_group_end");
+    } else if (!rc && k) {
+        rc = coll_xchg(c, m, k, "ump_group_end");
+    }
     for (int i = 0; h && i < n; i++)
         if (h[i] && h[i] != op[i].buf) {
             int e = coll_stage_out(c, op[i].buf, h[i], op[i].bytes,
@@ -198,11 +218,14 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
     return rc;
 }
 
-static int cmp_ptr(const void *a, const void *b)
+/* Communicators in the order every process agrees on (world.h: id); the
+ * one-process ones first (they move nothing between processes). */
+static int cmp_comm(const void *a, const void *b)
 {
-    uintptr_t x = (uintptr_t) * (void *const *)a;
-    uintptr_t y = (uintptr_t) * (void *const *)b;
-    return x < y ? -1 : x > y;
+    const ump_comm_t *x = *(ump_comm_t *const *)a, *y = *(ump_comm_t *const *)b;
+    unsigned long i = x->world ? x->world->id + 1 : 0;
+    unsigned long j = y->world ? y->world->id + 1 : 0;
+    return i < j ? -1 : i > j;
 }
 
 static int run(struct p2p_op *op, int n)
@@ -215,8 +238,10 @@ static int run(struct p2p_op *op, int n)
             rc = ump_stream_synchronize(op[i].c->pool, op[i].stream);
     if (rc)
         return rc;
-    /* The communicators of the group, each locked once, in one order:
-     * their transfers between processes are matched in the order started. */
+    /* The communicators of the group, each locked once, and their
+     * transfers between processes completed one communicator after the
+     * other, in the order every process agrees on: two processes sharing
+     * two communicators never wait for each other crosswise. */
     ump_comm_t **cs = calloc((size_t)n, sizeof(*cs));
     if (!cs)
         return -ENOMEM;
@@ -228,7 +253,7 @@ static int run(struct p2p_op *op, int n)
         if (!seen)
             cs[nc++] = op[i].c;
     }
-    qsort(cs, (size_t)nc, sizeof(*cs), cmp_ptr);
+    qsort(cs, (size_t)nc, sizeof(*cs), cmp_comm);
     for (int j = 0; j < nc; j++)
         pthread_mutex_lock(&cs[j]->lock);
     for (int i = 0; !rc && i < n; i++) {

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,7 @@
 /* What each process brings to the communicator, exchanged once. */
 struct proc_info {
     uint32_t magic;
+    int32_t rank;   /* the oob's rank it claims: its place in the exchange */
     int32_t rc;     /* this process's own setup: 0, or its error */
     int32_t nlocal;
     int32_t engine; /* 1: it has a data engine */
@@ -91,6 +93,12 @@ static int check_infos(const struct proc_info *in, int np, int me,
                           "every process calling %s?)", fn, p, fn);
             return -EPROTO;
         }
+        if (in[p].rank != p) {
+            ump_log_error("%s: the oob's allgather put process %d's part "
+                          "at %d (oob->rank wrong, or the allgather not in "
+                          "rank order)", fn, in[p].rank, p);
+            return -EINVAL;
+        }
         if (in[p].rc) {
             if (p != me)
                 ump_log_error("%s: process %d failed to set up its ranks "
@@ -140,6 +148,12 @@ static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
         free(c);
         return rc;
     }
+    /* The in-process reduce of the hierarchical schedules folds the ranks
+     * in rank order (direct), whatever the size: the fixed order the flat
+     * schedule and every process share (ring and tree fold in their own). */
+    c->world->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT;
+    static atomic_ulong ids;
+    c->world->id = atomic_fetch_add(&ids, 1);
     c->world->timeout_s = c->timeout_s;
     *c_p = c;
     return 0;
@@ -180,7 +194,7 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
     } else {
         rc = local_part(pool, nlocal, devices, config, fn, &c);
     }
-    struct proc_info mine = {.magic = INFO_MAGIC, .rc = rc,
+    struct proc_info mine = {.magic = INFO_MAGIC, .rank = oob->rank, .rc = rc,
                              .nlocal = nlocal, .engine = engine != NULL,
                              .cfg = fnv1a(config)};
     gethostname(mine.host, sizeof(mine.host) - 1);

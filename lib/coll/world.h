@@ -38,6 +38,14 @@ struct coll_world {
     /* (the comm's lock) A transfer failed or timed out: the processes no
      * longer agree on what was sent, so every later call fails with it. */
     int broken;
+    /* (the comm's lock) Collective calls made on the communicator, every
+     * one counted on every process: a call's transfers carry its number in
+     * their tag, so that calls of different numbers never match. */
+    unsigned seq;
+    /* The order of communicators every process agrees on (they are made in
+     * the same order by the processes they share): a group's transfers on
+     * several communicators complete in this order everywhere. */
+    unsigned long id;
 };
 
 /* The world's part of ump_comm_destroy. */
@@ -60,9 +68,16 @@ struct coll_msg {
     int proc;
     int tag;
     bool send;
+    int seq; /* its place among a step's transfers (p2p.c sorts by it) */
 };
-#define COLL_TAG_COLL 0
-#define COLL_TAG_P2P 1024 /* + source local rank * 32 + destination's */
+#define COLL_TAG_P2P 1024  /* + source local rank * 32 + destination's */
+#define COLL_TAG_COLL 4096 /* + the call's number modulo COLL_TAG_SEQS */
+#define COLL_TAG_SEQS 8192
+/* The tag of the transfers of the communicator's current call. */
+static inline int coll_call_tag(const struct coll_world *w)
+{
+    return COLL_TAG_COLL + (int)(w->seq % COLL_TAG_SEQS);
+}
 
 /* Moves the messages: all started at once, then polled until done. With
  * an engine, only this process's messages; without one, every process

@@ -38,6 +38,25 @@ if [ $# -eq 0 ] && [ -f "$fake" ]; then
     timeout 900 "$mpirun" $opts \
         -x UMPOOL_CUDA_DRIVER -x UMPOOL_FAKE_CUDA -np "$np" "$prog" \
         backend:cuda
+    # NCCL's data path, on a stand-in libnccl over MPI (fake_nccl.c).
+    nccl=$build/tests/mpi/.libs/libfakenccl.so
+    if [ -f "$nccl" ]; then
+        UMPOOL_NCCL_LIBRARY=$nccl UMPOOL_MPI_TEST=ncclp2p
+        export UMPOOL_NCCL_LIBRARY UMPOOL_MPI_TEST
+        # shellcheck disable=SC2086
+        timeout 900 "$mpirun" $opts -x UMPOOL_NCCL_LIBRARY \
+            -x UMPOOL_CUDA_DRIVER -x UMPOOL_FAKE_CUDA -np "$np" "$prog" \
+            backend:cuda
+        unset UMPOOL_NCCL_LIBRARY
+        UMPOOL_MPI_TEST=
+    fi
+    unset UMPOOL_CUDA_DRIVER UMPOOL_FAKE_CUDA
 else
     echo "(the fake CUDA driver is not built: the cuda run is left out)"
+fi
+# More ranks per process than the 2 above (the in-process phases' order
+# with 4 ranks): 2 processes of 4 devices.
+if [ $# -eq 0 ]; then
+    # shellcheck disable=SC2086
+    timeout 900 "$mpirun" $opts -np 2 "$prog" backend:sim,sim_devices:4
 fi

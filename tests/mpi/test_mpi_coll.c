@@ -462,6 +462,27 @@ static void p2p(ump_comm_t *c)
         CHECK(rc == 0 && rb[0][5] == peer * 1000003 + 5,
               "blocking pair with %d: rc %d, %d", peer, rc, rb[0][5]);
     }
+    /* Two communicators in one group: each process's transfers with its
+     * neighbour on both, completed in an order all agree on. */
+    ump_comm_t *c2 = NULL;
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL, NULL, &c2);
+    CHECK(rc == 0, "second comm: %s", ump_strerror(rc));
+    if (!rc && np > 1) {
+        int next = l.first[(me + 1) % np], prev = l.first[(me + np - 1) % np];
+        memset(rb[0], 0, cnt * 8);
+        rc = ump_group_start();
+        rc |= ump_send(c2, 0, sb[0], cnt, UMP_INT32, next, NULL);
+        rc |= ump_recv(c2, 0, rb[0], cnt, UMP_INT32, prev, NULL);
+        rc |= ump_send(c, 0, sb[0] + cnt, cnt, UMP_INT32, prev, NULL);
+        rc |= ump_recv(c, 0, rb[0] + cnt, cnt, UMP_INT32, next, NULL);
+        rc |= ump_group_end();
+        CHECK(rc == 0 && rb[0][0] == prev * 1000003 &&
+                  rb[0][cnt] == next * 1000003 + (int)cnt,
+              "two comms in a group: rc %d, got %d and %d", rc, rb[0][0],
+              rb[0][cnt]);
+    }
+    if (c2)
+        ump_comm_destroy(c2);
     /* Bad input, caught before anything moves. */
     if (ndev > 1) {
         rc = ump_send(c, 0, sb[0], cnt, UMP_INT32, first + 1, NULL);
@@ -541,6 +562,19 @@ static void uneven(void)
         return;
     struct layout l;
     layout_of(c, nl, &l);
+    /* Every process plans the same schedule for every size, whatever its
+     * own rank count (a different choice would pair unlike transfers). */
+    for (size_t cnt = 1; cnt <= ((size_t)1 << 24); cnt *= 2) {
+        ump_coll_plan_t plan;
+        rc = ump_comm_plan(c, UMP_COLL_ALLREDUCE, cnt, UMP_FLOAT32, &plan);
+        uint64_t h = rc ? 0 : fnv(plan.algorithm, strlen(plan.algorithm));
+        uint64_t hs[64];
+        MPI_Allgather(&h, 1, MPI_UINT64_T, hs, 1, MPI_UINT64_T,
+                      MPI_COMM_WORLD);
+        for (int p = 1; p < np; p++)
+            CHECK(hs[p] == hs[0], "uneven: count %zu: process %d plans "
+                  "another schedule than process 0", cnt, p);
+    }
     for (int coll = 0; coll < 8; coll++)
         for (int root = 0; root < (rooted(coll) ? l.nall : 1); root += 2)
             one_case(c, &l, nl, devs, coll, UMP_FLOAT16,
@@ -594,6 +628,33 @@ static void faults(void)
     CHECK(now() - t0 < 30, "counts differ: %.1f s", now() - t0);
     ump_comm_destroy(c);
     MPI_Barrier(MPI_COMM_WORLD);
+    /* One process's bad argument (or count 0) in a call the others make:
+     * it fails there at once, and no process gets a result from unlike
+     * calls (the calls' numbers differ): the others fail too, in bounded
+     * time. */
+    for (int variant = 0; variant < 2; variant++) {
+        rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                                 "comm_timeout:1", &c);
+        CHECK(rc == 0, "create with comm_timeout:1: %s", ump_strerror(rc));
+        if (rc)
+            break;
+        const void *sendv[32];
+        for (int i = 0; i < ndev; i++)
+            sendv[i] = me == 1 && !variant ? NULL : s[i];
+        size_t cnt = me == 1 && variant ? 0 : 4096;
+        int rc1 = ump_allreduce(c, sendv, r, cnt, UMP_FLOAT32, UMP_SUM, NULL);
+        int rc2 = ump_allreduce(c, s, r, 4096, UMP_FLOAT32, UMP_SUM, NULL);
+        if (me == 1)
+            CHECK(variant ? rc1 == 0 && rc2 != 0 : rc1 == -EINVAL && rc2 != 0,
+                  "%s on process 1: calls %d, %d", variant ? "count 0"
+                  : "a NULL send", rc1, rc2);
+        else
+            CHECK(rc1 != 0, "%s on process 1: process %d's call succeeded",
+                  variant ? "count 0" : "a NULL send", me);
+        ump_comm_destroy(c);
+        c = NULL;
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
     /* The last process leaves: the others fail within about comm_timeout,
      * and fail at once after that. */
     rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
@@ -664,6 +725,45 @@ static void nccl_fallback(const char *cfg)
     pool = saved;
 }
 
+/* NCCL started (the stand-in of tests/mpi/fake_nccl.c, named by
+ * UMPOOL_NCCL_LIBRARY, on the fake CUDA driver): point-to-point between
+ * processes goes through it, straight from device memory, and pairs
+ * match although the two sides call in different orders. */
+static void nccl_p2p(const char *cfg)
+{
+    char pcfg[256];
+    snprintf(pcfg, sizeof(pcfg), "%s,log_level:info", cfg);
+    ump_pool_t *saved = pool;
+    int rc = ump_pool_create(pcfg, &pool);
+    CHECK(rc == 0, "pool %s: %s", pcfg, ump_strerror(rc));
+    if (rc) {
+        pool = saved;
+        return;
+    }
+    fflush(stderr);
+    int err = dup(2);
+    FILE *t = tmpfile();
+    dup2(fileno(t), 2);
+    ump_comm_t *c = NULL;
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                             "coll_engine:nccl", &c);
+    fflush(stderr);
+    dup2(err, 2);
+    close(err);
+    char log[4096] = "";
+    rewind(t);
+    log[fread(log, 1, sizeof(log) - 1, t)] = '\0';
+    fclose(t);
+    CHECK(rc == 0 && strstr(log, "NCCL carries point-to-point"),
+          "coll_engine:nccl with the stand-in: rc %d, log: %s", rc, log);
+    if (!rc) {
+        p2p(c);
+        ump_comm_destroy(c);
+    }
+    ump_pool_destroy(pool);
+    pool = saved;
+}
+
 int main(int argc, char **argv)
 {
     int prov;
@@ -703,7 +803,11 @@ int main(int argc, char **argv)
     PART("uneven", uneven());
     ump_comm_destroy(c);
     PART("faults", faults());
-    PART("nccl", nccl_fallback(cfg));
+    if (getenv("UMPOOL_NCCL_LIBRARY")) {
+        PART("ncclp2p", nccl_p2p(cfg));
+    } else {
+        PART("nccl", nccl_fallback(cfg));
+    }
     int total = 0;
     MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     if (me == 0)

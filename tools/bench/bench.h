@@ -57,10 +57,12 @@ struct bench_replay_opts {
     "backend:sim,sim_topology:dgx-h200,sim_device_mem:4G"
 struct bench_coll_opts {
     const char *config;      /* --config: the pool */
-    const char *comm_config; /* --algo NAME: "coll_algo:NAME" */
-    char comm_buf[64];
+    const char *comm_config; /* --algo A, --schedule S: "coll_algo:A,..." */
+    const char *algo, *schedule;
+    char comm_buf[96];
     int coll, dtype, op, root, ranks, iters;
     size_t min_bytes, max_bytes, factor;
+    bool mpi_only; /* --mpi-only: under mpirun, the plain MPI baseline only */
     bool json;
 };
 /* The index of s among the collectives ("coll"), types ("type") or

@@ -26,6 +26,15 @@
  * receives the same result (allreduce, allgather, broadcast), the elements
  * whose bits differ from rank 0's (all ranks must get the same bits). A
  * wrong element makes the bench fail.
+ *
+ * Under mpirun (coll_mpi.c): every process's devices are ranks of one
+ * communicator (ump_comm_create_mpi), numbered process by process; inputs
+ * and references follow the global ranks, #wrong is summed over the
+ * processes, times are the slowest process's (a barrier, then the calls
+ * back to back), and process 0 prints. Beside umpool's columns, the plain
+ * MPI collective (allreduce, allgather, alltoall) among the processes in
+ * the same run, on local rank 0's same buffers: one buffer per process,
+ * the same bytes per rank. --mpi-only runs that baseline alone.
  */
 #include "config.h"
 
@@ -38,6 +47,7 @@
 
 #include "bench.h"
 #include "coll_gpu.h"
+#include "coll_mpi.h"
 #include "umpool.h"
 
 static const char *const coll_names[] = {
@@ -278,25 +288,39 @@ static double get(const void *p, int dt)
     }
 }
 
-/* The reference: what rank r's recv element i must hold, for the ops
- * whose result is exact in every type on these inputs (SUM, MAX, MIN) and
- * for the data movers; NAN for PROD and AVG (whose roundings and wrapping
- * differ per type: tests/test_coll_reduce.c checks them). */
-static double want(const struct call *c, int n, int r, size_t i)
+/* The participants of a checked call: n of them, participant k's inputs
+ * those of rank id[k] (id NULL: k itself). umpool's call has every global
+ * rank; the MPI baseline one buffer per process, local rank 0's. */
+struct parts {
+    int n;
+    const int *id;
+};
+
+static long part_input(const struct parts *p, int k, size_t j)
+{
+    return input(p->id ? p->id[k] : k, j);
+}
+
+/* The reference: what participant r's recv element i must hold, for the
+ * ops whose result is exact in every type on these inputs (SUM, MAX, MIN)
+ * and for the data movers; NAN for PROD and AVG (whose roundings and
+ * wrapping differ per type: tests/test_coll_reduce.c checks them). */
+static double want(const struct call *c, const struct parts *p, int r,
+                   size_t i)
 {
     size_t cnt = c->count;
-    int k0 = 0, k1 = n;
     size_t j = i;
     switch (c->coll) {
     case UMP_COLL_BROADCAST:
-        return (double)input(c->root, i);
+        return (double)part_input(p, c->root, i);
     case UMP_COLL_ALLGATHER:
     case UMP_COLL_GATHER:
-        return (double)input((int)(i / cnt), i % cnt);
+        return (double)part_input(p, (int)(i / cnt), i % cnt);
     case UMP_COLL_ALLTOALL:
-        return (double)input((int)(i / cnt), (size_t)r * cnt + i % cnt);
+        return (double)part_input(p, (int)(i / cnt),
+                                  (size_t)r * cnt + i % cnt);
     case UMP_COLL_SCATTER:
-        return (double)input(c->root, (size_t)r * cnt + i);
+        return (double)part_input(p, c->root, (size_t)r * cnt + i);
     case UMP_COLL_REDUCE_SCATTER:
         j = (size_t)r * cnt + i;
         break;
@@ -305,9 +329,9 @@ static double want(const struct call *c, int n, int r, size_t i)
     }
     if (c->op == UMP_PROD || c->op == UMP_AVG)
         return NAN;
-    double acc = (double)input(k0, j);
-    for (int k = k0 + 1; k < k1; k++) {
-        double v = (double)input(k, j);
+    double acc = (double)part_input(p, 0, j);
+    for (int k = 1; k < p->n; k++) {
+        double v = (double)part_input(p, k, j);
         acc = c->op == UMP_SUM   ? acc + v
               : c->op == UMP_MAX ? (v > acc ? v : acc)
                                  : (v < acc ? v : acc);
@@ -332,9 +356,14 @@ static int xfer(ump_pool_t *pool, void *dst, const void *src, size_t n)
 /* #wrong: the elements of every receiving rank that differ from the
  * reference (where there is one), plus, for the collectives where every
  * rank receives the same result, those whose bits differ from rank 0's.
- * -1 when the buffers cannot be read back. */
-static long long count_wrong(ump_pool_t *pool, const struct call *c, int n,
-                             size_t rn, size_t esz)
+ * This process holds nlocal of the participants: recv[r] is participant
+ * pos[r]'s buffer. across (under mpirun, collective): rank 0's bits are
+ * process 0's local rank 0's, broadcast to every process; the count is
+ * this process's. -1 when the buffers cannot be read back. */
+static long long count_wrong(ump_pool_t *pool, const struct call *c,
+                             const struct parts *p, int nlocal,
+                             const int *pos, void *const *recv, size_t rn,
+                             size_t esz, bool across, int proc)
 {
     char *h0 = malloc(rn * esz), *h = malloc(rn * esz);
     long long wrong = 0;
@@ -345,20 +374,33 @@ static long long count_wrong(ump_pool_t *pool, const struct call *c, int n,
                            c->coll == UMP_COLL_SCATTER
                        ? c->count
                        : rn;
-    for (int r = 0; r < n && wrong >= 0; r++) {
-        if (!receives(c->coll, r, c->root))
+    if (across && same && (!h0 || !h)) {
+        /* the others would wait in the broadcast below */
+        fprintf(stderr, "umpool-bench: coll: out of host memory\n");
+        coll_mpi_abort();
+    }
+    for (int r = 0; r < nlocal && wrong >= 0; r++) {
+        if (!receives(c->coll, pos[r], c->root))
             continue;
-        if (!h0 || !h || xfer(pool, r ? h : h0, c->recv[r], got_n * esz)) {
+        if (!h0 || !h || xfer(pool, r ? h : h0, recv[r], got_n * esz)) {
             wrong = -1;
             break;
         }
         const char *b = r ? h : h0;
         for (size_t i = 0; i < got_n; i++) {
-            double w = want(c, n, r, i);
+            double w = want(c, p, pos[r], i);
             if ((!isnan(w) && get(b + i * esz, c->dt) != w) ||
                 (same && r && memcmp(b + i * esz, h0 + i * esz, esz)))
                 wrong++;
         }
+    }
+    if (across && same) { /* h: process 0's rank 0 */
+        if (proc == 0)
+            memcpy(h, h0, got_n * esz);
+        coll_mpi_bcast(h, got_n * esz);
+        for (size_t i = 0; proc && wrong >= 0 && i < got_n; i++)
+            if (memcmp(h + i * esz, h0 + i * esz, esz))
+                wrong++;
     }
     free(h0);
     free(h);
@@ -419,116 +461,223 @@ static double gpu_copy_us(ump_pool_t *pool, struct coll_gpu *g, int n,
     return copy;
 }
 
-int bench_coll(const struct bench_coll_opts *o)
+/* Where this run's ranks are: one process (the default), or every process
+ * of an mpirun launch, each with its pool's devices. */
+struct world {
+    bool mpi;      /* started by mpirun: MPI is initialized */
+    bool mpi_only; /* --mpi-only: the MPI baseline alone */
+    int proc, nprocs;
+    int n;           /* this process's ranks */
+    int N;           /* every process's ranks: the communicator's size */
+    int grank[64];   /* the global rank of local rank r */
+    int *g0;         /* [nprocs]: each process's local rank 0, globally */
+};
+
+/* Every process's verdict: true when bad is true in any (collective under
+ * mpirun, so that all stop together instead of waiting for the one that
+ * stopped). */
+static bool agree(const struct world *w, bool bad)
 {
-    const char *config = o->config ? o->config : BENCH_COLL_CONFIG;
-    ump_pool_t *pool;
-    int rc = ump_pool_create(config, &pool);
-    if (rc) {
-        fprintf(stderr, "umpool-bench: coll: ump_pool_create(\"%s\"): %s\n",
-                config, ump_strerror(rc));
-        return 1;
+    return w->mpi ? coll_mpi_max_int(bad) != 0 : bad;
+}
+
+/* A count summed over the processes, -1 when one could not count. */
+static long long sum_wrong(const struct world *w, long long wrong)
+{
+    if (!w->mpi)
+        return wrong;
+    if (agree(w, wrong < 0))
+        return -1;
+    return coll_mpi_sum(wrong);
+}
+
+static const char *const mpi_calls[] = {
+    "MPI_Allreduce", "MPI_Bcast", "MPI_Reduce", "MPI_Allgather",
+    "MPI_Reduce_scatter_block", "MPI_Alltoall", "MPI_Gather", "MPI_Scatter"};
+
+static void print_header(const struct bench_coll_opts *o, const char *config,
+                         const struct world *w, bool sim)
+{
+    const char *cn = coll_names[o->coll];
+    if (o->json) {
+        printf("{\"scenario\": \"coll\", \"collective\": \"%s\", \"ranks\": "
+               "%d, \"config\": ", cn, w->N);
+        json_string(stdout, config);
+        if (w->mpi)
+            printf(", \"processes\": %d, \"local_ranks\": %d, \"mpi_only\": "
+                   "%s, \"baseline\": \"%s\"", w->nprocs, w->n,
+                   w->mpi_only ? "true" : "false", mpi_calls[o->coll]);
+        printf(", \"results\": [");
+        return;
     }
-    int n = ump_device_count(pool), coll = o->coll, dt = o->dtype;
-    if (o->ranks && o->ranks < n)
-        n = o->ranks;
-    if (n > 64)
-        n = 64;
-    ump_comm_t *comm;
-    int dev[64];
-    for (int r = 0; r < n; r++) /* the first n devices */
-        dev[r] = r;
-    rc = ump_comm_create(pool, n, dev, o->comm_config, &comm);
-    if (rc) {
-        fprintf(stderr, "umpool-bench: coll: ump_comm_create: %s\n",
-                ump_strerror(rc));
-        ump_pool_destroy(pool);
-        return 1;
+    if (w->mpi_only) {
+        printf("# umpool-bench coll %s --mpi-only: plain %s among %d "
+               "processes, one buffer each (pool memory, pool \"%s\"), the "
+               "same bytes per rank as umpool's ranks; time: the slowest "
+               "process's, per call\n", cn, mpi_calls[o->coll], w->nprocs,
+               config);
+        printf("%12s %12s %8s %6s %5s %10s %9s %9s %9s\n", "size", "count",
+               "type", "redop", "root", "mpi us", "mpi algbw", "mpi busbw",
+               "mpi wrong");
+        return;
     }
+    if (w->mpi)
+        printf("# umpool-bench coll %s: %d ranks (%d processes, %d ranks in "
+               "process 0), pool \"%s\"; times: the slowest process's; mpi: "
+               "plain %s among the %d processes in the same run, one buffer "
+               "each (local rank 0's, the same bytes per rank); ratio: busbw "
+               "/ mpi busbw\n", cn, w->N, w->nprocs, w->n, config,
+               mpi_calls[o->coll], w->nprocs);
+    printf("# umpool-bench coll %s: %d ranks, pool \"%s\"%s\n", cn, w->N,
+           config,
+           sim ? "; time: measured CPU time (sim), model: the cost "
+                 "model's time for the topology; exec: the model's time "
+                 "for the schedule as executed (each transfer charged to "
+                 "its links); copy: the memory-copy baseline of the same "
+                 "bytes"
+               : "; time: GPU time per call (events around calls queued "
+                 "back to back), model: the cost model's time; copy: "
+                 "every rank's device-to-device copy of the same bytes, "
+                 "all at once");
+    printf("%12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %10s "
+           "%7s %10s",
+           "size", "count", "type", "redop", "root", "time us", "algbw",
+           "busbw", "#wrong", "algorithm", "model us", "exec us",
+           "model bus", "copy us", "copy/time");
+    if (w->mpi)
+        printf(" %10s %9s %9s %7s", "mpi us", "mpi busbw", "mpi wrong",
+               "ratio");
+    printf("\n");
+}
+
+/* umpool's call, timed: microseconds per call, NAN when a call failed
+ * (printed). Under mpirun: one warm-up call, a barrier, iters calls back
+ * to back timed by every process, the slowest process's time. */
+static double time_calls(const struct world *w, struct coll_gpu *gpu,
+                         struct call *c, int iters)
+{
+    double t = 0;
+    bool bad = false;
+    if (gpu) {
+        if (w->mpi)
+            coll_mpi_barrier();
+        t = coll_gpu_time(gpu, call_run, c, iters);
+    } else if (w->mpi) {
+        bad = agree(w, call_run(c, NULL) != 0); /* the warm-up */
+        coll_mpi_barrier();
+        uint64_t t0 = now_ns();
+        for (int k = 0; k < iters && !bad; k++)
+            bad = call_run(c, NULL) != 0;
+        t = bad ? NAN : (double)(now_ns() - t0) / 1e3 / iters;
+    } else {
+        for (int k = 0; k <= iters && !bad; k++) {
+            uint64_t t0 = now_ns();
+            bad = call_run(c, NULL) != 0;
+            if (k) /* the first is a warm-up */
+                t += (double)(now_ns() - t0) / 1e3;
+        }
+        t = bad ? NAN : t / iters;
+    }
+    return w->mpi ? coll_mpi_max(t) : t;
+}
+
+/* Pool buffers of the n local ranks for one size, the inputs written (of
+ * each rank's global rank); false (and nothing held) when memory is
+ * short, in any process. */
+static bool make_buffers(ump_pool_t *pool, const struct world *w, int dt,
+                         size_t sn, size_t rn, void **sb, void **rb)
+{
     size_t esz = type_sizes[dt];
-    int root = rooted(coll) ? o->root % n : -1;
-    bool sim = !strcmp(ump_backend_name(pool), "sim");
-    struct coll_gpu *gpu = NULL;
-    if (!sim) {
-        char why[256];
-        gpu = coll_gpu_open(pool, n, why, sizeof(why));
-        if (!gpu) {
-            fprintf(stderr, "umpool-bench: coll: no GPU timing on %s: %s\n",
-                    ump_backend_name(pool), why);
-            ump_comm_destroy(comm);
-            ump_pool_destroy(pool);
-            return 1;
+    char *hb = malloc((sn > rn ? sn : rn) * esz);
+    int made = 0;
+    bool bad = !hb;
+    for (; !bad && made < w->n; made++) {
+        ump_hints_t h = {.device = made};
+        if (ump_alloc(pool, sn * esz, &h, &sb[made])) {
+            bad = true;
+            break;
+        }
+        if (ump_alloc(pool, rn * esz, &h, &rb[made])) {
+            ump_free(pool, sb[made]);
+            bad = true;
+            break;
+        }
+        for (size_t i = 0; i < sn; i++)
+            put(hb + i * esz, dt, input(w->grank[made], i));
+        if (xfer(pool, sb[made], hb, sn * esz) ||
+            ump_memset_async(pool, rb[made], 0, rn * esz, NULL) ||
+            ump_stream_synchronize(pool, NULL)) {
+            made++;
+            bad = true;
+            break;
         }
     }
-    if (!o->json) {
-        printf("# umpool-bench coll %s: %d ranks, pool \"%s\"%s\n",
-               coll_names[coll], n, config,
-               sim ? "; time: measured CPU time (sim), model: the cost "
-                     "model's time for the topology; exec: the model's time "
-                     "for the schedule as executed (each transfer charged to "
-                     "its links); copy: the memory-copy baseline of the same "
-                     "bytes"
-                   : "; time: GPU time per call (events around calls queued "
-                     "back to back), model: the cost model's time; copy: "
-                     "every rank's device-to-device copy of the same bytes, "
-                     "all at once");
-        printf("%12s %12s %8s %6s %5s %10s %8s %8s %7s %10s %8s %8s %10s "
-               "%7s %10s\n",
-               "size", "count", "type", "redop", "root", "time us",
-               "algbw", "busbw", "#wrong", "algorithm", "model us",
-               "exec us", "model bus", "copy us", "copy/time");
-    } else {
-        printf("{\"scenario\": \"coll\", \"collective\": \"%s\", \"ranks\": "
-               "%d, \"config\": ", coll_names[coll], n);
-        json_string(stdout, config);
-        printf(", \"results\": [");
+    free(hb);
+    if (bad)
+        fprintf(stderr, "umpool-bench: coll: out of pool memory at %zu "
+                "bytes per buffer\n", sn > rn ? sn * esz : rn * esz);
+    if (!agree(w, bad))
+        return true;
+    while (made-- > 0) {
+        ump_free(pool, sb[made]);
+        ump_free(pool, rb[made]);
     }
-    int ret = 0;
+    return false;
+}
+
+/* The MPI baseline of one size on local rank 0's buffers: its time (NAN:
+ * not run) and #wrong against the reference of one buffer per process. */
+static double mpi_baseline(ump_pool_t *pool, const struct world *w,
+                           const struct call *c, void *send, void *recv,
+                           int iters, long long *wrong_p)
+{
+    size_t esz = type_sizes[c->dt], msn, mrn;
+    elems(c->coll, w->nprocs, c->count, &msn, &mrn);
+    /* what the check reads is what MPI wrote, not umpool's result */
+    int rc = ump_memset_async(pool, recv, 0, mrn * esz, NULL);
+    if (!rc)
+        rc = ump_stream_synchronize(pool, NULL);
+    if (rc)
+        fprintf(stderr, "umpool-bench: coll: clearing the baseline's "
+                "buffer: %s\n", ump_strerror(rc));
+    if (agree(w, rc != 0))
+        return NAN;
+    double t = coll_mpi_baseline_us(c->coll, send, recv, c->count, c->dt,
+                                    c->op, iters);
+    struct parts mp = {w->nprocs, w->g0};
+    void *rv[1] = {recv};
+    *wrong_p = sum_wrong(w, count_wrong(pool, c, &mp, 1, &w->proc, rv, mrn,
+                                        esz, true, w->proc));
+    return t;
+}
+
+/* The sizes of the run on the ranks of w; 0, or 1 on failure. */
+static int run_sizes(const struct bench_coll_opts *o, ump_pool_t *pool,
+                     ump_comm_t *comm, struct coll_gpu *gpu,
+                     const struct world *w, int root)
+{
+    int coll = o->coll, dt = o->dtype, n = w->n, N = w->N;
+    size_t esz = type_sizes[dt];
+    const char *why_not = NULL; /* the baseline's, for the footnote */
     bool first = true;
+    int ret = 0;
     for (size_t bytes = o->min_bytes; bytes <= o->max_bytes && !ret;
          bytes = bytes * o->factor > bytes ? bytes * o->factor
                                            : o->max_bytes + 1) {
-        /* nccl-tests' size is S: count = S / esz / (n for the sliced ones) */
+        /* nccl-tests' size is S: count = S / esz / (N for the sliced ones) */
         size_t per = coll == UMP_COLL_ALLREDUCE ||
                              coll == UMP_COLL_BROADCAST ||
                              coll == UMP_COLL_REDUCE
                          ? 1
-                         : (size_t)n;
+                         : (size_t)N;
         size_t count = bytes / esz / per;
         if (!count)
             continue;
         size_t sn, rn;
-        elems(coll, n, count, &sn, &rn);
+        elems(coll, N, count, &sn, &rn);
         void *sb[64], *rb[64];
-        char *hb = malloc((sn > rn ? sn : rn) * esz);
-        int made = 0;
-        for (; hb && made < n; made++) {
-            ump_hints_t h = {.device = made};
-            if (ump_alloc(pool, sn * esz, &h, &sb[made]))
-                break;
-            if (ump_alloc(pool, rn * esz, &h, &rb[made])) {
-                ump_free(pool, sb[made]);
-                break;
-            }
-            for (size_t i = 0; i < sn; i++)
-                put(hb + i * esz, dt, input(made, i));
-            if (xfer(pool, sb[made], hb, sn * esz) ||
-                ump_memset_async(pool, rb[made], 0, rn * esz, NULL) ||
-                ump_stream_synchronize(pool, NULL)) {
-                made++;
-                ret = 1;
-                break;
-            }
-        }
-        free(hb);
-        if (made < n || ret) {
-            fprintf(stderr, "umpool-bench: coll: out of pool memory at %zu "
-                    "bytes\n", bytes);
+        if (!make_buffers(pool, w, dt, sn, rn, sb, rb)) {
             ret = 1;
-            while (made-- > 0) {
-                ump_free(pool, sb[made]);
-                ump_free(pool, rb[made]);
-            }
             break;
         }
         struct call c = {comm, coll, dt, o->op, root < 0 ? 0 : root, count,
@@ -538,74 +687,230 @@ int bench_coll(const struct bench_coll_opts *o)
             c.recv[r] = rb[r];
         }
         int iters = o->iters ? o->iters : 5;
-        double t = 0;
-        if (gpu) {
-            t = coll_gpu_time(gpu, call_run, &c, iters);
-            ret = isnan(t);
-        } else {
-            for (int k = 0; k <= iters && !ret; k++) {
-                uint64_t t0 = now_ns();
-                ret = call_run(&c, NULL) != 0;
-                if (k) /* the first is a warm-up */
-                    t += (double)(now_ns() - t0) / 1e3;
-            }
-            t /= iters;
-        }
-        long long wrong = ret ? 0 : count_wrong(pool, &c, n, rn, esz);
+        double t = NAN, copy = NAN, exec = NAN;
+        long long wrong = 0;
         ump_coll_plan_t plan = {"?", 0};
-        ump_comm_plan(comm, coll, count, dt, &plan);
-        /* The last iteration's schedule, charged transfer by transfer by
-         * the sim's virtual-time link model: it should match the plan. */
-        double exec = NAN;
-        if (ump_comm_last_modeled_us(comm, &exec))
-            exec = NAN;
-        /* the least bytes: every input read once and every output written
-         * once, per rank: a copy of the larger of the two */
-        size_t cp = (sn > rn ? sn : rn) * esz;
-        double copy = ret   ? NAN
-                      : gpu ? gpu_copy_us(pool, gpu, n, cp)
-                            : host_copy_us(n, cp);
+        if (!w->mpi_only) {
+            t = time_calls(w, gpu, &c, iters);
+            ret = isnan(t);
+            struct parts all = {N, NULL};
+            wrong = ret ? 0
+                        : sum_wrong(w, count_wrong(pool, &c, &all, n,
+                                                   w->grank, c.recv, rn, esz,
+                                                   w->mpi, w->proc));
+            ump_comm_plan(comm, coll, count, dt, &plan);
+            /* The last iteration's schedule, charged transfer by transfer
+             * by the sim's virtual-time link model: it should match the
+             * plan. */
+            if (ump_comm_last_modeled_us(comm, &exec))
+                exec = NAN;
+            /* the least bytes: every input read once and every output
+             * written once, per rank: a copy of the larger of the two; under
+             * mpirun every process's ranks at once */
+            size_t cp = (sn > rn ? sn : rn) * esz;
+            if (!ret) {
+                if (w->mpi)
+                    coll_mpi_barrier();
+                copy = gpu ? gpu_copy_us(pool, gpu, n, cp)
+                           : host_copy_us(n, cp);
+                if (w->mpi)
+                    copy = coll_mpi_max(copy);
+            }
+        }
+        double tm = NAN, malgbw = 0, mbusbw = 0;
+        long long mwrong = 0;
+        const char *why = NULL;
+        if (w->mpi && !ret) {
+            why = coll_mpi_baseline_unsupported(coll, dt, o->op, gpu == NULL,
+                                                count, w->nprocs);
+            if (!why)
+                tm = mpi_baseline(pool, w, &c, sb[0], rb[0], iters, &mwrong);
+            else if (!why_not)
+                why_not = why;
+            /* the same bytes per rank on nprocs ranks: nccl-tests' S */
+            double mS = (double)count * (double)esz *
+                        (coll == UMP_COLL_ALLREDUCE ? 1 : w->nprocs);
+            malgbw = tm > 0 ? mS / (tm * 1e3) : 0;
+            mbusbw = malgbw * bus_factor(coll, w->nprocs);
+        }
         double algbw = t > 0 ? (double)bytes / (t * 1e3) : 0; /* GB/s */
-        char wbuf[24];
+        double busbw = algbw * bus_factor(coll, N);
+        double ratio = mbusbw > 0 && !w->mpi_only ? busbw / mbusbw : NAN;
+        char wbuf[24], mwbuf[24];
         double mbus = plan.modeled_us > 0
                           ? (double)bytes / (plan.modeled_us * 1e3) *
-                                bus_factor(coll, n)
+                                bus_factor(coll, N)
                           : 0;
         if (wrong < 0)
             snprintf(wbuf, sizeof(wbuf), "n/a");
         else
             snprintf(wbuf, sizeof(wbuf), "%lld", wrong);
-        if (!ret && !o->json)
+        if (mwrong < 0 || isnan(tm))
+            snprintf(mwbuf, sizeof(mwbuf), "n/a");
+        else
+            snprintf(mwbuf, sizeof(mwbuf), "%lld", mwrong);
+        bool out = !ret && (!w->mpi || w->proc == 0);
+        const char *redop = reducing(coll) ? op_names[o->op] : "none";
+        if (out && !o->json && w->mpi_only) {
+            if (isnan(tm))
+                printf("%12zu %12zu %8s %6s %5d %10s %9s %9s %9s\n", bytes,
+                       count, type_names[dt], redop, root, "n/a", "n/a",
+                       "n/a", "n/a");
+            else
+                printf("%12zu %12zu %8s %6s %5d %10.1f %9.2f %9.2f %9s\n",
+                       bytes, count, type_names[dt], redop, root, tm, malgbw,
+                       mbusbw, mwbuf);
+        } else if (out && !o->json) {
             printf("%12zu %12zu %8s %6s %5d %10.1f %8.2f %8.2f %7s %10s "
-                   "%8.1f %8.1f %10.2f %7.1f %10.2f\n", bytes, count,
-                   type_names[dt], reducing(coll) ? op_names[o->op] : "none",
-                   root, t, algbw, algbw * bus_factor(coll, n), wbuf,
+                   "%8.1f %8.1f %10.2f %7.1f %10.2f", bytes, count,
+                   type_names[dt], redop, root, t, algbw, busbw, wbuf,
                    plan.algorithm, plan.modeled_us, exec, mbus, copy,
                    copy / t);
-        else if (!ret)
+            if (w->mpi && isnan(tm))
+                printf(" %10s %9s %9s %7s", "n/a", "n/a", "n/a", "n/a");
+            else if (w->mpi)
+                printf(" %10.1f %9.2f %9s %7.2f", tm, mbusbw, mwbuf, ratio);
+            printf("\n");
+        } else if (out) {
             printf("%s\n {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
-                   "\"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, "
-                   "\"algbw_gbs\": %.4f, \"busbw_gbs\": %.4f, \"wrong\": "
-                   "%lld, \"algorithm\": \"%s\", \"model_us\": %.3f, "
-                   "\"exec_us\": %.3f, \"model_busbw_gbs\": %.4f, "
-                   "\"copy_us\": %.3f}",
-                   first ? "" : ",", bytes, count, type_names[dt],
-                   reducing(coll) ? op_names[o->op] : "none", root, t, algbw,
-                   algbw * bus_factor(coll, n), wrong, plan.algorithm,
-                   plan.modeled_us, isnan(exec) ? -1.0 : exec, mbus,
-                   isnan(copy) ? -1.0 : copy);
-        first = false;
-        if (wrong)
+                   "\"redop\": \"%s\", \"root\": %d", first ? "" : ",", bytes,
+                   count, type_names[dt], redop, root);
+            if (!w->mpi_only)
+                printf(", \"time_us\": %.3f, \"algbw_gbs\": %.4f, "
+                       "\"busbw_gbs\": %.4f, \"wrong\": %lld, \"algorithm\": "
+                       "\"%s\", \"model_us\": %.3f, \"exec_us\": %.3f, "
+                       "\"model_busbw_gbs\": %.4f, \"copy_us\": %.3f",
+                       t, algbw, busbw, wrong, plan.algorithm,
+                       plan.modeled_us, isnan(exec) ? -1.0 : exec, mbus,
+                       isnan(copy) ? -1.0 : copy);
+            if (w->mpi)
+                printf(", \"mpi_time_us\": %.3f, \"mpi_algbw_gbs\": %.4f, "
+                       "\"mpi_busbw_gbs\": %.4f, \"mpi_wrong\": %lld, "
+                       "\"ratio\": %.4f",
+                       isnan(tm) ? -1.0 : tm, malgbw, mbusbw,
+                       isnan(tm) ? -1 : mwrong, isnan(ratio) ? -1.0 : ratio);
+            printf("}");
+        }
+        if (out)
+            first = false;
+        if (wrong || mwrong)
             ret = 1;
         for (int r = 0; r < n; r++) {
             ump_free(pool, sb[r]);
             ump_free(pool, rb[r]);
         }
     }
-    if (o->json)
-        printf("\n]}\n");
+    if (!w->mpi || w->proc == 0) {
+        if (o->json)
+            printf("\n]}\n");
+        else if (why_not)
+            printf("# mpi: n/a: %s\n", why_not);
+    }
+    return ret;
+}
+
+/* The pool, the communicator and the ranks of w; then the sizes. */
+static int coll_run(const struct bench_coll_opts *o, const char *config,
+                    struct world *w)
+{
+    ump_pool_t *pool = NULL;
+    ump_comm_t *comm = NULL;
+    struct coll_gpu *gpu = NULL;
+    int dev[64], ret = 1;
+    int rc = ump_pool_create(config, &pool);
+    if (rc) {
+        fprintf(stderr, "umpool-bench: coll: ump_pool_create(\"%s\"): %s\n",
+                config, ump_strerror(rc));
+        pool = NULL;
+    }
+    if (agree(w, rc != 0))
+        goto out;
+    int n = w->mpi_only ? 1 : ump_device_count(pool);
+    if (o->ranks && o->ranks < n)
+        n = o->ranks;
+    if (n > 64)
+        n = 64;
+    w->n = n;
+    for (int r = 0; r < n; r++) /* the first n devices */
+        dev[r] = r;
+    if (!w->mpi) {
+        rc = ump_comm_create(pool, n, dev, o->comm_config, &comm);
+        w->N = n;
+        for (int r = 0; r < n; r++)
+            w->grank[r] = r;
+    } else if (!w->mpi_only) {
+        rc = coll_mpi_comm_create(pool, n, dev, o->comm_config, &comm);
+        if (!rc)
+            rc = ump_comm_size(comm, &w->N);
+        for (int r = 0; r < n && !rc; r++)
+            rc = ump_comm_rank(comm, r, &w->grank[r]);
+    } else { /* one buffer per process, the process's rank */
+        w->N = w->nprocs;
+        w->grank[0] = w->proc;
+    }
+    if (rc)
+        fprintf(stderr, "umpool-bench: coll: %s: %s\n",
+                w->mpi ? "ump_comm_create_mpi" : "ump_comm_create",
+                ump_strerror(rc));
+    if (agree(w, rc != 0))
+        goto out;
+    w->g0 = malloc((size_t)w->nprocs * sizeof(*w->g0));
+    if (!w->g0) {
+        fprintf(stderr, "umpool-bench: coll: out of memory\n");
+        if (w->mpi)
+            coll_mpi_abort();
+        goto out;
+    }
+    if (w->mpi)
+        coll_mpi_allgather_int(w->grank[0], w->g0);
+    else
+        w->g0[0] = w->grank[0];
+    int root = rooted(o->coll) ? o->root % w->N : -1;
+    bool sim = !strcmp(ump_backend_name(pool), "sim");
+    if (!sim) {
+        char why[256];
+        gpu = coll_gpu_open(pool, n, why, sizeof(why));
+        if (!gpu)
+            fprintf(stderr, "umpool-bench: coll: no GPU timing on %s: %s\n",
+                    ump_backend_name(pool), why);
+        if (agree(w, !gpu))
+            goto out;
+    }
+    if (!w->mpi || w->proc == 0)
+        print_header(o, config, w, sim);
+    ret = run_sizes(o, pool, comm, gpu, w, root);
+out:
     coll_gpu_close(gpu);
-    ump_comm_destroy(comm);
-    ump_pool_destroy(pool);
+    if (comm)
+        ump_comm_destroy(comm);
+    if (pool)
+        ump_pool_destroy(pool);
+    free(w->g0);
+    return ret;
+}
+
+int bench_coll(const struct bench_coll_opts *o)
+{
+    const char *config = o->config ? o->config : BENCH_COLL_CONFIG;
+    struct world w = {.nprocs = 1, .mpi_only = o->mpi_only};
+    int size;
+    bool launched = coll_mpi_launched(&size);
+    if (o->mpi_only && !launched) {
+        fprintf(stderr, "umpool-bench: coll: --mpi-only runs plain MPI "
+                "among the processes of an mpirun launch: start it with "
+                "mpirun\n");
+        return 1;
+    }
+    if (launched) {
+        if (coll_mpi_init(&w.proc, &w.nprocs))
+            return 1;
+        w.mpi = true;
+    }
+    int ret = coll_run(o, config, &w);
+    if (w.mpi) {
+        /* the exit status is every process's */
+        ret = agree(&w, ret != 0);
+        coll_mpi_finalize();
+    }
     return ret;
 }

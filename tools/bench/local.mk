@@ -4,7 +4,9 @@
 # command line and dispatches; one file per scenario (alloc, demo,
 # placement, offload, replay), their output in *_report.c; the CUDA runtime and
 # driver loaders of the baselines in cuda_loader.c, the io_uring/fio disk
-# baseline in offload_base.c.
+# baseline in offload_base.c. coll under mpirun (coll_mpi.c: the processes,
+# ump_comm_create_mpi, the plain MPI baseline) where configure found MPI;
+# without MPI coll_mpi.c is a stub, and coll.c never sees MPI's types.
 bin_PROGRAMS = tools/umpool-bench
 tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/alloc.c tools/bench/alloc_report.c tools/bench/alloc.h \
@@ -15,6 +17,7 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/offload_opt.c tools/bench/offload_opt.h \
 	tools/bench/replay.c \
 	tools/bench/coll.c tools/bench/coll_gpu.c tools/bench/coll_gpu.h \
+	tools/bench/coll_mpi.c tools/bench/coll_mpi.h \
 	tools/bench/cuda_loader.c tools/bench/cuda_loader.h \
 	lib/topo/drivercost.c
 # lib/topo/drivercost.c: the H200's measured per-handle driver costs, a pure
@@ -22,3 +25,7 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 # cold column: the physical cost of the raw sequence, not umpool's figure.
 tools_umpool_bench_LDADD = lib/libumpool.la $(URING_LIBS)
 tools_umpool_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(URING_CFLAGS)
+if HAVE_MPI
+tools_umpool_bench_CPPFLAGS += $(MPI_CFLAGS)
+tools_umpool_bench_LDADD += mpi/libumpool-mpi.la $(MPI_LIBS)
+endif

@@ -89,6 +89,16 @@ static void usage(FILE *f)
             "    --ranks N      the first N devices (default all)\n"
             "    --algo NAME    force oneshot, twoshot, ring, tree or direct\n"
             "          (pool default: \"%s\")\n"
+            "    --schedule S   under mpirun: force flat or hierarchical\n"
+            "                   (allreduce across processes)\n"
+            "    --mpi-only     under mpirun: plain MPI alone (one buffer per\n"
+            "                   process), no umpool communicator\n"
+            "          Under mpirun (umpool built with MPI): every process's\n"
+            "          devices are ranks of one communicator\n"
+            "          (ump_comm_create_mpi); rank 0 prints the table, with\n"
+            "          plain MPI_Allreduce/Allgather/Alltoall among the\n"
+            "          processes on the same buffers (one per process) as\n"
+            "          the baseline column; --ranks N: N ranks per process\n"
             "  replay TRACE  replays an allocation trace (lines 'a ID BYTES'\n"
             "          and 'f ID'; scripts/gen-train-trace writes one) on one\n"
             "          simulated device with sim_driver_costs:h200: peak\n"
@@ -298,12 +308,20 @@ static int parse_coll_opt(const char *name, const char *val,
         else
             co->ranks = (int)v;
         return 0;
-    default: /* --algo */
+    default: /* --algo, --schedule: the communicator's configuration */
         if (!*val || strchr(val, ',') || strlen(val) > 32) {
-            usage_error("bad --algo '%s'", val);
+            usage_error("bad %s '%s'", name, val);
             return -EINVAL;
         }
-        snprintf(co->comm_buf, sizeof(co->comm_buf), "coll_algo:%s", val);
+        if (name[2] == 'a')
+            co->algo = val;
+        else
+            co->schedule = val;
+        snprintf(co->comm_buf, sizeof(co->comm_buf), "%s%s%s%s%s",
+                 co->algo ? "coll_algo:" : "", co->algo ? co->algo : "",
+                 co->algo && co->schedule ? "," : "",
+                 co->schedule ? "coll_schedule:" : "",
+                 co->schedule ? co->schedule : "");
         co->comm_config = co->comm_buf;
         return 0;
     }
@@ -401,6 +419,15 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             usage(stdout);
             return -1;
         }
+        if (!strcmp(name, "--mpi-only")) {
+            if (val) {
+                usage_error("--mpi-only takes no value");
+                return EXIT_USAGE;
+            }
+            o->coll.mpi_only = true;
+            o->coll_opts = true;
+            continue;
+        }
         if (!strcmp(name, "--json")) {
             if (val) {
                 usage_error("--json takes no value");
@@ -417,7 +444,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                       !strcmp(name, "-e") || !strcmp(name, "-f") ||
                       !strcmp(name, "-d") || !strcmp(name, "-o") ||
                       !strcmp(name, "-r") || !strcmp(name, "-n") ||
-                      !strcmp(name, "--ranks") || !strcmp(name, "--algo");
+                      !strcmp(name, "--ranks") || !strcmp(name, "--algo") ||
+                      !strcmp(name, "--schedule");
         if (!takes_value) {
             usage_error("unknown option '%s'", a);
             return EXIT_USAGE;
@@ -440,7 +468,8 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
             if (parse_coll_opt(name, val, &o->coll))
                 return EXIT_USAGE;
             o->coll_opts = true;
-        } else if (!strcmp(name, "--ranks") || !strcmp(name, "--algo")) {
+        } else if (!strcmp(name, "--ranks") || !strcmp(name, "--algo") ||
+                   !strcmp(name, "--schedule")) {
             if (parse_coll_opt(name, val, &o->coll))
                 return EXIT_USAGE;
             o->coll_opts = true;
@@ -501,8 +530,8 @@ int main(int argc, char **argv)
         return EXIT_USAGE;
     }
     if (o.coll_opts && strcmp(o.scenario, "coll")) {
-        usage_error("-b, -e, -f, -d, -o, -r, -n, --ranks and --algo belong "
-                    "to coll");
+        usage_error("-b, -e, -f, -d, -o, -r, -n, --ranks, --algo, "
+                    "--schedule and --mpi-only belong to coll");
         return EXIT_USAGE;
     }
     if (o.replay_opts && strcmp(o.scenario, "replay")) {

@@ -109,7 +109,7 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
     size_t lo = one ? 0 : count * (size_t)me / (size_t)np;
     size_t hi = one ? count : count * (size_t)(me + 1) / (size_t)np;
     size_t mine = (hi - lo) * esz;
-    char *tmp = malloc((size_t)np * mine + 1);
+    char *tmp = coll_world_tmp(w, 0, (size_t)np * mine);
     struct coll_msg *m = calloc(2 * (size_t)np, sizeof(*m));
     const void **src = calloc((size_t)np, sizeof(*src));
     int rc = tmp && m && src ? 0 : -ENOMEM, k = 0;
@@ -140,7 +140,6 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
     }
     if (!rc && !one)
         rc = coll_xchg(c, m, k, fn);
-    free(tmp);
     free(m);
     free(src);
     return rc;
@@ -190,8 +189,8 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
     struct coll_world *w = c->world;
     size_t s = a->count * esz_of(a);
     int np = w->nproc, op = reduce_op(a->op), k = 0;
-    char *in = malloc((size_t)c->nall * s + 1);
-    char *part = malloc((size_t)np * s + 1);
+    char *in = coll_world_tmp(w, 0, (size_t)c->nall * s);
+    char *part = coll_world_tmp(w, 1, (size_t)np * s);
     struct coll_msg *m = calloc((size_t)c->nall * 2 + 1, sizeof(*m));
     const void **src = calloc((size_t)c->nall + (size_t)np, sizeof(*src));
     int rc = in && part && m && src ? 0 : -ENOMEM;
@@ -221,8 +220,6 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
         for (int r = 0; r < c->n; r++)
             memcpy(a->recv[r], in, s);
     }
-    free(in);
-    free(part);
     free(m);
     free(src);
     return rc;
@@ -296,7 +293,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         return -ENOMEM;
     void *h = NULL;
     if (w->me == q) {
-        char *tmp = malloc((size_t)np * s + 1);
+        char *tmp = coll_world_tmp(w, 0, (size_t)np * s);
         const void **src = calloc((size_t)np, sizeof(*src));
         rc = tmp && src ? 0 : -ENOMEM;
         if (!rc)
@@ -321,7 +318,6 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
             int e = coll_stage_out(c, a->recv[lr], h, s, !rc);
             rc = rc ? rc : e;
         }
-        free(tmp);
         free(src);
     } else {
         void *S = scratch(c, s, &rc);
@@ -407,7 +403,7 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
             ump_free(c->pool, S);
         return rc;
     }
-    char *tmp = malloc((size_t)np * mine + 1);
+    char *tmp = coll_world_tmp(w, 0, (size_t)np * mine);
     struct coll_msg *m = calloc(2 * (size_t)np, sizeof(*m));
     const void **src = calloc((size_t)np, sizeof(*src));
     rc = tmp && m && src ? 0 : -ENOMEM;
@@ -428,7 +424,6 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
         if (a->op == UMP_AVG)
             coll_avg_finish(a->dt, own, a->count * (size_t)c->n, c->nall);
     }
-    free(tmp);
     free(m);
     free(src);
     int e = coll_stage_out(c, S, h, all, !rc);
@@ -629,20 +624,29 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
 /* Flat or hierarchical allreduce of bytes (c->world->nproc > 1). Every
  * process must choose the same, so the choice reads only what they all
  * know (the processes' rank counts, the bytes, the configuration), not
- * their own topologies: an in-process phase is charged a constant. */
-#define LOCAL_PHASE_US 5.0
+ * their own topologies. Flat runs on sim only (it folds on the CPU,
+ * straight from the buffers), so the costs are the sim's: an in-process
+ * phase is the stream workers' hand-offs plus its bytes through one CPU
+ * (every rank's buffer read or written), the CPU folds and copies at about
+ * one core's memory speed. Calibrated with scripts/bench-mpi on 2 cores
+ * (flat wins to about 256 KiB of float32 over 2 processes x 2 ranks). */
+#define SIM_PHASE_US 20.0
+#define SIM_CPU_GBPS 8.0
 static bool want_flat(ump_comm_t *c, size_t bytes, double *us_p)
 {
     struct coll_world *w = c->world;
     int np = w->nproc, nmax = 0;
     for (int p = 0; p < np; p++)
         nmax = w->nr[p] > nmax ? w->nr[p] : nmax;
-    double b = (double)bytes;
+    double b = (double)bytes, cpu = SIM_CPU_GBPS * 1e3; /* bytes per us */
     double one = eng_us(w, 1, (np - 1) * b);
     double two = eng_us(w, 2, 2.0 * (np - 1) / np * b);
-    double hier = 2 * LOCAL_PHASE_US + (one < two ? one : two);
-    double flat = eng_us(w, 1, (double)(np - 1) * nmax * b);
-    /* Flat folds on the CPU, straight from the buffers: the sim's. */
+    /* Reduce and broadcast inside, the exchange, the fold of the slices. */
+    double hier = 2 * (SIM_PHASE_US + nmax * b / cpu) +
+                  (one < two ? one : two) + b / cpu;
+    /* Every rank's input to every process, folded there, copied out. */
+    double flat = eng_us(w, 1, (double)(np - 1) * nmax * b) +
+                  (c->nall + nmax) * b / cpu;
     bool f = !strcmp(c->pool->be->name, "sim") &&
              (c->sched == COLL_SCHED_FLAT ||
               (c->sched == COLL_SCHED_AUTO && flat < hier));

@@ -45,10 +45,22 @@ static uint64_t fnv1a(const char *s)
     return h;
 }
 
+void *coll_world_tmp(struct coll_world *w, int slot, size_t bytes)
+{
+    if (w->tmp_len[slot] < bytes || !w->tmp[slot]) {
+        free(w->tmp[slot]);
+        w->tmp[slot] = malloc(bytes ? bytes : 1);
+        w->tmp_len[slot] = w->tmp[slot] ? bytes : 0;
+    }
+    return w->tmp[slot];
+}
+
 static void world_free(struct coll_world *w)
 {
     if (!w)
         return;
+    free(w->tmp[0]);
+    free(w->tmp[1]);
     free(w->first);
     free(w->nr);
     free(w->node);

@@ -46,7 +46,17 @@ struct coll_world {
      * the same order by the processes they share): a group's transfers on
      * several communicators complete in this order everywhere. */
     unsigned long id;
+    /* (the comm's lock) Host buffers the schedules receive into, kept and
+     * grown from call to call: a fresh malloc of megabytes per call would
+     * fault its pages in every time. */
+    void *tmp[2];
+    size_t tmp_len[2];
 };
+
+/* World w's host buffer slot (0 or 1) of at least bytes, kept for the next
+ * calls; NULL when out of memory. Only a receive buffer: a failed call's
+ * abandoned sends never read it. */
+void *coll_world_tmp(struct coll_world *w, int slot, size_t bytes);
 
 /* The world's part of ump_comm_destroy. */
 void coll_world_destroy(ump_comm_t *c);

@@ -15,6 +15,13 @@
  * collectives' steps between processes fold on the CPU (hier.c) and go
  * through the other engine. Waits poll an event, as NCCL's docs ask, with
  * the communicator's timeout; a timeout aborts the NCCL communicator.
+ *
+ * Not bounded: ncclCommInitRank is blocking and waits for every rank, so a
+ * process whose set-up fails inside NCCL after the others' have begun
+ * (a GPU refusing on one node only) can leave them waiting there; where
+ * every process fails alike (no GPU) they all return and fall back. NCCL's
+ * non-blocking set-up (ncclCommInitRankConfig, blocking = 0) with a polled
+ * deadline would bound it: to do where a GPU can check it.
  */
 #include "config.h"
 

@@ -78,6 +78,11 @@ typedef struct ump_ptr_info {
     size_t chunk_size; /* ... and its size: walk an allocation chunk by chunk */
 } ump_ptr_info_t;
 
+/* The same for a pointer that may not be the pool's (an interposer sorting
+ * the program's pointers): -ENOENT, and no log line, when ptr is in no live
+ * allocation of the pool. */
+int ump_ptr_lookup(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p);
+
 /*
  * Pools. config is "key:value,key:value" (see README, or UMPOOL_CONF); it
  * overrides the environment variable UMPOOL_CONF, key by key. NULL: defaults.

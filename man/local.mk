@@ -72,7 +72,8 @@ MAN3_LINKS = \
 	man/ump_comm_create_mpi.3 \
 	man/ump_recv.3 \
 	man/ump_group_start.3 \
-	man/ump_group_end.3
+	man/ump_group_end.3 \
+	man/ump_ptr_lookup.3
 
 dist_man_MANS = \
 	man/umpool-inspect.1 \

@@ -1351,6 +1351,187 @@ static CUresult fake_cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
     return end(CUDA_SUCCESS);
 }
 
+/* --- classic allocations (cuMemAlloc and kin) --------------------------- */
+/* What a program gets from the driver without umpool, and what the preload
+ * forwards to for pointers it does not own: host memory (like all of this
+ * fake's), device memory counted in the device's used bytes. */
+
+struct fake_classic {
+    char *p;
+    size_t size;
+    int dev; /* -1: host (cuMemAllocHost, cuMemHostAlloc) */
+    struct fake_classic *next;
+};
+static struct fake_classic *classics;
+static long n_classic_alloc, n_classic_host;
+
+static struct fake_classic *classic_holding(uintptr_t p)
+{
+    for (struct fake_classic *c = classics; c; c = c->next)
+        if (p >= (uintptr_t)c->p && p < (uintptr_t)c->p + c->size)
+            return c;
+    return NULL;
+}
+
+static CUresult classic_new(void **pp, size_t size, int dev)
+{
+    if (!pp || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev >= 0 && used[dev] + size > cfg.mem)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct fake_classic *c = calloc(1, sizeof(*c));
+    if (!c || !(c->p = aligned_alloc(256, (size + 255) & ~(size_t)255))) {
+        free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    c->size = size;
+    c->dev = dev;
+    c->next = classics;
+    classics = c;
+    if (dev >= 0) {
+        used[dev] += size;
+        n_classic_alloc++;
+    } else {
+        n_classic_host++;
+    }
+    *pp = c->p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult classic_free(uintptr_t p, bool host)
+{
+    for (struct fake_classic **cp = &classics; *cp; cp = &(*cp)->next) {
+        struct fake_classic *c = *cp;
+        if ((uintptr_t)c->p != p || (c->dev < 0) != host)
+            continue;
+        *cp = c->next;
+        if (c->dev >= 0)
+            used[c->dev] -= c->size;
+        free(c->p);
+        free(c);
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult fake_cuCtxGetDevice(CUdevice *dev)
+{
+    BEGIN();
+    if (!dev)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    *dev = current->dev;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemAlloc(CUdeviceptr *dptr, size_t size)
+{
+    BEGIN();
+    if (!current)
+        return end(CUDA_ERROR_INVALID_CONTEXT);
+    void *p = NULL;
+    CUresult res = classic_new(&p, size, current->dev);
+    if (res == CUDA_SUCCESS && dptr)
+        *dptr = (CUdeviceptr)(uintptr_t)p;
+    return end(res);
+}
+
+static CUresult fake_cuMemFree(CUdeviceptr dptr)
+{
+    BEGIN();
+    return end(classic_free((uintptr_t)dptr, false));
+}
+
+static CUresult fake_cuMemAllocAsync(CUdeviceptr *dptr, size_t size,
+                                     CUstream s)
+{
+    (void)s;
+    return fake_cuMemAlloc(dptr, size);
+}
+
+static CUresult fake_cuMemFreeAsync(CUdeviceptr dptr, CUstream s)
+{
+    (void)s;
+    return fake_cuMemFree(dptr);
+}
+
+static CUresult fake_cuMemAllocHost(void **pp, size_t size)
+{
+    BEGIN();
+    return end(classic_new(pp, size, -1));
+}
+
+static CUresult fake_cuMemHostAlloc(void **pp, size_t size, unsigned flags)
+{
+    (void)flags;
+    return fake_cuMemAllocHost(pp, size);
+}
+
+static CUresult fake_cuMemFreeHost(void *p)
+{
+    BEGIN();
+    return end(classic_free((uintptr_t)p, true));
+}
+
+/* A classic allocation's range; a mapping of the address space gives the
+ * chunk's (the real driver's answer for VMM memory). */
+static CUresult fake_cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
+                                          CUdeviceptr dptr)
+{
+    BEGIN();
+    struct fake_classic *c = classic_holding((uintptr_t)dptr);
+    struct fake_map *m = c ? NULL : map_at((uintptr_t)dptr);
+    if (!c && !m)
+        return end(CUDA_ERROR_NOT_FOUND);
+    if (base)
+        *base = c ? (CUdeviceptr)(uintptr_t)c->p : (CUdeviceptr)m->va;
+    if (size)
+        *size = c ? c->size : m->size;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuPointerGetAttribute(void *data,
+                                           CUpointer_attribute attr,
+                                           CUdeviceptr ptr)
+{
+    CUdeviceptr base;
+    size_t size;
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult res = fake_cuMemGetAddressRange(&base, &size, ptr);
+    if (res != CUDA_SUCCESS)
+        return res;
+    if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *(CUdeviceptr *)data = base;
+    else if (attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+        *(size_t *)data = size;
+    else
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fake_cuPointerGetAttributes(unsigned n,
+                                            CUpointer_attribute *attrs,
+                                            void **data, CUdeviceptr ptr)
+{
+    for (unsigned i = 0; i < n; i++) {
+        CUresult res = fake_cuPointerGetAttribute(data[i], attrs[i], ptr);
+        if (res != CUDA_SUCCESS)
+            return res;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Counters for the preload's tests: allocations the fake itself served. */
+long fake_cuda_classic(const char *what);
+long fake_cuda_classic(const char *what)
+{
+    return !strcmp(what, "alloc") ? n_classic_alloc
+           : !strcmp(what, "host") ? n_classic_host
+                                   : -1;
+}
+
 /* --- cuGetProcAddress ---------------------------------------------------- */
 
 #define FAKE_ENTRY(name) {#name, (void *)fake_##name}
@@ -1404,14 +1585,32 @@ static const struct {
     FAKE_ENTRY(cuModuleUnload),
     FAKE_ENTRY(cuModuleGetFunction),
     FAKE_ENTRY(cuLaunchKernel),
+    FAKE_ENTRY(cuCtxGetDevice),
+    FAKE_ENTRY(cuMemAlloc),
+    FAKE_ENTRY(cuMemFree),
+    FAKE_ENTRY(cuMemAllocAsync),
+    FAKE_ENTRY(cuMemFreeAsync),
+    FAKE_ENTRY(cuMemAllocHost),
+    FAKE_ENTRY(cuMemHostAlloc),
+    FAKE_ENTRY(cuMemFreeHost),
+    FAKE_ENTRY(cuMemGetAddressRange),
+    FAKE_ENTRY(cuPointerGetAttribute),
+    FAKE_ENTRY(cuPointerGetAttributes),
 };
 
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn,
                                      int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *status)
 {
+    /* As the driver: the status pointer is optional (cudart's first
+     * queries pass none), and the flags are the default (0), legacy or
+     * per-thread default stream (this fake has one kind of stream). It may
+     * come first, before cuDriverGetVersion (cudart's order). */
+    if (!cfg.driver)
+        load_config();
     if (!symbol || !pfn || version > cfg.driver ||
-        flags != CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+        flags > (CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+                 CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM))
         return CUDA_ERROR_INVALID_VALUE;
     n_abi = version;
     for (size_t i = 0; i < sizeof(entries) / sizeof(entries[0]); i++)
@@ -1426,6 +1625,51 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn,
         *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     return CUDA_SUCCESS;
 }
+
+/* --- exports by name ----------------------------------------------------- */
+/* A program linked against libcuda binds these names at load time (the
+ * preload's tests build one against this fake, named libcuda.so.1): the
+ * calls such a program makes, under the real driver's exported names
+ * (cuda.h maps cuMemAlloc to cuMemAlloc_v2 and so on). */
+CUresult CUDAAPI cuInit(unsigned f) { return fake_cuInit(f); }
+CUresult CUDAAPI cuDeviceGet(CUdevice *d, int i) { return fake_cuDeviceGet(d, i); }
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+    return fake_cuDevicePrimaryCtxRetain(c, d);
+}
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext c) { return fake_cuCtxSetCurrent(c); }
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *d) { return fake_cuCtxGetDevice(d); }
+CUresult CUDAAPI cuStreamCreate(CUstream *s, unsigned f)
+{
+    return fake_cuStreamCreate(s, f);
+}
+CUresult CUDAAPI cuStreamDestroy(CUstream s) { return fake_cuStreamDestroy(s); }
+CUresult CUDAAPI cuStreamSynchronize(CUstream s)
+{
+    return fake_cuStreamSynchronize(s);
+}
+CUresult CUDAAPI cuMemAlloc(CUdeviceptr *p, size_t n) { return fake_cuMemAlloc(p, n); }
+CUresult CUDAAPI cuMemFree(CUdeviceptr p) { return fake_cuMemFree(p); }
+CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
+{
+    return fake_cuMemAllocAsync(p, n, s);
+}
+CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    return fake_cuMemFreeAsync(p, s);
+}
+CUresult CUDAAPI cuMemGetInfo(size_t *f, size_t *t) { return fake_cuMemGetInfo(f, t); }
+CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *b, size_t *n, CUdeviceptr p)
+{
+    return fake_cuMemGetAddressRange(b, n, p);
+}
+CUresult CUDAAPI cuPointerGetAttribute(void *d, CUpointer_attribute a,
+                                       CUdeviceptr p)
+{
+    return fake_cuPointerGetAttribute(d, a, p);
+}
+CUresult CUDAAPI cuMemAllocHost(void **p, size_t n) { return fake_cuMemAllocHost(p, n); }
+CUresult CUDAAPI cuMemFreeHost(void *p) { return fake_cuMemFreeHost(p); }
 
 /* --- NVML ---------------------------------------------------------------- */
 

@@ -653,15 +653,30 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
     return 0;
 }
 
-UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
-                            ump_ptr_info_t *info_p)
+/* ump_ptr_info and ump_ptr_lookup: the same lookup, said or not. */
+static int ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
+                    const char *fn, bool quiet)
 {
-    int rc = pool_check(pool, "ump_ptr_info");
+    int rc = pool_check(pool, fn);
     if (rc)
         return rc;
     if (!info_p)
-        return bad_arg("ump_ptr_info", "info_p is NULL");
+        return bad_arg(fn, "info_p is NULL");
     const char *why;
     rc = pool_ptr_info(pool, ptr, info_p, &why);
-    return rc ? pool_bad_pointer(ptr, "ump_ptr_info", why) : 0;
+    if (rc && quiet)
+        return -ENOENT;
+    return rc ? pool_bad_pointer(ptr, fn, why) : 0;
+}
+
+UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
+                            ump_ptr_info_t *info_p)
+{
+    return ptr_info(pool, ptr, info_p, "ump_ptr_info", false);
+}
+
+UMP_EXPORT int ump_ptr_lookup(ump_pool_t *pool, const void *ptr,
+                              ump_ptr_info_t *info_p)
+{
+    return ptr_info(pool, ptr, info_p, "ump_ptr_lookup", true);
 }

@@ -25,29 +25,14 @@
 #include <mpi.h>
 
 #include "coll/reduce.h"
+#include "../plaintest.h"
 #include "umpool.h"
 #include "umpool_mpi.h"
 
-static int me, np, failures;
+static int me, np;
 static ump_pool_t *pool;
 static int ndev;
 
-static void fail(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "FAIL [process %d] ", me);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    failures++;
-}
-
-#define CHECK(cond, ...)                                                       \
-    do {                                                                       \
-        if (!(cond))                                                           \
-            fail(__VA_ARGS__);                                                 \
-    } while (0)
 
 static double now(void)
 {
@@ -770,6 +755,7 @@ int main(int argc, char **argv)
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
+    snprintf(fail_prefix, sizeof(fail_prefix), "[process %d] ", me);
     const char *cfg = argc > 1 ? argv[1] : "backend:sim,sim_devices:2";
     int rc = ump_pool_create(cfg, &pool);
     if (rc) {

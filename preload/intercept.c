@@ -1,0 +1,488 @@
+/*
+ * The intercepted driver calls: one table (below), umpool's version of
+ * each, and cuGetProcAddress, which hands them out. A call umpool does not
+ * serve (no pool, a pointer it does not own, a memory pool other than the
+ * device's default, umpool itself calling) goes to the real driver's
+ * version, found through the real cuGetProcAddress, so never back here.
+ *
+ * Device calls act on the current context's device, which is the pool's
+ * device of the same ordinal (backend cuda, one pool device per GPU).
+ * Frees on a stream (cuMemFreeAsync) are stream-ordered like ump_free_async:
+ * an event of the real driver is recorded on the program's stream and the
+ * memory goes back to the pool once the event has completed (checked on
+ * each later intercepted call), never before.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "preload.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+enum {
+    E_GETPROC,
+    E_GETPROC_V1,
+    E_ALLOC,
+    E_ALLOC_PITCH,
+    E_FREE,
+    E_ALLOC_ASYNC,
+    E_FREE_ASYNC,
+    E_ALLOC_POOL_ASYNC,
+    E_GETINFO,
+    E_ADDR_RANGE,
+    E_PTR_ATTR,
+    E_PTR_ATTRS,
+    E_N
+};
+
+/* The one table (filled at the end of this file, after umpool's versions):
+ * the base name cuGetProcAddress takes, the first CUDA version whose ABI
+ * umpool's version has (the _v2 variants: 3.2), umpool's version, and the
+ * real driver's, found on first use. */
+struct entry {
+    const char *name;
+    int since;
+    void *mine;
+    void *_Atomic real;
+};
+static struct entry table[E_N];
+
+int intercept_count(void)
+{
+    return E_N;
+}
+
+const char *intercept_name(int e)
+{
+    return e == E_GETPROC_V1 ? "cuGetProcAddress (11.3)" : table[e].name;
+}
+
+/* The real driver's version of entry e (its newest ABI, the one umpool's
+ * version has), or NULL. */
+static void *real_of(int e)
+{
+    void *fn = atomic_load(&table[e].real);
+    if (fn)
+        return fn;
+    const struct preload_real *r = preload_real();
+    if (!r)
+        return NULL;
+    preload_enter();
+    r->getproc(table[e].name, &fn, e == E_GETPROC_V1 ? 11030 : 12000, 0,
+               NULL);
+    preload_leave();
+    atomic_store(&table[e].real, fn);
+    return fn;
+}
+
+#define REAL(e, type) ((type)real_of(e))
+#define NO_DRIVER CUDA_ERROR_NOT_INITIALIZED
+
+/* The pool, when this call is umpool's to serve: not from umpool itself,
+ * and a pool made. */
+static ump_pool_t *serving(void)
+{
+    if (preload_busy())
+        return NULL;
+    return preload_pool();
+}
+
+/* The pool device of the current context (its CUDA ordinal). */
+static bool current_device(ump_pool_t *pool, int *dev)
+{
+    const struct preload_real *r = preload_real();
+    CUdevice d;
+    if (!r || r->ctx_get_device(&d) != CUDA_SUCCESS)
+        return false;
+    *dev = (int)d;
+    return *dev >= 0 && *dev < ump_device_count(pool);
+}
+
+static bool owned(ump_pool_t *pool, CUdeviceptr p, ump_ptr_info_t *in)
+{
+    return ump_ptr_lookup(pool, (const void *)(uintptr_t)p, in) == 0;
+}
+
+/* --- stream-ordered frees ---------------------------------------------- */
+
+struct pending {
+    void *ptr;
+    CUevent ev;
+    struct pending *next;
+};
+static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending *pend;
+
+void intercept_poll(void)
+{
+    ump_pool_t *pool = umpool_preload_pool();
+    const struct preload_real *r = preload_real();
+    if (!pool || !r || !pend)
+        return;
+    pthread_mutex_lock(&pend_lock);
+    struct pending **pp = &pend;
+    while (*pp) {
+        struct pending *e = *pp;
+        if (r->event_query(e->ev) == CUDA_ERROR_NOT_READY) {
+            pp = &e->next;
+            continue;
+        }
+        /* Done (or the context failed: nothing will touch it). */
+        *pp = e->next;
+        r->event_destroy(e->ev);
+        ump_free(pool, e->ptr);
+        free(e);
+    }
+    pthread_mutex_unlock(&pend_lock);
+}
+
+/* --- umpool's versions ------------------------------------------------- */
+
+/* An allocation of size on the current device; CUDA's answer. */
+static CUresult alloc_on_current(ump_pool_t *pool, CUdeviceptr *dptr,
+                                 size_t size, int e, bool *served)
+{
+    int dev;
+    *served = false;
+    if (!dptr || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!current_device(pool, &dev))
+        return CUDA_SUCCESS; /* not served: the driver answers */
+    preload_enter();
+    intercept_poll();
+    ump_hints_t h = UMP_HINTS_INIT;
+    h.device = dev;
+    void *p = NULL;
+    int rc = ump_alloc(pool, size, &h, &p);
+    preload_leave();
+    if (rc && rc != -ENOMEM)
+        return CUDA_SUCCESS; /* not served */
+    *served = true;
+    preload_count(e, true);
+    if (rc)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult CUDAAPI cuMemAlloc(CUdeviceptr *dptr, size_t bytesize)
+{
+    ump_pool_t *pool = serving();
+    bool served = false;
+    CUresult res = pool ? alloc_on_current(pool, dptr, bytesize, E_ALLOC,
+                                           &served)
+                        : CUDA_SUCCESS;
+    if (served || res != CUDA_SUCCESS)
+        return res;
+    preload_count(E_ALLOC, false);
+    CUresult (*fn)(CUdeviceptr *, size_t) =
+        REAL(E_ALLOC, CUresult (*)(CUdeviceptr *, size_t));
+    return fn ? fn(dptr, bytesize) : NO_DRIVER;
+}
+
+/* Rows of width bytes padded to the driver's pitch alignment (512 bytes
+ * covers every element size it takes: 4, 8 or 16). */
+EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch,
+                                        size_t width, size_t height,
+                                        unsigned int elem)
+{
+    ump_pool_t *pool = serving();
+    if (pool && pitch && width && height &&
+        (elem == 4 || elem == 8 || elem == 16) &&
+        width <= SIZE_MAX - 511) {
+        size_t pt = (width + 511) & ~(size_t)511;
+        if (height <= SIZE_MAX / pt) {
+            bool served;
+            CUresult res = alloc_on_current(pool, dptr, pt * height,
+                                            E_ALLOC_PITCH, &served);
+            if (served || res != CUDA_SUCCESS) {
+                if (res == CUDA_SUCCESS)
+                    *pitch = pt;
+                return res;
+            }
+        }
+    }
+    preload_count(E_ALLOC_PITCH, false);
+    CUresult (*fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned) =
+        REAL(E_ALLOC_PITCH,
+             CUresult (*)(CUdeviceptr *, size_t *, size_t, size_t, unsigned));
+    return fn ? fn(dptr, pitch, width, height, elem) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
+{
+    ump_pool_t *pool = serving();
+    ump_ptr_info_t in;
+    if (pool && dptr && owned(pool, dptr, &in)) {
+        preload_count(E_FREE, true);
+        /* Inside an allocation but not its start: the driver's answer for
+         * a pointer it did not hand out. */
+        if ((uintptr_t)in.base != (uintptr_t)dptr)
+            return CUDA_ERROR_INVALID_VALUE;
+        preload_enter();
+        int rc = ump_free(pool, in.base);
+        intercept_poll();
+        preload_leave();
+        return rc ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    }
+    preload_count(E_FREE, false);
+    CUresult (*fn)(CUdeviceptr) = REAL(E_FREE, CUresult (*)(CUdeviceptr));
+    return fn ? fn(dptr) : NO_DRIVER;
+}
+
+/* Stream order costs nothing to honour on allocation: the pool hands out
+ * only memory no queued work still uses (frees wait for their stream). */
+EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize,
+                                        CUstream stream)
+{
+    ump_pool_t *pool = serving();
+    bool served = false;
+    CUresult res = pool ? alloc_on_current(pool, dptr, bytesize,
+                                           E_ALLOC_ASYNC, &served)
+                        : CUDA_SUCCESS;
+    if (served || res != CUDA_SUCCESS)
+        return res;
+    preload_count(E_ALLOC_ASYNC, false);
+    CUresult (*fn)(CUdeviceptr *, size_t, CUstream) =
+        REAL(E_ALLOC_ASYNC, CUresult (*)(CUdeviceptr *, size_t, CUstream));
+    return fn ? fn(dptr, bytesize, stream) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
+{
+    ump_pool_t *pool = serving();
+    ump_ptr_info_t in;
+    const struct preload_real *r = preload_real();
+    if (pool && r && dptr && owned(pool, dptr, &in)) {
+        preload_count(E_FREE_ASYNC, true);
+        if ((uintptr_t)in.base != (uintptr_t)dptr)
+            return CUDA_ERROR_INVALID_VALUE;
+        struct pending *e = malloc(sizeof(*e));
+        if (!e)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult res = r->event_create(&e->ev, CU_EVENT_DISABLE_TIMING);
+        if (res == CUDA_SUCCESS)
+            res = r->event_record(e->ev, stream);
+        if (res != CUDA_SUCCESS) {
+            free(e);
+            return res;
+        }
+        e->ptr = in.base;
+        pthread_mutex_lock(&pend_lock);
+        e->next = pend;
+        pend = e;
+        pthread_mutex_unlock(&pend_lock);
+        return CUDA_SUCCESS;
+    }
+    preload_count(E_FREE_ASYNC, false);
+    CUresult (*fn)(CUdeviceptr, CUstream) =
+        REAL(E_FREE_ASYNC, CUresult (*)(CUdeviceptr, CUstream));
+    return fn ? fn(dptr, stream) : NO_DRIVER;
+}
+
+/* From the device's default memory pool: the pool's; any other memory
+ * pool is the program's own, and the driver's. */
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr,
+                                                size_t bytesize,
+                                                CUmemoryPool mp,
+                                                CUstream stream)
+{
+    ump_pool_t *pool = serving();
+    const struct preload_real *r = preload_real();
+    CUdevice d;
+    CUmemoryPool def = NULL;
+    if (pool && r && r->device_get_default_mem_pool &&
+        r->ctx_get_device(&d) == CUDA_SUCCESS &&
+        r->device_get_default_mem_pool(&def, d) == CUDA_SUCCESS &&
+        def == mp) {
+        bool served;
+        CUresult res = alloc_on_current(pool, dptr, bytesize,
+                                        E_ALLOC_POOL_ASYNC, &served);
+        if (served || res != CUDA_SUCCESS)
+            return res;
+    }
+    preload_count(E_ALLOC_POOL_ASYNC, false);
+    CUresult (*fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream) =
+        REAL(E_ALLOC_POOL_ASYNC,
+             CUresult (*)(CUdeviceptr *, size_t, CUmemoryPool, CUstream));
+    return fn ? fn(dptr, bytesize, mp, stream) : NO_DRIVER;
+}
+
+/* What the pool can still give the current device, and its capacity
+ * there: never above the GPU's own size (the pool's capacity is at most
+ * that), and the same figures ump_stats gives. */
+EXPORT CUresult CUDAAPI cuMemGetInfo(size_t *free_b, size_t *total_b)
+{
+    ump_pool_t *pool = serving();
+    int dev;
+    ump_device_props_t props;
+    ump_stats_t st;
+    if (pool && free_b && total_b && current_device(pool, &dev) &&
+        !ump_device_props(pool, dev, &props) &&
+        !ump_stats(pool, dev, &st)) {
+        preload_count(E_GETINFO, true);
+        size_t used = st.reserved_bytes - st.cached_bytes;
+        if (used > st.reserved_bytes)
+            used = st.reserved_bytes;
+        *total_b = props.capacity;
+        *free_b = props.capacity > used ? props.capacity - used : 0;
+        return CUDA_SUCCESS;
+    }
+    preload_count(E_GETINFO, false);
+    CUresult (*fn)(size_t *, size_t *) =
+        REAL(E_GETINFO, CUresult (*)(size_t *, size_t *));
+    return fn ? fn(free_b, total_b) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
+                                             CUdeviceptr dptr)
+{
+    ump_pool_t *pool = serving();
+    ump_ptr_info_t in;
+    if (pool && owned(pool, dptr, &in)) {
+        preload_count(E_ADDR_RANGE, true);
+        if (base)
+            *base = (CUdeviceptr)(uintptr_t)in.base;
+        if (size)
+            *size = in.size;
+        return CUDA_SUCCESS;
+    }
+    preload_count(E_ADDR_RANGE, false);
+    CUresult (*fn)(CUdeviceptr *, size_t *, CUdeviceptr) =
+        REAL(E_ADDR_RANGE, CUresult (*)(CUdeviceptr *, size_t *, CUdeviceptr));
+    return fn ? fn(base, size, dptr) : NO_DRIVER;
+}
+
+/* The allocation's range where the driver would give the chunk's. */
+static void fix_range(ump_pool_t *pool, CUpointer_attribute a, void *data,
+                      CUdeviceptr ptr)
+{
+    ump_ptr_info_t in;
+    if (!data || !pool || !owned(pool, ptr, &in))
+        return;
+    if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)in.base;
+    else if (a == CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+        *(size_t *)data = in.size;
+}
+
+EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data,
+                                              CUpointer_attribute attr,
+                                              CUdeviceptr ptr)
+{
+    ump_pool_t *pool = serving();
+    CUresult (*fn)(void *, CUpointer_attribute, CUdeviceptr) =
+        REAL(E_PTR_ATTR, CUresult (*)(void *, CUpointer_attribute,
+                                      CUdeviceptr));
+    ump_ptr_info_t in;
+    bool mine = pool && owned(pool, ptr, &in) &&
+                (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+                 attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE);
+    preload_count(E_PTR_ATTR, mine);
+    if (mine) {
+        fix_range(pool, attr, data, ptr);
+        return data ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    }
+    return fn ? fn(data, attr, ptr) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n,
+                                               CUpointer_attribute *attrs,
+                                               void **data, CUdeviceptr ptr)
+{
+    ump_pool_t *pool = serving();
+    CUresult (*fn)(unsigned, CUpointer_attribute *, void **, CUdeviceptr) =
+        REAL(E_PTR_ATTRS, CUresult (*)(unsigned, CUpointer_attribute *,
+                                       void **, CUdeviceptr));
+    if (!fn)
+        return NO_DRIVER;
+    CUresult res = fn(n, attrs, data, ptr);
+    ump_ptr_info_t in;
+    bool mine = res == CUDA_SUCCESS && pool && attrs && data &&
+                owned(pool, ptr, &in);
+    preload_count(E_PTR_ATTRS, mine);
+    for (unsigned i = 0; mine && i < n; i++)
+        fix_range(pool, attrs[i], data[i], ptr);
+    return res;
+}
+
+/* --- cuGetProcAddress -------------------------------------------------- */
+
+void *intercept_lookup(const char *name, int version, int *entry)
+{
+    if (!name)
+        return NULL;
+    for (int e = 0; e < E_N; e++) {
+        const struct entry *t = &table[e];
+        if (!t->mine || version < t->since || strcmp(name, t->name))
+            continue;
+        /* cuGetProcAddress: the 12.0 one from 12.0 on, else the 11.3 one. */
+        if (e == E_GETPROC_V1 && version >= table[E_GETPROC].since)
+            continue;
+        *entry = e;
+        return t->mine;
+    }
+    return NULL;
+}
+
+EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
+                                         int version, cuuint64_t flags,
+                                         CUdriverProcAddressQueryResult *st)
+{
+    int e;
+    void *mine = pfn ? intercept_lookup(symbol, version, &e) : NULL;
+    if (mine) {
+        preload_count(e, true);
+        *pfn = mine;
+        if (st)
+            *st = CU_GET_PROC_ADDRESS_SUCCESS;
+        return CUDA_SUCCESS;
+    }
+    const struct preload_real *r = preload_real();
+    return r ? r->getproc(symbol, pfn, version, flags, st) : NO_DRIVER;
+}
+
+/* The 11.3 cuGetProcAddress (no status), under its exported name: cuda.h
+ * maps the name to the 12.0 one. */
+EXPORT CUresult CUDAAPI getproc_v1(const char *symbol, void **pfn,
+                                   int version, cuuint64_t flags)
+    __asm__("cuGetProcAddress");
+CUresult CUDAAPI getproc_v1(const char *symbol, void **pfn, int version,
+                            cuuint64_t flags)
+{
+    int e;
+    void *mine = pfn ? intercept_lookup(symbol, version, &e) : NULL;
+    if (mine) {
+        preload_count(e, true);
+        *pfn = mine;
+        return CUDA_SUCCESS;
+    }
+    const struct preload_real *r = preload_real();
+    if (r && r->getproc_v1)
+        return r->getproc_v1(symbol, pfn, version, flags);
+    return r ? r->getproc(symbol, pfn, version, flags, NULL) : NO_DRIVER;
+}
+
+#define ROW(e, n, v, f) [e] = {n, v, (void *)(f), NULL}
+static struct entry table[E_N] = {
+    ROW(E_GETPROC, "cuGetProcAddress", 12000, cuGetProcAddress),
+    ROW(E_GETPROC_V1, "cuGetProcAddress", 11030, getproc_v1),
+    ROW(E_ALLOC, "cuMemAlloc", 3020, cuMemAlloc),
+    ROW(E_ALLOC_PITCH, "cuMemAllocPitch", 3020, cuMemAllocPitch),
+    ROW(E_FREE, "cuMemFree", 3020, cuMemFree),
+    ROW(E_ALLOC_ASYNC, "cuMemAllocAsync", 11020, cuMemAllocAsync),
+    ROW(E_FREE_ASYNC, "cuMemFreeAsync", 11020, cuMemFreeAsync),
+    ROW(E_ALLOC_POOL_ASYNC, "cuMemAllocFromPoolAsync", 11020,
+        cuMemAllocFromPoolAsync),
+    ROW(E_GETINFO, "cuMemGetInfo", 3020, cuMemGetInfo),
+    ROW(E_ADDR_RANGE, "cuMemGetAddressRange", 3020, cuMemGetAddressRange),
+    ROW(E_PTR_ATTR, "cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+    ROW(E_PTR_ATTRS, "cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+};

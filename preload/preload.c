@@ -1,0 +1,286 @@
+/*
+ * libumpool-preload: LD_PRELOAD=libumpool-preload.so program. It
+ * interposes dlopen only. CUDA 12/13 programs, static or shared cudart,
+ * dlopen("libcuda.so.1") and take every driver entry point through
+ * cuGetProcAddress found with dlsym on that handle; so a request for
+ * libcuda.so.1 (or libcuda.so) gets the handle of libumpool-preload-cuda.so
+ * instead, an empty library whose dependencies are this one, then the real
+ * libcuda.so.1: dlsym on it searches breadth first, so it finds umpool's
+ * version of an intercepted call here, and every other symbol in the real
+ * driver. A program linked against libcuda by name binds to this
+ * library's exports the same way (LD_PRELOAD comes first). Both routes lead
+ * to cuGetProcAddress here (intercept.c), which answers the intercepted
+ * names with umpool's versions and forwards the rest.
+ *
+ * Lazy: no constructor. A program that never asks for libcuda (or calls
+ * an intercepted entry point) loads nothing more and makes no pool. The
+ * pool is made on the first intercepted call, from UMPOOL_CONF; its own
+ * driver calls go to the real driver through the backend's table (and its
+ * dlopen of libcuda passes through here untouched: the thread is marked
+ * busy meanwhile).
+ *
+ * Not covered: a program that opens libcuda with dlmopen or RTLD_DEEPBIND
+ * (it gets the real driver), or fetches a driver symbol with dlsym from a
+ * handle of the real driver it got otherwise.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <dlfcn.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "preload.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+static _Thread_local int busy;
+
+bool preload_busy(void)
+{
+    return busy > 0;
+}
+
+void preload_enter(void)
+{
+    busy++;
+}
+
+void preload_leave(void)
+{
+    busy--;
+}
+
+/* --- dlopen ------------------------------------------------------------- */
+
+typedef void *dlopen_fn(const char *, int);
+
+static dlopen_fn *real_dlopen(void)
+{
+    static dlopen_fn *fn;
+    if (!fn) {
+        void *sym = dlsym(RTLD_NEXT, "dlopen");
+        memcpy(&fn, &sym, sizeof(fn));
+    }
+    return fn;
+}
+
+static bool is_libcuda(const char *file)
+{
+    const char *base = strrchr(file, '/');
+    base = base ? base + 1 : file;
+    return !strcmp(base, "libcuda.so.1") || !strcmp(base, "libcuda.so");
+}
+
+/* The folder this library was loaded from: libumpool-preload-cuda.so is
+ * installed (and built) beside it. */
+static char dir_buf[4096];
+
+static void find_dir(void)
+{
+    Dl_info info;
+    if (!dladdr((void *)find_dir, &info) || !info.dli_fname)
+        return;
+    snprintf(dir_buf, sizeof(dir_buf), "%s", info.dli_fname);
+    char *slash = strrchr(dir_buf, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        dir_buf[0] = '\0';
+}
+
+/* dlopen of libcuda.so.1 or libcuda.so, not from umpool itself: the
+ * handle of libumpool-preload-cuda.so, with the caller's flags. Where it
+ * does not load (no real driver), the real dlopen of what was asked, so
+ * the program sees the error it would without umpool. */
+static void *open_cuda(const char *file, int flags)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, find_dir);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s%slibumpool-preload-cuda.so", dir_buf,
+             dir_buf[0] ? "/" : "");
+    void *h = real_dlopen()(path, flags);
+    return h ? h : real_dlopen()(file, flags);
+}
+
+/* Which function dlopen(file, flags) is: the real one, or open_cuda. The
+ * real one must be reached by a jump, not a call: glibc's dlopen finds the
+ * caller (its RUNPATH, its namespace) from its return address, which must
+ * stay the program's. */
+__attribute__((used)) static void *dlopen_target(const char *file, int flags)
+{
+    (void)flags;
+    if (file && !busy && is_libcuda(file))
+        return (void *)open_cuda;
+    return (void *)real_dlopen();
+}
+
+#if defined(__x86_64__)
+/* dlopen(file, flags): asks dlopen_target with the same arguments, then
+ * jumps to its answer with them, leaving the caller's return address in
+ * place (a tail call C cannot promise). The stack is aligned for the call:
+ * 8 at entry, 3 pushes' worth. */
+__asm__(".text\n"
+        ".globl dlopen\n"
+        ".type dlopen, @function\n"
+        "dlopen:\n"
+        "    push %rdi\n"
+        "    push %rsi\n"
+        "    sub $8, %rsp\n"
+        "    call dlopen_target\n"
+        "    add $8, %rsp\n"
+        "    pop %rsi\n"
+        "    pop %rdi\n"
+        "    jmp *%rax\n"
+        ".size dlopen, .-dlopen\n");
+#else
+/* Elsewhere, a plain call: the real dlopen sees this library as the
+ * caller (RUNPATH lookups of bare names from the program may differ). */
+EXPORT void *dlopen(const char *file, int flags)
+{
+    dlopen_fn *fn;
+    void *t = dlopen_target(file, flags);
+    memcpy(&fn, &t, sizeof(fn));
+    return fn(file, flags);
+}
+#endif
+
+/* --- the real driver ---------------------------------------------------- */
+
+static struct preload_real real;
+static bool have_real;
+
+static void load_real(void)
+{
+    preload_enter();
+    void *h = real_dlopen()("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h) {
+        void *sym = dlsym(h, "cuGetProcAddress_v2");
+        memcpy(&real.getproc, &sym, sizeof(real.getproc));
+        sym = dlsym(h, "cuGetProcAddress");
+        memcpy(&real.getproc_v1, &sym, sizeof(real.getproc_v1));
+    }
+    if (real.getproc) {
+        struct {
+            const char *name;
+            void *p;
+        } t[] = {{"cuCtxGetDevice", &real.ctx_get_device},
+                 {"cuEventCreate", &real.event_create},
+                 {"cuEventRecord", &real.event_record},
+                 {"cuEventQuery", &real.event_query},
+                 {"cuEventDestroy", &real.event_destroy},
+                 {"cuDeviceGetDefaultMemPool",
+                  &real.device_get_default_mem_pool}};
+        for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+            void *fn = NULL;
+            real.getproc(t[i].name, &fn, 12000, 0, NULL);
+            memcpy(t[i].p, &fn, sizeof(fn));
+        }
+        have_real = real.ctx_get_device != NULL;
+    }
+    preload_leave();
+}
+
+const struct preload_real *preload_real(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, load_real);
+    return have_real ? &real : NULL;
+}
+
+/* --- the pool ----------------------------------------------------------- */
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static ump_pool_t *_Atomic pool;
+static bool pool_failed, pool_made;
+
+#define MAX_ENTRIES 64
+static atomic_ulong served[MAX_ENTRIES], forwarded[MAX_ENTRIES];
+
+void preload_count(int entry, bool was_served)
+{
+    if (entry >= 0 && entry < MAX_ENTRIES)
+        atomic_fetch_add_explicit(was_served ? &served[entry]
+                                             : &forwarded[entry],
+                                  1, memory_order_relaxed);
+}
+
+static void report(void)
+{
+    fprintf(stderr, "umpool-preload: %s\n",
+            pool_made ? "calls served by the pool / forwarded to the driver"
+                 : "no pool was made; calls forwarded to the driver");
+    for (int i = 0; i < intercept_count() && i < MAX_ENTRIES; i++) {
+        unsigned long s = served[i], f = forwarded[i];
+        if (s || f)
+            fprintf(stderr, "umpool-preload:   %-26s %10lu %10lu\n",
+                    intercept_name(i), s, f);
+    }
+}
+
+/* At exit: the pool destroyed when the program freed everything (its
+ * segment unpublished, its memory back to the driver); else left to the
+ * process's end. Registered after the program's first CUDA call, so it
+ * runs before the exit handlers registered earlier (cudart's): a call of
+ * theirs after it finds no pool and goes to the driver. */
+static void teardown(void)
+{
+    pthread_mutex_lock(&pool_lock);
+    ump_pool_t *p = pool;
+    ump_stats_t st;
+    if (p) {
+        preload_enter();
+        intercept_poll();
+        if (!ump_stats(p, UMP_DEVICE_ALL, &st) && st.live_bytes == 0 &&
+            !ump_pool_destroy(p)) {
+            atomic_store(&pool, NULL);
+            pool_failed = true;
+        }
+        preload_leave();
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+ump_pool_t *preload_pool(void)
+{
+    ump_pool_t *p = atomic_load_explicit(&pool, memory_order_acquire);
+    if (p || pool_failed)
+        return p;
+    pthread_mutex_lock(&pool_lock);
+    if (!pool && !pool_failed) {
+        const char *log = getenv("UMPOOL_PRELOAD_LOG");
+        if (log && *log && strcmp(log, "0"))
+            atexit(report);
+        /* UMPOOL_CONF is read by ump_pool_create itself; the backend is
+         * cuda unless it says otherwise. */
+        const char *conf = getenv("UMPOOL_CONF");
+        bool has_backend = conf && strstr(conf, "backend:");
+        ump_pool_t *made = NULL;
+        preload_enter();
+        int rc = ump_pool_create(has_backend ? NULL : "backend:cuda", &made);
+        preload_leave();
+        if (rc) {
+            fprintf(stderr, "umpool-preload: no pool (%s): the program's "
+                    "calls go to the driver\n", ump_strerror(rc));
+            pool_failed = true;
+        } else {
+            atomic_store_explicit(&pool, made, memory_order_release);
+            pool_made = true;
+            atexit(teardown);
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+    return pool;
+}
+
+/* For tests and tools in the process: the pool the preload made (NULL
+ * before the first intercepted call), to read its statistics. */
+EXPORT ump_pool_t *umpool_preload_pool(void)
+{
+    return atomic_load_explicit(&pool, memory_order_acquire);
+}

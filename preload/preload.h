@@ -1,0 +1,67 @@
+/*
+ * libumpool-preload (LD_PRELOAD interposition at the driver): what its
+ * files share. preload.c: the dlopen interposer, the real driver, the
+ * process's pool, the counters. intercept.c: the one table of intercepted
+ * driver calls and umpool's versions of them.
+ *
+ * Above the public API only (umpool.h), like the tools.
+ */
+#ifndef UMP_PRELOAD_H
+#define UMP_PRELOAD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <cuda.h>
+
+#include "umpool.h"
+
+/* The real driver's entry points the interposed calls forward to or use
+ * (cuGetProcAddress of the real libcuda, so never umpool's versions). */
+struct preload_real {
+    CUresult (*getproc)(const char *, void **, int, cuuint64_t,
+                        CUdriverProcAddressQueryResult *);
+    CUresult (*getproc_v1)(const char *, void **, int, cuuint64_t);
+    CUresult (*ctx_get_device)(CUdevice *);
+    CUresult (*event_create)(CUevent *, unsigned);
+    CUresult (*event_record)(CUevent, CUstream);
+    CUresult (*event_query)(CUevent);
+    CUresult (*event_destroy)(CUevent);
+    CUresult (*device_get_default_mem_pool)(CUmemoryPool *, CUdevice);
+};
+
+/* The real driver, loaded once (by the first call that needs it); NULL
+ * when there is none (the program's own calls then fail as they would). */
+const struct preload_real *preload_real(void);
+
+/* The process's pool, made on the first intercepted call from UMPOOL_CONF
+ * (default "backend:cuda"); NULL when it cannot be made (logged once: the
+ * calls then go to the real driver). */
+ump_pool_t *preload_pool(void);
+/* The pool if made, without making it (exported for tests, to read its
+ * statistics: dlsym(RTLD_DEFAULT, "umpool_preload_pool")). */
+__attribute__((visibility("default"))) ump_pool_t *umpool_preload_pool(void);
+
+/* True while this thread is inside umpool (making the pool, or in one of
+ * the interposed calls): a driver call it makes, or a callback or signal
+ * handler it runs, goes to the real driver, never into the pool again. */
+bool preload_busy(void);
+void preload_enter(void);
+void preload_leave(void);
+
+/* Counters, printed at exit with UMPOOL_PRELOAD_LOG: per table entry,
+ * calls umpool served and calls forwarded to the driver. */
+void preload_count(int entry, bool served);
+
+/* intercept.c: umpool's version of the driver entry point `name` (a base
+ * name, as cuGetProcAddress takes it) for cudaVersion, or NULL; entry: its
+ * index for the counters. */
+void *intercept_lookup(const char *name, int cudaVersion, int *entry);
+/* The table's size and names, for the counters' report. */
+int intercept_count(void);
+const char *intercept_name(int entry);
+/* Frees whose stream has reached them (cuMemFreeAsync on the program's
+ * streams): returned to the pool. */
+void intercept_poll(void);
+
+#endif

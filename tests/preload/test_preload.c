@@ -1,0 +1,332 @@
+/*
+ * A CUDA program as libumpool-preload sees it, run under LD_PRELOAD against
+ * the fake driver named libcuda.so.1 (tests/preload/run.sh). Built twice:
+ * linked against libcuda by name (calls bound at load time), and with
+ * -DVIA_DLOPEN, which takes every entry point the way cudart does:
+ * dlopen("libcuda.so.1"), dlsym of cuGetProcAddress_v2, then its first
+ * queries ("", 0), ("cuInit", 2000), ("cuGetProcAddress", 11030 and 12000),
+ * then everything through the cuGetProcAddress it was given.
+ *
+ *   test_preload MODE   MODE: basic (default), race (8 threads on the first
+ *   call), omp (the first calls from an OpenMP team), none (no CUDA call:
+ *   no pool made), fork (a child's calls)
+ *
+ * Plain C, not cmocka (the preload must see a plain program): every failed
+ * check prints FAIL and the exit status is 1.
+ */
+#define _GNU_SOURCE
+#include "config.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../plaintest.h"
+#include "umpool.h"
+
+
+
+/* The driver calls the test makes, by name or through cuGetProcAddress. */
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*device_get)(CUdevice *, int);
+    CUresult (*ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*ctx_set)(CUcontext);
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*stream_sync)(CUstream);
+    CUresult (*stream_destroy)(CUstream);
+    CUresult (*alloc)(CUdeviceptr *, size_t);
+    CUresult (*free)(CUdeviceptr);
+    CUresult (*alloc_async)(CUdeviceptr *, size_t, CUstream);
+    CUresult (*free_async)(CUdeviceptr, CUstream);
+    CUresult (*info)(size_t *, size_t *);
+    CUresult (*range)(CUdeviceptr *, size_t *, CUdeviceptr);
+    CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr);
+    CUresult (*host_alloc)(void **, size_t);
+    CUresult (*host_free)(void *);
+} cu;
+
+#ifdef VIA_DLOPEN
+typedef CUresult getproc_fn(const char *, void **, int, cuuint64_t,
+                            CUdriverProcAddressQueryResult *);
+
+static void *get(getproc_fn *gp, const char *name, int version)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;
+    /* cudart passes no status pointer in its first queries; later ones
+     * pass one. */
+    CUresult res = gp(name, &fn, version, 0, version < 12000 ? NULL : &st);
+    CHECK(res == CUDA_SUCCESS && fn, "cuGetProcAddress(%s, %d): %d", name,
+          version, (int)res);
+    return fn;
+}
+
+static void bind(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        fprintf(stderr, "FAIL: dlopen(libcuda.so.1): %s\n", dlerror());
+        exit(1);
+    }
+    getproc_fn *gp;
+    void *sym = dlsym(h, "cuGetProcAddress_v2");
+    memcpy(&gp, &sym, sizeof(gp));
+    CHECK(gp != NULL, "no cuGetProcAddress_v2 on the handle");
+    /* The handle is the preload's: its cuGetProcAddress is umpool's. */
+    CHECK(sym == dlsym(RTLD_DEFAULT, "cuGetProcAddress_v2"),
+          "dlsym(libcuda, cuGetProcAddress_v2) is not the preload's");
+    /* A symbol umpool leaves alone comes from the driver. */
+    CHECK(dlsym(h, "cuDriverGetVersion") != NULL,
+          "cuDriverGetVersion is not found on the handle");
+    void *fn = (void *)1;
+    CUresult res = gp("", &fn, 0, 0, NULL);
+    CHECK(res == CUDA_SUCCESS && !fn, "cuGetProcAddress(\"\", 0): %d %p",
+          (int)res, fn);
+    memcpy(&cu.init, (void *[]){get(gp, "cuInit", 2000)}, sizeof(cu.init));
+    void *gp11 = get(gp, "cuGetProcAddress", 11030);
+    void *gp12 = get(gp, "cuGetProcAddress", 12000);
+    CHECK(gp11 == dlsym(RTLD_DEFAULT, "cuGetProcAddress"),
+          "cuGetProcAddress at 11030 is not the preload's");
+    CHECK(gp12 == (void *)gp, "cuGetProcAddress at 12000 is not the "
+          "preload's");
+    memcpy(&gp, &gp12, sizeof(gp));
+#define GET(f, n) sym = get(gp, n, 13000), memcpy(&cu.f, &sym, sizeof(cu.f))
+    GET(device_get, "cuDeviceGet");
+    GET(ctx_retain, "cuDevicePrimaryCtxRetain");
+    GET(ctx_set, "cuCtxSetCurrent");
+    GET(stream_create, "cuStreamCreate");
+    GET(stream_sync, "cuStreamSynchronize");
+    GET(stream_destroy, "cuStreamDestroy");
+    GET(alloc, "cuMemAlloc");
+    GET(free, "cuMemFree");
+    GET(alloc_async, "cuMemAllocAsync");
+    GET(free_async, "cuMemFreeAsync");
+    GET(info, "cuMemGetInfo");
+    GET(range, "cuMemGetAddressRange");
+    GET(attr, "cuPointerGetAttribute");
+    GET(host_alloc, "cuMemAllocHost");
+    GET(host_free, "cuMemFreeHost");
+    /* The same through every version cudart asks with. */
+    CHECK(get(gp, "cuMemAlloc", 12000) == get(gp, "cuMemAlloc", 13000),
+          "cuMemAlloc differs between 12000 and 13000");
+}
+#else
+static void bind(void)
+{
+    cu.init = cuInit;
+    cu.device_get = cuDeviceGet;
+    cu.ctx_retain = cuDevicePrimaryCtxRetain;
+    cu.ctx_set = cuCtxSetCurrent;
+    cu.stream_create = cuStreamCreate;
+    cu.stream_sync = cuStreamSynchronize;
+    cu.stream_destroy = cuStreamDestroy;
+    cu.alloc = cuMemAlloc;
+    cu.free = cuMemFree;
+    cu.alloc_async = cuMemAllocAsync;
+    cu.free_async = cuMemFreeAsync;
+    cu.info = cuMemGetInfo;
+    cu.range = cuMemGetAddressRange;
+    cu.attr = cuPointerGetAttribute;
+    cu.host_alloc = cuMemAllocHost;
+    cu.host_free = cuMemFreeHost;
+}
+#endif
+
+/* The preload's pool, through the symbol it exports for this. */
+static ump_pool_t *the_pool(void)
+{
+    ump_pool_t *(*fn)(void);
+    void *sym = dlsym(RTLD_DEFAULT, "umpool_preload_pool");
+    if (!sym)
+        return NULL;
+    memcpy(&fn, &sym, sizeof(fn));
+    return fn();
+}
+
+static void context(int dev)
+{
+    CUdevice d;
+    CUcontext c;
+    CHECK(cu.device_get(&d, dev) == CUDA_SUCCESS, "cuDeviceGet(%d)", dev);
+    CHECK(cu.ctx_retain(&c, d) == CUDA_SUCCESS, "cuDevicePrimaryCtxRetain");
+    CHECK(cu.ctx_set(c) == CUDA_SUCCESS, "cuCtxSetCurrent");
+}
+
+static bool in_pool(ump_pool_t *pool, CUdeviceptr p)
+{
+    ump_ptr_info_t in;
+    return pool && ump_ptr_lookup(pool, (void *)(uintptr_t)p, &in) == 0;
+}
+
+static void basic(void)
+{
+    context(0);
+    CUdeviceptr p = 0;
+    CUresult res = cu.alloc(&p, 3 << 20);
+    ump_pool_t *pool = the_pool();
+    CHECK(res == CUDA_SUCCESS && pool && in_pool(pool, p),
+          "cuMemAlloc: %d, pool %p, from it: %d", (int)res, (void *)pool,
+          in_pool(pool, p));
+    if (!pool)
+        return;
+    ump_stats_t st;
+    ump_stats(pool, UMP_DEVICE_ALL, &st);
+    CHECK(st.live_bytes >= (3u << 20), "live bytes %zu", st.live_bytes);
+    /* Data: fake device memory is host memory. */
+    memset((void *)(uintptr_t)p, 0x5a, 3 << 20);
+    CHECK(((unsigned char *)(uintptr_t)p)[(3 << 20) - 1] == 0x5a, "data");
+    /* Range of an interior pointer: the allocation's. */
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    res = cu.range(&base, &size, p + 1000);
+    CHECK(res == CUDA_SUCCESS && base == p && size == (3u << 20),
+          "cuMemGetAddressRange: %d, base %+lld, size %zu", (int)res,
+          (long long)(base - p), size);
+    res = cu.attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 5);
+    CHECK(res == CUDA_SUCCESS && size == (3u << 20),
+          "cuPointerGetAttribute(RANGE_SIZE): %d, %zu", (int)res, size);
+    /* Memory info: never above the device, free shrinks by what is held. */
+    size_t f0, t0, f1, t1;
+    CHECK(cu.info(&f0, &t0) == CUDA_SUCCESS && f0 <= t0, "cuMemGetInfo");
+    CUdeviceptr q = 0;
+    CHECK(cu.alloc(&q, 8 << 20) == CUDA_SUCCESS, "cuMemAlloc 8 MiB");
+    CHECK(cu.info(&f1, &t1) == CUDA_SUCCESS && t1 == t0 &&
+              f1 + (8u << 20) <= f0,
+          "cuMemGetInfo after 8 MiB: free %zu -> %zu (total %zu -> %zu)",
+          f0, f1, t0, t1);
+    /* Out of memory is the driver's error, and loses nothing. */
+    CUdeviceptr big = 0;
+    res = cu.alloc(&big, (size_t)1 << 40);
+    CHECK(res == CUDA_ERROR_OUT_OF_MEMORY, "1 TiB: %d", (int)res);
+    /* Frees, and a pointer inside an allocation is not one. */
+    CHECK(cu.free(q + 256) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemFree of an interior pointer accepted");
+    CHECK(cu.free(q) == CUDA_SUCCESS && !in_pool(pool, q), "cuMemFree");
+    /* Stream-ordered free: back to the pool once the stream is there. */
+    CUstream s;
+    CHECK(cu.stream_create(&s, 0) == CUDA_SUCCESS, "cuStreamCreate");
+    CUdeviceptr a = 0;
+    CHECK(cu.alloc_async(&a, 1 << 20, s) == CUDA_SUCCESS && in_pool(pool, a),
+          "cuMemAllocAsync");
+    CHECK(cu.free_async(a, s) == CUDA_SUCCESS, "cuMemFreeAsync");
+    cu.stream_sync(s);
+    CUdeviceptr b = 0;
+    CHECK(cu.alloc(&b, 4096) == CUDA_SUCCESS, "cuMemAlloc after");
+    CHECK(!in_pool(pool, a) || a == b, "the async free did not reach the "
+          "pool after the stream was done");
+    cu.free(b);
+    cu.stream_destroy(s);
+    /* A pointer the pool does not own goes to the driver: host memory
+     * (not intercepted here) and a bad pointer. */
+    void *h = NULL;
+    CHECK(cu.host_alloc(&h, 4096) == CUDA_SUCCESS && h, "cuMemAllocHost");
+    CHECK(cu.host_free(h) == CUDA_SUCCESS, "cuMemFreeHost");
+    CHECK(cu.free((CUdeviceptr)0x1000) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemFree of a foreign pointer");
+    CHECK(cu.free(p) == CUDA_SUCCESS, "cuMemFree");
+    ump_stats(pool, UMP_DEVICE_ALL, &st);
+    CHECK(st.live_bytes == 0, "live bytes at the end: %zu", st.live_bytes);
+    /* The second device: its own context, the pool's second device. */
+    context(1);
+    CHECK(cu.alloc(&q, 1 << 20) == CUDA_SUCCESS, "cuMemAlloc on device 1");
+    ump_ptr_info_t in;
+    CHECK(ump_ptr_lookup(pool, (void *)(uintptr_t)q, &in) == 0 &&
+              in.device == 1,
+          "device 1's allocation is on device %d", in.device);
+    cu.free(q);
+}
+
+static void *racer(void *arg)
+{
+    CUdeviceptr *p = arg;
+    context(0);
+    if (cu.alloc(p, 1 << 16) != CUDA_SUCCESS)
+        *p = 0;
+    return NULL;
+}
+
+/* 8 threads' first calls at once: one pool, every pointer from it. */
+static void race(void)
+{
+    pthread_t t[8];
+    CUdeviceptr p[8];
+    for (int i = 0; i < 8; i++)
+        pthread_create(&t[i], NULL, racer, &p[i]);
+    for (int i = 0; i < 8; i++)
+        pthread_join(t[i], NULL);
+    ump_pool_t *pool = the_pool();
+    for (int i = 0; i < 8; i++) {
+        CHECK(p[i] && in_pool(pool, p[i]), "thread %d's pointer", i);
+        cu.free(p[i]);
+    }
+}
+
+static void omp(void)
+{
+#ifdef _OPENMP
+    int bad = 0;
+#pragma omp parallel num_threads(8) reduction(+ : bad)
+    {
+        CUdeviceptr p = 0;
+        context(0);
+        if (cu.alloc(&p, 1 << 16) != CUDA_SUCCESS || !in_pool(the_pool(), p))
+            bad++;
+        cu.free(p);
+    }
+    CHECK(bad == 0, "%d OpenMP threads failed", bad);
+#else
+    printf("SKIP: built without OpenMP\n");
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "basic";
+    if (!strcmp(mode, "none")) {
+        /* No CUDA call: nothing made, nothing published. */
+        CHECK(the_pool() == NULL, "a pool without a CUDA call");
+        char path[64];
+        snprintf(path, sizeof(path), "/dev/shm/umpool-%d", (int)getpid());
+        CHECK(access(path, F_OK) != 0, "%s exists", path);
+        return failures ? 1 : 0;
+    }
+    bind();
+    CHECK(cu.init(0) == CUDA_SUCCESS, "cuInit");
+    if (!strcmp(mode, "basic"))
+        basic();
+    else if (!strcmp(mode, "race"))
+        race();
+    else if (!strcmp(mode, "omp"))
+        omp();
+    else if (!strcmp(mode, "fork")) {
+        context(0);
+        CUdeviceptr p = 0;
+        CHECK(cu.alloc(&p, 4096) == CUDA_SUCCESS, "parent's cuMemAlloc");
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* The child: CUDA is not usable after fork; a clean error,
+             * not a crash or a hang. */
+            CUdeviceptr c = 0;
+            CUresult res = cu.alloc(&c, 4096);
+            _exit(res == CUDA_SUCCESS ? 0 : 2);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        CHECK(WIFEXITED(st), "the child died (status %d)", st);
+        cu.free(p);
+    }
+    printf("%s: %s %s\n", failures ? "FAIL" : "PASS", argv[0], mode);
+    return failures ? 1 : 0;
+}

@@ -83,6 +83,11 @@ typedef struct ump_ptr_info {
  * allocation of the pool. */
 int ump_ptr_lookup(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p);
 
+/* The address range the pool reserved at creation, for its whole life:
+ * every pointer it hands out lies in it, and nothing else is mapped there
+ * (an interposer tells the pool's pointers from others by it). */
+int ump_pool_range(ump_pool_t *pool, void **base_p, size_t *size_p);
+
 /*
  * Pools. config is "key:value,key:value" (see README, or UMPOOL_CONF); it
  * overrides the environment variable UMPOOL_CONF, key by key. NULL: defaults.

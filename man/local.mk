@@ -73,7 +73,8 @@ MAN3_LINKS = \
 	man/ump_recv.3 \
 	man/ump_group_start.3 \
 	man/ump_group_end.3 \
-	man/ump_ptr_lookup.3
+	man/ump_ptr_lookup.3 \
+	man/ump_pool_range.3
 
 dist_man_MANS = \
 	man/umpool-inspect.1 \

@@ -101,13 +101,36 @@ static bool current_device(ump_pool_t *pool, int *dev)
     CUdevice d;
     if (!r || r->ctx_get_device(&d) != CUDA_SUCCESS)
         return false;
+    /* The pool's devices do not change: counted once. */
+    static _Atomic int ndev = -1;
+    int n = atomic_load_explicit(&ndev, memory_order_relaxed);
+    if (n < 0)
+        atomic_store(&ndev, n = ump_device_count(pool));
     *dev = (int)d;
-    return *dev >= 0 && *dev < ump_device_count(pool);
+    return *dev >= 0 && *dev < n;
 }
 
 static bool owned(ump_pool_t *pool, CUdeviceptr p, ump_ptr_info_t *in)
 {
     return ump_ptr_lookup(pool, (const void *)(uintptr_t)p, in) == 0;
+}
+
+/* In the pool's address range (ump_pool_range: nothing else is mapped
+ * there)? The frees' test: two compares where a lookup costs as much as
+ * the free itself. */
+static bool in_range(ump_pool_t *pool, CUdeviceptr p)
+{
+    static _Atomic uintptr_t lo, hi;
+    uintptr_t l = atomic_load_explicit(&lo, memory_order_relaxed);
+    if (!l) {
+        void *b;
+        size_t n;
+        if (ump_pool_range(pool, &b, &n))
+            return false;
+        atomic_store(&hi, (uintptr_t)b + n);
+        atomic_store(&lo, l = (uintptr_t)b);
+    }
+    return p >= l && p < atomic_load_explicit(&hi, memory_order_relaxed);
 }
 
 /* --- stream-ordered frees ---------------------------------------------- */
@@ -118,28 +141,31 @@ struct pending {
     struct pending *next;
 };
 static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct pending *pend;
+static struct pending *_Atomic pend;
 
 void intercept_poll(void)
 {
+    if (!atomic_load_explicit(&pend, memory_order_acquire))
+        return; /* the common case: one load */
     ump_pool_t *pool = umpool_preload_pool();
     const struct preload_real *r = preload_real();
-    if (!pool || !r || !pend)
+    if (!pool || !r)
         return;
     pthread_mutex_lock(&pend_lock);
-    struct pending **pp = &pend;
-    while (*pp) {
-        struct pending *e = *pp;
+    struct pending *e = atomic_load(&pend), *keep = NULL;
+    while (e) {
+        struct pending *next = e->next;
         if (r->event_query(e->ev) == CUDA_ERROR_NOT_READY) {
-            pp = &e->next;
-            continue;
+            e->next = keep;
+            keep = e;
+        } else { /* done (or the context failed: nothing touches it) */
+            r->event_destroy(e->ev);
+            ump_free(pool, e->ptr);
+            free(e);
         }
-        /* Done (or the context failed: nothing will touch it). */
-        *pp = e->next;
-        r->event_destroy(e->ev);
-        ump_free(pool, e->ptr);
-        free(e);
+        e = next;
     }
+    atomic_store(&pend, keep);
     pthread_mutex_unlock(&pend_lock);
 }
 
@@ -219,15 +245,12 @@ EXPORT CUresult CUDAAPI cuMemAllocPitch(CUdeviceptr *dptr, size_t *pitch,
 EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
 {
     ump_pool_t *pool = serving();
-    ump_ptr_info_t in;
-    if (pool && dptr && owned(pool, dptr, &in)) {
+    if (pool && dptr && in_range(pool, dptr)) {
         preload_count(E_FREE, true);
-        /* Inside an allocation but not its start: the driver's answer for
-         * a pointer it did not hand out. */
-        if ((uintptr_t)in.base != (uintptr_t)dptr)
-            return CUDA_ERROR_INVALID_VALUE;
+        /* Not an allocation's start (ump_free says why in the log): the
+         * driver's answer for a pointer it did not hand out. */
         preload_enter();
-        int rc = ump_free(pool, in.base);
+        int rc = ump_free(pool, (void *)(uintptr_t)dptr);
         intercept_poll();
         preload_leave();
         return rc ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
@@ -276,8 +299,8 @@ EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
         }
         e->ptr = in.base;
         pthread_mutex_lock(&pend_lock);
-        e->next = pend;
-        pend = e;
+        e->next = atomic_load(&pend);
+        atomic_store(&pend, e);
         pthread_mutex_unlock(&pend_lock);
         return CUDA_SUCCESS;
     }

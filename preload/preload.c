@@ -38,22 +38,9 @@
 
 #define EXPORT __attribute__((visibility("default")))
 
-static _Thread_local int busy;
-
-bool preload_busy(void)
-{
-    return busy > 0;
-}
-
-void preload_enter(void)
-{
-    busy++;
-}
-
-void preload_leave(void)
-{
-    busy--;
-}
+/* Initial-exec: the library is preloaded (its TLS is in the static block),
+ * so the flag is one load; read and written around every interposed call. */
+_Thread_local int preload_depth __attribute__((tls_model("initial-exec")));
 
 /* --- dlopen ------------------------------------------------------------- */
 
@@ -115,7 +102,7 @@ static void *open_cuda(const char *file, int flags)
 __attribute__((used)) static void *dlopen_target(const char *file, int flags)
 {
     (void)flags;
-    if (file && !busy && is_libcuda(file))
+    if (file && !preload_depth && is_libcuda(file))
         return (void *)open_cuda;
     return (void *)real_dlopen();
 }
@@ -189,7 +176,11 @@ static void load_real(void)
 const struct preload_real *preload_real(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, load_real);
+    static _Atomic bool loaded;
+    if (!atomic_load_explicit(&loaded, memory_order_acquire)) {
+        pthread_once(&once, load_real);
+        atomic_store_explicit(&loaded, true, memory_order_release);
+    }
     return have_real ? &real : NULL;
 }
 
@@ -202,9 +193,13 @@ static bool pool_failed, pool_made;
 #define MAX_ENTRIES 64
 static atomic_ulong served[MAX_ENTRIES], forwarded[MAX_ENTRIES];
 
+/* Counted only when reported (UMPOOL_PRELOAD_LOG): an atomic add per call
+ * is a tenth of an interposed allocation's time. */
+static bool counting;
+
 void preload_count(int entry, bool was_served)
 {
-    if (entry >= 0 && entry < MAX_ENTRIES)
+    if (counting && entry >= 0 && entry < MAX_ENTRIES)
         atomic_fetch_add_explicit(was_served ? &served[entry]
                                              : &forwarded[entry],
                                   1, memory_order_relaxed);
@@ -254,8 +249,10 @@ ump_pool_t *preload_pool(void)
     pthread_mutex_lock(&pool_lock);
     if (!pool && !pool_failed) {
         const char *log = getenv("UMPOOL_PRELOAD_LOG");
-        if (log && *log && strcmp(log, "0"))
+        if (log && *log && strcmp(log, "0")) {
+            counting = true;
             atexit(report);
+        }
         /* UMPOOL_CONF is read by ump_pool_create itself; the backend is
          * cuda unless it says otherwise. */
         const char *conf = getenv("UMPOOL_CONF");

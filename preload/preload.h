@@ -45,9 +45,20 @@ __attribute__((visibility("default"))) ump_pool_t *umpool_preload_pool(void);
 /* True while this thread is inside umpool (making the pool, or in one of
  * the interposed calls): a driver call it makes, or a callback or signal
  * handler it runs, goes to the real driver, never into the pool again. */
-bool preload_busy(void);
-void preload_enter(void);
-void preload_leave(void);
+extern _Thread_local int preload_depth
+    __attribute__((tls_model("initial-exec")));
+static inline bool preload_busy(void)
+{
+    return preload_depth > 0;
+}
+static inline void preload_enter(void)
+{
+    preload_depth++;
+}
+static inline void preload_leave(void)
+{
+    preload_depth--;
+}
 
 /* Counters, printed at exit with UMPOOL_PRELOAD_LOG: per table entry,
  * calls umpool served and calls forwarded to the driver. */

@@ -1414,15 +1414,18 @@ static CUresult classic_free(uintptr_t p, bool host)
     return CUDA_ERROR_INVALID_VALUE;
 }
 
+/* No lock, like the driver's (a read of the thread's current context): an
+ * interposer asks it on every allocation. */
 static CUresult fake_cuCtxGetDevice(CUdevice *dev)
 {
-    BEGIN();
+    if (!initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
     if (!dev)
-        return end(CUDA_ERROR_INVALID_VALUE);
+        return CUDA_ERROR_INVALID_VALUE;
     if (!current)
-        return end(CUDA_ERROR_INVALID_CONTEXT);
+        return CUDA_ERROR_INVALID_CONTEXT;
     *dev = current->dev;
-    return end(CUDA_SUCCESS);
+    return CUDA_SUCCESS;
 }
 
 static CUresult fake_cuMemAlloc(CUdeviceptr *dptr, size_t size)

@@ -275,6 +275,22 @@ assert all(x["wrong"] == 0 and x["exec_us"] == -1 and x["copy_us"] >= 0
         fi
         echo "  $c: a row per size, nothing wrong"
     done
+    # preload: the interposed pair beside ump_alloc+ump_free and the
+    # driver's own, on the fake driver (found as libcuda.so.1).
+    if [ -f "${UMPOOL_LIBDIR:-lib}/../preload/.libs/libumpool-preload.so" ]; then
+        echo "check: preload on the fake driver"
+        rc=0
+        LD_LIBRARY_PATH="$tmp/cudalib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+            UMPOOL_FAKE_CUDA=devices=1,mem=256 UMPOOL_CONF=backend:cuda \
+            "$bench" preload --iters 200 >"$tmp/preload.out" \
+            2>"$tmp/preload.err" || rc=$?
+        [ "$rc" -eq 0 ] ||
+            fail "preload on the fake driver: $(cat "$tmp/preload.err")"
+        rows=$(grep -c -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' \
+            "$tmp/preload.out" || true)
+        [ "$rows" -eq 4 ] || fail "preload: $rows rows: $(cat "$tmp/preload.out")"
+        echo "  4 sizes, each with the interposed, direct and driver pairs"
+    fi
 else
     echo "  (no fake CUDA driver in this build: the cuda path is not run)"
 fi

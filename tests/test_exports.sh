@@ -34,3 +34,19 @@ if [ -n "$missing" ]; then
   exit 1
 fi
 echo "exports: $(printf '%s\n' "$syms" | wc -l) symbols, all public"
+# Plug-ins load it with dlopen (Python's ctypes, a framework's allocator
+# hook): it must load that way, with nothing preloaded, and give a pool.
+if command -v python3 >/dev/null 2>&1; then
+  out=$(python3 -c '
+import ctypes, sys
+lib = ctypes.CDLL(sys.argv[1])
+pool = ctypes.c_void_p()
+rc = lib.ump_pool_create(b"backend:sim,sim_devices:1", ctypes.byref(pool))
+print(rc, bool(pool.value))
+if rc == 0:
+    print(lib.ump_pool_destroy(pool))
+' "$lib" 2>&1) || { echo "FAIL: python3 ctypes cannot load $lib: $out"; exit 1; }
+  [ "$out" = "0 True
+0" ] || { echo "FAIL: through ctypes: $out"; exit 1; }
+  echo "ctypes: loads with dlopen, makes and destroys a pool"
+fi

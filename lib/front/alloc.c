@@ -669,6 +669,21 @@ static int ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
     return rc ? pool_bad_pointer(ptr, fn, why) : 0;
 }
 
+UMP_EXPORT int ump_pool_range(ump_pool_t *pool, void **base_p,
+                              size_t *size_p)
+{
+    int rc = pool_check(pool, "ump_pool_range");
+    if (rc)
+        return rc;
+    if (!base_p || !size_p)
+        return bad_arg("ump_pool_range", base_p ? "size_p is NULL"
+                                                : "base_p is NULL");
+    /* Set at creation and never moved: no lock. */
+    *base_p = (void *)pool->vas.base;
+    *size_p = pool->vas.size;
+    return 0;
+}
+
 UMP_EXPORT int ump_ptr_info(ump_pool_t *pool, const void *ptr,
                             ump_ptr_info_t *info_p)
 {

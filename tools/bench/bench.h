@@ -110,6 +110,8 @@ int bench_coll(const struct bench_coll_opts *o);
 
 /* umpool-bench replay TRACE (replay.c). */
 int bench_replay(const struct bench_replay_opts *o);
+/* preload.c */
+int bench_preload(const struct bench_opts *o);
 
 static inline uint64_t now_ns(void)
 {

@@ -73,6 +73,9 @@ static void usage(FILE *f)
             "    --budget BYTES the loop's device budget (default --size / 2,\n"
             "                   min 8M)\n"
             "    --reps N       repetitions; medians are shown (default 5)\n"
+            "  preload interposed cuMemAlloc+cuMemFree (libumpool-preload) beside\n"
+            "          ump_alloc+ump_free and the driver's own pair, same run\n"
+            "          (backend cuda; --iters: pairs per batch)\n"
             "  coll [NAME]  nccl-tests' table for one collective (allreduce,\n"
             "          broadcast, reduce, allgather, reduce_scatter, alltoall,\n"
             "          gather, scatter) on every device of the pool: time,\n"
@@ -133,7 +136,7 @@ static void usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
-          "scenarios: alloc, demo, placement, offload, replay, coll; see "
+          "scenarios: alloc, demo, placement, offload, replay, coll, preload; see "
           "umpool-bench "
           "--help\n",
           stderr);
@@ -580,6 +583,8 @@ int main(int argc, char **argv)
         o.coll.config = o.config;
         o.coll.json = o.json;
         rc = bench_coll(&o.coll);
+    } else if (!strcmp(o.scenario, "preload")) {
+        rc = bench_preload(&o);
     } else if (!strcmp(o.scenario, "replay")) {
         if (o.alloc_opts) {
             usage_error("--sizes, --threads and --iters belong to alloc");

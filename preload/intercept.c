@@ -15,7 +15,9 @@
 #define _GNU_SOURCE
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -39,6 +41,8 @@ enum {
     E_ADDR_RANGE,
     E_PTR_ATTR,
     E_PTR_ATTRS,
+    E_NVML_MEM,
+    E_NVML_MEM_V2,
     E_N
 };
 
@@ -338,24 +342,32 @@ EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr,
     return fn ? fn(dptr, bytesize, mp, stream) : NO_DRIVER;
 }
 
-/* What the pool can still give the current device, and its capacity
- * there: never above the GPU's own size (the pool's capacity is at most
- * that), and the same figures ump_stats gives. */
+/* What the pool can still give device dev, and its capacity there: never
+ * above the GPU's own size (the pool's capacity is at most that), from the
+ * same figures ump_stats gives. cuMemGetInfo and NVML's memory calls both
+ * answer with it, so they agree. */
+static bool pool_meminfo(ump_pool_t *pool, int dev, size_t *free_b,
+                         size_t *total_b)
+{
+    ump_device_props_t props;
+    ump_stats_t st;
+    if (ump_device_props(pool, dev, &props) || ump_stats(pool, dev, &st))
+        return false;
+    size_t used = st.reserved_bytes - st.cached_bytes;
+    if (used > st.reserved_bytes)
+        used = st.reserved_bytes;
+    *total_b = props.capacity;
+    *free_b = props.capacity > used ? props.capacity - used : 0;
+    return true;
+}
+
 EXPORT CUresult CUDAAPI cuMemGetInfo(size_t *free_b, size_t *total_b)
 {
     ump_pool_t *pool = serving();
     int dev;
-    ump_device_props_t props;
-    ump_stats_t st;
     if (pool && free_b && total_b && current_device(pool, &dev) &&
-        !ump_device_props(pool, dev, &props) &&
-        !ump_stats(pool, dev, &st)) {
+        pool_meminfo(pool, dev, free_b, total_b)) {
         preload_count(E_GETINFO, true);
-        size_t used = st.reserved_bytes - st.cached_bytes;
-        if (used > st.reserved_bytes)
-            used = st.reserved_bytes;
-        *total_b = props.capacity;
-        *free_b = props.capacity > used ? props.capacity - used : 0;
         return CUDA_SUCCESS;
     }
     preload_count(E_GETINFO, false);
@@ -436,6 +448,103 @@ EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n,
     return res;
 }
 
+/* --- NVML --------------------------------------------------------------- */
+/* NVML's memory figures for a GPU, seen from inside the process, are the
+ * pool's (as cuMemGetInfo's): a program that sizes its work from NVML
+ * (vLLM) and one that asks the driver see the same room. Before the pool
+ * exists (no allocation yet) the real NVML answers. The GPU is found by
+ * its PCI address (NVML's order need not be CUDA's). */
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
+struct nvml_memory_v2 {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+};
+struct nvml_pci {
+    char bus_id_legacy[16];
+    unsigned domain, bus, device, pci_device_id, pci_subsystem_id;
+    char bus_id[32];
+};
+#define NVML_UNINITIALIZED 1
+EXPORT int nvmlDeviceGetMemoryInfo(void *handle, struct nvml_memory *m);
+EXPORT int nvmlDeviceGetMemoryInfo_v2(void *handle, struct nvml_memory_v2 *m);
+
+static void *nvml_real(const char *name)
+{
+    static void *_Atomic lib;
+    void *h = atomic_load(&lib);
+    if (!h) {
+        preload_enter();
+        h = preload_real_dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+        preload_leave();
+        if (!h)
+            return NULL;
+        atomic_store(&lib, h);
+    }
+    return dlsym(h, name);
+}
+
+/* The pool's device of an NVML handle; false when none (or no pool). */
+static bool nvml_device(void *handle, ump_pool_t **pool_p, int *dev)
+{
+    ump_pool_t *pool = preload_busy() ? NULL : umpool_preload_pool();
+    const struct preload_real *r = preload_real();
+    int (*pci)(void *, struct nvml_pci *);
+    void *sym = nvml_real("nvmlDeviceGetPciInfo_v3");
+    memcpy(&pci, &sym, sizeof(pci));
+    struct nvml_pci info;
+    CUdevice d;
+    if (!pool || !r || !r->device_by_pci || !pci || pci(handle, &info) ||
+        r->device_by_pci(&d, info.bus_id) != CUDA_SUCCESS ||
+        (int)d >= ump_device_count(pool))
+        return false;
+    *pool_p = pool;
+    *dev = (int)d;
+    return true;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo(void *handle, struct nvml_memory *m)
+{
+    ump_pool_t *pool;
+    int dev;
+    size_t f, t;
+    if (m && nvml_device(handle, &pool, &dev) &&
+        pool_meminfo(pool, dev, &f, &t)) {
+        preload_count(E_NVML_MEM, true);
+        m->total = t;
+        m->free = f;
+        m->used = t - f;
+        return 0;
+    }
+    preload_count(E_NVML_MEM, false);
+    int (*fn)(void *, struct nvml_memory *);
+    void *sym = nvml_real("nvmlDeviceGetMemoryInfo");
+    memcpy(&fn, &sym, sizeof(fn));
+    return fn ? fn(handle, m) : NVML_UNINITIALIZED;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo_v2(void *handle, struct nvml_memory_v2 *m)
+{
+    ump_pool_t *pool;
+    int dev;
+    size_t f, t;
+    if (m && nvml_device(handle, &pool, &dev) &&
+        pool_meminfo(pool, dev, &f, &t)) {
+        preload_count(E_NVML_MEM_V2, true);
+        m->total = t;
+        m->reserved = 0;
+        m->free = f;
+        m->used = t - f;
+        return 0;
+    }
+    preload_count(E_NVML_MEM_V2, false);
+    int (*fn)(void *, struct nvml_memory_v2 *);
+    void *sym = nvml_real("nvmlDeviceGetMemoryInfo_v2");
+    memcpy(&fn, &sym, sizeof(fn));
+    return fn ? fn(handle, m) : NVML_UNINITIALIZED;
+}
+
 /* --- cuGetProcAddress -------------------------------------------------- */
 
 void *intercept_lookup(const char *name, int version, int *entry)
@@ -508,4 +617,10 @@ static struct entry table[E_N] = {
     ROW(E_ADDR_RANGE, "cuMemGetAddressRange", 3020, cuMemGetAddressRange),
     ROW(E_PTR_ATTR, "cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     ROW(E_PTR_ATTRS, "cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    /* NVML's, reached through dlopen of libnvidia-ml.so.1 or by name; never
+     * through cuGetProcAddress. */
+    ROW(E_NVML_MEM, "nvmlDeviceGetMemoryInfo", INT_MAX,
+        nvmlDeviceGetMemoryInfo),
+    ROW(E_NVML_MEM_V2, "nvmlDeviceGetMemoryInfo_v2", INT_MAX,
+        nvmlDeviceGetMemoryInfo_v2),
 };

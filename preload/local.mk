@@ -9,9 +9,10 @@
 # libcuda.so.1: what a dlopen of libcuda.so.1 returns (preload.c says why).
 # Its DT_NEEDED on libcuda.so.1 comes from linking against an empty stub of
 # that soname (libcuda_stub.c), built here and never installed.
-EXTRA_DIST += preload/libcuda_stub.c
+EXTRA_DIST += preload/libcuda_stub.c preload/libnvml_stub.c
 if HAVE_CUDA
-lib_LTLIBRARIES += preload/libumpool-preload.la preload/libumpool-preload-cuda.la
+lib_LTLIBRARIES += preload/libumpool-preload.la \
+	preload/libumpool-preload-cuda.la preload/libumpool-preload-nvml.la
 endif
 preload_libumpool_preload_la_SOURCES = preload/preload.c preload/intercept.c \
 	preload/preload.h
@@ -27,6 +28,20 @@ preload_libumpool_preload_cuda_la_LIBADD = preload/libumpool-preload.la \
 preload_libumpool_preload_cuda_la_LDFLAGS = -avoid-version -module
 preload_libumpool_preload_cuda_la_DEPENDENCIES = preload/libumpool-preload.la \
 	preload/stub/libcuda.so
+
+# The same for NVML (libnvidia-ml.so.1).
+preload_libumpool_preload_nvml_la_SOURCES = preload/nvml_shim.c
+preload_libumpool_preload_nvml_la_LIBADD = preload/libumpool-preload.la \
+	-L$(abs_top_builddir)/preload/stub -lnvidia-ml
+preload_libumpool_preload_nvml_la_LDFLAGS = -avoid-version -module
+preload_libumpool_preload_nvml_la_DEPENDENCIES = preload/libumpool-preload.la \
+	preload/stub/libnvidia-ml.so
+
+preload/stub/libnvidia-ml.so: $(srcdir)/preload/libnvml_stub.c
+	@$(MKDIR_P) preload/stub
+	$(AM_V_CC)$(CC) -shared -fPIC -Wl,-soname,libnvidia-ml.so.1 -o $@ \
+		$(srcdir)/preload/libnvml_stub.c
+CLEANFILES += preload/stub/libnvidia-ml.so
 
 preload/stub/libcuda.so: $(srcdir)/preload/libcuda_stub.c
 	@$(MKDIR_P) preload/stub

@@ -56,11 +56,22 @@ static dlopen_fn *real_dlopen(void)
     return fn;
 }
 
-static bool is_libcuda(const char *file)
+void *preload_real_dlopen(const char *file, int flags)
+{
+    return real_dlopen()(file, flags);
+}
+
+/* Which of umpool's libraries stands for file: libumpool-preload-cuda.so
+ * for libcuda, libumpool-preload-nvml.so for NVML; NULL: none. */
+static const char *stand_in(const char *file)
 {
     const char *base = strrchr(file, '/');
     base = base ? base + 1 : file;
-    return !strcmp(base, "libcuda.so.1") || !strcmp(base, "libcuda.so");
+    if (!strcmp(base, "libcuda.so.1") || !strcmp(base, "libcuda.so"))
+        return "libumpool-preload-cuda.so";
+    if (!strcmp(base, "libnvidia-ml.so.1") || !strcmp(base, "libnvidia-ml.so"))
+        return "libumpool-preload-nvml.so";
+    return NULL;
 }
 
 /* The folder this library was loaded from: libumpool-preload-cuda.so is
@@ -80,17 +91,17 @@ static void find_dir(void)
         dir_buf[0] = '\0';
 }
 
-/* dlopen of libcuda.so.1 or libcuda.so, not from umpool itself: the
- * handle of libumpool-preload-cuda.so, with the caller's flags. Where it
- * does not load (no real driver), the real dlopen of what was asked, so
- * the program sees the error it would without umpool. */
+/* dlopen of libcuda or NVML, not from umpool itself: the handle of its
+ * stand-in, with the caller's flags. Where that does not load (no real
+ * driver), the real dlopen of what was asked, so that the program sees the
+ * error it would without umpool. */
 static void *open_cuda(const char *file, int flags)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, find_dir);
     char path[4200];
-    snprintf(path, sizeof(path), "%s%slibumpool-preload-cuda.so", dir_buf,
-             dir_buf[0] ? "/" : "");
+    snprintf(path, sizeof(path), "%s%s%s", dir_buf, dir_buf[0] ? "/" : "",
+             stand_in(file));
     void *h = real_dlopen()(path, flags);
     return h ? h : real_dlopen()(file, flags);
 }
@@ -102,7 +113,7 @@ static void *open_cuda(const char *file, int flags)
 __attribute__((used)) static void *dlopen_target(const char *file, int flags)
 {
     (void)flags;
-    if (file && !preload_depth && is_libcuda(file))
+    if (file && !preload_depth && stand_in(file))
         return (void *)open_cuda;
     return (void *)real_dlopen();
 }
@@ -162,7 +173,8 @@ static void load_real(void)
                  {"cuEventQuery", &real.event_query},
                  {"cuEventDestroy", &real.event_destroy},
                  {"cuDeviceGetDefaultMemPool",
-                  &real.device_get_default_mem_pool}};
+                  &real.device_get_default_mem_pool},
+                 {"cuDeviceGetByPCIBusId", &real.device_by_pci}};
         for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
             void *fn = NULL;
             real.getproc(t[i].name, &fn, 12000, 0, NULL);

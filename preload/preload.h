@@ -28,7 +28,11 @@ struct preload_real {
     CUresult (*event_query)(CUevent);
     CUresult (*event_destroy)(CUevent);
     CUresult (*device_get_default_mem_pool)(CUmemoryPool *, CUdevice);
+    CUresult (*device_by_pci)(CUdevice *, const char *);
 };
+
+/* glibc's dlopen (not the interposer). */
+void *preload_real_dlopen(const char *file, int flags);
 
 /* The real driver, loaded once (by the first call that needs it); NULL
  * when there is none (the program's own calls then fail as they would). */

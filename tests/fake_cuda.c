@@ -546,6 +546,19 @@ static CUresult fake_cuDeviceGetPCIBusId(char *bus, int len, CUdevice dev)
     return end(CUDA_SUCCESS);
 }
 
+static CUresult fake_cuDeviceGetByPCIBusId(CUdevice *dev, const char *bus)
+{
+    unsigned dom, b, d, f;
+    if (!dev || !bus || sscanf(bus, "%x:%x:%x.%x", &dom, &b, &d, &f) != 4)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < cfg.devices; i++)
+        if (dom == 0 && b == fake_bus(i) && d == 0) {
+            *dev = i;
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_INVALID_DEVICE;
+}
+
 /* May device a map device b's memory (a != b)? */
 static bool peers(int a, int b)
 {
@@ -1551,6 +1564,7 @@ static const struct {
     FAKE_ENTRY(cuDeviceGetAttribute),
     FAKE_ENTRY(cuDeviceGetName),
     FAKE_ENTRY(cuDeviceGetPCIBusId),
+    FAKE_ENTRY(cuDeviceGetByPCIBusId),
     FAKE_ENTRY(cuDeviceCanAccessPeer),
     FAKE_ENTRY(cuDeviceGetP2PAttribute),
     FAKE_ENTRY(cuDevicePrimaryCtxRetain),
@@ -1694,7 +1708,63 @@ int nvmlDeviceGetNvLinkVersion(nvmlDevice_t h, unsigned link,
                                unsigned *version);
 int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t h, unsigned link,
                                         int *type);
+int nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, struct nvml_pci_info *pci);
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h);
+struct nvml_memory {
+    unsigned long long total, free, used;
+};
+struct nvml_memory_v2 {
+    unsigned version;
+    unsigned long long total, reserved, free, used;
+};
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t h, struct nvml_memory *m);
+int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, struct nvml_memory_v2 *m);
 long fake_cuda_count(const char *what);
+
+int nvmlDeviceGetHandleByIndex_v2(unsigned i, nvmlDevice_t *h)
+{
+    if (!h || (int)i >= cfg.devices)
+        return 2;
+    nvml_devs[i] = (int)i;
+    *h = &nvml_devs[i];
+    return 0;
+}
+
+int nvmlDeviceGetPciInfo_v3(nvmlDevice_t h, struct nvml_pci_info *pci)
+{
+    if (!h || !pci)
+        return 2;
+    memset(pci, 0, sizeof(*pci));
+    pci->bus = fake_bus(*h);
+    snprintf(pci->bus_id, sizeof(pci->bus_id), "00000000:%02X:00.0",
+             fake_bus(*h));
+    snprintf(pci->bus_id_legacy, sizeof(pci->bus_id_legacy), "0000:%02X:00.0",
+             fake_bus(*h));
+    return 0;
+}
+
+/* The device's memory as NVML sees it: every process's use (here, this
+ * one's chunks and classic allocations). */
+int nvmlDeviceGetMemoryInfo(nvmlDevice_t h, struct nvml_memory *m)
+{
+    if (!h || !m)
+        return 2;
+    m->total = cfg.mem;
+    m->used = used[*h];
+    m->free = cfg.mem - used[*h];
+    return 0;
+}
+
+int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, struct nvml_memory_v2 *m)
+{
+    if (!h || !m)
+        return 2;
+    m->total = cfg.mem;
+    m->reserved = 0;
+    m->used = used[*h];
+    m->free = cfg.mem - used[*h];
+    return 0;
+}
 
 int nvmlInit_v2(void)
 {

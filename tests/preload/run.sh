@@ -15,6 +15,8 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_preload.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libcuda.so.1"
 ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libcuda.so"
+# The fake answers for NVML too.
+ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libnvidia-ml.so.1"
 libs="$tmp:$build/lib/.libs:$build/preload/.libs"
 supp=$(cd "$(dirname "$0")" && pwd)/lsan.supp
 fail=0

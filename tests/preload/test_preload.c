@@ -238,6 +238,31 @@ static void basic(void)
     CHECK(cu.free(p) == CUDA_SUCCESS, "cuMemFree");
     ump_stats(pool, UMP_DEVICE_ALL, &st);
     CHECK(st.live_bytes == 0, "live bytes at the end: %zu", st.live_bytes);
+    /* NVML, seen from inside the process, agrees with cuMemGetInfo: the
+     * pool's figures (a program that sizes its work by NVML sees the
+     * room the driver's call gives). */
+    void *nv = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    CHECK(nv != NULL, "dlopen(libnvidia-ml.so.1): %s", dlerror());
+    if (nv) {
+        int (*init)(void), (*by_index)(unsigned, void **);
+        int (*mem)(void *, unsigned long long *);
+        void *sym = dlsym(nv, "nvmlInit_v2");
+        memcpy(&init, &sym, sizeof(init));
+        sym = dlsym(nv, "nvmlDeviceGetHandleByIndex_v2");
+        memcpy(&by_index, &sym, sizeof(by_index));
+        sym = dlsym(nv, "nvmlDeviceGetMemoryInfo");
+        memcpy(&mem, &sym, sizeof(mem));
+        CHECK(sym == dlsym(RTLD_DEFAULT, "nvmlDeviceGetMemoryInfo"),
+              "NVML's memory call on the handle is not the preload's");
+        void *h0 = NULL;
+        unsigned long long m[3] = {0}; /* total, free, used */
+        size_t f, t;
+        CHECK(init && by_index && mem && !init() && !by_index(0, &h0) &&
+                  !mem(h0, m) && !cu.info(&f, &t) && m[0] == t &&
+                  m[1] == f && m[2] == t - f,
+              "NVML (total %llu free %llu) and cuMemGetInfo (%zu, %zu) "
+              "disagree", m[0], m[1], t, f);
+    }
     /* The second device: its own context, the pool's second device. */
     context(1);
     CHECK(cu.alloc(&q, 1 << 20) == CUDA_SUCCESS, "cuMemAlloc on device 1");

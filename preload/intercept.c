@@ -147,6 +147,23 @@ struct pending {
 static pthread_mutex_t pend_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending *_Atomic pend;
 
+/* Is p waiting for its stream (a cuMemFreeAsync not done yet)? A second
+ * free of it is the caller's error, and must not reach the pool: the pool
+ * still holds the allocation, and the pending free will return it. */
+static bool pending_has(void *p)
+{
+    if (!atomic_load_explicit(&pend, memory_order_acquire))
+        return false;
+    bool found = false;
+    preload_enter();
+    pthread_mutex_lock(&pend_lock);
+    for (struct pending *e = atomic_load(&pend); e && !found; e = e->next)
+        found = e->ptr == p;
+    pthread_mutex_unlock(&pend_lock);
+    preload_leave();
+    return found;
+}
+
 void intercept_poll(void)
 {
     if (!atomic_load_explicit(&pend, memory_order_acquire))
@@ -187,8 +204,11 @@ static CUresult alloc_on_current(ump_pool_t *pool, CUdeviceptr *dptr,
         return CUDA_SUCCESS; /* not served: the driver answers */
     preload_enter();
     intercept_poll();
+    /* On the current device only, as the driver would: the pool's policy
+     * is local (preload.c makes it so), and no spilling to a peer. */
     ump_hints_t h = UMP_HINTS_INIT;
     h.device = dev;
+    h.flags = UMP_HINT_NO_SPILL;
     void *p = NULL;
     int rc = ump_alloc(pool, size, &h, &p);
     preload_leave();
@@ -251,6 +271,8 @@ EXPORT CUresult CUDAAPI cuMemFree(CUdeviceptr dptr)
     ump_pool_t *pool = serving();
     if (pool && dptr && in_range(pool, dptr)) {
         preload_count(E_FREE, true);
+        if (pending_has((void *)(uintptr_t)dptr))
+            return CUDA_ERROR_INVALID_VALUE; /* freed already, on a stream */
         /* Not an allocation's start (ump_free says why in the log): the
          * driver's answer for a pointer it did not hand out. */
         preload_enter();
@@ -282,36 +304,85 @@ EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize,
     return fn ? fn(dptr, bytesize, stream) : NO_DRIVER;
 }
 
+/* The event of a stream-ordered free, made and recorded in the stream's
+ * own context (it may be another device's than the current one). */
+static CUresult record_on(const struct preload_real *r, CUstream stream,
+                          CUevent *ev)
+{
+    CUcontext cur = NULL, sc = NULL;
+    /* The special handles (NULL, legacy, per-thread) are the current
+     * context's streams. */
+    bool other = (uintptr_t)stream > 2 && r->stream_get_ctx &&
+                 r->stream_get_ctx(stream, &sc) == CUDA_SUCCESS &&
+                 r->ctx_get_current(&cur) == CUDA_SUCCESS && sc != cur;
+    if (other && r->ctx_set_current(sc) != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult res = r->event_create(ev, CU_EVENT_DISABLE_TIMING);
+    if (res == CUDA_SUCCESS) {
+        res = r->event_record(*ev, stream);
+        if (res != CUDA_SUCCESS)
+            r->event_destroy(*ev);
+    }
+    if (other)
+        r->ctx_set_current(cur);
+    return res;
+}
+
 EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
 {
     ump_pool_t *pool = serving();
-    ump_ptr_info_t in;
     const struct preload_real *r = preload_real();
-    if (pool && r && dptr && owned(pool, dptr, &in)) {
+    if (pool && r && dptr && in_range(pool, dptr)) {
         preload_count(E_FREE_ASYNC, true);
-        if ((uintptr_t)in.base != (uintptr_t)dptr)
+        ump_ptr_info_t in;
+        preload_enter();
+        bool start = owned(pool, dptr, &in) &&
+                     (uintptr_t)in.base == (uintptr_t)dptr;
+        preload_leave();
+        /* Not an allocation's start, or freed already (pending). */
+        if (!start || pending_has(in.base))
             return CUDA_ERROR_INVALID_VALUE;
         struct pending *e = malloc(sizeof(*e));
         if (!e)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        CUresult res = r->event_create(&e->ev, CU_EVENT_DISABLE_TIMING);
-        if (res == CUDA_SUCCESS)
-            res = r->event_record(e->ev, stream);
+        CUresult res = record_on(r, stream, &e->ev);
         if (res != CUDA_SUCCESS) {
             free(e);
             return res;
         }
         e->ptr = in.base;
+        preload_enter();
         pthread_mutex_lock(&pend_lock);
         e->next = atomic_load(&pend);
         atomic_store(&pend, e);
         pthread_mutex_unlock(&pend_lock);
+        preload_leave();
         return CUDA_SUCCESS;
     }
     preload_count(E_FREE_ASYNC, false);
     CUresult (*fn)(CUdeviceptr, CUstream) =
         REAL(E_FREE_ASYNC, CUresult (*)(CUdeviceptr, CUstream));
     return fn ? fn(dptr, stream) : NO_DRIVER;
+}
+
+/* The per-thread-default-stream names (programs built with
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM call these): the same service, stream
+ * 0 taken as the legacy default stream's order, which waits for more than
+ * the thread's own stream, never for less. cuGetProcAddress's flag for
+ * them is answered the same way. */
+EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t n,
+                                             CUstream stream);
+EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t n,
+                                             CUstream stream)
+{
+    return cuMemAllocAsync(dptr, n, stream);
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr,
+                                            CUstream stream);
+EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream stream)
+{
+    return cuMemFreeAsync(dptr, stream);
 }
 
 /* From the device's default memory pool: the pool's; any other memory
@@ -342,22 +413,44 @@ EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *dptr,
     return fn ? fn(dptr, bytesize, mp, stream) : NO_DRIVER;
 }
 
-/* What the pool can still give device dev, and its capacity there: never
- * above the GPU's own size (the pool's capacity is at most that), from the
- * same figures ump_stats gives. cuMemGetInfo and NVML's memory calls both
- * answer with it, so they agree. */
-static bool pool_meminfo(ump_pool_t *pool, int dev, size_t *free_b,
-                         size_t *total_b)
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
+                                                     size_t n,
+                                                     CUmemoryPool mp,
+                                                     CUstream stream);
+EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
+                                                     size_t n,
+                                                     CUmemoryPool mp,
+                                                     CUstream stream)
+{
+    return cuMemAllocFromPoolAsync(dptr, n, mp, stream);
+}
+
+/* What the pool can still give device dev, and its capacity there, from
+ * the driver's own figures for the GPU (real_free, real_total; 0 and 0
+ * when unknown): the total is the GPU's (or the pool's limit, if lower),
+ * never more; the free room is what the pool's limit leaves after the
+ * memory it holds for live allocations, and at most what it could really
+ * get: its cached memory plus what the driver still has (memory others
+ * use, in this process or another, is not there). cuMemGetInfo and NVML's
+ * memory calls both answer with it, so they agree. */
+static bool pool_meminfo(ump_pool_t *pool, int dev, size_t real_free,
+                         size_t real_total, size_t *free_b, size_t *total_b)
 {
     ump_device_props_t props;
     ump_stats_t st;
     if (ump_device_props(pool, dev, &props) || ump_stats(pool, dev, &st))
         return false;
-    size_t used = st.reserved_bytes - st.cached_bytes;
-    if (used > st.reserved_bytes)
-        used = st.reserved_bytes;
-    *total_b = props.capacity;
-    *free_b = props.capacity > used ? props.capacity - used : 0;
+    size_t used = st.reserved_bytes > st.cached_bytes
+                      ? st.reserved_bytes - st.cached_bytes
+                      : 0;
+    size_t total = props.capacity;
+    if (real_total && real_total < total)
+        total = real_total;
+    size_t room = total > used ? total - used : 0;
+    if (real_total && st.cached_bytes + real_free < room)
+        room = st.cached_bytes + real_free;
+    *total_b = total;
+    *free_b = room;
     return true;
 }
 
@@ -365,14 +458,21 @@ EXPORT CUresult CUDAAPI cuMemGetInfo(size_t *free_b, size_t *total_b)
 {
     ump_pool_t *pool = serving();
     int dev;
-    if (pool && free_b && total_b && current_device(pool, &dev) &&
-        pool_meminfo(pool, dev, free_b, total_b)) {
+    CUresult (*fn)(size_t *, size_t *) =
+        REAL(E_GETINFO, CUresult (*)(size_t *, size_t *));
+    size_t rf = 0, rt = 0;
+    bool ok = false;
+    if (pool && free_b && total_b && current_device(pool, &dev) && fn &&
+        fn(&rf, &rt) == CUDA_SUCCESS) {
+        preload_enter();
+        ok = pool_meminfo(pool, dev, rf, rt, free_b, total_b);
+        preload_leave();
+    }
+    if (ok) {
         preload_count(E_GETINFO, true);
         return CUDA_SUCCESS;
     }
     preload_count(E_GETINFO, false);
-    CUresult (*fn)(size_t *, size_t *) =
-        REAL(E_GETINFO, CUresult (*)(size_t *, size_t *));
     return fn ? fn(free_b, total_b) : NO_DRIVER;
 }
 
@@ -381,8 +481,15 @@ EXPORT CUresult CUDAAPI cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
 {
     ump_pool_t *pool = serving();
     ump_ptr_info_t in;
-    if (pool && owned(pool, dptr, &in)) {
+    if (pool && in_range(pool, dptr)) {
         preload_count(E_ADDR_RANGE, true);
+        preload_enter();
+        bool mine = owned(pool, dptr, &in);
+        preload_leave();
+        /* The pool's range, no allocation there: a pointer nobody handed
+         * out (the driver would only see the chunk). */
+        if (!mine)
+            return CUDA_ERROR_NOT_FOUND;
         if (base)
             *base = (CUdeviceptr)(uintptr_t)in.base;
         if (size)
@@ -400,7 +507,10 @@ static void fix_range(ump_pool_t *pool, CUpointer_attribute a, void *data,
                       CUdeviceptr ptr)
 {
     ump_ptr_info_t in;
-    if (!data || !pool || !owned(pool, ptr, &in))
+    preload_enter();
+    bool mine = data && pool && owned(pool, ptr, &in);
+    preload_leave();
+    if (!mine)
         return;
     if (a == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
         *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)in.base;
@@ -417,11 +527,18 @@ EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data,
         REAL(E_PTR_ATTR, CUresult (*)(void *, CUpointer_attribute,
                                       CUdeviceptr));
     ump_ptr_info_t in;
-    bool mine = pool && owned(pool, ptr, &in) &&
-                (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
-                 attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE);
-    preload_count(E_PTR_ATTR, mine);
-    if (mine) {
+    bool ranged = pool && in_range(pool, ptr), mine = false;
+    if (ranged) {
+        preload_enter();
+        mine = owned(pool, ptr, &in);
+        preload_leave();
+    }
+    preload_count(E_PTR_ATTR, ranged);
+    /* The pool's range, no allocation there: nobody's pointer. */
+    if (ranged && !mine)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (mine && (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+                 attr == CU_POINTER_ATTRIBUTE_RANGE_SIZE)) {
         fix_range(pool, attr, data, ptr);
         return data ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     }
@@ -438,10 +555,19 @@ EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n,
                                        void **, CUdeviceptr));
     if (!fn)
         return NO_DRIVER;
-    CUresult res = fn(n, attrs, data, ptr);
     ump_ptr_info_t in;
-    bool mine = res == CUDA_SUCCESS && pool && attrs && data &&
-                owned(pool, ptr, &in);
+    bool ranged = pool && in_range(pool, ptr), mine = false;
+    if (ranged) {
+        preload_enter();
+        mine = owned(pool, ptr, &in);
+        preload_leave();
+        if (!mine) {
+            preload_count(E_PTR_ATTRS, true);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    CUresult res = fn(n, attrs, data, ptr);
+    mine = mine && res == CUDA_SUCCESS && attrs && data;
     preload_count(E_PTR_ATTRS, mine);
     for (unsigned i = 0; mine && i < n; i++)
         fix_range(pool, attrs[i], data[i], ptr);
@@ -504,13 +630,39 @@ static bool nvml_device(void *handle, ump_pool_t **pool_p, int *dev)
     return true;
 }
 
-EXPORT int nvmlDeviceGetMemoryInfo(void *handle, struct nvml_memory *m)
+/* NVML's own figures for the GPU (0, 0 when unknown). */
+static void nvml_real_mem(void *handle, size_t *f, size_t *t)
+{
+    int (*fn)(void *, struct nvml_memory *);
+    void *sym = nvml_real("nvmlDeviceGetMemoryInfo");
+    memcpy(&fn, &sym, sizeof(fn));
+    struct nvml_memory m;
+    *f = *t = 0;
+    if (fn && !fn(handle, &m)) {
+        *f = (size_t)m.free;
+        *t = (size_t)m.total;
+    }
+}
+
+/* The pool's figures for an NVML handle's GPU. */
+static bool nvml_pool_mem(void *handle, size_t *f, size_t *t)
 {
     ump_pool_t *pool;
     int dev;
+    size_t rf, rt;
+    if (!nvml_device(handle, &pool, &dev))
+        return false;
+    nvml_real_mem(handle, &rf, &rt);
+    preload_enter();
+    bool ok = pool_meminfo(pool, dev, rf, rt, f, t);
+    preload_leave();
+    return ok;
+}
+
+EXPORT int nvmlDeviceGetMemoryInfo(void *handle, struct nvml_memory *m)
+{
     size_t f, t;
-    if (m && nvml_device(handle, &pool, &dev) &&
-        pool_meminfo(pool, dev, &f, &t)) {
+    if (m && nvml_pool_mem(handle, &f, &t)) {
         preload_count(E_NVML_MEM, true);
         m->total = t;
         m->free = f;
@@ -526,11 +678,8 @@ EXPORT int nvmlDeviceGetMemoryInfo(void *handle, struct nvml_memory *m)
 
 EXPORT int nvmlDeviceGetMemoryInfo_v2(void *handle, struct nvml_memory_v2 *m)
 {
-    ump_pool_t *pool;
-    int dev;
     size_t f, t;
-    if (m && nvml_device(handle, &pool, &dev) &&
-        pool_meminfo(pool, dev, &f, &t)) {
+    if (m && nvml_pool_mem(handle, &f, &t)) {
         preload_count(E_NVML_MEM_V2, true);
         m->total = t;
         m->reserved = 0;
@@ -571,7 +720,7 @@ EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
     int e;
     void *mine = pfn ? intercept_lookup(symbol, version, &e) : NULL;
     if (mine) {
-        preload_count(e, true);
+        preload_count(E_GETPROC, true); /* a look-up, not a call of e */
         *pfn = mine;
         if (st)
             *st = CU_GET_PROC_ADDRESS_SUCCESS;
@@ -592,7 +741,7 @@ CUresult CUDAAPI getproc_v1(const char *symbol, void **pfn, int version,
     int e;
     void *mine = pfn ? intercept_lookup(symbol, version, &e) : NULL;
     if (mine) {
-        preload_count(e, true);
+        preload_count(E_GETPROC_V1, true); /* a look-up, not a call of e */
         *pfn = mine;
         return CUDA_SUCCESS;
     }

@@ -19,13 +19,15 @@ preload_libumpool_preload_la_SOURCES = preload/preload.c preload/intercept.c \
 preload_libumpool_preload_la_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 preload_libumpool_preload_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 preload_libumpool_preload_la_LIBADD = lib/libumpool.la -ldl $(PTHREAD_CFLAGS)
-preload_libumpool_preload_la_LDFLAGS = -avoid-version
+# -shared: no static archive (one defining dlopen could interpose a
+# program linked with it).
+preload_libumpool_preload_la_LDFLAGS = -avoid-version -shared
 
 preload_libumpool_preload_cuda_la_SOURCES = preload/cuda_shim.c
 # In this order (cuda_shim.c says how they are kept).
 preload_libumpool_preload_cuda_la_LIBADD = preload/libumpool-preload.la \
 	-L$(abs_top_builddir)/preload/stub -lcuda
-preload_libumpool_preload_cuda_la_LDFLAGS = -avoid-version -module
+preload_libumpool_preload_cuda_la_LDFLAGS = -avoid-version -module -shared
 preload_libumpool_preload_cuda_la_DEPENDENCIES = preload/libumpool-preload.la \
 	preload/stub/libcuda.so
 
@@ -33,7 +35,7 @@ preload_libumpool_preload_cuda_la_DEPENDENCIES = preload/libumpool-preload.la \
 preload_libumpool_preload_nvml_la_SOURCES = preload/nvml_shim.c
 preload_libumpool_preload_nvml_la_LIBADD = preload/libumpool-preload.la \
 	-L$(abs_top_builddir)/preload/stub -lnvidia-ml
-preload_libumpool_preload_nvml_la_LDFLAGS = -avoid-version -module
+preload_libumpool_preload_nvml_la_LDFLAGS = -avoid-version -module -shared
 preload_libumpool_preload_nvml_la_DEPENDENCIES = preload/libumpool-preload.la \
 	preload/stub/libnvidia-ml.so
 

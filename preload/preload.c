@@ -102,6 +102,20 @@ static void *open_cuda(const char *file, int flags)
     char path[4200];
     snprintf(path, sizeof(path), "%s%s%s", dir_buf, dir_buf[0] ? "/" : "",
              stand_in(file));
+    /* RTLD_NOLOAD: a handle only if the library is loaded already; then
+     * the stand-in's, loaded now if need be. */
+    if (flags & RTLD_NOLOAD) {
+        void *l = real_dlopen()(file, flags);
+        if (!l)
+            return NULL;
+        flags &= ~RTLD_NOLOAD;
+    }
+    /* A path names which driver: load that one first, so that the
+     * stand-in's dependency (the soname libcuda.so.1) is it. */
+    void *pinned = strchr(file, '/') ? real_dlopen()(file, RTLD_NOW |
+                                                         RTLD_LOCAL)
+                                     : NULL;
+    (void)pinned; /* kept loaded: the stand-in depends on it */
     void *h = real_dlopen()(path, flags);
     return h ? h : real_dlopen()(file, flags);
 }
@@ -174,7 +188,10 @@ static void load_real(void)
                  {"cuEventDestroy", &real.event_destroy},
                  {"cuDeviceGetDefaultMemPool",
                   &real.device_get_default_mem_pool},
-                 {"cuDeviceGetByPCIBusId", &real.device_by_pci}};
+                 {"cuDeviceGetByPCIBusId", &real.device_by_pci},
+                 {"cuStreamGetCtx", &real.stream_get_ctx},
+                 {"cuCtxGetCurrent", &real.ctx_get_current},
+                 {"cuCtxSetCurrent", &real.ctx_set_current}};
         for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
             void *fn = NULL;
             real.getproc(t[i].name, &fn, 12000, 0, NULL);
@@ -230,34 +247,20 @@ static void report(void)
     }
 }
 
-/* At exit: the pool destroyed when the program freed everything (its
- * segment unpublished, its memory back to the driver); else left to the
- * process's end. Registered after the program's first CUDA call, so it
- * runs before the exit handlers registered earlier (cudart's): a call of
- * theirs after it finds no pool and goes to the driver. */
-static void teardown(void)
-{
-    pthread_mutex_lock(&pool_lock);
-    ump_pool_t *p = pool;
-    ump_stats_t st;
-    if (p) {
-        preload_enter();
-        intercept_poll();
-        if (!ump_stats(p, UMP_DEVICE_ALL, &st) && st.live_bytes == 0 &&
-            !ump_pool_destroy(p)) {
-            atomic_store(&pool, NULL);
-            pool_failed = true;
-        }
-        preload_leave();
-    }
-    pthread_mutex_unlock(&pool_lock);
-}
+/* The pool lives until the process ends: at exit another thread may still
+ * be inside an interposed call (or a later exit handler, cudart's, may
+ * free through it), so destroying it there would pull it from under them.
+ * Its published segment is unlinked at exit, as every pool's that was not
+ * destroyed (lib/publish). */
 
 ump_pool_t *preload_pool(void)
 {
     ump_pool_t *p = atomic_load_explicit(&pool, memory_order_acquire);
     if (p || pool_failed)
         return p;
+    /* Busy before the lock: a signal handler's call meanwhile goes to the
+     * driver instead of waiting for the lock its own thread holds. */
+    preload_enter();
     pthread_mutex_lock(&pool_lock);
     if (!pool && !pool_failed) {
         const char *log = getenv("UMPOOL_PRELOAD_LOG");
@@ -266,13 +269,16 @@ ump_pool_t *preload_pool(void)
             atexit(report);
         }
         /* UMPOOL_CONF is read by ump_pool_create itself; the backend is
-         * cuda unless it says otherwise. */
+         * cuda unless it says otherwise. The policy is local, whatever it
+         * says: a cuMemAlloc lands on the current device, as the driver's
+         * would (intercept.c adds no spilling), and the pool's default
+         * policy is what the hot path uses without a look-up by name. */
         const char *conf = getenv("UMPOOL_CONF");
         bool has_backend = conf && strstr(conf, "backend:");
         ump_pool_t *made = NULL;
-        preload_enter();
-        int rc = ump_pool_create(has_backend ? NULL : "backend:cuda", &made);
-        preload_leave();
+        int rc = ump_pool_create(has_backend ? "policy:local"
+                                             : "policy:local,backend:cuda",
+                                 &made);
         if (rc) {
             fprintf(stderr, "umpool-preload: no pool (%s): the program's "
                     "calls go to the driver\n", ump_strerror(rc));
@@ -280,10 +286,10 @@ ump_pool_t *preload_pool(void)
         } else {
             atomic_store_explicit(&pool, made, memory_order_release);
             pool_made = true;
-            atexit(teardown);
         }
     }
     pthread_mutex_unlock(&pool_lock);
+    preload_leave();
     return pool;
 }
 

@@ -29,6 +29,9 @@ struct preload_real {
     CUresult (*event_destroy)(CUevent);
     CUresult (*device_get_default_mem_pool)(CUmemoryPool *, CUdevice);
     CUresult (*device_by_pci)(CUdevice *, const char *);
+    CUresult (*stream_get_ctx)(CUstream, CUcontext *);
+    CUresult (*ctx_get_current)(CUcontext *);
+    CUresult (*ctx_set_current)(CUcontext);
 };
 
 /* glibc's dlopen (not the interposer). */

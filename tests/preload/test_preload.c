@@ -238,6 +238,54 @@ static void basic(void)
     CHECK(cu.free(p) == CUDA_SUCCESS, "cuMemFree");
     ump_stats(pool, UMP_DEVICE_ALL, &st);
     CHECK(st.live_bytes == 0, "live bytes at the end: %zu", st.live_bytes);
+    /* A pointer freed on a stream is freed: a second free of it (on a
+     * stream or not) is the caller's error and reaches nothing. */
+    CUstream s2;
+    CHECK(cu.stream_create(&s2, 0) == CUDA_SUCCESS, "cuStreamCreate");
+    CUdeviceptr z = 0;
+    CHECK(cu.alloc(&z, 4096) == CUDA_SUCCESS, "cuMemAlloc");
+    CHECK(cu.free_async(z, s2) == CUDA_SUCCESS, "cuMemFreeAsync");
+    CHECK(cu.free(z) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemFree of a pointer pending on a stream accepted");
+    CHECK(cu.free_async(z, s2) == CUDA_ERROR_INVALID_VALUE,
+          "a second cuMemFreeAsync of a pending pointer accepted");
+    cu.stream_sync(s2);
+    cu.stream_destroy(s2);
+    /* A freed pointer, or one past an allocation inside its chunk, is no
+     * pointer: not the chunk's range. */
+    CUdeviceptr w = 0;
+    CHECK(cu.alloc(&w, 4096) == CUDA_SUCCESS, "cuMemAlloc");
+    res = cu.range(&base, &size, w + 8192);
+    CHECK(res != CUDA_SUCCESS, "range past a 4 KiB allocation: %d, size %zu",
+          (int)res, size);
+    cu.free(w);
+    res = cu.range(&base, &size, w);
+    CHECK(res != CUDA_SUCCESS, "range of a freed pointer: %d", (int)res);
+    res = cu.attr(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, w);
+    CHECK(res != CUDA_SUCCESS, "attribute of a freed pointer: %d", (int)res);
+    /* The current device only: no spilling to device 1 when device 0 is
+     * full (the driver's out of memory). */
+    size_t f2, t2;
+    cu.info(&f2, &t2);
+    CUdeviceptr full = 0, more = 0;
+    res = cu.alloc(&full, f2 - (4u << 20));
+    CHECK(res == CUDA_SUCCESS, "cuMemAlloc of most of device 0: %d", (int)res);
+    res = cu.alloc(&more, 16u << 20);
+    if (res == CUDA_SUCCESS) {
+        for (size_t off = 0; off < (16u << 20);) {
+            ump_ptr_info_t pi;
+            if (ump_ptr_lookup(pool, (char *)(uintptr_t)more + off, &pi))
+                break;
+            CHECK(pi.device == 0, "a device 0 allocation has memory on "
+                  "device %d", pi.device);
+            off = (size_t)((char *)pi.chunk_base + pi.chunk_size -
+                           (char *)(uintptr_t)more);
+        }
+        cu.free(more);
+    } else {
+        CHECK(res == CUDA_ERROR_OUT_OF_MEMORY, "device 0 full: %d", (int)res);
+    }
+    cu.free(full);
     /* NVML, seen from inside the process, agrees with cuMemGetInfo: the
      * pool's figures (a program that sizes its work by NVML sees the
      * room the driver's call gives). */
@@ -271,6 +319,24 @@ static void basic(void)
               in.device == 1,
           "device 1's allocation is on device %d", in.device);
     cu.free(q);
+    /* A free on another device's stream, device 1 current... then device
+     * 0's: the event goes in the stream's context. */
+    CUstream s1;
+    CHECK(cu.stream_create(&s1, 0) == CUDA_SUCCESS, "stream on device 1");
+    CUdeviceptr d1 = 0;
+    CHECK(cu.alloc_async(&d1, 1 << 16, s1) == CUDA_SUCCESS, "alloc on 1");
+    context(0);
+    res = cu.free_async(d1, s1);
+    CHECK(res == CUDA_SUCCESS, "cuMemFreeAsync on another context's stream: "
+          "%d", (int)res);
+    cu.stream_sync(s1);
+#ifdef VIA_DLOPEN
+    /* RTLD_NOLOAD of the loaded driver: the stand-in's handle too. */
+    void *nl = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(nl && dlsym(nl, "cuMemAlloc_v2") ==
+                    dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"),
+          "dlopen(RTLD_NOLOAD) bypasses the preload");
+#endif
 }
 
 static void *racer(void *arg)

@@ -37,7 +37,10 @@ echo "exports: $(printf '%s\n' "$syms" | wc -l) symbols, all public"
 # Plug-ins load it with dlopen (Python's ctypes, a framework's allocator
 # hook): it must load that way, with nothing preloaded, and give a pool.
 if command -v python3 >/dev/null 2>&1; then
-  out=$(python3 -c '
+  # A sanitizer build needs its runtime loaded first (python is not built
+  # with it); Python's own allocations left at exit are not ours.
+  asan=$(ldd "$lib" 2>/dev/null | awk '/libasan|libclang_rt.asan/ {print $3; exit}')
+  out=$(LD_PRELOAD="${asan:+$asan}" ASAN_OPTIONS="${asan:+detect_leaks=0}" python3 -c '
 import ctypes, sys
 lib = ctypes.CDLL(sys.argv[1])
 pool = ctypes.c_void_p()

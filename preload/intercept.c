@@ -696,7 +696,9 @@ EXPORT int nvmlDeviceGetMemoryInfo_v2(void *handle, struct nvml_memory_v2 *m)
 
 /* --- cuGetProcAddress -------------------------------------------------- */
 
-void *intercept_lookup(const char *name, int version, int *entry)
+/* umpool's version of the driver entry point `name` (a base name, as
+ * cuGetProcAddress takes it) for version, or NULL. */
+static void *intercept_lookup(const char *name, int version)
 {
     if (!name)
         return NULL;
@@ -707,21 +709,29 @@ void *intercept_lookup(const char *name, int version, int *entry)
         /* cuGetProcAddress: the 12.0 one from 12.0 on, else the 11.3 one. */
         if (e == E_GETPROC_V1 && version >= table[E_GETPROC].since)
             continue;
-        *entry = e;
         return t->mine;
     }
     return NULL;
+}
+
+/* Both cuGetProcAddress: umpool's version of symbol into *pfn, counted
+ * as a look-up by entry `counter`; false when it is the driver's to
+ * answer. */
+static bool answer(const char *symbol, void **pfn, int version, int counter)
+{
+    void *mine = pfn ? intercept_lookup(symbol, version) : NULL;
+    if (!mine)
+        return false;
+    preload_count(counter, true);
+    *pfn = mine;
+    return true;
 }
 
 EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn,
                                          int version, cuuint64_t flags,
                                          CUdriverProcAddressQueryResult *st)
 {
-    int e;
-    void *mine = pfn ? intercept_lookup(symbol, version, &e) : NULL;
-    if (mine) {
-        preload_count(E_GETPROC, true); /* a look-up, not a call of e */
-        *pfn = mine;
+    if (answer(symbol, pfn, version, E_GETPROC)) {
         if (st)
             *st = CU_GET_PROC_ADDRESS_SUCCESS;
         return CUDA_SUCCESS;
@@ -738,13 +748,8 @@ EXPORT CUresult CUDAAPI getproc_v1(const char *symbol, void **pfn,
 CUresult CUDAAPI getproc_v1(const char *symbol, void **pfn, int version,
                             cuuint64_t flags)
 {
-    int e;
-    void *mine = pfn ? intercept_lookup(symbol, version, &e) : NULL;
-    if (mine) {
-        preload_count(E_GETPROC_V1, true); /* a look-up, not a call of e */
-        *pfn = mine;
+    if (answer(symbol, pfn, version, E_GETPROC_V1))
         return CUDA_SUCCESS;
-    }
     const struct preload_real *r = preload_real();
     if (r && r->getproc_v1)
         return r->getproc_v1(symbol, pfn, version, flags);

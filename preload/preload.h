@@ -71,11 +71,7 @@ static inline void preload_leave(void)
  * calls umpool served and calls forwarded to the driver. */
 void preload_count(int entry, bool served);
 
-/* intercept.c: umpool's version of the driver entry point `name` (a base
- * name, as cuGetProcAddress takes it) for cudaVersion, or NULL; entry: its
- * index for the counters. */
-void *intercept_lookup(const char *name, int cudaVersion, int *entry);
-/* The table's size and names, for the counters' report. */
+/* intercept.c: the table's size and names, for the counters' report. */
 int intercept_count(void);
 const char *intercept_name(int entry);
 /* Frees whose stream has reached them (cuMemFreeAsync on the program's

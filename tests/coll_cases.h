@@ -11,6 +11,8 @@
 
 #include "testutil.h"
 
+#include "coll_call.h"
+
 #include "coll/coll.h"
 #include "coll/reduce.h"
 
@@ -20,19 +22,6 @@
 static inline int32_t val(int k, size_t j)
 {
     return (int32_t)((k * 7 + j * 13) % 97) - 48;
-}
-
-/* Elements of rank r's send and recv buffers for count. */
-static inline void sizes(int coll, int n, size_t c, size_t *sn,
-                         size_t *rn)
-{
-    *sn = *rn = c;
-    if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
-        *rn = c * (size_t)n;
-    if (coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER)
-        *sn = c * (size_t)n;
-    if (coll == UMP_COLL_ALLTOALL)
-        *sn = *rn = c * (size_t)n;
 }
 
 /* What rank r's recv element i must hold (SUM of int32 or float32). */
@@ -59,33 +48,6 @@ static inline int32_t expect(int coll, int n, size_t c, int root, int r,
         return val((int)(i / c), (size_t)r * c + i % c);
     default: /* scatter */
         return val(root, (size_t)r * c + i);
-    }
-}
-
-/* One call of coll with reduction op (ignored by the collectives that
- * only move data) on streams (NULL: the communicator's own). */
-static inline int coll_case_call(ump_comm_t *comm, int coll,
-                                 const void **send, void **recv, size_t c,
-                                 int dt, int op, int root,
-                                 const ump_stream_t *streams)
-{
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(comm, send, recv, c, dt, op, streams);
-    case UMP_COLL_BROADCAST:
-        return ump_broadcast(comm, send, recv, c, dt, root, streams);
-    case UMP_COLL_REDUCE:
-        return ump_reduce(comm, send, recv, c, dt, op, root, streams);
-    case UMP_COLL_ALLGATHER:
-        return ump_allgather(comm, send, recv, c, dt, streams);
-    case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(comm, send, recv, c, dt, op, streams);
-    case UMP_COLL_ALLTOALL:
-        return ump_alltoall(comm, send, recv, c, dt, streams);
-    case UMP_COLL_GATHER:
-        return ump_gather(comm, send, recv, c, dt, root, streams);
-    default:
-        return ump_scatter(comm, send, recv, c, dt, root, streams);
     }
 }
 

@@ -241,6 +241,9 @@ static int run(ump_comm_t *c, const struct coll_args *a)
     if (rc)
         return rc;
     bool inplace;
+    /* One process: the call as it is, on the communicator of its ranks. */
+    if (c->world && c->world->nproc == 1)
+        return run(c->world->local, a);
     if (c->world) {
         /* Every call counts, failed or empty: the calls' transfers carry
          * their number, so that a process that left one out (its

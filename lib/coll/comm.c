@@ -95,9 +95,9 @@ static int config_item(ump_comm_t *c, const char *key, size_t klen,
 int coll_comm_config(ump_comm_t *c, const char *config, const char *fn)
 {
     c->force = -1;
-    c->engine_pref = 0; /* COLL_ENGINE_AUTO */
+    c->engine_pref = COLL_ENGINE_AUTO;
     c->timeout_s = 60;
-    c->sched = 0; /* COLL_SCHED_AUTO */
+    c->sched = COLL_SCHED_AUTO;
     if (!config)
         return 0;
     const char *p = config;

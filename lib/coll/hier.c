@@ -676,37 +676,6 @@ const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
     return "hierarchical";
 }
 
-/* One process: the call as it is, on the local communicator (whose ranks
- * are all of them). */
-static int local_call(ump_comm_t *L, const struct coll_args *a)
-{
-    switch (a->coll) {
-    case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(L, a->send, a->recv, a->count, a->dt, a->op,
-                             a->streams);
-    case UMP_COLL_BROADCAST:
-        return ump_broadcast(L, a->send, a->recv, a->count, a->dt, a->root,
-                             a->streams);
-    case UMP_COLL_REDUCE:
-        return ump_reduce(L, a->send, a->recv, a->count, a->dt, a->op,
-                          a->root, a->streams);
-    case UMP_COLL_ALLGATHER:
-        return ump_allgather(L, a->send, a->recv, a->count, a->dt,
-                             a->streams);
-    case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(L, a->send, a->recv, a->count, a->dt, a->op,
-                                  a->streams);
-    case UMP_COLL_ALLTOALL:
-        return ump_alltoall(L, a->send, a->recv, a->count, a->dt, a->streams);
-    case UMP_COLL_GATHER:
-        return ump_gather(L, a->send, a->recv, a->count, a->dt, a->root,
-                          a->streams);
-    default:
-        return ump_scatter(L, a->send, a->recv, a->count, a->dt, a->root,
-                           a->streams);
-    }
-}
-
 int coll_world_run(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
@@ -718,8 +687,6 @@ int coll_world_run(ump_comm_t *c, const struct coll_args *a)
     /* The work queued before the call on the ranks' streams (the
      * producers of the send buffers, readers of the recv buffers) is done
      * before the CPU or the engine touches them. */
-    if (w->nproc == 1)
-        return local_call(w->local, a);
     int rc = sync_all(c, a);
     if (rc)
         return rc;

@@ -152,8 +152,8 @@ int coll_nccl_start(ump_comm_t *c, const ump_oob_t *oob)
 {
     struct coll_world *w = c->world;
     const struct backend_ops *be = c->pool->be;
-    bool want = c->engine_pref == 2 /* nccl */ ||
-                (c->engine_pref == 0 && be->make_current);
+    bool want = c->engine_pref == COLL_ENGINE_NCCL ||
+                (c->engine_pref == COLL_ENGINE_AUTO && be->make_current);
     char why[256] = "";
     struct coll_nccl *n = NULL;
     int state = NOT_WANTED;
@@ -286,12 +286,12 @@ int coll_nccl_xchg(ump_comm_t *c, const struct coll_msg *m, int nm,
         return -EIO;
     }
     rc = be->event_record(c->pool->bctx, n->ev, n->stream);
-    double deadline = now_s() + w->timeout_s;
+    double deadline = now_s() + c->timeout_s;
     while (!rc && (rc = be->event_query(c->pool->bctx, n->ev)) == -EAGAIN) {
         if (now_s() > deadline) {
             ump_log_error("%s: NCCL's transfers not done within comm_timeout "
                           "(%g s): a peer left? The communicator is unusable",
-                          fn, w->timeout_s);
+                          fn, c->timeout_s);
             w->broken = -ETIMEDOUT;
             return -ETIMEDOUT;
         }

@@ -166,7 +166,6 @@ static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
     c->world->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT;
     static atomic_ulong ids;
     c->world->id = atomic_fetch_add(&ids, 1);
-    c->world->timeout_s = c->timeout_s;
     *c_p = c;
     return 0;
 }

@@ -32,7 +32,6 @@ struct coll_world {
     bool engine;       /* eng is the data engine; else oob's allgather */
     ump_engine_t eng;
     ump_oob_t oob;     /* valid until destroy only without an engine */
-    double timeout_s;  /* a transfer not done by then fails the comm */
     ump_comm_t *local; /* this process's ranks, a one-process communicator */
     struct coll_nccl *nccl; /* NCCL started: it carries point-to-point */
     /* (the comm's lock) A transfer failed or timed out: the processes no
@@ -61,8 +60,9 @@ void *coll_world_tmp(struct coll_world *w, int slot, size_t bytes);
 /* The world's part of ump_comm_destroy. */
 void coll_world_destroy(ump_comm_t *c);
 
-/* Runs a collective over every process (hier.c). The caller holds the
- * comm's lock and checked the arguments. */
+/* Runs a collective over several processes (hier.c; one process runs on
+ * world->local directly). The caller holds the comm's lock and checked the
+ * arguments. */
 int coll_world_run(ump_comm_t *c, const struct coll_args *a);
 
 /* The schedule a world collective runs: "hierarchical" or "flat", and its

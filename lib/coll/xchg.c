@@ -78,7 +78,7 @@ static int engine_xchg(ump_comm_t *c, struct coll_msg *m, int nm,
         free(req);
         return broken(c, -EIO);
     }
-    double deadline = now_s() + w->timeout_s;
+    double deadline = now_s() + c->timeout_s;
     for (;;) {
         int t = w->eng.testall(w->eng.ctx, k, req);
         if (t == 1)
@@ -98,7 +98,7 @@ static int engine_xchg(ump_comm_t *c, struct coll_msg *m, int nm,
             int peer = nm ? m[0].proc : -1;
             ump_log_error("%s: no answer within comm_timeout (%g s) from "
                           "process %d%s: did it leave the communicator? It "
-                          "is unusable now", fn, w->timeout_s, peer,
+                          "is unusable now", fn, c->timeout_s, peer,
                           nm > 1 ? " or another peer of this step" : "");
             w->eng.cancel(w->eng.ctx, k, req);
             free(req);

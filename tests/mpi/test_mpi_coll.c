@@ -24,6 +24,8 @@
 
 #include <mpi.h>
 
+#include "../coll_call.h"
+#include "coll/coll.h"
 #include "coll/reduce.h"
 #include "../plaintest.h"
 #include "umpool.h"
@@ -91,30 +93,6 @@ static void put(void *p, int dt, int k, size_t j)
     }
 }
 
-static bool reducing(int coll)
-{
-    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_REDUCE_SCATTER;
-}
-
-static bool rooted(int coll)
-{
-    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
-           coll == UMP_COLL_GATHER || coll == UMP_COLL_SCATTER;
-}
-
-/* Elements of a rank's send and recv buffers. */
-static void sizes(int coll, int n, size_t c, size_t *sn, size_t *rn)
-{
-    *sn = *rn = c;
-    if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
-        *rn = c * (size_t)n;
-    if (coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER)
-        *sn = c * (size_t)n;
-    if (coll == UMP_COLL_ALLTOALL)
-        *sn = *rn = c * (size_t)n;
-}
-
 /* What global rank g receives, from every rank's send (all[k], host), in
  * want; false when it receives nothing. Reductions in the fixed order. */
 static bool reference(const struct layout *l, int coll, int dt, int op,
@@ -165,30 +143,6 @@ static bool reference(const struct layout *l, int coll, int dt, int op,
     }
 }
 
-static int call(ump_comm_t *c, int coll, const void **send, void **recv,
-                size_t count, int dt, int op, int root,
-                const ump_stream_t *st)
-{
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-        return ump_allreduce(c, send, recv, count, dt, op, st);
-    case UMP_COLL_BROADCAST:
-        return ump_broadcast(c, send, recv, count, dt, root, st);
-    case UMP_COLL_REDUCE:
-        return ump_reduce(c, send, recv, count, dt, op, root, st);
-    case UMP_COLL_ALLGATHER:
-        return ump_allgather(c, send, recv, count, dt, st);
-    case UMP_COLL_REDUCE_SCATTER:
-        return ump_reduce_scatter(c, send, recv, count, dt, op, st);
-    case UMP_COLL_ALLTOALL:
-        return ump_alltoall(c, send, recv, count, dt, st);
-    case UMP_COLL_GATHER:
-        return ump_gather(c, send, recv, count, dt, root, st);
-    default:
-        return ump_scatter(c, send, recv, count, dt, root, st);
-    }
-}
-
 static uint64_t fnv(const void *p, size_t len)
 {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -234,7 +188,7 @@ static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
         bool recvs = !(coll == UMP_COLL_REDUCE || coll == UMP_COLL_GATHER) ||
                      g == root;
         bool ip = inplace && recvs &&
-                  (!rooted(coll) || g == root || coll == UMP_COLL_BROADCAST);
+                  (!coll_rooted(coll) || g == root || coll == UMP_COLL_BROADCAST);
         buf[r] = palloc(big, devs[r]);
         memset(buf[r], 0x5a, big);
         sbuf[r] = ip ? NULL : palloc(sn * esz, devs[r]);
@@ -256,7 +210,7 @@ static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
         else
             memcpy((void *)send[r], all[g], sn * esz);
     }
-    int rc = call(c, coll, send, recv, count, dt, op, root, st);
+    int rc = coll_case_call(c, coll, send, recv, count, dt, op, root, st);
     for (int r = 0; st && r < nlocal; r++)
         ump_stream_synchronize(pool, st[r]);
     CHECK(rc == 0, "%s: coll %d dt %d op %d count %zu: %s", what, coll, dt,
@@ -316,8 +270,8 @@ static void matrix(ump_comm_t *c, int nlocal, const int *devs,
     layout_of(c, nlocal, &l);
     for (int coll = 0; coll < 8; coll++)
         for (int dt = 0; dt < 10; dt++)
-            for (int op = 0; op < (reducing(coll) ? 5 : 1); op++) {
-                int root = rooted(coll) ? (coll + dt) % l.nall : 0;
+            for (int op = 0; op < (coll_reducing(coll) ? 5 : 1); op++) {
+                int root = coll_rooted(coll) ? (coll + dt) % l.nall : 0;
                 one_case(c, &l, nlocal, devs, coll, dt, op, root, 37,
                          (dt + op) % 2, NULL, what);
             }
@@ -336,7 +290,7 @@ static void sizes_and_streams(ump_comm_t *c)
     size_t counts[] = {1, 3, 1000, 70001};
     for (int coll = 0; coll < 8; coll++)
         for (size_t i = 0; i < sizeof(counts) / sizeof(*counts); i++)
-            for (int root = 0; root < (rooted(coll) ? l.nall : 1); root += 3)
+            for (int root = 0; root < (coll_rooted(coll) ? l.nall : 1); root += 3)
                 one_case(c, &l, ndev, all_devs, coll, UMP_FLOAT32, UMP_SUM,
                          root, counts[i], i % 2, i % 2 ? st : NULL,
                          "sizes, roots, streams");
@@ -519,8 +473,8 @@ static void oob_only(void)
         layout_of(c, ndev, &l);
         for (int coll = 0; coll < 8; coll++)
             one_case(c, &l, ndev, all_devs, coll, UMP_BFLOAT16,
-                     reducing(coll) ? UMP_AVG : 0,
-                     rooted(coll) ? 3 % l.nall : 0, 29,
+                     coll_reducing(coll) ? UMP_AVG : 0,
+                     coll_rooted(coll) ? 3 % l.nall : 0, 29,
                      false, NULL, "oob only");
         void *b = palloc(64, 0);
         int peer = l.first[(me + 1) % np];
@@ -561,9 +515,9 @@ static void uneven(void)
                   "another schedule than process 0", cnt, p);
     }
     for (int coll = 0; coll < 8; coll++)
-        for (int root = 0; root < (rooted(coll) ? l.nall : 1); root += 2)
+        for (int root = 0; root < (coll_rooted(coll) ? l.nall : 1); root += 2)
             one_case(c, &l, nl, devs, coll, UMP_FLOAT16,
-                     reducing(coll) ? UMP_SUM : 0, root, 33, root % 4 == 2,
+                     coll_reducing(coll) ? UMP_SUM : 0, root, 33, root % 4 == 2,
                      NULL, "uneven");
     ump_comm_destroy(c);
 }
@@ -661,37 +615,58 @@ static void faults(void)
     MPI_Barrier(MPI_COMM_WORLD);
 }
 
+/* A pool of cfg's devices at log level info (the global pool is swapped
+ * for it) and a communicator with coll_engine:nccl, the log of its
+ * creation caught in log. The pool to destroy is returned through the
+ * global; NULL c on failure (checked). */
+static ump_pool_t *nccl_pool(const char *cfg, ump_comm_t **c, char *log,
+                             size_t len)
+{
+    char pcfg[256];
+    snprintf(pcfg, sizeof(pcfg), "%s,log_level:info", cfg);
+    ump_pool_t *saved = pool;
+    *c = NULL;
+    int rc = ump_pool_create(pcfg, &pool);
+    CHECK(rc == 0, "pool %s: %s", pcfg, ump_strerror(rc));
+    if (rc) {
+        pool = saved;
+        return NULL;
+    }
+    fflush(stderr);
+    int err = dup(2);
+    FILE *t = tmpfile();
+    dup2(fileno(t), 2);
+    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
+                             "coll_engine:nccl", c);
+    fflush(stderr);
+    dup2(err, 2);
+    close(err);
+    rewind(t);
+    log[fread(log, 1, len - 1, t)] = '\0';
+    fclose(t);
+    CHECK(rc == 0, "coll_engine:nccl: %s; log: %s", ump_strerror(rc), log);
+    return saved;
+}
+
+static void nccl_done(ump_comm_t *c, ump_pool_t *saved)
+{
+    if (c)
+        ump_comm_destroy(c);
+    ump_pool_destroy(pool);
+    pool = saved;
+}
+
 /* NCCL asked for (coll_engine:nccl) where it cannot start (no GPU, or the
  * sim backend): every process falls back to MPI with one info line, and
  * the communicator works. Where libnccl.so.2 loads, this goes through its
  * loading, process 0's unique id and the oob exchanges. */
 static void nccl_fallback(const char *cfg)
 {
-    char pcfg[256];
-    snprintf(pcfg, sizeof(pcfg), "%s,log_level:info", cfg);
-    ump_pool_t *saved = pool;
-    int rc = ump_pool_create(pcfg, &pool);
-    CHECK(rc == 0, "pool %s: %s", pcfg, ump_strerror(rc));
-    if (rc) {
-        pool = saved;
-        return;
-    }
-    fflush(stderr);
-    int err = dup(2);
-    FILE *t = tmpfile();
-    dup2(fileno(t), 2);
-    ump_comm_t *c = NULL;
-    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
-                             "coll_engine:nccl", &c);
-    fflush(stderr);
-    dup2(err, 2);
-    close(err);
+    ump_comm_t *c;
     char log[4096] = "";
-    rewind(t);
-    size_t got = fread(log, 1, sizeof(log) - 1, t);
-    log[got] = '\0';
-    fclose(t);
-    CHECK(rc == 0, "coll_engine:nccl without a GPU: %s", ump_strerror(rc));
+    ump_pool_t *saved = nccl_pool(cfg, &c, log, sizeof(log));
+    if (!saved)
+        return;
     const char *line = strstr(log, "NCCL did not start");
     CHECK(line && !strstr(line + 1, "NCCL did not start") &&
               strstr(line, "goes through mpi"),
@@ -699,15 +674,13 @@ static void nccl_fallback(const char *cfg)
           log);
     if (me == 0 && line)
         printf("nccl: %.*s\n", (int)strcspn(line, "\n"), line);
-    if (!rc) {
+    if (c) {
         struct layout l;
         layout_of(c, ndev, &l);
         one_case(c, &l, ndev, all_devs, UMP_COLL_ALLREDUCE, UMP_FLOAT32,
                  UMP_SUM, 0, 1000, false, NULL, "after the NCCL fallback");
-        ump_comm_destroy(c);
     }
-    ump_pool_destroy(pool);
-    pool = saved;
+    nccl_done(c, saved);
 }
 
 /* NCCL started (the stand-in of tests/mpi/fake_nccl.c, named by
@@ -716,37 +689,16 @@ static void nccl_fallback(const char *cfg)
  * match although the two sides call in different orders. */
 static void nccl_p2p(const char *cfg)
 {
-    char pcfg[256];
-    snprintf(pcfg, sizeof(pcfg), "%s,log_level:info", cfg);
-    ump_pool_t *saved = pool;
-    int rc = ump_pool_create(pcfg, &pool);
-    CHECK(rc == 0, "pool %s: %s", pcfg, ump_strerror(rc));
-    if (rc) {
-        pool = saved;
-        return;
-    }
-    fflush(stderr);
-    int err = dup(2);
-    FILE *t = tmpfile();
-    dup2(fileno(t), 2);
-    ump_comm_t *c = NULL;
-    rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL,
-                             "coll_engine:nccl", &c);
-    fflush(stderr);
-    dup2(err, 2);
-    close(err);
+    ump_comm_t *c;
     char log[4096] = "";
-    rewind(t);
-    log[fread(log, 1, sizeof(log) - 1, t)] = '\0';
-    fclose(t);
-    CHECK(rc == 0 && strstr(log, "NCCL carries point-to-point"),
-          "coll_engine:nccl with the stand-in: rc %d, log: %s", rc, log);
-    if (!rc) {
+    ump_pool_t *saved = nccl_pool(cfg, &c, log, sizeof(log));
+    if (!saved)
+        return;
+    CHECK(strstr(log, "NCCL carries point-to-point"),
+          "coll_engine:nccl with the stand-in: NCCL did not start: %s", log);
+    if (c)
         p2p(c);
-        ump_comm_destroy(c);
-    }
-    ump_pool_destroy(pool);
-    pool = saved;
+    nccl_done(c, saved);
 }
 
 int main(int argc, char **argv)

@@ -39,7 +39,9 @@ typedef void *ump_stream_t;
 /* Device selectors. */
 #define UMP_DEVICE_CURRENT (-1) /* the calling thread's current device */
 #define UMP_DEVICE_ALL (-2)     /* ump_stats: the whole pool */
-#define UMP_LOC_HOST (-3)       /* ump_prefetch: the host tier */
+#define UMP_LOC_HOST (-3)       /* ump_prefetch: the host tier; ump_stats:
+                                   pinned host memory (ump_host_alloc and
+                                   overflow:host) */
 
 /* Where a byte lives (ump_ptr_info_t.tier). */
 #define UMP_TIER_DEVICE 0
@@ -106,6 +108,21 @@ int ump_free(ump_pool_t *pool, void *ptr);
 /* Like ump_free, but the memory is reused only once the work queued on stream
  * so far has finished (like cudaFreeAsync). */
 int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream);
+
+/* Pinned (page-locked) host memory, cached: served from the pool's own size
+ * classes over pinned host chunks mapped at the pool's addresses, readable
+ * and writable by the CPU and by every device of the pool (copies run at
+ * the link's speed), so an allocation of a cached size costs what ump_alloc
+ * costs, not the milliseconds of pinning. Aligned to 256 bytes, NUMA-local
+ * to the calling thread where a new chunk is made. All of it, with the
+ * overflow of overflow:host, is at most config pinned_limit: -ENOMEM
+ * beyond. ump_ptr_info says device -1, tier UMP_TIER_HOST. */
+int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p);
+/* Frees a ump_host_alloc pointer (NULL: 0). Any other pointer, of this pool
+ * or not, an interior pointer or a second free: -EINVAL, nothing changes;
+ * ump_free and ump_free_async refuse ump_host_alloc's pointers the same
+ * way. As with ump_free, no queued work may still use the memory. */
+int ump_host_free(ump_pool_t *pool, void *ptr);
 int ump_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p);
 
 /* Devices. The current device is per thread and per pool; it starts at 0. */
@@ -301,7 +318,10 @@ typedef struct ump_stats {
                                 the whole pool only: 0 per device), modeled
                                 on sim with sim_driver_costs (else 0) */
 } ump_stats_t;
-/* device: an index, or UMP_DEVICE_ALL for the whole pool. */
+/* device: an index, UMP_DEVICE_ALL for every device, or UMP_LOC_HOST for
+ * the pinned host memory of ump_host_alloc and overflow:host (capacity:
+ * pinned_limit; no tier figures). Overflowed allocations count there, not
+ * on the device that asked. */
 int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p);
 
 /* A live allocation, as ump_largest_allocs reports it. */

@@ -19,6 +19,7 @@ MAN_CORE_LIB = lib/libumpool-core.la
 MAN3_PAGES = \
 	man/ump_pool_create.3 \
 	man/ump_alloc.3 \
+	man/ump_host_alloc.3 \
 	man/ump_ptr_info.3 \
 	man/ump_set_device.3 \
 	man/ump_trim.3 \
@@ -44,6 +45,7 @@ MAN3_LINKS = \
 	man/ump_pool_destroy.3 \
 	man/ump_free.3 \
 	man/ump_free_async.3 \
+	man/ump_host_free.3 \
 	man/ump_get_device.3 \
 	man/ump_device_count.3 \
 	man/ump_release.3 \

@@ -37,6 +37,11 @@ enum {
     E_ALLOC_ASYNC,
     E_FREE_ASYNC,
     E_ALLOC_POOL_ASYNC,
+    E_HOST_ALLOC,
+    E_HOST_ALLOC_FLAGS,
+    E_HOST_FREE,
+    E_HOST_DEVPTR,
+    E_HOST_FLAGS,
     E_GETINFO,
     E_ADDR_RANGE,
     E_PTR_ATTR,
@@ -425,6 +430,127 @@ EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr,
     return cuMemAllocFromPoolAsync(dptr, n, mp, stream);
 }
 
+/* --- pinned host memory ------------------------------------------------ */
+/* cuMemAllocHost and cuMemHostAlloc come from the pool's cached pinned
+ * host memory (ump_host_alloc): mapped at one address for the CPU and
+ * every device, so it is portable and device-mapped whatever the flags
+ * say. Write-combined memory is another kind: the driver's. Beyond the
+ * pool's pinned_limit, or where the pool has no pinned host memory, the
+ * driver pins it as it would have; cuMemFreeHost tells the two apart by
+ * the pool's address range. */
+
+#define HOST_FLAGS_SERVED (CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP)
+
+static CUresult host_alloc(ump_pool_t *pool, void **pp, size_t size, int e,
+                           bool *served)
+{
+    *served = false;
+    if (!pp || !size)
+        return CUDA_ERROR_INVALID_VALUE;
+    preload_enter();
+    intercept_poll();
+    int rc = ump_host_alloc(pool, size, pp);
+    preload_leave();
+    if (rc)
+        return CUDA_SUCCESS; /* not served: the driver's */
+    *served = true;
+    preload_count(e, true);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult CUDAAPI cuMemAllocHost(void **pp, size_t bytesize)
+{
+    ump_pool_t *pool = serving();
+    bool served = false;
+    CUresult res = pool ? host_alloc(pool, pp, bytesize, E_HOST_ALLOC, &served)
+                        : CUDA_SUCCESS;
+    if (served || res != CUDA_SUCCESS)
+        return res;
+    preload_count(E_HOST_ALLOC, false);
+    CUresult (*fn)(void **, size_t) =
+        REAL(E_HOST_ALLOC, CUresult (*)(void **, size_t));
+    return fn ? fn(pp, bytesize) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuMemHostAlloc(void **pp, size_t bytesize,
+                                       unsigned int flags)
+{
+    ump_pool_t *pool = serving();
+    bool served = false;
+    CUresult res = CUDA_SUCCESS;
+    if (pool && !(flags & ~HOST_FLAGS_SERVED))
+        res = host_alloc(pool, pp, bytesize, E_HOST_ALLOC_FLAGS, &served);
+    if (served || res != CUDA_SUCCESS)
+        return res;
+    preload_count(E_HOST_ALLOC_FLAGS, false);
+    CUresult (*fn)(void **, size_t, unsigned) =
+        REAL(E_HOST_ALLOC_FLAGS, CUresult (*)(void **, size_t, unsigned));
+    return fn ? fn(pp, bytesize, flags) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
+{
+    ump_pool_t *pool = serving();
+    if (pool && p && in_range(pool, (CUdeviceptr)(uintptr_t)p)) {
+        preload_count(E_HOST_FREE, true);
+        /* Device memory of the pool, or not an allocation's start:
+         * ump_host_free says why in the log, the driver's error here. */
+        preload_enter();
+        int rc = ump_host_free(pool, p);
+        intercept_poll();
+        preload_leave();
+        return rc ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    }
+    preload_count(E_HOST_FREE, false);
+    CUresult (*fn)(void *) = REAL(E_HOST_FREE, CUresult (*)(void *));
+    return fn ? fn(p) : NO_DRIVER;
+}
+
+/* Pinned host memory of the pool holding p (device -1: not on a device)? */
+static bool pool_host(ump_pool_t *pool, const void *p)
+{
+    ump_ptr_info_t in;
+    preload_enter();
+    bool mine = owned(pool, (CUdeviceptr)(uintptr_t)p, &in);
+    preload_leave();
+    return mine && in.device < 0;
+}
+
+/* The device's address of pool host memory is its own: one address space
+ * (unified addressing, as every GPU the pool runs on has). */
+EXPORT CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *pdptr, void *p,
+                                                  unsigned int flags)
+{
+    ump_pool_t *pool = serving();
+    if (pool && in_range(pool, (CUdeviceptr)(uintptr_t)p)) {
+        preload_count(E_HOST_DEVPTR, true);
+        if (!pdptr || flags || !pool_host(pool, p))
+            return CUDA_ERROR_INVALID_VALUE;
+        *pdptr = (CUdeviceptr)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    }
+    preload_count(E_HOST_DEVPTR, false);
+    CUresult (*fn)(CUdeviceptr *, void *, unsigned) =
+        REAL(E_HOST_DEVPTR, CUresult (*)(CUdeviceptr *, void *, unsigned));
+    return fn ? fn(pdptr, p, flags) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuMemHostGetFlags(unsigned int *flags, void *p)
+{
+    ump_pool_t *pool = serving();
+    if (pool && in_range(pool, (CUdeviceptr)(uintptr_t)p)) {
+        preload_count(E_HOST_FLAGS, true);
+        if (!flags || !pool_host(pool, p))
+            return CUDA_ERROR_INVALID_VALUE;
+        *flags = HOST_FLAGS_SERVED;
+        return CUDA_SUCCESS;
+    }
+    preload_count(E_HOST_FLAGS, false);
+    CUresult (*fn)(unsigned *, void *) =
+        REAL(E_HOST_FLAGS, CUresult (*)(unsigned *, void *));
+    return fn ? fn(flags, p) : NO_DRIVER;
+}
+
 /* What the pool can still give device dev, and its capacity there, from
  * the driver's own figures for the GPU (real_free, real_total; 0 and 0
  * when unknown): the total is the GPU's (or the pool's limit, if lower),
@@ -767,6 +893,12 @@ static struct entry table[E_N] = {
     ROW(E_FREE_ASYNC, "cuMemFreeAsync", 11020, cuMemFreeAsync),
     ROW(E_ALLOC_POOL_ASYNC, "cuMemAllocFromPoolAsync", 11020,
         cuMemAllocFromPoolAsync),
+    ROW(E_HOST_ALLOC, "cuMemAllocHost", 3020, cuMemAllocHost),
+    ROW(E_HOST_ALLOC_FLAGS, "cuMemHostAlloc", 2020, cuMemHostAlloc),
+    ROW(E_HOST_FREE, "cuMemFreeHost", 2000, cuMemFreeHost),
+    ROW(E_HOST_DEVPTR, "cuMemHostGetDevicePointer", 3020,
+        cuMemHostGetDevicePointer),
+    ROW(E_HOST_FLAGS, "cuMemHostGetFlags", 2030, cuMemHostGetFlags),
     ROW(E_GETINFO, "cuMemGetInfo", 3020, cuMemGetInfo),
     ROW(E_ADDR_RANGE, "cuMemGetAddressRange", 3020, cuMemGetAddressRange),
     ROW(E_PTR_ATTR, "cuPointerGetAttribute", 4000, cuPointerGetAttribute),

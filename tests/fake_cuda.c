@@ -1490,6 +1490,29 @@ static CUresult fake_cuMemFreeHost(void *p)
     return end(classic_free((uintptr_t)p, true));
 }
 
+/* A pinned host allocation of the driver's own, and its device address
+ * (the same: unified addressing). */
+static CUresult fake_cuMemHostGetDevicePointer(CUdeviceptr *d, void *p,
+                                               unsigned flags)
+{
+    BEGIN();
+    struct fake_classic *c = classic_holding((uintptr_t)p);
+    if (!d || flags || !c || c->dev >= 0)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return end(CUDA_SUCCESS);
+}
+
+static CUresult fake_cuMemHostGetFlags(unsigned *flags, void *p)
+{
+    BEGIN();
+    struct fake_classic *c = classic_holding((uintptr_t)p);
+    if (!flags || !c || c->dev >= 0)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    *flags = CU_MEMHOSTALLOC_DEVICEMAP;
+    return end(CUDA_SUCCESS);
+}
+
 /* A classic allocation's range; a mapping of the address space gives the
  * chunk's (the real driver's answer for VMM memory). */
 static CUresult fake_cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
@@ -1610,6 +1633,8 @@ static const struct {
     FAKE_ENTRY(cuMemAllocHost),
     FAKE_ENTRY(cuMemHostAlloc),
     FAKE_ENTRY(cuMemFreeHost),
+    FAKE_ENTRY(cuMemHostGetDevicePointer),
+    FAKE_ENTRY(cuMemHostGetFlags),
     FAKE_ENTRY(cuMemGetAddressRange),
     FAKE_ENTRY(cuPointerGetAttribute),
     FAKE_ENTRY(cuPointerGetAttributes),
@@ -1687,6 +1712,19 @@ CUresult CUDAAPI cuPointerGetAttribute(void *d, CUpointer_attribute a,
 }
 CUresult CUDAAPI cuMemAllocHost(void **p, size_t n) { return fake_cuMemAllocHost(p, n); }
 CUresult CUDAAPI cuMemFreeHost(void *p) { return fake_cuMemFreeHost(p); }
+CUresult CUDAAPI cuMemHostAlloc(void **p, size_t n, unsigned f)
+{
+    return fake_cuMemHostAlloc(p, n, f);
+}
+CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *d, void *p,
+                                           unsigned f)
+{
+    return fake_cuMemHostGetDevicePointer(d, p, f);
+}
+CUresult CUDAAPI cuMemHostGetFlags(unsigned *f, void *p)
+{
+    return fake_cuMemHostGetFlags(f, p);
+}
 
 /* --- NVML ---------------------------------------------------------------- */
 

@@ -25,6 +25,7 @@ UNIT_TESTS = \
 	tests/test_replay \
 	tests/test_coll \
 	tests/test_free_async \
+	tests/test_hostmem \
 	tests/test_stats \
 	tests/test_fork \
 	tests/test_stress \

@@ -367,7 +367,7 @@ static void test_stats_bad_device(void **state)
     ump_stats_t st;
     memset(&st, 0x33, sizeof(st));
     ump_stats_t untouched = st;
-    const int bad[] = {ndev, ndev + 1, 64, -3, -100};
+    const int bad[] = {ndev, ndev + 1, 64, -4, -100}; /* -3: UMP_LOC_HOST */
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(ump_stats(f->pool, bad[i], &st), -EINVAL);
     assert_memory_equal(&st, &untouched, sizeof(st));

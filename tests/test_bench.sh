@@ -291,8 +291,9 @@ assert all(x["wrong"] == 0 and x["exec_us"] == -1 and x["copy_us"] >= 0
             fail "preload on the fake driver: $(cat "$tmp/preload.err")"
         rows=$(grep -c -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' \
             "$tmp/preload.out" || true)
-        [ "$rows" -eq 4 ] || fail "preload: $rows rows: $(cat "$tmp/preload.out")"
-        echo "  4 sizes, each with the interposed, direct and driver pairs"
+        [ "$rows" -eq 8 ] || fail "preload: $rows rows: $(cat "$tmp/preload.out")"
+        echo "  4 sizes of device and of pinned host memory, each with the" \
+            "interposed, direct and driver pairs"
     fi
 else
     echo "  (no fake CUDA driver in this build: the cuda path is not run)"

@@ -208,11 +208,8 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
         pthread_mutex_unlock(&pool->lock);
     }
-    if (rc) {
-        if (rc == -ENOMEM)
-            oom(pool, size, dev);
+    if (rc)
         return rc;
-    }
     unsigned i = 1;
     tc_enter(tc);
     struct tc_bin *b = tcache_bin(tc, got, cls);
@@ -314,29 +311,82 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
             offload_make_room(pool, pr))
             break;
     }
-    if (rc) {
-        if (rc == -ENOMEM)
-            oom(pool, size, dev);
+    if (rc)
         return rc;
-    }
     count_run(pool, tc, r, COUNT_ALLOC);
     give_run(pool, r, size, ptr_p);
     return 0;
 }
 
-UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
-                         void **ptr_p)
+/* Slabs or a run, at the place pr says. */
+static int alloc_at(ump_pool_t *pool, struct tcache *tc, struct place_req *pr,
+                    void **ptr_p)
 {
-    int rc = pool_check(pool, "ump_alloc");
+    size_t size = pr->req.size;
+    /* Slabs, near the requesting device; what may move is made of whole
+     * chunks, since a chunk is what moves. */
+    if (size <= pool->small_max && !(pr->req.flags & UMP_HINT_OFFLOAD))
+        return alloc_small(pool, tc, &pr->req, sc_index(size), ptr_p);
+    if (size > pool->vas.size - pool->chunk_size)
+        return -ENOMEM;
+    pr->req.chunks = (size + pool->chunk_size - 1) >> pool->chunk_shift;
+    return alloc_run(pool, tc, pr, ptr_p);
+}
+
+/* An allocation at the place pr says; with overflow:host, one that fits on
+ * no device goes to the overflow place (mem/pool.h). Offloadable memory
+ * does not: it is what moves down to make room, and it was tried first. */
+static int alloc_placed(ump_pool_t *pool, struct tcache *tc,
+                        struct place_req *pr, void **ptr_p)
+{
+    int rc = alloc_at(pool, tc, pr, ptr_p);
+    if (rc == -ENOMEM && pool->cfg.overflow == UMP_OVERFLOW_HOST &&
+        !place_is_host(pool, pr->req.device) &&
+        !(pr->req.flags & UMP_HINT_OFFLOAD)) {
+        int dev = pr->req.device;
+        pr->req.device = place_overflow(pool);
+        pr->policy = pool->place.local;
+        rc = alloc_at(pool, tc, pr, ptr_p);
+        /* Said once per process: a program that overflows does so often. */
+        static atomic_bool said;
+        if (!rc && !atomic_exchange_explicit(&said, true, memory_order_relaxed))
+            ump_log_info("overflow: device %d is full; allocations that fit "
+                         "on no device now go to pinned host memory", dev);
+        pr->req.device = dev;
+    }
+    if (rc == -ENOMEM) {
+        if (place_is_host(pool, pr->req.device))
+            ump_log_info("out of pinned host memory: %zu bytes (pinned_limit "
+                         "%zu)", pr->req.size, pool->pinned_cap);
+        else
+            oom(pool, pr->req.size, pr->req.device);
+    }
+    return rc;
+}
+
+/* The checks ump_alloc and ump_host_alloc start with; the thread's cache
+ * in *tc_p. */
+static int alloc_begin(ump_pool_t *pool, const char *fn, size_t size,
+                       void **ptr_p, struct tcache **tc_p)
+{
+    int rc = pool_check(pool, fn);
     if (rc)
         return rc;
     if (ump_unlikely(!ptr_p))
-        return bad_arg("ump_alloc", "ptr_p is NULL");
+        return bad_arg(fn, "ptr_p is NULL");
     if (ump_unlikely(!size))
-        return bad_arg("ump_alloc", "size 0");
-    struct tcache *tc = tcache_get(pool);
-    if (ump_unlikely(!tc))
-        return -ENOMEM;
+        return bad_arg(fn, "size 0");
+    *tc_p = tcache_get(pool);
+    return ump_likely(*tc_p != NULL) ? 0 : -ENOMEM;
+}
+
+UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
+                         void **ptr_p)
+{
+    struct tcache *tc;
+    int rc = alloc_begin(pool, "ump_alloc", size, ptr_p, &tc);
+    if (rc)
+        return rc;
     struct place_req pr;
     const char *spec;
     rc = read_hints(pool, tc, hints, size, &pr, &spec);
@@ -349,16 +399,20 @@ UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints
         if (rc)
             return rc;
     }
-    /* Slabs, near the requesting device; what may move is made of whole
-     * chunks, since a chunk is what moves. */
-    if (size <= pool->small_max && !(pr.req.flags & UMP_HINT_OFFLOAD))
-        return alloc_small(pool, tc, &pr.req, sc_index(size), ptr_p);
-    if (size > pool->vas.size - pool->chunk_size) {
-        oom(pool, size, pr.req.device);
-        return -ENOMEM;
-    }
-    pr.req.chunks = (size + pool->chunk_size - 1) >> pool->chunk_shift;
-    return alloc_run(pool, tc, &pr, ptr_p);
+    return alloc_placed(pool, tc, &pr, ptr_p);
+}
+
+UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)
+{
+    struct tcache *tc;
+    int rc = alloc_begin(pool, "ump_host_alloc", size, ptr_p, &tc);
+    if (rc)
+        return rc;
+    struct place_req pr = {
+        .req = {.size = size, .chunk_size = pool->chunk_size,
+                .device = place_host(pool), .access = UMP_ACCESS_PRIVATE},
+        .policy = pool->place.local};
+    return alloc_placed(pool, tc, &pr, ptr_p);
 }
 
 /* --- frees ------------------------------------------------------------- */
@@ -379,11 +433,25 @@ static void set_state(_Atomic uint32_t *word, unsigned state)
                           memory_order_release);
 }
 
-/* Checks that ptr is a live allocation of the pool and moves its state from
- * live to `to` atomically, so that two frees of one pointer, even racing in
- * two threads, cannot both succeed. */
+/* Is place d the one fn frees from? ump_host_free takes ump_host_alloc's
+ * memory only, the other frees everything else. */
+static int check_place(ump_pool_t *pool, int d, void *ptr, const char *fn,
+                       bool host)
+{
+    if ((d == place_host(pool)) == host)
+        return 0;
+    return pool_bad_pointer(ptr, fn,
+                            host ? "not from ump_host_alloc"
+                                 : "from ump_host_alloc (free it with "
+                                   "ump_host_free)");
+}
+
+/* Checks that ptr is a live allocation of the pool (of ump_host_alloc if
+ * host, else not) and moves its state from live to `to` atomically, so
+ * that two frees of one pointer, even racing in two threads, cannot both
+ * succeed. */
 static int claim(ump_pool_t *pool, void *ptr, unsigned to, const char *fn,
-                 struct claim *c)
+                 bool host, struct claim *c)
 {
     if (!vas_contains(&pool->vas, ptr))
         return pool_bad_pointer(ptr, fn, "not a pointer of this pool");
@@ -419,6 +487,10 @@ static int claim(ump_pool_t *pool, void *ptr, unsigned to, const char *fn,
         return pool_bad_pointer(ptr, fn, "not allocated (freed twice?)");
     }
     uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+    if (obj_state(w) == OBJ_LIVE &&
+        check_place(pool, c->slab ? c->slab->device : c->run->device, ptr, fn,
+                    host))
+        return -EINVAL;
     if (obj_state(w) != OBJ_LIVE ||
         !atomic_compare_exchange_strong_explicit(
             word, &w, obj_word(to, obj_req(w)), memory_order_acq_rel,
@@ -486,7 +558,8 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
 /* The start of ump_free and ump_free_async: 1 for a NULL ptr (nothing to
  * do), 0 once ptr is claimed (its state moved to `to`), else an error. */
 static int free_begin(ump_pool_t *pool, void *ptr, unsigned to,
-                      const char *fn, struct tcache **tc_p, struct claim *c)
+                      const char *fn, bool host, struct tcache **tc_p,
+                      struct claim *c)
 {
     int rc = pool_check(pool, fn);
     if (rc || !ptr)
@@ -494,14 +567,15 @@ static int free_begin(ump_pool_t *pool, void *ptr, unsigned to,
     *tc_p = tcache_get(pool);
     if (ump_unlikely(!*tc_p))
         return -ENOMEM;
-    return claim(pool, ptr, to, fn, c);
+    return claim(pool, ptr, to, fn, host, c);
 }
 
-UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
+/* ump_free and ump_host_free: the same free, of the places they own. */
+static int free_now(ump_pool_t *pool, void *ptr, const char *fn, bool host)
 {
     struct tcache *tc;
     struct claim c;
-    int rc = free_begin(pool, ptr, OBJ_FREE, "ump_free", &tc, &c);
+    int rc = free_begin(pool, ptr, OBJ_FREE, fn, host, &tc, &c);
     if (rc)
         return rc > 0 ? 0 : rc;
     if (c.slab)
@@ -509,6 +583,16 @@ UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
     else
         free_run(pool, tc, c.run);
     return 0;
+}
+
+UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
+{
+    return free_now(pool, ptr, "ump_free", false);
+}
+
+UMP_EXPORT int ump_host_free(ump_pool_t *pool, void *ptr)
+{
+    return free_now(pool, ptr, "ump_host_free", true);
 }
 
 /* A deferred free whose stream work is done: the memory goes back to the
@@ -558,7 +642,7 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
         rc = pool_stream_check(pool, stream, "ump_free_async");
     if (rc)
         return rc;
-    rc = free_begin(pool, ptr, OBJ_PENDING, "ump_free_async", &tc, &c);
+    rc = free_begin(pool, ptr, OBJ_PENDING, "ump_free_async", false, &tc, &c);
     if (rc)
         return rc > 0 ? 0 : rc;
     /* Counted now, while the pending state pins the slab or run: once it is
@@ -643,6 +727,10 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
         info.chunk_base = vas_addr(&pool->vas, c->g);
         info.chunk_size = c->n << pool->chunk_shift;
         info.tier = UMP_TIER_DEVICE;
+        if (place_is_host(pool, info.device)) { /* pinned host memory */
+            info.device = -1;
+            info.tier = UMP_TIER_HOST;
+        }
     }
     pthread_mutex_unlock(&pool->lock);
     if (rc || (size_t)((const char *)ptr - (char *)info.base) >= info.size) {

@@ -127,6 +127,7 @@ static int open_backend(ump_pool_t *pool)
 static int pool_setup(ump_pool_t *pool)
 {
     pool->ndev = pool->topo.ndev;
+    pool->nplace = pool->ndev + PLACE_EXTRA;
     size_t chunk = pool->cfg.chunk_size;
     for (int d = 0; d < pool->ndev; d++) {
         size_t gran = pool->be->granularity(pool->bctx, d);
@@ -149,18 +150,23 @@ static int pool_setup(ump_pool_t *pool)
     pool->nbins = pool->nsmall + RUN_TCACHE_MAX;
 
     size_t total = 0;
-    pool->dev = calloc((size_t)pool->ndev, sizeof(*pool->dev));
-    pool->folded = calloc((size_t)pool->ndev, sizeof(*pool->folded));
+    pool->dev = calloc((size_t)pool->nplace, sizeof(*pool->dev));
+    pool->folded = calloc((size_t)pool->nplace, sizeof(*pool->folded));
     pool->free_slabs = calloc(pool->nsmall, sizeof(*pool->free_slabs));
     if (!pool->dev || !pool->folded || !pool->free_slabs)
         return -ENOMEM;
-    for (int d = 0; d < pool->ndev; d++) {
+    pool->pinned_cap = conf_pinned_limit(&pool->cfg) & ~(chunk - 1);
+    for (int d = 0; d < pool->nplace; d++) {
         struct dev_state *ds = &pool->dev[d];
-        size_t mem = pool->topo.dev[d].mem;
-        if (pool->cfg.device_mem && pool->cfg.device_mem < mem)
-            mem = pool->cfg.device_mem;
-        ds->capacity = ds->capacity_max = mem & ~(chunk - 1);
-        total += ds->capacity;
+        if (place_is_host(pool, d)) { /* their budget is shared: chunks.c */
+            ds->capacity = ds->capacity_max = pool->pinned_cap;
+        } else {
+            size_t mem = pool->topo.dev[d].mem;
+            if (pool->cfg.device_mem && pool->cfg.device_mem < mem)
+                mem = pool->cfg.device_mem;
+            ds->capacity = ds->capacity_max = mem & ~(chunk - 1);
+            total += ds->capacity;
+        }
         ds->partial = calloc(pool->nsmall, sizeof(*ds->partial));
         ds->full = calloc(pool->nsmall, sizeof(*ds->full));
         ds->empty = calloc(pool->nsmall, sizeof(*ds->empty));
@@ -170,8 +176,8 @@ static int pool_setup(ump_pool_t *pool)
     /* Twice the memory, so that cached blocks fragmenting the addresses
      * never make a fitting allocation fail; memory moved to the host tier
      * or NVMe keeps its addresses, so the tiers count too (NVMe without a
-     * limit as four times the devices). */
-    size_t tiers = offload_host_limit(pool);
+     * limit as four times the devices), and so do the host places. */
+    size_t tiers = offload_host_limit(pool) + pool->pinned_cap;
     if (pool->cfg.nvme_dir[0])
         tiers += pool->cfg.nvme_limit ? pool->cfg.nvme_limit : 4 * total;
     size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * (total + tiers);
@@ -202,13 +208,13 @@ static void pool_free_meta(ump_pool_t *pool)
     while (pool->tcaches) {
         struct tcache *tc = pool->tcaches;
         pool->tcaches = tc->next;
-        for (int d = 0; d < pool->ndev; d++)
+        for (int d = 0; d < pool->nplace; d++)
             free(atomic_load(&tc->bins[d]));
         free(tc);
     }
     slab_free_all(pool);
     if (pool->dev) {
-        for (int d = 0; d < pool->ndev; d++) {
+        for (int d = 0; d < pool->nplace; d++) {
             struct dev_state *ds = &pool->dev[d];
             struct ump_list_node *n;
             while ((n = ump_list_pop_front(&ds->blocks)))
@@ -311,11 +317,11 @@ fail:
 static uint64_t live_count_locked(ump_pool_t *pool)
 {
     int64_t live = 0;
-    for (int d = 0; d < pool->ndev; d++)
+    for (int d = 0; d < pool->nplace; d++)
         live += (int64_t)(atomic_load(&pool->folded[d].allocs) -
                           atomic_load(&pool->folded[d].frees));
     for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
-        for (int d = 0; d < pool->ndev; d++) {
+        for (int d = 0; d < pool->nplace; d++) {
             int64_t bytes = 0;
             uint64_t a = 0, f = 0;
             tcache_sum(tc, d, &bytes, &a, &f);
@@ -370,7 +376,7 @@ int pool_destroy(ump_pool_t *pool)
         tcache_destroy(pool->tcaches);
     pool_trim_locked(pool);
     offload_fini(pool);
-    for (int d = 0; d < pool->ndev; d++)
+    for (int d = 0; d < pool->nplace; d++)
         if (pool->dev[d].mapped || pool->dev[d].created)
             ump_log_warn("device %d: %zu bytes still mapped at destroy", d,
                          pool->dev[d].mapped);

@@ -52,6 +52,8 @@ void stats_device(ump_pool_t *pool, int d, ump_stats_t *st)
     st->fragmentation = fragmentation(st->largest_free, ds->cached);
     st->reserved_bytes = ds->created;
     st->peak_reserved_bytes = ds->created_peak;
+    if (place_is_host(pool, d)) /* no tiers below, no device chunks */
+        return;
     st->driver_ns = pool->be->driver_ns ? pool->be->driver_ns(pool->bctx, d)
                                         : 0;
     offload_device_stats(pool, d, st);
@@ -71,19 +73,26 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
     int rc = pool_check(pool, "ump_stats");
     if (rc)
         return rc;
-    if (!stats_p || (device != UMP_DEVICE_ALL &&
+    if (!stats_p || (device != UMP_DEVICE_ALL && device != UMP_LOC_HOST &&
                      (device < 0 || device >= pool->ndev))) {
         ump_log_error("ump_stats: %s", stats_p ? "device out of range"
                                                : "stats_p is NULL");
         return -EINVAL;
     }
+    /* The places summed: one device, every device, or the host places. */
+    int d0 = device, d1 = device + 1;
+    if (device == UMP_DEVICE_ALL) {
+        d0 = 0;
+        d1 = pool->ndev;
+    } else if (device == UMP_LOC_HOST) {
+        d0 = pool->ndev;
+        d1 = pool->nplace;
+    }
     ump_stats_t st;
     memset(&st, 0, sizeof(st));
     size_t in_blocks = 0;
     pthread_mutex_lock(&pool->lock);
-    for (int d = 0; d < pool->ndev; d++) {
-        if (device != UMP_DEVICE_ALL && d != device)
-            continue;
+    for (int d = d0; d < d1; d++) {
         ump_stats_t one;
         stats_device(pool, d, &one);
         st.capacity += one.capacity;
@@ -112,6 +121,8 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
     }
     if (device == UMP_DEVICE_ALL) /* not sums: devices peak at other times */
         stats_pool_wide(pool, &st);
+    if (device == UMP_LOC_HOST) /* one budget, not one each */
+        st.capacity = pool->pinned_cap;
     st.fragmentation = fragmentation(st.largest_free, in_blocks);
     pthread_mutex_unlock(&pool->lock);
     *stats_p = st;
@@ -131,6 +142,8 @@ static size_t walk_run(ump_pool_t *pool, const struct run *r, size_t g,
                                                memory_order_acquire)) ==
                 OBJ_LIVE;
     size_t end = r->start + r->n;
+    if (place_is_host(pool, r->device)) /* the walk is of devices */
+        return end;
     while (g < end) {
         const struct chunk *c = chunks_at(pool, g);
         /* On NVMe a chunk is unmapped: no chunk, one granule at a time. */
@@ -177,15 +190,18 @@ void stats_walk(ump_pool_t *pool, stats_walk_fn fn, void *arg)
             const struct block *b = vas_tag_owner(tag);
             if (b->start <= g && b->start + b->n > g)
                 next = b->start + b->n;
-            fn(arg, &(struct stats_piece){g, next - g, b->device,
-                                          STATS_CACHED, NULL});
+            if (!place_is_host(pool, b->device))
+                fn(arg, &(struct stats_piece){g, next - g, b->device,
+                                              STATS_CACHED, NULL});
             break;
         }
         case VAS_SLAB: {
             const struct slab *s = vas_tag_owner(tag);
-            fn(arg, &(struct stats_piece){
-                        g, 1, s->device,
-                        s->nfree == s->nobj ? STATS_CACHED : STATS_USED, NULL});
+            if (!place_is_host(pool, s->device))
+                fn(arg, &(struct stats_piece){
+                            g, 1, s->device,
+                            s->nfree == s->nobj ? STATS_CACHED : STATS_USED,
+                            NULL});
             break;
         }
         default: /* taken but not yet tagged: never seen under the lock */

@@ -9,7 +9,8 @@
 
 #include "mem/pool.h"
 
-/* One device's figures (ump_stats for one device). Pool lock held. */
+/* One place's figures (ump_stats for one device; a host place has no
+ * tier figures and no driver time). Pool lock held. */
 void stats_device(ump_pool_t *pool, int d, ump_stats_t *st);
 /* Overwrites in st the figures of the whole pool that are not the sum of
  * its devices': peak_bytes and peak_reserved_bytes (devices peak at other
@@ -38,8 +39,10 @@ struct stats_piece {
     const struct run *run;
 };
 typedef void (*stats_walk_fn)(void *arg, const struct stats_piece *p);
-/* Calls fn for the pool's mapped memory in address order, then for each
- * device's idle chunks and uncreated capacity. Pool lock held. */
+/* Calls fn for the devices' mapped memory in address order (the host
+ * places' is not walked: ump_stats with UMP_LOC_HOST has their figures),
+ * then for each device's idle chunks and uncreated capacity. Pool lock
+ * held. */
 void stats_walk(ump_pool_t *pool, stats_walk_fn fn, void *arg);
 /* The largest live runs of device (or UMP_DEVICE_ALL) into out, largest
  * first; returns how many (at most max). Pool lock held. */

@@ -134,7 +134,7 @@ void tcache_flush(struct tcache *tc)
 {
     ump_pool_t *pool = tc->pool;
     tc_seize(tc);
-    for (int d = 0; d < pool->ndev; d++) {
+    for (int d = 0; d < pool->nplace; d++) {
         struct tc_bin *bins = atomic_load(&tc->bins[d]);
         if (!bins)
             continue;
@@ -152,7 +152,7 @@ void tcache_destroy(struct tcache *tc)
 {
     ump_pool_t *pool = tc->pool;
     tcache_flush(tc);
-    for (int d = 0; d < pool->ndev; d++) {
+    for (int d = 0; d < pool->nplace; d++) {
         struct counters *f = &pool->folded[d];
         int64_t live = 0;
         uint64_t a = 0, fr = 0;
@@ -213,11 +213,12 @@ static struct tcache *tcache_new(ump_pool_t *pool)
     /* The cache, its counters and its parked-run bytes in one block of
      * whole cache lines: the owner writes them on every call, and no other
      * thread's data may share those lines. */
-    size_t ndev = (size_t)pool->ndev;
+    size_t nplace = (size_t)pool->nplace;
     size_t off_cnt = UMP_ALIGN_UP(sizeof(struct tcache), UMP_CACHELINE);
-    size_t off_run = off_cnt + UMP_ALIGN_UP(ndev * sizeof(struct counters),
+    size_t off_run = off_cnt + UMP_ALIGN_UP(nplace * sizeof(struct counters),
                                             UMP_CACHELINE);
-    size_t bytes = off_run + UMP_ALIGN_UP(ndev * sizeof(size_t), UMP_CACHELINE);
+    size_t bytes =
+        off_run + UMP_ALIGN_UP(nplace * sizeof(size_t), UMP_CACHELINE);
     struct tcache *tc = aligned_alloc(UMP_CACHELINE, bytes);
     if (!tc)
         return NULL;

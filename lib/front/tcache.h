@@ -44,11 +44,12 @@ struct tcache {
     ump_pool_t *pool;
     pthread_t owner;                   /* the thread it belongs to */
     int device;                        /* the thread's current device */
-    /* per device, nbins each, made on first use (release-published so that
-     * statistics can read the counters without stopping the owner) */
-    _Atomic(struct tc_bin *) bins[UMP_MAX_DEVICES];
-    struct counters *cnt;              /* per device: what no bin counts */
-    _Atomic size_t *run_bytes;         /* per device: runs parked here */
+    /* per place (mem/pool.h), nbins each, made on first use
+     * (release-published so that statistics can read the counters without
+     * stopping the owner) */
+    _Atomic(struct tc_bin *) bins[UMP_MAX_PLACES];
+    struct counters *cnt;              /* per place: what no bin counts */
+    _Atomic size_t *run_bytes;         /* per place: runs parked here */
     struct tcache *prev, *next;        /* the pool's list (pool->lock) */
 };
 

@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,15 +317,50 @@ static size_t stitch(ump_pool_t *pool, int device, size_t left)
     return moved;
 }
 
+/* Bytes place d may still create: its capacity's rest, or for the host
+ * places what their shared budget leaves. */
+static size_t place_room(ump_pool_t *pool, int d)
+{
+    size_t cap = pool->dev[d].capacity, used = pool->dev[d].created;
+    if (place_is_host(pool, d)) {
+        cap = pool->pinned_cap;
+        used = pool->dev[place_host(pool)].created +
+               pool->dev[place_overflow(pool)].created;
+    }
+    return cap > used ? cap - used : 0;
+}
+
+/* The NUMA node of the calling thread's CPU, for pinned host chunks:
+ * the thread that asks for host memory is the one that fills it. */
+static int host_node(ump_pool_t *pool)
+{
+    unsigned cpu, node;
+    if (pool->topo.nnuma <= 1 || getcpu(&cpu, &node) ||
+        node >= (unsigned)pool->topo.nnuma)
+        return 0;
+    return (int)node;
+}
+
+/* A chunk of size bytes for place d from the backend. */
+static int backend_create(ump_pool_t *pool, int d, size_t size,
+                          ump_handle_t *h)
+{
+    if (!place_is_host(pool, d))
+        return pool->be->chunk_create(pool->bctx, d, size, h);
+    int rc = pool->be->host_chunk_create(pool->bctx, host_node(pool), size, h);
+    /* A driver with pinned host memory on no particular node only. */
+    if (rc == -ENOTSUP)
+        rc = pool->be->host_chunk_create(pool->bctx, -1, size, h);
+    return rc;
+}
+
 /* A new chunk of device of want granules (a power of two), fewer where the
  * device has less room. -ENOMEM when the device has no room. */
 static int create_chunk(ump_pool_t *pool, int device, size_t want,
                         struct chunk **c_p)
 {
     struct dev_state *ds = &pool->dev[device];
-    size_t room = ds->capacity > ds->created
-                      ? (ds->capacity - ds->created) >> pool->chunk_shift
-                      : 0;
+    size_t room = place_room(pool, device) >> pool->chunk_shift;
     size_t n = want < room ? want : room;
     if (!n)
         return -ENOMEM;
@@ -335,14 +371,13 @@ static int create_chunk(ump_pool_t *pool, int device, size_t want,
     /* A driver may lack one large piece while it still has smaller ones
      * (fragmented physical memory, or another process's use): halve. */
     for (n = ump_pow2_floor(n);; n /= 2) {
-        rc = pool->be->chunk_create(pool->bctx, device, chunk_bytes(pool, n),
-                                    &c->handle);
+        rc = backend_create(pool, device, chunk_bytes(pool, n), &c->handle);
         if (rc != -ENOMEM || n == 1)
             break;
     }
     if (rc) {
         free(c);
-        if (rc == -ENOMEM) {
+        if (rc == -ENOMEM && !place_is_host(pool, device)) {
             /* Not even one granule: the device has less room than we
              * counted (another process uses it); believe the driver. */
             ump_log_info("device %d full at %zu bytes created", device,
@@ -437,7 +472,7 @@ int chunks_accessors(ump_pool_t *pool, int d, int *devs)
 {
     int n = 0;
     for (int e = 0; e < pool->ndev; e++)
-        if (topo_reaches(&pool->topo, e, d))
+        if (place_is_host(pool, d) || topo_reaches(&pool->topo, e, d))
             devs[n++] = e;
     return n;
 }
@@ -446,7 +481,7 @@ int chunks_accessors(ump_pool_t *pool, int d, int *devs)
  * coalesce. */
 static void reclaim_all(ump_pool_t *pool)
 {
-    for (int d = 0; d < pool->ndev; d++)
+    for (int d = 0; d < pool->nplace; d++)
         while (!reclaim_one(pool, d, SIZE_MAX, false))
             ;
 }
@@ -506,8 +541,12 @@ static int grant(ump_pool_t *pool, int d, size_t g, size_t k)
 {
     int devs[UMP_MAX_DEVICES];
     int nd = chunks_accessors(pool, d, devs);
-    int rc = pool->be->set_access(pool->bctx, vas_addr(&pool->vas, g),
-                                  chunk_bytes(pool, k), devs, nd);
+    void *va = vas_addr(&pool->vas, g);
+    int rc = place_is_host(pool, d)
+                 ? pool->be->set_access_host(pool->bctx, va,
+                                             chunk_bytes(pool, k), devs, nd)
+                 : pool->be->set_access(pool->bctx, va, chunk_bytes(pool, k),
+                                        devs, nd);
     if (rc && unmap_to_idle(pool, g, k))
         ump_log_error("cannot undo a built range: some of its %zu bytes "
                       "stay mapped", chunk_bytes(pool, k));
@@ -668,7 +707,7 @@ void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
 void chunks_trim(ump_pool_t *pool)
 {
     reclaim_all(pool);
-    for (int d = 0; d < pool->ndev; d++) {
+    for (int d = 0; d < pool->nplace; d++) {
         struct dev_state *ds = &pool->dev[d];
         while (ds->idle) {
             struct chunk *c = ds->idle;
@@ -706,7 +745,7 @@ void chunks_note_in_use(ump_pool_t *pool, int device)
     window_roll(pool, ds);
     if (in_use > ds->win_peak[0])
         ds->win_peak[0] = in_use;
-    size_t total = 0;
+    size_t total = 0; /* the pool's peak is the devices' */
     for (int d = 0; d < pool->ndev; d++)
         total += pool->dev[d].mapped - pool->dev[d].cached;
     if (total > pool->peak)

@@ -106,7 +106,26 @@ struct slab_list {
 #define slab_list_first(sl)                                                    \
     ump_list_entry_or_null((sl)->l.first, struct slab, link)
 
-/* Per device, under pool->lock. */
+/*
+ * Places: where chunks come from. Places 0 .. ndev-1 are the devices; then
+ * come two places of pinned host memory, mapped at the pool's addresses
+ * and reachable by every device: PLACE_HOST (ump_host_alloc) and
+ * PLACE_OVERFLOW (device allocations that fit on no device, with
+ * overflow:host). Every cache of the memory layer (slabs, runs, cached
+ * blocks, idle chunks, thread caches) works per place, so host memory is
+ * served from the same size classes as device memory. The two host places
+ * are apart so that a free is checked against what was allocated: a
+ * ump_host_alloc pointer is not ump_free's, an overflowed device pointer
+ * is not ump_host_free's (cuMemFreeHost and cuMemFree under the preload).
+ * They draw on one budget, pool->pinned_cap (config pinned_limit).
+ * Placement policies see the devices only; host places take no plan.
+ */
+#define PLACE_EXTRA 2
+#define UMP_MAX_PLACES (UMP_MAX_DEVICES + PLACE_EXTRA)
+static inline int place_host(const struct ump_pool *pool);
+static inline int place_overflow(const struct ump_pool *pool);
+
+/* Per place (a device, or a host place), under pool->lock. */
 struct dev_state {
     size_t capacity;          /* bytes the device offers ... */
     size_t capacity_max;      /* ... unless the driver said less */
@@ -154,6 +173,8 @@ struct ump_pool {
     void *bctx;
     struct ump_topology topo;
     int ndev;
+    int nplace;           /* ndev + PLACE_EXTRA */
+    size_t pinned_cap;    /* bytes the host places may hold together */
     size_t chunk_size;    /* the granule: unit of addresses, slabs, stitching */
     unsigned chunk_shift;
     size_t max_chunk_n;   /* largest chunk, in granules */
@@ -162,7 +183,7 @@ struct ump_pool {
     size_t small_max;     /* largest size served from slabs */
     void *va;
     struct vas vas;       /* (L) except the tags */
-    struct dev_state *dev;   /* (L) */
+    struct dev_state *dev;   /* (L) per place: [nplace] */
     size_t peak;             /* (L) pool-wide high-water mark of in use */
     bool no_grow;            /* (L) creating chunks answers -EAGAIN: the
                                 slow path's first try (front/pool.c) */
@@ -173,7 +194,7 @@ struct ump_pool {
     struct pending *pending; /* (L) */
     struct pending *spare_pending; /* (L) recycled, each with its event */
     struct tcache *tcaches;  /* (L) every thread cache of this pool */
-    struct counters *folded; /* (L) counters of thread caches gone, per device */
+    struct counters *folded; /* (L) counters of thread caches gone, per place */
     struct ump_pool *reg_next; /* registry of live pools (fork.c) */
     struct policy_set place;            /* (L) policies and their view */
     struct offload *off;                /* tiers and residency (lib/tier) */
@@ -192,6 +213,20 @@ struct ump_pool {
     _Atomic uint32_t clock;  /* tenths of a second since: ticked by the
                                 publisher and the slow path (stats.c) */
 };
+
+static inline int place_host(const struct ump_pool *pool)
+{
+    return pool->ndev;
+}
+static inline int place_overflow(const struct ump_pool *pool)
+{
+    return pool->ndev + 1;
+}
+/* Is place d pinned host memory? */
+static inline bool place_is_host(const struct ump_pool *pool, int d)
+{
+    return d >= pool->ndev;
+}
 
 /* The pool's coarse clock (pool->clock, tenths of a second since
  * creation), which allocations copy into their run with no system call:

@@ -40,13 +40,22 @@ static int run_build(ump_pool_t *pool, const struct place_req *pr,
                      size_t *start_p, bool *mixed_p)
 {
     ump_place_part_t *parts;
-    size_t np;
-    size_t avail[UMP_MAX_DEVICES];
-    chunks_available_all(pool, avail);
-    int rc = policy_plan(&pool->place, pr->policy, &pr->req, avail, &parts,
+    size_t np = 1;
+    int rc;
+    if (place_is_host(pool, pr->req.device)) { /* a host place: no policy */
+        parts = malloc(sizeof(*parts));
+        if (!parts)
+            return -ENOMEM;
+        parts[0] = (ump_place_part_t){.device = pr->req.device,
+                                      .chunks = pr->req.chunks};
+    } else {
+        size_t avail[UMP_MAX_DEVICES];
+        chunks_available_all(pool, avail);
+        rc = policy_plan(&pool->place, pr->policy, &pr->req, avail, &parts,
                          &np);
-    if (rc)
-        return rc;
+        if (rc)
+            return rc;
+    }
     /* On one device, a cached block that can grow in place to the size
      * needs new memory for the difference only. */
     rc = -ENOENT;
@@ -177,6 +186,6 @@ void runs_free(ump_pool_t *pool, struct run *r)
 
 void runs_unpark_all(ump_pool_t *pool)
 {
-    for (int d = 0; d < pool->ndev; d++)
+    for (int d = 0; d < pool->nplace; d++)
         unpark_device(pool, d);
 }

@@ -115,19 +115,25 @@ static int slab_find(ump_pool_t *pool, int device, unsigned cls,
         *s_p = s;
         return 0;
     }
-    /* Small objects live near the requesting device: "local" placement. */
-    ump_place_request_t req = {.chunks = 1, .chunk_size = pool->chunk_size,
-                               .device = device, .flags = flags};
-    ump_place_part_t *plan;
-    size_t np;
-    size_t avail[UMP_MAX_DEVICES];
-    chunks_available_all(pool, avail);
-    int rc = policy_plan(&pool->place, pool->place.local, &req, avail, &plan,
+    /* Small objects live near the requesting device: "local" placement.
+     * A host place is its own plan. */
+    ump_place_part_t part = {.device = device, .chunks = 1};
+    int rc;
+    if (!place_is_host(pool, device)) {
+        ump_place_request_t req = {.chunks = 1,
+                                   .chunk_size = pool->chunk_size,
+                                   .device = device, .flags = flags};
+        ump_place_part_t *plan;
+        size_t np;
+        size_t avail[UMP_MAX_DEVICES];
+        chunks_available_all(pool, avail);
+        rc = policy_plan(&pool->place, pool->place.local, &req, avail, &plan,
                          &np);
-    if (rc)
-        return rc;
-    ump_place_part_t part = plan[0];
-    free(plan);
+        if (rc)
+            return rc;
+        part = plan[0];
+        free(plan);
+    }
     if (part.device != device) {
         /* Spilling: use a partly free slab there before a new chunk. */
         struct dev_state *other = &pool->dev[part.device];
@@ -202,7 +208,7 @@ void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
 
 void slab_trim(ump_pool_t *pool)
 {
-    for (int d = 0; d < pool->ndev; d++)
+    for (int d = 0; d < pool->nplace; d++)
         for (unsigned c = 0; c < pool->nsmall; c++)
             while (!ump_list_empty(&pool->dev[d].empty[c].l))
                 slab_release(pool, slab_list_first(&pool->dev[d].empty[c]));
@@ -210,7 +216,7 @@ void slab_trim(ump_pool_t *pool)
 
 void slab_free_all(ump_pool_t *pool)
 {
-    for (int d = 0; pool->dev && d < pool->ndev; d++) {
+    for (int d = 0; pool->dev && d < pool->nplace; d++) {
         struct dev_state *ds = &pool->dev[d];
         struct slab_list *lists[] = {ds->partial, ds->full, ds->empty};
         for (size_t l = 0; l < UMP_ARRAY_SIZE(lists); l++)

@@ -175,6 +175,8 @@ void offload_wait_idle(ump_pool_t *pool, struct run *r)
 
 int offload_make_room(ump_pool_t *pool, const struct place_req *pr)
 {
+    if (place_is_host(pool, pr->req.device)) /* nothing moves off them */
+        return -ENOMEM;
     return evict_make_room(pool, pr);
 }
 
@@ -331,8 +333,9 @@ int offload_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
     pthread_mutex_lock(&pool->lock);
     int rc = res_find_range(pool, "ump_evict", ptr, size, &r, &g0, &g1);
     if (rc == -ENOTSUP)
-        ump_log_error("ump_evict: %p is a small allocation (a slab object); "
-                      "only allocations of whole chunks move", ptr);
+        ump_log_error("ump_evict: %p is pinned host memory or a small "
+                      "allocation (a slab object); only allocations of whole "
+                      "device chunks move", ptr);
     if (!rc && (r->flags & UMP_HINT_NO_SPILL)) {
         ump_log_error("ump_evict: %p was allocated with UMP_HINT_NO_SPILL",
                       ptr);

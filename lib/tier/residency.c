@@ -62,6 +62,8 @@ int res_find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
     }
     if (off >= rsize || size > rsize - off)
         return bad_range(ptr, fn, "the range leaves its allocation");
+    if (place_is_host(pool, r->device))
+        return -ENOTSUP;
     *r_p = r;
     *g0_p = r->start + (off >> pool->chunk_shift);
     *g1_p = r->start + ((off + size - 1) >> pool->chunk_shift) + 1;

@@ -13,7 +13,8 @@ struct seg *res_seg_at(struct res *res, size_t g);
 /* The live run holding ptr, and the granules [*g0_p, *g1_p) that the range
  * [ptr, ptr+size) touches (size 0: the whole run). -EINVAL when ptr is not
  * in a live allocation or the range leaves it, logged as "fn: ptr is why"
- * (fn NULL: not logged); -ENOTSUP for a slab object, not logged. */
+ * (fn NULL: not logged); -ENOTSUP for a slab object or a run of pinned
+ * host memory (a host place: mem/pool.h), which never move, not logged. */
 int res_find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
                    struct run **r_p, size_t *g0_p, size_t *g1_p);
 

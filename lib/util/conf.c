@@ -102,6 +102,17 @@ const struct ump_conf_entry conf_table[] = {
     {"host_reserve", "64M", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "pinned host chunks created ahead of need (pinning runs at a few GB/s)",
      offsetof(struct ump_config, host_reserve), 0, 0},
+    {"pinned_limit", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "most pinned host memory that ump_host_alloc and overflow:host hold "
+     "together, apart from the host tier's host_limit (0: a quarter of the "
+     "host's physical memory)",
+     offsetof(struct ump_config, pinned_limit), 0, 0},
+    {"overflow", "none", UMP_CONF_ENUM, "none|host",
+     "an allocation that fits on no device (after the placement policy and "
+     "eviction of offloadable memory): none fails with out of memory, as "
+     "the driver would; host places it on pinned host memory at pool "
+     "addresses, which every device reaches at link speed",
+     offsetof(struct ump_config, overflow), 0, 0},
     {"nvme_dir", "", UMP_CONF_LIST,
      "directories separated by ':', or the key given more than once",
      "spill directories of the NVMe tier (empty: no NVMe tier)",
@@ -402,10 +413,19 @@ int conf_load(const char *arg, struct ump_config *cfg)
     return 0;
 }
 
-size_t conf_host_limit(const struct ump_config *cfg)
+/* A quarter of physical memory: the default of both pinned limits. */
+static size_t quarter_of_ram(void)
 {
-    if (cfg->host_limit)
-        return cfg->host_limit;
     long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
     return pages > 0 && page > 0 ? (size_t)pages / 4 * (size_t)page : 0;
+}
+
+size_t conf_host_limit(const struct ump_config *cfg)
+{
+    return cfg->host_limit ? cfg->host_limit : quarter_of_ram();
+}
+
+size_t conf_pinned_limit(const struct ump_config *cfg)
+{
+    return cfg->pinned_limit ? cfg->pinned_limit : quarter_of_ram();
 }

@@ -27,6 +27,12 @@ enum ump_sim_driver_costs {
     UMP_SIM_COSTS_H200, /* the H200's per-handle costs (topo/drivercost.h) */
 };
 
+/* Where an allocation goes that fits on no device (overflow). */
+enum ump_overflow {
+    UMP_OVERFLOW_NONE, /* fails with -ENOMEM, as the driver would */
+    UMP_OVERFLOW_HOST, /* pinned host memory at pool addresses */
+};
+
 #define UMP_CONF_PATH_MAX 4096
 
 struct ump_config {
@@ -47,6 +53,8 @@ struct ump_config {
     bool tcache;                         /* per-thread caches on/off */
     size_t host_limit;                   /* host tier bytes, 0: RAM / 4 */
     size_t host_reserve;                 /* pinned host chunks made ahead */
+    size_t pinned_limit;                 /* host places' bytes, 0: RAM / 4 */
+    int overflow;                        /* enum ump_overflow */
     char nvme_dir[UMP_CONF_PATH_MAX];    /* ':'-separated list, "": none */
     size_t nvme_limit;                   /* NVMe tier bytes, 0: the disk */
     int nvme_queue_depth;                /* I/Os in flight per directory */
@@ -86,5 +94,8 @@ int conf_parse_size(const char *s, size_t *size_p);
  * configured value, else a quarter of physical memory. Each reader rounds it
  * to its own granule; the configuration keeps what the user wrote. */
 size_t conf_host_limit(const struct ump_config *cfg);
+/* The same for pinned_limit: the pinned host memory that ump_host_alloc
+ * and overflow:host hold together. */
+size_t conf_pinned_limit(const struct ump_config *cfg);
 
 #endif

@@ -21,7 +21,8 @@ TESTS += $(GPU_TESTS)
 endif
 
 EXTRA_DIST += tests/gpu/gpu_kernels.cu tests/gpu/gpu_kernels_stub.c \
-	tests/gpu/preload_cudart.cu tests/gpu/preload_torch.py \
+	tests/gpu/preload_cudart.cu tests/gpu/preload_cublas.cu \
+	tests/gpu/preload_torch.py \
 	scripts/gpu-check
 
 GPU_TEST_HDRS = tests/gpu/gpu_kernels.h tests/gpu/gpu_util.h

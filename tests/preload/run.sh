@@ -20,7 +20,7 @@ ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libnvidia-ml.so.1"
 libs="$tmp:$build/lib/.libs:$build/preload/.libs"
 supp=$(cd "$(dirname "$0")" && pwd)/lsan.supp
 fail=0
-# run PROGRAM MODE: under the preload (after the sanitizer's runtime, which
+# run PROGRAM MODE [CONF]: under the preload (after the sanitizer's runtime, which
 # must come first when the programs are built with it).
 run() {
     bin=$build/tests/preload/.libs/$1
@@ -34,7 +34,7 @@ run() {
     [ "$2" = omp ] && lsan="$lsan:use_tls=0"
     echo "== $1 $2"
     if ! env LSAN_OPTIONS="$lsan" LD_LIBRARY_PATH="$libs" LD_PRELOAD="${asan:+$asan }$(cd "$(dirname "$pre")" && pwd)/libumpool-preload.so" \
-        UMPOOL_FAKE_CUDA=devices=2 UMPOOL_CONF=backend:cuda \
+        UMPOOL_FAKE_CUDA=devices=2 UMPOOL_CONF=backend:cuda${3:+,$3} \
         UMPOOL_PRELOAD_LOG=1 UMPOOL_CUDA_DRIVER= \
         timeout 120 "$bin" "$2"; then
         echo "FAIL: $1 $2"
@@ -42,8 +42,9 @@ run() {
     fi
 }
 for prog in test_preload_byname test_preload_dlopen; do
-    for mode in basic race omp none fork; do
+    for mode in basic host race omp none fork; do
         run "$prog" "$mode"
     done
+    run "$prog" overflow overflow:host
 done
 exit $fail

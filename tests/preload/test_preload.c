@@ -7,9 +7,10 @@
  * queries ("", 0), ("cuInit", 2000), ("cuGetProcAddress", 11030 and 12000),
  * then everything through the cuGetProcAddress it was given.
  *
- *   test_preload MODE   MODE: basic (default), race (8 threads on the first
- *   call), omp (the first calls from an OpenMP team), none (no CUDA call:
- *   no pool made), fork (a child's calls)
+ *   test_preload MODE   MODE: basic (default), host (pinned host memory),
+ *   overflow (1.5x the GPU, with overflow:host), race (8 threads on the
+ *   first call), omp (the first calls from an OpenMP team), none (no CUDA
+ *   call: no pool made), fork (a child's calls)
  *
  * Plain C, not cmocka (the preload must see a plain program): every failed
  * check prints FAIL and the exit status is 1.
@@ -56,6 +57,9 @@ static struct {
     CUresult (*attr)(void *, CUpointer_attribute, CUdeviceptr);
     CUresult (*host_alloc)(void **, size_t);
     CUresult (*host_free)(void *);
+    CUresult (*host_alloc_flags)(void **, size_t, unsigned);
+    CUresult (*host_devptr)(CUdeviceptr *, void *, unsigned);
+    CUresult (*host_flags)(unsigned *, void *);
 } cu;
 
 #ifdef VIA_DLOPEN
@@ -119,6 +123,9 @@ static void bind(void)
     GET(attr, "cuPointerGetAttribute");
     GET(host_alloc, "cuMemAllocHost");
     GET(host_free, "cuMemFreeHost");
+    GET(host_alloc_flags, "cuMemHostAlloc");
+    GET(host_devptr, "cuMemHostGetDevicePointer");
+    GET(host_flags, "cuMemHostGetFlags");
     /* The same through every version cudart asks with. */
     CHECK(get(gp, "cuMemAlloc", 12000) == get(gp, "cuMemAlloc", 13000),
           "cuMemAlloc differs between 12000 and 13000");
@@ -142,6 +149,9 @@ static void bind(void)
     cu.attr = cuPointerGetAttribute;
     cu.host_alloc = cuMemAllocHost;
     cu.host_free = cuMemFreeHost;
+    cu.host_alloc_flags = cuMemHostAlloc;
+    cu.host_devptr = cuMemHostGetDevicePointer;
+    cu.host_flags = cuMemHostGetFlags;
 }
 #endif
 
@@ -250,11 +260,7 @@ static void basic(void)
           "pool after the stream was done");
     cu.free(b);
     cu.stream_destroy(s);
-    /* A pointer the pool does not own goes to the driver: host memory
-     * (not intercepted here) and a bad pointer. */
-    void *h = NULL;
-    CHECK(cu.host_alloc(&h, 4096) == CUDA_SUCCESS && h, "cuMemAllocHost");
-    CHECK(cu.host_free(h) == CUDA_SUCCESS, "cuMemFreeHost");
+    /* A pointer the pool does not own goes to the driver. */
     CHECK(cu.free((CUdeviceptr)0x1000) == CUDA_ERROR_INVALID_VALUE,
           "cuMemFree of a foreign pointer");
     CHECK(cu.free(p) == CUDA_SUCCESS, "cuMemFree");
@@ -361,6 +367,143 @@ static void basic(void)
 #endif
 }
 
+/* A counter of the fake driver (fake_cuda_count, fake_cuda_classic),
+ * found through the libcuda handle a program gets. */
+static long fake_count(const char *fn, const char *what)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    void *sym = h ? dlsym(h, fn) : NULL;
+    long (*f)(const char *);
+    memcpy(&f, &sym, sizeof(f));
+    long n = f ? f(what) : -1;
+    if (h)
+        dlclose(h);
+    return n;
+}
+
+static bool pool_host_mem(ump_pool_t *pool, const void *p)
+{
+    ump_ptr_info_t in;
+    return pool && ump_ptr_lookup(pool, p, &in) == 0 && in.device == -1 &&
+           in.tier == UMP_TIER_HOST;
+}
+
+/* Pinned host memory: cuMemAllocHost and cuMemHostAlloc come from the
+ * pool's cached pinned host memory (the driver's page-locked host chunks),
+ * reused; each free takes its own kind only. */
+static void host(void)
+{
+    context(0);
+    long classic = fake_count("fake_cuda_classic", "host");
+    void *h = NULL;
+    CHECK(cu.host_alloc(&h, 4096) == CUDA_SUCCESS && h, "cuMemAllocHost");
+    ump_pool_t *pool = the_pool();
+    CHECK(pool_host_mem(pool, h), "cuMemAllocHost's memory is not the "
+          "pool's pinned host memory");
+    /* Page-locked: a pinned host chunk of the driver (cuMemCreate of host
+     * memory), not the driver's own cuMemAllocHost. */
+    CHECK(fake_count("fake_cuda_count", "host_allocs") >= 1,
+          "no pinned host chunk was made");
+    CHECK(fake_count("fake_cuda_classic", "host") == classic,
+          "the driver's cuMemAllocHost served it");
+    memset(h, 0x3c, 4096);
+    CHECK(((unsigned char *)h)[4095] == 0x3c, "data");
+    /* Reused: the same size comes back with nothing new pinned. */
+    long chunks = fake_count("fake_cuda_count", "host_allocs");
+    for (int i = 0; i < 50; i++) {
+        void *again = NULL;
+        CHECK(cu.host_free(h) == CUDA_SUCCESS, "cuMemFreeHost");
+        CHECK(cu.host_alloc(&again, 4096) == CUDA_SUCCESS && again == h,
+              "a freed pinned size was not reused (%p, then %p)", h, again);
+        h = again;
+    }
+    CHECK(fake_count("fake_cuda_count", "host_allocs") == chunks,
+          "reuse pinned more memory");
+    /* cuMemHostAlloc, portable and mapped: one address for the device. */
+    void *m = NULL;
+    CHECK(cu.host_alloc_flags(&m, 3 << 20, CU_MEMHOSTALLOC_PORTABLE |
+                                               CU_MEMHOSTALLOC_DEVICEMAP) ==
+                  CUDA_SUCCESS &&
+              pool_host_mem(pool, m),
+          "cuMemHostAlloc(PORTABLE | DEVICEMAP) is not the pool's");
+    CUdeviceptr dp = 0;
+    unsigned fl = 0;
+    CHECK(cu.host_devptr(&dp, (char *)m + 64, 0) == CUDA_SUCCESS &&
+              dp == (CUdeviceptr)(uintptr_t)m + 64,
+          "cuMemHostGetDevicePointer: %p for %p", (void *)(uintptr_t)dp, m);
+    CHECK(cu.host_flags(&fl, m) == CUDA_SUCCESS &&
+              (fl & CU_MEMHOSTALLOC_DEVICEMAP),
+          "cuMemHostGetFlags: 0x%x", fl);
+    /* Write-combined memory is the driver's. */
+    void *wc = NULL;
+    CHECK(cu.host_alloc_flags(&wc, 4096, CU_MEMHOSTALLOC_WRITECOMBINED) ==
+                  CUDA_SUCCESS &&
+              !pool_host_mem(pool, wc) &&
+              fake_count("fake_cuda_classic", "host") == classic + 1,
+          "write-combined memory did not go to the driver");
+    CHECK(cu.host_free(wc) == CUDA_SUCCESS, "cuMemFreeHost of the driver's");
+    /* Each free its own kind; errors change nothing. */
+    CUdeviceptr d = 0;
+    CHECK(cu.alloc(&d, 4096) == CUDA_SUCCESS, "cuMemAlloc");
+    CHECK(cu.host_free((void *)(uintptr_t)d) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemFreeHost of device memory accepted");
+    CHECK(cu.free((CUdeviceptr)(uintptr_t)h) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemFree of pinned host memory accepted");
+    CHECK(cu.host_devptr(&dp, (void *)(uintptr_t)d, 0) ==
+              CUDA_ERROR_INVALID_VALUE,
+          "a host device pointer for device memory");
+    CHECK(cu.host_free((char *)m + 256) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemFreeHost of an interior pointer accepted");
+    CHECK(cu.free(d) == CUDA_SUCCESS, "cuMemFree");
+    CHECK(cu.host_free(h) == CUDA_SUCCESS && cu.host_free(m) == CUDA_SUCCESS,
+          "cuMemFreeHost");
+    CHECK(cu.host_free(h) == CUDA_ERROR_INVALID_VALUE, "a second free");
+    ump_stats_t st;
+    CHECK(ump_stats(pool, UMP_LOC_HOST, &st) == 0 && st.live_count == 0 &&
+              st.alloc_count == 52,
+          "host statistics: %llu live, %llu allocations",
+          (unsigned long long)st.live_count,
+          (unsigned long long)st.alloc_count);
+}
+
+/* overflow:host (run.sh sets it for this mode): a program that needs 1.5x
+ * its GPU's memory runs, the part beyond on pinned host memory, data
+ * intact; those frees are cuMemFree's. */
+static void overflow(void)
+{
+    context(0);
+    size_t f = 0, t = 0;
+    CHECK(cu.info(&f, &t) == CUDA_SUCCESS, "cuMemGetInfo");
+    size_t piece = 8u << 20, n = t * 3 / 2 / piece, on_host = 0;
+    CUdeviceptr p[64] = {0};
+    CHECK(n <= 64, "%zu pieces", n);
+    ump_pool_t *pool = NULL;
+    for (size_t i = 0; i < n && i < 64; i++) {
+        CUresult res = cu.alloc(&p[i], piece);
+        pool = the_pool();
+        CHECK(res == CUDA_SUCCESS && in_pool(pool, p[i]),
+              "piece %zu of %zu: %d", i, n, (int)res);
+        if (res != CUDA_SUCCESS)
+            break;
+        memset((void *)(uintptr_t)p[i], (int)i + 1, piece);
+        on_host += pool_host_mem(pool, (void *)(uintptr_t)p[i]);
+    }
+    CHECK(on_host >= n / 3, "%zu of %zu pieces on the host", on_host, n);
+    for (size_t i = 0; i < n && i < 64 && p[i]; i++) {
+        const unsigned char *b = (const unsigned char *)(uintptr_t)p[i];
+        CHECK(b[0] == i + 1 && b[piece - 1] == i + 1, "piece %zu's data", i);
+        if (pool_host_mem(pool, b))
+            CHECK(cu.host_free((void *)(uintptr_t)p[i]) ==
+                      CUDA_ERROR_INVALID_VALUE,
+                  "cuMemFreeHost of overflowed device memory accepted");
+        CHECK(cu.free(p[i]) == CUDA_SUCCESS, "cuMemFree of piece %zu", i);
+    }
+    ump_stats_t st;
+    CHECK(pool && ump_stats(pool, UMP_LOC_HOST, &st) == 0 &&
+              st.live_count == 0 && st.alloc_count == on_host,
+          "host statistics after the frees");
+}
+
 static void *racer(void *arg)
 {
     CUdeviceptr *p = arg;
@@ -418,6 +561,10 @@ int main(int argc, char **argv)
     CHECK(cu.init(0) == CUDA_SUCCESS, "cuInit");
     if (!strcmp(mode, "basic"))
         basic();
+    else if (!strcmp(mode, "host"))
+        host();
+    else if (!strcmp(mode, "overflow"))
+        overflow();
     else if (!strcmp(mode, "race"))
         race();
     else if (!strcmp(mode, "omp"))
@@ -438,6 +585,8 @@ int main(int argc, char **argv)
         waitpid(pid, &st, 0);
         CHECK(WIFEXITED(st), "the child died (status %d)", st);
         cu.free(p);
+    } else {
+        CHECK(false, "unknown mode %s", mode);
     }
     printf("%s: %s %s\n", failures ? "FAIL" : "PASS", argv[0], mode);
     return failures ? 1 : 0;

@@ -71,13 +71,20 @@ typedef struct ump_hints {
 } ump_hints_t;
 #define UMP_HINTS_INIT {UMP_DEVICE_CURRENT, NULL, 0u, 0u, UMP_ACCESS_PRIVATE}
 
+/* What made an allocation (ump_ptr_info_t.kind). */
+#define UMP_KIND_DEVICE 0 /* ump_alloc: device memory, wherever it is now
+                             (moved down a tier, or overflow:host) */
+#define UMP_KIND_HOST 1   /* ump_host_alloc: pinned host memory */
+
 typedef struct ump_ptr_info {
     void *base;        /* start of the allocation holding the byte */
-    size_t size;       /* its size as requested */
+    size_t size;       /* its size as requested (ump_host_alloc: rounded
+                          up to whole pages) */
     int device;        /* device holding the byte, -1 when not on a device */
     int tier;          /* UMP_TIER_* of the byte */
     void *chunk_base;  /* the physical chunk holding the byte ... */
     size_t chunk_size; /* ... and its size: walk an allocation chunk by chunk */
+    int kind;          /* UMP_KIND_*: which call made it (and frees it) */
 } ump_ptr_info_t;
 
 /* The same for a pointer that may not be the pool's (an interposer sorting
@@ -113,10 +120,11 @@ int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream);
  * classes over pinned host chunks mapped at the pool's addresses, readable
  * and writable by the CPU and by every device of the pool (copies run at
  * the link's speed), so an allocation of a cached size costs what ump_alloc
- * costs, not the milliseconds of pinning. Aligned to 256 bytes, NUMA-local
- * to the calling thread where a new chunk is made. All of it, with the
- * overflow of overflow:host, is at most config pinned_limit: -ENOMEM
- * beyond. ump_ptr_info says device -1, tier UMP_TIER_HOST. */
+ * costs, not the milliseconds of pinning. Page-aligned, in whole pages
+ * (as cuMemHostAlloc's), NUMA-local to the calling thread where a new
+ * chunk is made. All of it, with the overflow of overflow:host, is at most
+ * config pinned_limit: -ENOMEM beyond. ump_ptr_info says device -1, tier
+ * UMP_TIER_HOST, kind UMP_KIND_HOST. */
 int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p);
 /* Frees a ump_host_alloc pointer (NULL: 0). Any other pointer, of this pool
  * or not, an interior pointer or a second free: -EINVAL, nothing changes;

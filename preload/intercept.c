@@ -21,6 +21,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,7 +187,10 @@ void intercept_poll(void)
             keep = e;
         } else { /* done (or the context failed: nothing touches it) */
             r->event_destroy(e->ev);
-            ump_free(pool, e->ptr);
+            /* Checked when queued: a failure here is umpool's bug. */
+            if (ump_free(pool, e->ptr))
+                fprintf(stderr, "umpool-preload: the stream-ordered free of "
+                        "%p failed\n", e->ptr);
             free(e);
         }
         e = next;
@@ -210,10 +214,13 @@ static CUresult alloc_on_current(ump_pool_t *pool, CUdeviceptr *dptr,
     preload_enter();
     intercept_poll();
     /* On the current device only, as the driver would: the pool's policy
-     * is local (preload.c makes it so), and no spilling to a peer. */
+     * is local (preload.c makes it so), and no spilling to a peer. With
+     * overflow:host the program asked to run past its device: the policy
+     * spills to the device's peers first (NVLink is faster than the host
+     * link), and the pool overflows to pinned host memory last. */
     ump_hints_t h = UMP_HINTS_INIT;
     h.device = dev;
-    h.flags = UMP_HINT_NO_SPILL;
+    h.flags = preload_overflow ? 0 : UMP_HINT_NO_SPILL;
     void *p = NULL;
     int rc = ump_alloc(pool, size, &h, &p);
     preload_leave();
@@ -342,9 +349,10 @@ EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream stream)
         ump_ptr_info_t in;
         preload_enter();
         bool start = owned(pool, dptr, &in) &&
-                     (uintptr_t)in.base == (uintptr_t)dptr;
+                     (uintptr_t)in.base == (uintptr_t)dptr &&
+                     in.kind == UMP_KIND_DEVICE;
         preload_leave();
-        /* Not an allocation's start, or freed already (pending). */
+        /* Not a device allocation's start, or freed already (pending). */
         if (!start || pending_has(in.base))
             return CUDA_ERROR_INVALID_VALUE;
         struct pending *e = malloc(sizeof(*e));
@@ -506,14 +514,15 @@ EXPORT CUresult CUDAAPI cuMemFreeHost(void *p)
     return fn ? fn(p) : NO_DRIVER;
 }
 
-/* Pinned host memory of the pool holding p (device -1: not on a device)? */
+/* Is p in the pool's pinned host memory of cuMemAllocHost and kin (not
+ * overflowed device memory, nor device memory moved down a tier)? */
 static bool pool_host(ump_pool_t *pool, const void *p)
 {
     ump_ptr_info_t in;
     preload_enter();
     bool mine = owned(pool, (CUdeviceptr)(uintptr_t)p, &in);
     preload_leave();
-    return mine && in.device < 0;
+    return mine && in.kind == UMP_KIND_HOST;
 }
 
 /* The device's address of pool host memory is its own: one address space

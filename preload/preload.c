@@ -253,6 +253,25 @@ static void report(void)
  * Its published segment is unlinked at exit, as every pool's that was not
  * destroyed (lib/publish). */
 
+bool preload_overflow;
+
+/* Is the last value of key in the configuration string conf (its
+ * documented form: "key:value,...", a later item overriding an earlier
+ * one) value? */
+static bool conf_says(const char *conf, const char *key, const char *value)
+{
+    bool says = false;
+    size_t kl = strlen(key), vl = strlen(value);
+    for (const char *item = conf; item && *item;) {
+        const char *end = strchr(item, ',');
+        size_t len = end ? (size_t)(end - item) : strlen(item);
+        if (len > kl && !strncmp(item, key, kl) && item[kl] == ':')
+            says = len == kl + 1 + vl && !strncmp(item + kl + 1, value, vl);
+        item = end ? end + 1 : NULL;
+    }
+    return says;
+}
+
 ump_pool_t *preload_pool(void)
 {
     ump_pool_t *p = atomic_load_explicit(&pool, memory_order_acquire);
@@ -271,10 +290,13 @@ ump_pool_t *preload_pool(void)
         /* UMPOOL_CONF is read by ump_pool_create itself; the backend is
          * cuda unless it says otherwise. The policy is local, whatever it
          * says: a cuMemAlloc lands on the current device, as the driver's
-         * would (intercept.c adds no spilling), and the pool's default
+         * would (intercept.c adds no spilling unless overflow:host asks
+         * to go past the device), and the pool's default
          * policy is what the hot path uses without a look-up by name. */
         const char *conf = getenv("UMPOOL_CONF");
         bool has_backend = conf && strstr(conf, "backend:");
+        /* Published with the pool (release): read after it. */
+        preload_overflow = conf_says(conf, "overflow", "host");
         ump_pool_t *made = NULL;
         int rc = ump_pool_create(has_backend ? "policy:local"
                                              : "policy:local,backend:cuda",

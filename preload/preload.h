@@ -45,6 +45,10 @@ const struct preload_real *preload_real(void);
  * (default "backend:cuda"); NULL when it cannot be made (logged once: the
  * calls then go to the real driver). */
 ump_pool_t *preload_pool(void);
+/* UMPOOL_CONF says overflow:host: device allocations may go past the
+ * current device (its peers first, then pinned host memory). Set before
+ * the pool is published; read after preload_pool() gave the pool. */
+extern bool preload_overflow;
 /* The pool if made, without making it (exported for tests, to read its
  * statistics: dlsym(RTLD_DEFAULT, "umpool_preload_pool")). */
 __attribute__((visibility("default"))) ump_pool_t *umpool_preload_pool(void);

@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <pthread.h>
+#include <unistd.h>
 
 #include "testutil.h"
 #include "backend/backend.h"
@@ -46,7 +47,8 @@ static void test_basic(void **state)
         tu_fill(p[i], sizes[i], (uint64_t)i + 1);
         ump_ptr_info_t in = tu_info(pool, (char *)p[i] + sizes[i] - 1);
         assert_ptr_equal(in.base, p[i]);
-        assert_int_equal(in.size, sizes[i]);
+        assert_int_equal(in.size,
+                         TU_ALIGN_UP(sizes[i], (size_t)sysconf(_SC_PAGESIZE)));
         assert_int_equal(in.device, -1);
         assert_int_equal(in.tier, UMP_TIER_HOST);
     }
@@ -263,6 +265,103 @@ static void test_threads(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Whole pages, page-aligned, as cuMemHostAlloc's. */
+static void test_page_aligned(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(CONF);
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t sizes[] = {1, 100, 5000, 6000, 9000, 70000, 300000, 3 * TU_MIB};
+    void *p[8];
+    for (int i = 0; i < 8; i++) {
+        p[i] = host_alloc(pool, sizes[i]);
+        assert_int_equal((uintptr_t)p[i] % page, 0);
+        ump_ptr_info_t in = tu_info(pool, p[i]);
+        assert_int_equal(in.size, TU_ALIGN_UP(sizes[i], page));
+        assert_int_equal(in.kind, UMP_KIND_HOST);
+    }
+    for (int i = 0; i < 8; i++)
+        host_free(pool, p[i]);
+    tu_pool_destroy(pool);
+}
+
+static void *alloc_and_exit(void *arg)
+{
+    void *p = NULL;
+    return ump_host_alloc(arg, 100, &p) ? NULL : p;
+}
+
+/* A live allocation of a thread that has exited still counts: the pool
+ * is not destroyed under it. */
+static void test_exited_thread(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(CONF);
+    pthread_t t;
+    void *p = NULL;
+    assert_int_equal(pthread_create(&t, NULL, alloc_and_exit, pool), 0);
+    pthread_join(t, &p);
+    assert_non_null(p);
+    assert_int_equal(ump_pool_destroy(pool), -EBUSY);
+    host_free(pool, p);
+    tu_pool_destroy(pool);
+}
+
+/* The host places share pinned_limit: memory one holds unused (cached)
+ * goes back for the other, which would otherwise fail until ump_trim. */
+static void test_shared_budget(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(
+        "backend:sim,sim_devices:1,sim_device_mem:16M,pinned_limit:8M,"
+        "overflow:host");
+    void *h[2], *o[2];
+    for (int i = 0; i < 2; i++)
+        h[i] = host_alloc(pool, 4 * TU_MIB);
+    for (int i = 0; i < 2; i++)
+        host_free(pool, h[i]);
+    void *dev = tu_alloc(pool, 16 * TU_MIB, 0);
+    for (int i = 0; i < 2; i++) { /* overflow, in the pinned cache's room */
+        assert_int_equal(ump_alloc(pool, 4 * TU_MIB, NULL, &o[i]), 0);
+        assert_int_equal(tu_info(pool, o[i]).tier, UMP_TIER_HOST);
+    }
+    assert_true(tu_stats(pool, UMP_LOC_HOST).reserved_bytes <= 8 * TU_MIB);
+    for (int i = 0; i < 2; i++)
+        tu_free(pool, o[i]);
+    for (int i = 0; i < 2; i++) /* and back */
+        h[i] = host_alloc(pool, 4 * TU_MIB);
+    for (int i = 0; i < 2; i++)
+        host_free(pool, h[i]);
+    tu_free(pool, dev);
+    tu_pool_destroy(pool);
+}
+
+/* Peaks: the devices' figures do not count host memory, and the host's
+ * are of both places together, never above their one budget. */
+static void test_peaks(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(
+        "backend:sim,sim_devices:1,sim_device_mem:16M,pinned_limit:8M,"
+        "overflow:host");
+    void *h = host_alloc(pool, 8 * TU_MIB);
+    ump_stats_t all = tu_stats(pool, UMP_DEVICE_ALL);
+    assert_int_equal(all.peak_reserved_bytes, 0);
+    assert_int_equal(all.peak_bytes, 0);
+    host_free(pool, h);
+    assert_int_equal(ump_trim(pool), 0);
+    void *dev = tu_alloc(pool, 16 * TU_MIB, 0), *o = NULL;
+    assert_int_equal(ump_alloc(pool, 8 * TU_MIB, NULL, &o), 0);
+    ump_stats_t host = tu_stats(pool, UMP_LOC_HOST);
+    assert_int_equal(host.peak_reserved_bytes, 8 * TU_MIB);
+    assert_int_equal(host.peak_bytes, 8 * TU_MIB);
+    assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).peak_reserved_bytes,
+                     16 * TU_MIB);
+    tu_free(pool, o);
+    tu_free(pool, dev);
+    tu_pool_destroy(pool);
+}
+
 /* --- overflow:host ------------------------------------------------------ */
 
 #define OVER "backend:sim,sim_devices:2,sim_device_mem:16M,pinned_limit:64M"
@@ -288,6 +387,7 @@ static void test_overflow(void **state)
             ump_ptr_info_t in = tu_info(pool, p);
             assert_int_equal(in.tier, UMP_TIER_HOST);
             assert_int_equal(in.device, -1);
+            assert_int_equal(in.kind, UMP_KIND_DEVICE);
             assert_int_equal(in.size, 6 * TU_MIB);
             /* A device reaches it: a copy from it on device 0's stream. */
             tu_fill(p, 6 * TU_MIB, 5);
@@ -381,6 +481,10 @@ int main(void)
         cmocka_unit_test(test_not_moved),
         cmocka_unit_test(test_destroy_busy),
         cmocka_unit_test(test_threads),
+        cmocka_unit_test(test_page_aligned),
+        cmocka_unit_test(test_exited_thread),
+        cmocka_unit_test(test_shared_budget),
+        cmocka_unit_test(test_peaks),
         cmocka_unit_test(test_overflow),
         cmocka_unit_test(test_overflow_hints),
         cmocka_unit_test(test_overflow_limit),

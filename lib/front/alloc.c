@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mem/chunks.h"
 #include "tier/offload.h"
@@ -364,6 +365,18 @@ static int alloc_placed(ump_pool_t *pool, struct tcache *tc,
     return rc;
 }
 
+static size_t host_page_size(void)
+{
+    static _Atomic size_t page;
+    size_t p = atomic_load_explicit(&page, memory_order_relaxed);
+    if (!p) {
+        long v = sysconf(_SC_PAGESIZE);
+        p = v > 0 ? (size_t)v : 4096;
+        atomic_store_explicit(&page, p, memory_order_relaxed);
+    }
+    return p;
+}
+
 /* The checks ump_alloc and ump_host_alloc start with; the thread's cache
  * in *tc_p. */
 static int alloc_begin(ump_pool_t *pool, const char *fn, size_t size,
@@ -408,6 +421,16 @@ UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)
     int rc = alloc_begin(pool, "ump_host_alloc", size, ptr_p, &tc);
     if (rc)
         return rc;
+    /* Whole pages, so page-aligned: the size class of a multiple of the
+     * page is a multiple of the page too (sizeclass.h: below 4 pages each
+     * multiple is a class, above the classes step by a quarter of a power
+     * of two), and runs are chunk-aligned. Programs
+     * count on it (O_DIRECT buffers, cuMemHostRegister of sub-ranges), as
+     * cuMemHostAlloc gives it. */
+    size_t page = host_page_size();
+    if (size > SIZE_MAX - page)
+        return -ENOMEM;
+    size = (size + page - 1) & ~(page - 1);
     struct place_req pr = {
         .req = {.size = size, .chunk_size = pool->chunk_size,
                 .device = place_host(pool), .access = UMP_ACCESS_PRIVATE},
@@ -706,6 +729,8 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
             info.base = s->base + idx * s->size;
             info.size = obj_req(w);
             info.device = s->device;
+            info.kind = s->device == place_host(pool) ? UMP_KIND_HOST
+                                                      : UMP_KIND_DEVICE;
             rc = 0;
         }
     } else if (vas_tag_kind(tag) == VAS_RUN) {
@@ -713,6 +738,8 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
         if (obj_state(atomic_load(&r->word)) == OBJ_LIVE) {
             info.base = vas_addr(&pool->vas, r->start);
             info.size = atomic_load(&r->size);
+            info.kind = r->device == place_host(pool) ? UMP_KIND_HOST
+                                                      : UMP_KIND_DEVICE;
             if (r->res) { /* it may be on another tier */
                 offload_ptr_info(pool, r, g, &info);
                 tracked = true;

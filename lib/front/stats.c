@@ -121,8 +121,11 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
     }
     if (device == UMP_DEVICE_ALL) /* not sums: devices peak at other times */
         stats_pool_wide(pool, &st);
-    if (device == UMP_LOC_HOST) /* one budget, not one each */
+    if (device == UMP_LOC_HOST) { /* one budget, not one each */
         st.capacity = pool->pinned_cap;
+        st.peak_bytes = pool->pinned_peak;
+        st.peak_reserved_bytes = pool->pinned_created_peak;
+    }
     st.fragmentation = fragmentation(st.largest_free, in_blocks);
     pthread_mutex_unlock(&pool->lock);
     *stats_p = st;

@@ -200,7 +200,8 @@ static int release_chunk(ump_pool_t *pool, struct chunk *c)
     }
     struct dev_state *ds = &pool->dev[c->device];
     ds->created -= chunk_bytes(pool, c->n);
-    pool->created -= chunk_bytes(pool, c->n);
+    if (!place_is_host(pool, c->device))
+        pool->created -= chunk_bytes(pool, c->n);
     ds->chunks_released++;
     free(c);
     return 0;
@@ -393,24 +394,32 @@ static int create_chunk(ump_pool_t *pool, int device, size_t want,
     ds->created += chunk_bytes(pool, n);
     if (ds->created > ds->created_peak)
         ds->created_peak = ds->created;
-    pool->created += chunk_bytes(pool, n);
-    if (pool->created > pool->created_peak)
-        pool->created_peak = pool->created;
+    if (place_is_host(pool, device)) {
+        size_t both = pool->dev[place_host(pool)].created +
+                      pool->dev[place_overflow(pool)].created;
+        if (both > pool->pinned_created_peak)
+            pool->pinned_created_peak = both;
+    } else {
+        pool->created += chunk_bytes(pool, n);
+        if (pool->created > pool->created_peak)
+            pool->created_peak = pool->created;
+    }
     ds->chunks_created++;
     *c_p = c;
     return 0;
 }
 
-/* Releases the smallest idle or cached chunk of device bigger than left,
- * so that chunks of the size needed can be created in its room. false
+/* Releases one chunk of place d to the driver: idle, else unmapped from
+ * its cached blocks (least recently freed block first); with bigger, the
+ * smallest of more than max_n granules, else any of at most max_n. false
  * when there is none or the driver refused. */
-static bool release_bigger(ump_pool_t *pool, int device, size_t left)
+static bool release_from(ump_pool_t *pool, int d, size_t max_n, bool bigger)
 {
-    struct chunk *c = idle_take(pool, device, left, true);
+    struct chunk *c = idle_take(pool, d, max_n, bigger);
     if (!c) {
-        if (reclaim_one(pool, device, left, true))
+        if (reclaim_one(pool, d, max_n, bigger))
             return false;
-        c = idle_take(pool, device, left, true);
+        c = idle_take(pool, d, max_n, bigger);
         if (!c)
             return false;
     }
@@ -453,7 +462,9 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
             if (stitch(pool, device, left))
                 continue;
         }
-        if (!released && release_bigger(pool, device, left)) {
+        /* A bigger idle or cached chunk makes room for chunks of the
+         * size needed. */
+        if (!released && release_from(pool, device, left, true)) {
             released = true;
             continue;
         }
@@ -463,6 +474,14 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
         /* The device is full: small cached chunks must serve, whatever
          * moving them costs. */
         rc = reclaim_one(pool, device, left, false);
+        /* A host place shares its budget with the other: what that one
+         * holds unused goes back to make room. */
+        if (rc && place_is_host(pool, device) &&
+            release_from(pool,
+                         device == place_host(pool) ? place_overflow(pool)
+                                                    : place_host(pool),
+                         SIZE_MAX, false))
+            rc = 0;
         if (rc)
             return rc;
     }
@@ -745,11 +764,15 @@ void chunks_note_in_use(ump_pool_t *pool, int device)
     window_roll(pool, ds);
     if (in_use > ds->win_peak[0])
         ds->win_peak[0] = in_use;
-    size_t total = 0; /* the pool's peak is the devices' */
-    for (int d = 0; d < pool->ndev; d++)
+    /* The pool's peak is the devices'; the host places have theirs. */
+    bool host = place_is_host(pool, device);
+    size_t total = 0;
+    for (int d = host ? pool->ndev : 0; d < (host ? pool->nplace : pool->ndev);
+         d++)
         total += pool->dev[d].mapped - pool->dev[d].cached;
-    if (total > pool->peak)
-        pool->peak = total;
+    size_t *peak = host ? &pool->pinned_peak : &pool->peak;
+    if (total > *peak)
+        *peak = total;
 }
 
 /* What the release policy lets device keep: its recent peak use plus the

@@ -187,8 +187,11 @@ struct ump_pool {
     size_t peak;             /* (L) pool-wide high-water mark of in use */
     bool no_grow;            /* (L) creating chunks answers -EAGAIN: the
                                 slow path's first try (front/pool.c) */
-    size_t created;          /* (L) pool-wide bytes of chunks created */
+    size_t created;          /* (L) the devices' bytes of chunks created */
     size_t created_peak;     /* (L) and its high-water mark */
+    /* (L) High-water marks of the host places together (one budget):
+     * chunks created, and in use. */
+    size_t pinned_created_peak, pinned_peak;
     struct run *free_runs;   /* (L) */
     struct slab **free_slabs; /* (L) retired slabs, per class (slab.c) */
     struct pending *pending; /* (L) */

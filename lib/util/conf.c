@@ -80,8 +80,9 @@ const struct ump_conf_entry conf_table[] = {
      offsetof(struct ump_config, max_chunk), 64 * 1024, 1LL << 36},
     {"va_size", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "virtual address space reserved by the pool (0: twice the devices' "
-     "memory plus the host tier's and the NVMe tier's limits, NVMe without "
-     "a limit counted as four times the devices)",
+     "memory plus the host tier's and the NVMe tier's limits and "
+     "pinned_limit, NVMe without a limit counted as four times the "
+     "devices)",
      offsetof(struct ump_config, va_size), 0, 0},
     {"release_threshold", "1G", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "cached memory a device keeps beyond its peak use of the last one to "

@@ -8,7 +8,7 @@
  * then everything through the cuGetProcAddress it was given.
  *
  *   test_preload MODE   MODE: basic (default), host (pinned host memory),
- *   overflow (1.5x the GPU, with overflow:host), race (8 threads on the
+ *   overflow (2.5x the GPU, with overflow:host: its peer, then the host), race (8 threads on the
  *   first call), omp (the first calls from an OpenMP team), none (no CUDA
  *   call: no pool made), fork (a child's calls)
  *
@@ -398,8 +398,10 @@ static void host(void)
     void *h = NULL;
     CHECK(cu.host_alloc(&h, 4096) == CUDA_SUCCESS && h, "cuMemAllocHost");
     ump_pool_t *pool = the_pool();
-    CHECK(pool_host_mem(pool, h), "cuMemAllocHost's memory is not the "
-          "pool's pinned host memory");
+    ump_ptr_info_t hi;
+    CHECK(pool_host_mem(pool, h) && ump_ptr_lookup(pool, h, &hi) == 0 &&
+              hi.kind == UMP_KIND_HOST,
+          "cuMemAllocHost's memory is not the pool's pinned host memory");
     /* Page-locked: a pinned host chunk of the driver (cuMemCreate of host
      * memory), not the driver's own cuMemAllocHost. */
     CHECK(fake_count("fake_cuda_count", "host_allocs") >= 1,
@@ -408,6 +410,22 @@ static void host(void)
           "the driver's cuMemAllocHost served it");
     memset(h, 0x3c, 4096);
     CHECK(((unsigned char *)h)[4095] == 0x3c, "data");
+    /* Page-aligned, as the driver's. */
+    void *small = NULL;
+    CHECK(cu.host_alloc(&small, 100) == CUDA_SUCCESS &&
+              (uintptr_t)small % (uintptr_t)sysconf(_SC_PAGESIZE) == 0,
+          "cuMemAllocHost(100) at %p: not page-aligned", small);
+    CHECK(cu.host_free(small) == CUDA_SUCCESS, "cuMemFreeHost");
+    /* Not a stream-ordered free's: the driver's error, and it stays. */
+    CUstream s;
+    CHECK(cu.stream_create(&s, 0) == CUDA_SUCCESS, "cuStreamCreate");
+    CHECK(cu.free_async((CUdeviceptr)(uintptr_t)h, s) ==
+              CUDA_ERROR_INVALID_VALUE,
+          "cuMemFreeAsync of pinned host memory accepted");
+    cu.stream_sync(s);
+    cu.stream_destroy(s);
+    CHECK(pool_host_mem(pool, h), "pinned memory lost after a refused "
+          "cuMemFreeAsync");
     /* Reused: the same size comes back with nothing new pinned. */
     long chunks = fake_count("fake_cuda_count", "host_allocs");
     for (int i = 0; i < 50; i++) {
@@ -434,6 +452,8 @@ static void host(void)
     CHECK(cu.host_flags(&fl, m) == CUDA_SUCCESS &&
               (fl & CU_MEMHOSTALLOC_DEVICEMAP),
           "cuMemHostGetFlags: 0x%x", fl);
+    CHECK(cu.host_devptr(&dp, m, 1) == CUDA_ERROR_INVALID_VALUE,
+          "cuMemHostGetDevicePointer with flags 1 accepted");
     /* Write-combined memory is the driver's. */
     void *wc = NULL;
     CHECK(cu.host_alloc_flags(&wc, 4096, CU_MEMHOSTALLOC_WRITECOMBINED) ==
@@ -460,42 +480,60 @@ static void host(void)
     CHECK(cu.host_free(h) == CUDA_ERROR_INVALID_VALUE, "a second free");
     ump_stats_t st;
     CHECK(ump_stats(pool, UMP_LOC_HOST, &st) == 0 && st.live_count == 0 &&
-              st.alloc_count == 52,
+              st.alloc_count == 53,
           "host statistics: %llu live, %llu allocations",
           (unsigned long long)st.live_count,
           (unsigned long long)st.alloc_count);
 }
 
-/* overflow:host (run.sh sets it for this mode): a program that needs 1.5x
- * its GPU's memory runs, the part beyond on pinned host memory, data
- * intact; those frees are cuMemFree's. */
+/* overflow:host (run.sh sets it for this mode): a program that needs 2.5x
+ * its GPU's memory runs: the current device first, then its peer (the
+ * policy's spilling), then pinned host memory, data intact; those frees
+ * are cuMemFree's. */
 static void overflow(void)
 {
     context(0);
     size_t f = 0, t = 0;
     CHECK(cu.info(&f, &t) == CUDA_SUCCESS, "cuMemGetInfo");
-    size_t piece = 8u << 20, n = t * 3 / 2 / piece, on_host = 0;
+    size_t piece = 8u << 20, n = t * 5 / 2 / piece, on_host = 0;
     CUdeviceptr p[64] = {0};
     CHECK(n <= 64, "%zu pieces", n);
     ump_pool_t *pool = NULL;
+    int last = 0; /* where the pieces went so far: 0, 1, then 2 (host) */
     for (size_t i = 0; i < n && i < 64; i++) {
         CUresult res = cu.alloc(&p[i], piece);
         pool = the_pool();
-        CHECK(res == CUDA_SUCCESS && in_pool(pool, p[i]),
+        ump_ptr_info_t in;
+        CHECK(res == CUDA_SUCCESS && in_pool(pool, p[i]) &&
+                  ump_ptr_lookup(pool, (void *)(uintptr_t)p[i], &in) == 0,
               "piece %zu of %zu: %d", i, n, (int)res);
         if (res != CUDA_SUCCESS)
             break;
         memset((void *)(uintptr_t)p[i], (int)i + 1, piece);
-        on_host += pool_host_mem(pool, (void *)(uintptr_t)p[i]);
+        int at = in.tier == UMP_TIER_HOST ? 2 : in.device;
+        CHECK(at >= last && in.kind == UMP_KIND_DEVICE,
+              "piece %zu on %d after one on %d (kind %d)", i, at, last,
+              in.kind);
+        last = at;
+        on_host += at == 2;
     }
-    CHECK(on_host >= n / 3, "%zu of %zu pieces on the host", on_host, n);
+    CHECK(last == 2 && on_host < n / 3, "%zu of %zu pieces on the host: "
+          "the peer did not serve first", on_host, n);
     for (size_t i = 0; i < n && i < 64 && p[i]; i++) {
         const unsigned char *b = (const unsigned char *)(uintptr_t)p[i];
         CHECK(b[0] == i + 1 && b[piece - 1] == i + 1, "piece %zu's data", i);
-        if (pool_host_mem(pool, b))
+        if (pool_host_mem(pool, b)) {
+            CUdeviceptr dp = 0;
+            unsigned fl = 0;
             CHECK(cu.host_free((void *)(uintptr_t)p[i]) ==
                       CUDA_ERROR_INVALID_VALUE,
                   "cuMemFreeHost of overflowed device memory accepted");
+            CHECK(cu.host_devptr(&dp, (void *)(uintptr_t)p[i], 0) ==
+                          CUDA_ERROR_INVALID_VALUE &&
+                      cu.host_flags(&fl, (void *)(uintptr_t)p[i]) ==
+                          CUDA_ERROR_INVALID_VALUE,
+                  "overflowed device memory answered as pinned host memory");
+        }
         CHECK(cu.free(p[i]) == CUDA_SUCCESS, "cuMemFree of piece %zu", i);
     }
     ump_stats_t st;

@@ -102,8 +102,18 @@ int ump_pool_range(ump_pool_t *pool, void **base_p, size_t *size_p);
  * overrides the environment variable UMPOOL_CONF, key by key. NULL: defaults.
  */
 int ump_pool_create(const char *config, ump_pool_t **pool_p);
-/* -EBUSY (and nothing destroyed) while allocations are live. */
+/* -EBUSY (and nothing destroyed) while allocations are live, and for the
+ * process's pool. */
 int ump_pool_destroy(ump_pool_t *pool);
+/* The process's pool, shared by everything in the process that has no
+ * pool of its own to pass: the PyTorch and CuPy plug-ins, libumpool-preload,
+ * the Python package's torch and cupy helpers. The first call makes it from
+ * config over UMPOOL_CONF (config NULL: UMPOOL_CONF alone); every later
+ * call returns the same pool, whatever its config. A failure to make it is
+ * kept: later calls return the same error, with no new attempt. It lives
+ * until the process ends (at exit, threads and the driver's own handlers
+ * may still use it): ump_pool_destroy refuses it. */
+int ump_process_pool(const char *config, ump_pool_t **pool_p);
 
 /* Allocations. hints may be NULL. Pointers are aligned to 256 bytes. */
 int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,

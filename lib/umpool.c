@@ -6,8 +6,14 @@
  */
 #include "config.h"
 
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
 #include "front/lifecycle.h"
 #include "publish/publish.h"
+#include "util/internal.h"
+#include "util/log.h"
 
 /* Publishes the statistics of pools made with publish:true. */
 static int observe_start(ump_pool_t *pool)
@@ -22,7 +28,42 @@ UMP_EXPORT int ump_pool_create(const char *config, ump_pool_t **pool_p)
     return pool_create(config, &publisher, pool_p);
 }
 
+/* The process's pool: made once, never destroyed (see umpool.h). */
+static ump_pool_t *_Atomic process_pool;
+static int process_rc; /* the first attempt's error, kept */
+static pthread_mutex_t process_lock = PTHREAD_MUTEX_INITIALIZER;
+
+UMP_EXPORT int ump_process_pool(const char *config, ump_pool_t **pool_p)
+{
+    if (!pool_p) {
+        ump_log_error("ump_process_pool: pool_p is NULL");
+        return -EINVAL;
+    }
+    ump_pool_t *p = atomic_load_explicit(&process_pool, memory_order_acquire);
+    if (ump_likely(p != NULL)) {
+        *pool_p = p;
+        return 0;
+    }
+    pthread_mutex_lock(&process_lock);
+    p = atomic_load_explicit(&process_pool, memory_order_relaxed);
+    if (!p && !process_rc) {
+        process_rc = pool_create(config, &publisher, &p);
+        if (!process_rc)
+            atomic_store_explicit(&process_pool, p, memory_order_release);
+    }
+    int rc = p ? 0 : process_rc;
+    pthread_mutex_unlock(&process_lock);
+    if (!rc)
+        *pool_p = p;
+    return rc;
+}
+
 UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
 {
+    if (pool && pool == atomic_load(&process_pool)) {
+        ump_log_error("ump_pool_destroy: the process's pool "
+                      "(ump_process_pool) lives until the process ends");
+        return -EBUSY;
+    }
     return pool_destroy(pool);
 }

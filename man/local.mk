@@ -20,6 +20,8 @@ MAN3_PAGES = \
 	man/ump_pool_create.3 \
 	man/ump_alloc.3 \
 	man/ump_host_alloc.3 \
+	man/ump_process_pool.3 \
+	man/umpool_torch.3 \
 	man/ump_ptr_info.3 \
 	man/ump_set_device.3 \
 	man/ump_trim.3 \

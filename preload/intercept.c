@@ -221,6 +221,9 @@ static CUresult alloc_on_current(ump_pool_t *pool, CUdeviceptr *dptr,
     ump_hints_t h = UMP_HINTS_INIT;
     h.device = dev;
     h.flags = preload_overflow ? 0 : UMP_HINT_NO_SPILL;
+    /* By name: a plug-in may have made the process's pool first, with
+     * another default policy. */
+    h.policy = "local";
     void *p = NULL;
     int rc = ump_alloc(pool, size, &h, &p);
     preload_leave();

@@ -298,9 +298,11 @@ ump_pool_t *preload_pool(void)
         /* Published with the pool (release): read after it. */
         preload_overflow = conf_says(conf, "overflow", "host");
         ump_pool_t *made = NULL;
-        int rc = ump_pool_create(has_backend ? "policy:local"
-                                             : "policy:local,backend:cuda",
-                                 &made);
+        /* The process's pool, shared with the PyTorch and CuPy plug-ins:
+         * whoever comes first makes it (their configuration then). */
+        int rc = ump_process_pool(has_backend ? "policy:local"
+                                              : "policy:local,backend:cuda",
+                                  &made);
         if (rc) {
             fprintf(stderr, "umpool-preload: no pool (%s): the program's "
                     "calls go to the driver\n", ump_strerror(rc));

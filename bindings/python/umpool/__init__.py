@@ -1,0 +1,353 @@
+"""umpool from Python: a pure-ctypes binding of libumpool's public API.
+
+    import umpool
+    with umpool.Pool("backend:sim,sim_devices:4") as pool:
+        p = pool.alloc(1 << 20, device=2)
+        a = pool.array(p, (1024,), "float64")   # a NumPy view (sim only)
+        pool.free(p)
+
+Pointers are ints (addresses). Every failing call raises umpool.Error,
+which carries the errno (negative, as the C API returns it) and
+ump_strerror's text. The library is found through UMPOOL_LIBRARY, else the
+libdir it was installed to, else the system's search path. torch and cupy
+plug the process's pool into PyTorch and CuPy: umpool.torch, umpool.cupy.
+"""
+import ctypes
+import ctypes.util
+import os
+
+__all__ = ["Error", "Pool", "Comm", "lib", "process_pool",
+           "DEVICE_CURRENT", "DEVICE_ALL", "LOC_HOST",
+           "TIER_DEVICE", "TIER_HOST", "TIER_NVME",
+           "HINT_NO_SPILL", "HINT_OFFLOAD", "KIND_DEVICE", "KIND_HOST",
+           "ADVISE_HOT", "ADVISE_COLD", "ADVISE_WILLNEED", "ADVISE_DONTNEED"]
+
+# include/umpool.h
+DEVICE_CURRENT = -1
+DEVICE_ALL = -2
+LOC_HOST = -3
+TIER_DEVICE, TIER_HOST, TIER_NVME = 0, 1, 2
+HINT_NO_SPILL, HINT_OFFLOAD = 0x1, 0x2
+KIND_DEVICE, KIND_HOST = 0, 1
+ADVISE_HOT, ADVISE_COLD, ADVISE_WILLNEED, ADVISE_DONTNEED = 0, 1, 2, 3
+ACCESS_PRIVATE = 0
+
+# ump_dtype_t (NCCL's numbers) by NumPy dtype name; ump_redop_t by name.
+DTYPES = {"int8": 0, "uint8": 1, "int32": 2, "uint32": 3, "int64": 4,
+          "uint64": 5, "float16": 6, "float32": 7, "float64": 8,
+          "bfloat16": 9}
+OPS = {"sum": 0, "prod": 1, "max": 2, "min": 3, "avg": 4}
+
+
+def _find_library():
+    env = os.environ.get("UMPOOL_LIBRARY")
+    if env:
+        return env
+    try:
+        from . import _install  # written by make at build time
+        path = os.path.join(_install.LIBDIR, "libumpool.so.0")
+        if os.path.exists(path):
+            return path
+    except ImportError:
+        pass
+    return ctypes.util.find_library("umpool") or "libumpool.so.0"
+
+
+lib = ctypes.CDLL(_find_library())
+_vp, _sz, _int = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int
+
+
+def _decl(name, restype, *argtypes):
+    fn = getattr(lib, name)
+    fn.restype = restype
+    fn.argtypes = list(argtypes)
+    return fn
+
+
+class Hints(ctypes.Structure):
+    _fields_ = [("device", _int), ("policy", ctypes.c_char_p),
+                ("flags", ctypes.c_uint), ("group", ctypes.c_uint),
+                ("access", _int)]
+
+
+class PtrInfo(ctypes.Structure):
+    _fields_ = [("base", _vp), ("size", _sz), ("device", _int),
+                ("tier", _int), ("chunk_base", _vp), ("chunk_size", _sz),
+                ("kind", _int)]
+
+
+_U64 = ctypes.c_uint64
+
+
+class Stats(ctypes.Structure):
+    _fields_ = [("capacity", _sz), ("live_bytes", _sz), ("mapped_bytes", _sz),
+                ("cached_bytes", _sz), ("peak_bytes", _sz),
+                ("live_count", _U64), ("alloc_count", _U64),
+                ("free_count", _U64), ("chunks_created", _U64),
+                ("chunks_released", _U64), ("host_bytes", _sz),
+                ("nvme_bytes", _sz), ("spill_count", _U64),
+                ("spill_bytes", _U64), ("restore_count", _U64),
+                ("restore_bytes", _U64), ("evictions", _U64),
+                ("largest_free", _sz), ("fragmentation", ctypes.c_double),
+                ("reserved_bytes", _sz), ("peak_reserved_bytes", _sz),
+                ("driver_ns", _U64)]
+
+
+def _as_dict(s):
+    return {name: getattr(s, name) for name, _ in s._fields_}
+
+
+_decl("ump_strerror", ctypes.c_char_p, _int)
+_decl("ump_pool_create", _int, ctypes.c_char_p, ctypes.POINTER(_vp))
+_decl("ump_process_pool", _int, ctypes.c_char_p, ctypes.POINTER(_vp))
+_decl("ump_pool_destroy", _int, _vp)
+_decl("ump_alloc", _int, _vp, _sz, ctypes.POINTER(Hints), ctypes.POINTER(_vp))
+_decl("ump_free", _int, _vp, _vp)
+_decl("ump_free_async", _int, _vp, _vp, _vp)
+_decl("ump_host_alloc", _int, _vp, _sz, ctypes.POINTER(_vp))
+_decl("ump_host_free", _int, _vp, _vp)
+_decl("ump_ptr_info", _int, _vp, _vp, ctypes.POINTER(PtrInfo))
+_decl("ump_stats", _int, _vp, _int, ctypes.POINTER(Stats))
+_decl("ump_device_count", _int, _vp)
+_decl("ump_set_device", _int, _vp, _int)
+_decl("ump_trim", _int, _vp)
+_decl("ump_backend_name", ctypes.c_char_p, _vp)
+_decl("ump_acquire", _int, _vp, _vp, _sz, _int, _vp)
+_decl("ump_release", _int, _vp, _vp, _sz)
+_decl("ump_prefetch", _int, _vp, _vp, _sz, _int, _vp)
+_decl("ump_evict", _int, _vp, _vp, _sz, _int)
+_decl("ump_advise", _int, _vp, _vp, _sz, _int)
+_decl("ump_stream_create", _int, _vp, _int, ctypes.POINTER(_vp))
+_decl("ump_stream_destroy", _int, _vp, _vp)
+_decl("ump_stream_synchronize", _int, _vp, _vp)
+_decl("ump_comm_create", _int, _vp, _int, ctypes.POINTER(_int),
+      ctypes.c_char_p, ctypes.POINTER(_vp))
+_decl("ump_comm_destroy", _int, _vp)
+_decl("ump_comm_size", _int, _vp, ctypes.POINTER(_int))
+_PP = ctypes.POINTER(_vp)
+for _name in ("ump_allreduce", "ump_reduce_scatter"):
+    _decl(_name, _int, _vp, _PP, _PP, _sz, _int, _int, _PP)
+_decl("ump_reduce", _int, _vp, _PP, _PP, _sz, _int, _int, _int, _PP)
+for _name in ("ump_allgather", "ump_alltoall"):
+    _decl(_name, _int, _vp, _PP, _PP, _sz, _int, _PP)
+for _name in ("ump_broadcast", "ump_gather", "ump_scatter"):
+    _decl(_name, _int, _vp, _PP, _PP, _sz, _int, _int, _PP)
+
+
+def strerror(err):
+    return lib.ump_strerror(err).decode()
+
+
+class Error(OSError):
+    """A failed umpool call: errno is the C API's negative errno."""
+
+    def __init__(self, err, call):
+        super().__init__(-err, "%s: %s" % (call, strerror(err)))
+        self.errno = err
+        self.call = call
+
+
+def _check(rc, call):
+    if rc < 0:
+        raise Error(rc, call)
+    return rc
+
+
+def process_pool(config=None):
+    """The process's pool (ump_process_pool): the one the PyTorch and CuPy
+    plug-ins and the preload use, made by the first call."""
+    p = _vp()
+    _check(lib.ump_process_pool(config.encode() if config else None,
+                                ctypes.byref(p)), "ump_process_pool")
+    return Pool(_handle=p.value)
+
+
+class Pool:
+    """A pool (ump_pool_create). config: "key:value,..." or None."""
+
+    def __init__(self, config=None, _handle=None):
+        self._owned = _handle is None
+        if _handle is None:
+            p = _vp()
+            _check(lib.ump_pool_create(config.encode() if config else None,
+                                       ctypes.byref(p)), "ump_pool_create")
+            _handle = p.value
+        self.handle = _handle
+
+    def close(self):
+        """Destroys the pool: Error (-EBUSY) while allocations are live."""
+        if self.handle and self._owned:
+            _check(lib.ump_pool_destroy(self.handle), "ump_pool_destroy")
+        self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _h(self):
+        if not self.handle:
+            raise Error(-9, "umpool.Pool")  # -EBADF: closed
+        return self.handle
+
+    @property
+    def backend(self):
+        return lib.ump_backend_name(self._h()).decode()
+
+    @property
+    def device_count(self):
+        return _check(lib.ump_device_count(self._h()), "ump_device_count")
+
+    def alloc(self, size, device=DEVICE_CURRENT, policy=None, flags=0,
+              group=0):
+        h = Hints(device, policy.encode() if policy else None, flags, group,
+                  ACCESS_PRIVATE)
+        p = _vp()
+        _check(lib.ump_alloc(self._h(), size, ctypes.byref(h),
+                             ctypes.byref(p)), "ump_alloc")
+        return p.value
+
+    def free(self, ptr, stream=None):
+        if stream is None:
+            _check(lib.ump_free(self._h(), ptr), "ump_free")
+        else:
+            _check(lib.ump_free_async(self._h(), ptr, stream),
+                   "ump_free_async")
+
+    def host_alloc(self, size):
+        p = _vp()
+        _check(lib.ump_host_alloc(self._h(), size, ctypes.byref(p)),
+               "ump_host_alloc")
+        return p.value
+
+    def host_free(self, ptr):
+        _check(lib.ump_host_free(self._h(), ptr), "ump_host_free")
+
+    def ptr_info(self, ptr):
+        info = PtrInfo()
+        _check(lib.ump_ptr_info(self._h(), ptr, ctypes.byref(info)),
+               "ump_ptr_info")
+        return _as_dict(info)
+
+    def stats(self, device=DEVICE_ALL):
+        s = Stats()
+        _check(lib.ump_stats(self._h(), device, ctypes.byref(s)),
+               "ump_stats")
+        return _as_dict(s)
+
+    def set_device(self, device):
+        _check(lib.ump_set_device(self._h(), device), "ump_set_device")
+
+    def trim(self):
+        _check(lib.ump_trim(self._h()), "ump_trim")
+
+    # tiers
+    def acquire(self, ptr, size=0, device=DEVICE_CURRENT, stream=None):
+        _check(lib.ump_acquire(self._h(), ptr, size, device, stream),
+               "ump_acquire")
+
+    def release(self, ptr, size=0):
+        _check(lib.ump_release(self._h(), ptr, size), "ump_release")
+
+    def prefetch(self, ptr, size=0, device=DEVICE_CURRENT, stream=None):
+        _check(lib.ump_prefetch(self._h(), ptr, size, device, stream),
+               "ump_prefetch")
+
+    def evict(self, ptr, size=0, tier=TIER_HOST):
+        _check(lib.ump_evict(self._h(), ptr, size, tier), "ump_evict")
+
+    def advise(self, ptr, size, advice):
+        _check(lib.ump_advise(self._h(), ptr, size, advice), "ump_advise")
+
+    # streams
+    def stream(self, device):
+        s = _vp()
+        _check(lib.ump_stream_create(self._h(), device, ctypes.byref(s)),
+               "ump_stream_create")
+        return s.value
+
+    def stream_destroy(self, stream):
+        _check(lib.ump_stream_destroy(self._h(), stream),
+               "ump_stream_destroy")
+
+    def synchronize(self, stream=None):
+        _check(lib.ump_stream_synchronize(self._h(), stream),
+               "ump_stream_synchronize")
+
+    def array(self, ptr, shape, dtype="float64"):
+        """A NumPy array over pool memory at ptr (no copy). Only where the
+        CPU reaches pool memory: the sim backend (Error -ENOTSUP else)."""
+        import numpy as np
+        if self.backend != "sim":
+            raise Error(-95, "umpool.Pool.array (pool memory is the GPU's)")
+        dt = np.dtype(dtype)
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        n = int(np.prod(shape)) * dt.itemsize
+        info = self.ptr_info(ptr)  # raises for a pointer not in the pool
+        if ptr + n > info["base"] + info["size"]:
+            raise Error(-22, "umpool.Pool.array (past the allocation)")
+        buf = (ctypes.c_char * n).from_address(ptr)
+        return np.frombuffer(buf, dtype=dt).reshape(shape)
+
+
+def _ptrs(ps):
+    return (_vp * len(ps))(*ps)
+
+
+class Comm:
+    """A communicator of one rank per device (ump_comm_create): devices
+    None is every device of the pool, rank = device."""
+
+    def __init__(self, pool, devices=None, config=None):
+        self.pool = pool
+        n = len(devices) if devices is not None else pool.device_count
+        devs = (_int * n)(*devices) if devices is not None else None
+        c = _vp()
+        _check(lib.ump_comm_create(pool._h(), n, devs,
+                                   config.encode() if config else None,
+                                   ctypes.byref(c)), "ump_comm_create")
+        self.handle = c.value
+        self.size = n
+
+    def close(self):
+        if self.handle:
+            _check(lib.ump_comm_destroy(self.handle), "ump_comm_destroy")
+        self.handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _call(self, name, send, recv, count, dtype, *rest):
+        if len(send) != self.size or len(recv) != self.size:
+            raise Error(-22, name + " (one buffer per rank)")
+        fn = getattr(lib, name)
+        _check(fn(self.handle, _ptrs(send), _ptrs(recv), count,
+                  DTYPES[dtype], *rest, None), name)
+
+    def allreduce(self, send, recv, count, dtype="float64", op="sum"):
+        self._call("ump_allreduce", send, recv, count, dtype, OPS[op])
+
+    def reduce_scatter(self, send, recv, count, dtype="float64", op="sum"):
+        self._call("ump_reduce_scatter", send, recv, count, dtype, OPS[op])
+
+    def reduce(self, send, recv, count, dtype="float64", op="sum", root=0):
+        self._call("ump_reduce", send, recv, count, dtype, OPS[op], root)
+
+    def broadcast(self, send, recv, count, dtype="float64", root=0):
+        self._call("ump_broadcast", send, recv, count, dtype, root)
+
+    def allgather(self, send, recv, count, dtype="float64"):
+        self._call("ump_allgather", send, recv, count, dtype)
+
+    def alltoall(self, send, recv, count, dtype="float64"):
+        self._call("ump_alltoall", send, recv, count, dtype)
+
+    def gather(self, send, recv, count, dtype="float64", root=0):
+        self._call("ump_gather", send, recv, count, dtype, root)
+
+    def scatter(self, send, recv, count, dtype="float64", root=0):
+        self._call("ump_scatter", send, recv, count, dtype, root)

@@ -1,0 +1,356 @@
+"""The Python package (bindings/python/umpool) and the PyTorch and CuPy
+entry points of libumpool, on the sim backend. Run by tests/python/run.sh
+(PYTHONPATH and UMPOOL_LIBRARY set to the build tree)."""
+import ctypes
+import errno
+import threading
+import unittest
+
+import numpy as np
+
+import umpool
+
+SIM4 = "backend:sim,sim_devices:4,sim_device_mem:64M"
+# The process's pool, made first here (the first call's config wins): the
+# PyTorch and CuPy entry points use it.
+PROCESS = "backend:sim,sim_devices:2,sim_device_mem:64M"
+
+
+def setUpModule():
+    umpool.process_pool(PROCESS)
+
+
+class PoolTest(unittest.TestCase):
+    def setUp(self):
+        self.pool = umpool.Pool(SIM4)
+
+    def tearDown(self):
+        if self.pool.handle:
+            self.pool.close()
+
+    def test_alloc_views_stats(self):
+        pool = self.pool
+        self.assertEqual(pool.backend, "sim")
+        self.assertEqual(pool.device_count, 4)
+        ptrs = [pool.alloc(3 << 20, device=d) for d in range(4)]
+        for d, p in enumerate(ptrs):
+            self.assertEqual(pool.ptr_info(p)["device"], d)
+            a = pool.array(p, (3 << 20) // 8, "float64")
+            a[:] = np.arange(a.size) * (d + 1)
+        for d, p in enumerate(ptrs):  # the same memory, read again
+            a = pool.array(p, (3 << 20) // 8, "float64")
+            self.assertTrue(np.array_equal(a, np.arange(a.size) * (d + 1)))
+        st = pool.stats()
+        self.assertEqual(st["live_count"], 4)
+        self.assertGreaterEqual(st["live_bytes"], 4 * (3 << 20))
+        self.assertEqual(pool.stats(2)["live_count"], 1)
+        for p in ptrs:
+            pool.free(p)
+        self.assertEqual(pool.stats()["live_count"], 0)
+
+    def test_errors(self):
+        pool = self.pool
+        p = pool.alloc(4096)
+        pool.free(p)
+        with self.assertRaises(umpool.Error) as cm:
+            pool.free(p)  # twice
+        self.assertEqual(cm.exception.errno, -errno.EINVAL)
+        self.assertIn("ump_free", str(cm.exception))
+        local = ctypes.create_string_buffer(64)
+        with self.assertRaises(umpool.Error):
+            pool.free(ctypes.addressof(local))  # not the pool's
+        with self.assertRaises(umpool.Error):
+            pool.alloc(1 << 20, device=7)  # no such device
+        with self.assertRaises(umpool.Error):
+            umpool.Pool("backend:sim,no_such_key:1")
+        q = pool.alloc(100)
+        with self.assertRaises(umpool.Error):
+            pool.array(q, 1000, "float64")  # past the allocation
+        with self.assertRaises(umpool.Error) as cm:
+            pool.close()  # live allocations
+        self.assertEqual(cm.exception.errno, -errno.EBUSY)
+        pool.free(q)
+        pool.close()
+        with self.assertRaises(umpool.Error):
+            pool.alloc(100)  # closed
+
+    def test_host_memory(self):
+        pool = self.pool
+        h = pool.host_alloc(10000)
+        info = pool.ptr_info(h)
+        self.assertEqual((info["device"], info["tier"], info["kind"]),
+                         (-1, umpool.TIER_HOST, umpool.KIND_HOST))
+        pool.array(h, 1000, "int64")[:] = 7
+        self.assertTrue((pool.array(h, 1000, "int64") == 7).all())
+        with self.assertRaises(umpool.Error):
+            pool.free(h)  # ump_host_alloc's: ump_host_free only
+        self.assertEqual(pool.stats(umpool.LOC_HOST)["live_count"], 1)
+        pool.host_free(h)
+        self.assertEqual(pool.stats(umpool.LOC_HOST)["live_count"], 0)
+
+    def test_tiers(self):
+        pool = self.pool
+        n = 4 << 20
+        p = pool.alloc(n, device=1, flags=umpool.HINT_OFFLOAD)
+        pool.array(p, n // 8, "uint64")[:] = np.arange(n // 8)
+        pool.evict(p, 0, umpool.TIER_HOST)
+        self.assertEqual(pool.ptr_info(p)["tier"], umpool.TIER_HOST)
+        pool.acquire(p, 0, 1)
+        self.assertEqual(pool.ptr_info(p)["tier"], umpool.TIER_DEVICE)
+        self.assertTrue(np.array_equal(pool.array(p, n // 8, "uint64"),
+                                       np.arange(n // 8)))
+        pool.release(p)
+        with self.assertRaises(umpool.Error):
+            pool.release(p)  # not acquired
+        pool.free(p)
+
+
+class CollectiveTest(unittest.TestCase):
+    """Collectives on pool memory driven from Python, checked against
+    NumPy (integer values: every sum is exact, in any order)."""
+
+    def setUp(self):
+        self.pool = umpool.Pool(SIM4)
+        self.comm = umpool.Comm(self.pool)
+        self.bufs = []
+        self.rng = np.random.default_rng(5)
+
+    def tearDown(self):
+        self.comm.close()
+        for p in self.bufs:
+            self.pool.free(p)
+        self.pool.close()
+
+    def buf(self, d, n, dtype):
+        p = self.pool.alloc(max(n, 1) * np.dtype(dtype).itemsize, device=d)
+        self.bufs.append(p)
+        return p, self.pool.array(p, n, dtype)
+
+    def test_allreduce(self):
+        n = 10000
+        for dtype in ("float64", "int64", "float32"):
+            send, recv, data = [], [], []
+            for d in range(4):
+                p, a = self.buf(d, n, dtype)
+                a[:] = self.rng.integers(-1000, 1000, n)
+                data.append(a.copy())
+                send.append(p)
+                recv.append(self.buf(d, n, dtype)[0])
+            self.comm.allreduce(send, recv, n, dtype, "sum")
+            want = sum(data)
+            for d in range(4):
+                got = self.pool.array(recv[d], n, dtype)
+                self.assertTrue(np.array_equal(got, want), (dtype, d))
+
+    def test_allgather_broadcast_alltoall(self):
+        n = 1000
+        send, recv, data = [], [], []
+        for d in range(4):
+            p, a = self.buf(d, n, "int32")
+            a[:] = self.rng.integers(0, 1 << 20, n)
+            data.append(a.copy())
+            send.append(p)
+            recv.append(self.buf(d, 4 * n, "int32")[0])
+        self.comm.allgather(send, recv, n, "int32")
+        for d in range(4):
+            self.assertTrue(np.array_equal(
+                self.pool.array(recv[d], 4 * n, "int32"),
+                np.concatenate(data)))
+        self.comm.broadcast(send, send, n, "int32", root=2)
+        for d in range(4):
+            self.assertTrue(np.array_equal(
+                self.pool.array(send[d], n, "int32"), data[2]))
+        # alltoall: rank r's block p goes to rank p's block r
+        blocks = []
+        for d in range(4):
+            a = self.pool.array(recv[d], 4 * n, "int32")  # send side
+            blocks.append(a.copy().reshape(4, n))
+        out = [self.buf(d, 4 * n, "int32")[0] for d in range(4)]
+        self.comm.alltoall(recv, out, n, "int32")
+        for d in range(4):
+            got = self.pool.array(out[d], 4 * n, "int32").reshape(4, n)
+            for r in range(4):
+                self.assertTrue(np.array_equal(got[r], blocks[r][d]))
+
+    def test_bad_calls(self):
+        p, _ = self.buf(0, 10, "float64")
+        with self.assertRaises(umpool.Error):
+            self.comm.allreduce([p], [p], 10)  # one buffer for 4 ranks
+        with self.assertRaises(umpool.Error):
+            local = ctypes.create_string_buffer(80)
+            addr = ctypes.addressof(local)
+            self.comm.allreduce([addr] * 4, [addr] * 4, 10)  # not the pool's
+
+
+# --- the PyTorch and CuPy entry points, with their callers' exact types -----
+
+lib = umpool.lib
+torch_alloc = lib.umpool_torch_alloc
+torch_alloc.restype = ctypes.c_void_p
+torch_alloc.argtypes = [ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
+torch_free = lib.umpool_torch_free
+torch_free.restype = None
+torch_free.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                       ctypes.c_void_p]
+torch_record = lib.umpool_torch_record_stream
+torch_record.restype = None
+torch_record.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+torch_base = lib.umpool_torch_base_alloc
+torch_base.restype = ctypes.c_void_p
+torch_base.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+torch_fraction = lib.umpool_torch_memory_fraction
+torch_fraction.restype = None
+torch_fraction.argtypes = [ctypes.c_double, ctypes.c_int]
+torch_reset = lib.umpool_torch_reset
+torch_reset.restype = None
+torch_reset.argtypes = []
+torch_init = lib.umpool_torch_init
+torch_init.restype = None
+torch_init.argtypes = [ctypes.c_int]
+cupy_malloc = lib.umpool_cupy_malloc
+cupy_malloc.restype = ctypes.c_void_p
+cupy_malloc.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+cupy_free = lib.umpool_cupy_free
+cupy_free.restype = None
+cupy_free.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
+
+HOSTFN = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+lib.ump_launch_host_func.restype = ctypes.c_int
+lib.ump_launch_host_func.argtypes = [ctypes.c_void_p, ctypes.c_void_p,
+                                     HOSTFN, ctypes.c_void_p]
+
+
+class Gate:
+    """Holds a stream: a host function on it waits until opened."""
+
+    def __init__(self, pool, stream):
+        self.event = threading.Event()
+        self.fn = HOSTFN(lambda arg: self.event.wait(10))
+        self.pool, self.stream = pool, stream
+        self.assertion = lib.ump_launch_host_func(pool.handle, stream,
+                                                  self.fn, None)
+
+    def open(self):
+        self.event.set()
+        self.pool.synchronize(self.stream)
+
+
+class TorchEntryTest(unittest.TestCase):
+    def setUp(self):
+        self.pool = umpool.process_pool()
+        self.live0 = self.pool.stats()["live_count"]
+
+    def live(self):
+        return self.pool.stats()["live_count"] - self.live0
+
+    def test_alloc_free(self):
+        torch_init(2)
+        p = torch_alloc(1000, 1, None)
+        self.assertTrue(p)
+        self.assertEqual(self.pool.ptr_info(p)["device"], 1)
+        size = ctypes.c_size_t()
+        self.assertEqual(torch_base(p + 100, ctypes.byref(size)), p)
+        self.assertEqual(size.value, 1000)
+        self.assertEqual(self.live(), 1)
+        torch_free(p, 1000, 1, None)
+        self.assertEqual(self.live(), 0)
+        z = torch_alloc(0, 0, None)  # zero bytes: a pointer still
+        self.assertTrue(z)
+        torch_free(z, 0, 0, None)
+        self.assertIsNone(torch_alloc(1 << 40, 0, None))  # out of memory
+
+    def test_free_is_stream_ordered(self):
+        s = self.pool.stream(0)
+        gate = Gate(self.pool, s)
+        self.assertEqual(gate.assertion, 0)
+        p = torch_alloc(4096, 0, s)
+        torch_free(p, 4096, 0, s)  # queued behind the gate
+        q = torch_alloc(4096, 0, s)
+        self.assertNotEqual(q, p)  # not reused while the stream is held
+        gate.open()
+        torch_free(q, 4096, 0, s)
+        self.pool.stream_destroy(s)
+        self.assertEqual(self.live(), 0)
+
+    def test_record_stream(self):
+        s1, s2 = self.pool.stream(0), self.pool.stream(0)
+        gate = Gate(self.pool, s2)
+        p = torch_alloc(8192, 0, s1)
+        torch_record(p, s2)
+        torch_free(p, 8192, 0, s1)  # waits for s1 and for s2 (held)
+        self.pool.synchronize(s1)
+        q = torch_alloc(8192, 0, s1)
+        self.assertNotEqual(q, p)  # s2 still holds it
+        gate.open()
+        r = torch_alloc(8192, 0, s1)  # the wait is over: p is back
+        self.assertEqual(r, p)
+        torch_free(q, 8192, 0, s1)
+        torch_free(r, 8192, 0, s1)
+        self.pool.synchronize(s1)
+        for s in (s1, s2):
+            self.pool.stream_destroy(s)
+        self.assertEqual(self.live(), 0)
+
+    def test_fraction_and_reset(self):
+        torch_fraction(0.25, 0)  # of 64 MiB
+        p = torch_alloc(10 << 20, 0, None)
+        self.assertTrue(p)
+        self.assertIsNone(torch_alloc(10 << 20, 0, None))  # past 16 MiB
+        torch_free(p, 10 << 20, 0, None)
+        q = torch_alloc(10 << 20, 0, None)  # room again
+        self.assertTrue(q)
+        torch_free(q, 10 << 20, 0, None)
+        torch_fraction(1.0, 0)
+        torch_reset()  # empty_cache: the pool gives its cached memory back
+        self.assertEqual(self.pool.stats(0)["reserved_bytes"], 0)
+
+    def test_bad_input(self):
+        p = torch_alloc(256, 0, None)
+        torch_free(p, 256, 0, None)
+        torch_free(p, 256, 0, None)  # twice: logged, nothing changes
+        local = ctypes.create_string_buffer(64)
+        torch_free(ctypes.addressof(local), 64, 0, None)  # not the pool's
+        torch_record(ctypes.addressof(local), None)
+        self.assertIsNone(torch_alloc(256, 99, None))  # no such device
+        size = ctypes.c_size_t(5)
+        self.assertIsNone(torch_base(ctypes.addressof(local),
+                                     ctypes.byref(size)))
+        self.assertEqual(size.value, 0)
+        self.assertEqual(self.live(), 0)
+
+    def test_cupy_entry_points(self):
+        p = cupy_malloc(None, 5000, 1)
+        self.assertEqual(self.pool.ptr_info(p)["device"], 1)
+        cupy_free(None, p, 1)
+        own = umpool.Pool(SIM4)
+        q = cupy_malloc(own.handle, 100, 3)  # param: a pool of one's own
+        self.assertEqual(own.ptr_info(q)["device"], 3)
+        cupy_free(own.handle, q, 3)
+        own.close()
+        self.assertEqual(self.live(), 0)
+
+    def test_process_pool_stays(self):
+        rc = umpool.lib.ump_pool_destroy(self.pool.handle)
+        self.assertEqual(rc, -errno.EBUSY)  # lives until the process ends
+        self.assertEqual(umpool.process_pool("ignored").handle,
+                         self.pool.handle)
+
+
+class TorchUseTest(unittest.TestCase):
+    def test_use_fails_clearly_without_cuda_pytorch(self):
+        """No PyTorch, or Debian's CPU-only python3-torch (no pluggable
+        allocator): umpool.Error, not a crash."""
+        import umpool.torch as ut
+        try:
+            import torch
+            if torch.cuda.is_available():
+                self.skipTest("a CUDA PyTorch: scripts/gpu-check's")
+        except ImportError:
+            pass
+        with self.assertRaises(umpool.Error) as cm:
+            ut.use()
+        self.assertRegex(str(cm.exception), "not installed|pluggable")
+
+
+if __name__ == "__main__":
+    unittest.main()

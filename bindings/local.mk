@@ -26,7 +26,8 @@ CLEANFILES += bindings/python/umpool/_install.py
 # program links libumpool and nothing more). One rule compiles it, for its
 # .mod (written at the top of the build tree, where Fortran programs are
 # compiled, and installed beside the headers); the programs that use it
-# compile after it. They link through the C compiler (libtool's C tag, the
+# compile after it (touched: gfortran leaves an unchanged .mod as it was).
+# They link through the C compiler (libtool's C tag, the
 # only one configured) with the Fortran runtime (FCLIBS).
 AM_FCFLAGS = -std=f2018 -Wall
 EXTRA_DIST += bindings/fortran/umpool.f90
@@ -36,5 +37,5 @@ endif
 umpool.mod: $(srcdir)/bindings/fortran/umpool.f90
 	$(AM_V_FC)$(MKDIR_P) bindings/fortran && \
 	$(FC) $(AM_FCFLAGS) $(FCFLAGS) -c -o bindings/fortran/umpool-mod.$(OBJEXT) \
-		$(srcdir)/bindings/fortran/umpool.f90
+		$(srcdir)/bindings/fortran/umpool.f90 && touch $@
 CLEANFILES += umpool.mod bindings/fortran/umpool-mod.$(OBJEXT)

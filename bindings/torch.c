@@ -3,8 +3,10 @@
  * over the process's pool (ump_process_pool): the entry points with the C
  * signatures torch/csrc/cuda/CUDAPluggableAllocator.cpp calls.
  *
- * Frees are stream-ordered: the memory goes back to the pool once the
- * work queued on the freeing stream so far is done (ump_free_async), and,
+ * Frees are stream-ordered: a freed block serves the next allocation of
+ * its size on the same stream at once (that stream's later work runs after
+ * its earlier work), and goes back to the pool once the work queued on the
+ * freeing stream so far is done (ump_free_async), and,
  * for a block that record_stream named other streams for, once the work
  * of every one of them is done too: a host function on each stream counts
  * down, and the last one hands the block to a list that the next call of
@@ -22,16 +24,36 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "umpool.h"
 #include "umpool_bindings.h"
 
 #define EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+static void forget_all(void);
+
+/* The process's pool, asked once: it never changes, except in a child
+ * after fork(), which gets a pool of its own (ump_process_pool) and drops
+ * what this file knew of the parent's (forget_all). */
+static ump_pool_t *_Atomic cached;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void atfork_register(void)
+{
+    pthread_atfork(NULL, NULL, forget_all);
+}
 
 static ump_pool_t *pool_of_process(void)
 {
-    ump_pool_t *p;
-    return ump_process_pool(NULL, &p) ? NULL : p;
+    ump_pool_t *p = atomic_load_explicit(&cached, memory_order_acquire);
+    if (likely(p != NULL) || ump_process_pool(NULL, &p))
+        return p;
+    pthread_once(&atfork_once, atfork_register);
+    atomic_store_explicit(&cached, p, memory_order_release);
+    return p;
 }
 
 /* --- record_stream ------------------------------------------------------ */
@@ -40,15 +62,21 @@ static ump_pool_t *pool_of_process(void)
  * address: a small hash table under one lock (record_stream is rare: a
  * tensor used on a stream other than its own). */
 #define REC_BUCKETS 256
-#define REC_MAX 8 /* streams per block; more: the free synchronizes them */
 
 struct rec {
     void *ptr;
-    int n;
-    ump_stream_t streams[REC_MAX];
-    bool overflowed;
+    int n, cap;
+    ump_stream_t *streams;
+    bool overflowed; /* no memory to note a stream: the free syncs all */
     struct rec *next;
 };
+
+static void rec_free(struct rec *r)
+{
+    if (r)
+        free(r->streams);
+    free(r);
+}
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rec *rec_table[REC_BUCKETS];
 static _Atomic int rec_count; /* blocks with records: 0 skips the lock */
@@ -98,7 +126,15 @@ EXPORT void umpool_torch_record_stream(void *ptr, void *stream)
         bool known = false;
         for (int i = 0; i < r->n; i++)
             known |= r->streams[i] == stream;
-        if (!known && r->n < REC_MAX)
+        if (!known && r->n == r->cap) {
+            int cap = r->cap ? 2 * r->cap : 4;
+            ump_stream_t *grown = realloc(r->streams, cap * sizeof(*grown));
+            if (grown) {
+                r->streams = grown;
+                r->cap = cap;
+            }
+        }
+        if (!known && r->n < r->cap)
             r->streams[r->n++] = stream;
         else if (!known)
             r->overflowed = true;
@@ -145,55 +181,250 @@ static void free_after(ump_pool_t *pool, void *ptr, ump_stream_t stream,
                        struct rec *r)
 {
     struct waiting *w = malloc(sizeof(*w));
-    if (!w || r->overflowed) { /* the safe way: wait for them now */
+    if (!w || r->overflowed) {
+        /* The safe way: every stream's work done now (a stream not noted
+         * for want of memory: the whole device, through the default
+         * stream's synchronization of every stream on sim and cuda). */
         for (int i = 0; i < r->n; i++)
             ump_stream_synchronize(pool, r->streams[i]);
+        if (r->overflowed)
+            ump_stream_synchronize(pool, NULL);
         ump_free_async(pool, ptr, stream);
         free(w);
         return;
     }
     w->ptr = ptr;
     atomic_init(&w->left, r->n + 2); /* the streams, and this call */
-    ump_stream_t all[REC_MAX + 1];
-    all[0] = stream;
-    for (int i = 0; i < r->n; i++)
-        all[i + 1] = r->streams[i];
-    for (int i = 0; i <= r->n; i++)
+    for (int i = -1; i < r->n; i++) {
+        ump_stream_t s = i < 0 ? stream : r->streams[i];
         /* A stream that takes no host function (destroyed meanwhile?):
          * waited for here. */
-        if (ump_launch_host_func(pool, all[i], stream_reached, w)) {
-            ump_stream_synchronize(pool, all[i]);
+        if (ump_launch_host_func(pool, s, stream_reached, w)) {
+            ump_stream_synchronize(pool, s);
             stream_reached(w);
         }
+    }
     stream_reached(w);
+}
+
+/* --- same-stream reuse ------------------------------------------------------ */
+
+/* A block freed on stream S may serve the next allocation on S at once:
+ * work queued on S afterwards runs after everything queued before the
+ * free (PyTorch's own caching allocator reuses blocks the same way). Each
+ * thread keeps its last few such blocks, checked when freed; a block
+ * pushed out, and every block at thread exit or empty_cache, takes the
+ * stream-ordered way back to the pool (ump_free_async on its stream). A
+ * kept block counts as live in the pool's statistics. */
+#define KEEP 8
+
+struct kept {
+    void *ptr, *stream;
+    size_t size;
+    int device;
+};
+struct keep {
+    int n;
+    bool registered;
+    struct kept k[KEEP]; /* oldest first */
+};
+static _Thread_local struct keep keep;
+static pthread_key_t keep_key;
+static pthread_once_t keep_once = PTHREAD_ONCE_INIT;
+
+/* Back to the pool behind its stream's work (the stream gone: at once,
+ * its work is done or dropped). */
+static void give_back(ump_pool_t *pool, const struct kept *k)
+{
+    if (ump_free_async(pool, k->ptr, k->stream))
+        ump_free(pool, k->ptr);
+}
+
+static void keep_flush(struct keep *kp)
+{
+    ump_pool_t *pool = pool_of_process();
+    for (int i = 0; pool && i < kp->n; i++)
+        give_back(pool, &kp->k[i]);
+    kp->n = 0;
+}
+
+static void keep_exit(void *arg)
+{
+    keep_flush(arg);
+}
+
+static void keep_key_make(void)
+{
+    pthread_key_create(&keep_key, keep_exit);
+}
+
+/* A block of size for stream on device kept by this thread, or NULL. */
+static void *keep_take(size_t size, int device, void *stream)
+{
+    for (int i = keep.n - 1; i >= 0; i--) {
+        struct kept *k = &keep.k[i];
+        if (k->size == size && k->stream == stream && k->device == device) {
+            void *p = k->ptr;
+            memmove(k, k + 1, (size_t)(keep.n - 1 - i) * sizeof(*k));
+            keep.n--;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Keeps a freed block; the oldest kept one goes back to the pool when
+ * there is no room. */
+static void keep_put(ump_pool_t *pool, void *ptr, size_t size, int device,
+                     void *stream)
+{
+    if (!keep.registered) { /* its thread's exit gives them back */
+        pthread_once(&keep_once, keep_key_make);
+        pthread_setspecific(keep_key, &keep);
+        keep.registered = true;
+    }
+    if (keep.n == KEEP) {
+        give_back(pool, &keep.k[0]);
+        memmove(&keep.k[0], &keep.k[1], (KEEP - 1) * sizeof(keep.k[0]));
+        keep.n--;
+    }
+    keep.k[keep.n++] = (struct kept){ptr, stream, size, device};
+}
+
+/* Is ptr a block this thread keeps (freed already)? */
+static bool kept_already(const void *ptr)
+{
+    for (int i = 0; i < keep.n; i++)
+        if (keep.k[i].ptr == ptr)
+            return true;
+    return false;
+}
+
+/* --- blocks handed out ---------------------------------------------------- */
+
+/* The blocks umpool_torch_alloc handed out and no free took back yet: a
+ * lock-free open-addressing set of addresses, so that a free checks its
+ * pointer with two atomic operations instead of the pool's lock (a
+ * lookup). Removing is a compare-and-swap: of two racing frees of one
+ * pointer, one wins. A block the set had no room for (OWN_PROBE slots
+ * taken) is not in it, and its free asks the pool (ump_ptr_lookup), as
+ * every pointer not found does: the set only makes the common case cheap,
+ * never decides alone that a pointer is bad. Slots go from 0 (never used)
+ * to an address, to TOMB (freed), and back to an address; never to 0
+ * again, so a search stops at the first 0. */
+#define OWN_BITS 20 /* a million slots (8 MiB), made on first use */
+#define OWN_PROBE 16
+#define TOMB ((uintptr_t)1)
+static _Atomic uintptr_t *_Atomic own;
+
+/* The set, made by the first thread that needs it. */
+static _Atomic uintptr_t *own_make(void)
+{
+    _Atomic uintptr_t *made = calloc((size_t)1 << OWN_BITS, sizeof(*made));
+    _Atomic uintptr_t *none = NULL;
+    if (made && !atomic_compare_exchange_strong(&own, &none, made)) {
+        free(made); /* another thread's came first */
+        made = none;
+    }
+    return made;
+}
+
+static size_t own_slot(uintptr_t p, int i)
+{
+    uint64_t h = (uint64_t)(p >> 8) * 0x9E3779B97F4A7C15ull;
+    return (size_t)((h >> (64 - OWN_BITS)) + (unsigned)i) &
+           (((size_t)1 << OWN_BITS) - 1);
+}
+
+static void own_add(void *ptr)
+{
+    _Atomic uintptr_t *set = atomic_load_explicit(&own, memory_order_acquire);
+    if (unlikely(!set) && !(set = own_make()))
+        return; /* no memory for it: every free asks the pool */
+    uintptr_t p = (uintptr_t)ptr;
+    for (int i = 0; i < OWN_PROBE; i++) {
+        _Atomic uintptr_t *slot = &set[own_slot(p, i)];
+        uintptr_t v = atomic_load_explicit(slot, memory_order_relaxed);
+        if ((v == 0 || v == TOMB) &&
+            atomic_compare_exchange_strong_explicit(
+                slot, &v, p, memory_order_release, memory_order_relaxed))
+            return;
+    }
+}
+
+/* Takes ptr out of the set: true when it was there (handed out, not
+ * freed since: a live block). */
+static bool own_take(void *ptr)
+{
+    _Atomic uintptr_t *set = atomic_load_explicit(&own, memory_order_acquire);
+    uintptr_t p = (uintptr_t)ptr;
+    for (int i = 0; set && i < OWN_PROBE; i++) {
+        _Atomic uintptr_t *slot = &set[own_slot(p, i)];
+        uintptr_t v = atomic_load_explicit(slot, memory_order_acquire);
+        if (v == p)
+            return atomic_compare_exchange_strong_explicit(
+                slot, &v, TOMB, memory_order_acq_rel, memory_order_relaxed);
+        if (v == 0)
+            return false;
+    }
+    return false;
 }
 
 /* --- the entry points ----------------------------------------------------- */
 
-/* memory_fraction's limit per device (0: none), and what these entry
- * points hold there now, in requested bytes. */
-static _Atomic size_t limit[UMP_MAX_DEVICES];
-static _Atomic size_t held[UMP_MAX_DEVICES];
+/* memory_fraction's limit per device: the pool's live bytes there may not
+ * grow past it through these entry points. Checked with the pool's
+ * statistics under one lock, so that racing threads cannot overshoot it
+ * together; a slow path, taken only while a fraction below 1 is set. */
+static _Atomic bool limited[UMP_MAX_DEVICES];
+static size_t limit[UMP_MAX_DEVICES];
+static pthread_mutex_t limit_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A new block of size on device within its limit, or NULL. */
+static void *alloc_limited(ump_pool_t *pool, size_t size, int device)
+{
+    ump_hints_t h = UMP_HINTS_INIT;
+    h.device = device;
+    void *p = NULL;
+    pthread_mutex_lock(&limit_lock);
+    for (int round = 0; round < 2; round++) {
+        ump_stats_t st;
+        if (ump_stats(pool, device, &st) || st.live_bytes > limit[device] ||
+            size > limit[device] - st.live_bytes) {
+            keep_flush(&keep); /* what this thread keeps counts as live */
+            continue;
+        }
+        if (ump_alloc(pool, size, &h, &p))
+            p = NULL;
+        break;
+    }
+    pthread_mutex_unlock(&limit_lock);
+    return p;
+}
 
 EXPORT void *umpool_torch_alloc(size_t size, int device, void *stream)
 {
-    (void)stream; /* the pool hands out only memory no stream still uses */
     ump_pool_t *pool = pool_of_process();
     if (!pool || device < 0 || device >= UMP_MAX_DEVICES)
         return NULL;
     free_ready(pool);
-    size_t lim = atomic_load_explicit(&limit[device], memory_order_relaxed);
-    if (lim && atomic_load_explicit(&held[device], memory_order_relaxed) +
-                       size > lim)
-        return NULL; /* PyTorch raises its out-of-memory error */
-    ump_hints_t h = UMP_HINTS_INIT;
-    h.device = device;
-    void *p = NULL;
+    /* The pool hands out only memory no stream still uses; a block kept
+     * for this stream is free for it (same-stream order). */
+    void *p = keep_take(size, device, stream);
     /* A zero-byte tensor still gets a distinct pointer, as from cudaMalloc. */
-    if (ump_alloc(pool, size ? size : 1, &h, &p))
-        return NULL;
-    if (lim)
-        atomic_fetch_add_explicit(&held[device], size, memory_order_relaxed);
+    size_t want = size ? size : 1;
+    if (!p) {
+        ump_hints_t h = UMP_HINTS_INIT;
+        h.device = device;
+        if (unlikely(atomic_load_explicit(&limited[device],
+                                          memory_order_relaxed)))
+            p = alloc_limited(pool, want, device);
+        else if (ump_alloc(pool, want, &h, &p))
+            p = NULL;
+        if (!p)
+            return NULL; /* PyTorch raises its out-of-memory error */
+    }
+    own_add(p);
     return p;
 }
 
@@ -203,15 +434,23 @@ EXPORT void umpool_torch_free(void *ptr, size_t size, int device,
     ump_pool_t *pool = pool_of_process();
     if (!pool || !ptr)
         return;
-    if (device >= 0 && device < UMP_MAX_DEVICES &&
-        atomic_load_explicit(&limit[device], memory_order_relaxed))
-        atomic_fetch_sub_explicit(&held[device], size, memory_order_relaxed);
+    /* A pointer that is no live block's start, or one freed already, is
+     * refused here (logged), before it could be handed out again. */
+    ump_ptr_info_t in;
+    bool live = own_take(ptr) ||
+                (!kept_already(ptr) && !ump_ptr_lookup(pool, ptr, &in) &&
+                 in.base == ptr && in.kind == UMP_KIND_DEVICE);
+    if (!live || device < 0 || device >= UMP_MAX_DEVICES) {
+        fprintf(stderr, "umpool: umpool_torch_free: %p is not a live "
+                "allocation of the pool (freed twice?)\n", ptr);
+        return;
+    }
     struct rec *r = rec_take(ptr);
     if (r)
         free_after(pool, ptr, stream, r);
     else
-        ump_free_async(pool, ptr, stream); /* a bad pointer: logged */
-    free(r);
+        keep_put(pool, ptr, size, device, stream);
+    rec_free(r);
     free_ready(pool);
 }
 
@@ -231,6 +470,7 @@ EXPORT void umpool_torch_reset(void)
 {
     ump_pool_t *pool = pool_of_process();
     if (pool) {
+        keep_flush(&keep); /* this thread's; others keep a few blocks */
         free_ready(pool);
         ump_trim(pool);
     }
@@ -240,13 +480,18 @@ EXPORT void umpool_torch_memory_fraction(double fraction, int device)
 {
     ump_pool_t *pool = pool_of_process();
     ump_device_props_t props;
-    if (!pool || device < 0 || device >= UMP_MAX_DEVICES || fraction <= 0 ||
-        fraction > 1 || ump_device_props(pool, device, &props))
+    /* PyTorch's range: 0 (nothing more) to 1 (no limit); NaN is outside. */
+    if (!pool || device < 0 || device >= UMP_MAX_DEVICES ||
+        !(fraction >= 0 && fraction <= 1) ||
+        ump_device_props(pool, device, &props)) {
+        fprintf(stderr, "umpool: umpool_torch_memory_fraction: fraction %g "
+                "or device %d out of range\n", fraction, device);
         return;
-    atomic_store(&limit[device], fraction >= 1
-                                     ? 0
-                                     : (size_t)(fraction *
-                                                (double)props.capacity));
+    }
+    pthread_mutex_lock(&limit_lock);
+    limit[device] = (size_t)(fraction * (double)props.capacity);
+    atomic_store(&limited[device], fraction < 1);
+    pthread_mutex_unlock(&limit_lock);
 }
 
 EXPORT void *umpool_torch_base_alloc(void *ptr, size_t *size)
@@ -261,4 +506,21 @@ EXPORT void *umpool_torch_base_alloc(void *ptr, size_t *size)
     if (size)
         *size = in.size;
     return in.base;
+}
+
+/* In a child after fork(): the parent's pool is not this process's any
+ * more (its memory is the parent's), so nothing kept, recorded, waiting or
+ * noted of it may be used; the next call makes the child's pool. What the
+ * parent's structures held is left, not freed: another thread of the
+ * parent may have been changing them at the fork. */
+static void forget_all(void)
+{
+    atomic_store(&cached, NULL);
+    atomic_store(&own, NULL);
+    atomic_store(&ready, NULL);
+    keep.n = 0;
+    memset(rec_table, 0, sizeof(rec_table));
+    atomic_store(&rec_count, 0);
+    pthread_mutex_init(&rec_lock, NULL);
+    pthread_mutex_init(&limit_lock, NULL);
 }

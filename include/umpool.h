@@ -102,8 +102,8 @@ int ump_pool_range(ump_pool_t *pool, void **base_p, size_t *size_p);
  * overrides the environment variable UMPOOL_CONF, key by key. NULL: defaults.
  */
 int ump_pool_create(const char *config, ump_pool_t **pool_p);
-/* -EBUSY (and nothing destroyed) while allocations are live, and for the
- * process's pool. */
+/* -EBUSY (and nothing destroyed) while allocations or communicators are
+ * live, and for the process's pool. Streams left are destroyed with it. */
 int ump_pool_destroy(ump_pool_t *pool);
 /* The process's pool, shared by everything in the process that has no
  * pool of its own to pass: the PyTorch and CuPy plug-ins, libumpool-preload,

@@ -5,7 +5,8 @@
  *
  * PyTorch (torch.cuda.memory.CUDAPluggableAllocator, or C++'s
  * CUDAPluggableAllocator with its optional hooks): frees are
- * stream-ordered (the memory is reused once the work queued on the
+ * stream-ordered (a freed block serves the next allocation of its size on
+ * the same stream at once, and any other once the work queued on the
  * freeing stream, and on every stream record_stream named, is done).
  *
  * CuPy (cupy.cuda.memory.CFunctionAllocator): param is a pool, or NULL for

@@ -11,6 +11,7 @@
 #include <stdatomic.h>
 
 #include "front/lifecycle.h"
+#include "front/registry.h"
 #include "publish/publish.h"
 #include "util/internal.h"
 #include "util/log.h"
@@ -39,13 +40,23 @@ UMP_EXPORT int ump_process_pool(const char *config, ump_pool_t **pool_p)
         ump_log_error("ump_process_pool: pool_p is NULL");
         return -EINVAL;
     }
+    uint64_t gen = atomic_load_explicit(&fork_generation,
+                                        memory_order_relaxed);
     ump_pool_t *p = atomic_load_explicit(&process_pool, memory_order_acquire);
-    if (ump_likely(p != NULL)) {
+    if (ump_likely(p != NULL && p->fork_gen == gen)) {
         *pool_p = p;
         return 0;
     }
     pthread_mutex_lock(&process_lock);
     p = atomic_load_explicit(&process_pool, memory_order_relaxed);
+    if (p && p->fork_gen != gen) {
+        /* A child after fork(): the parent's pool is dropped here (its
+         * memory stays the parent's) and the child gets one of its own. */
+        pool_destroy(p);
+        atomic_store(&process_pool, NULL);
+        p = NULL;
+        process_rc = 0;
+    }
     if (!p && !process_rc) {
         process_rc = pool_create(config, &publisher, &p);
         if (!process_rc)
@@ -60,7 +71,18 @@ UMP_EXPORT int ump_process_pool(const char *config, ump_pool_t **pool_p)
 
 UMP_EXPORT int ump_pool_destroy(ump_pool_t *pool)
 {
-    if (pool && pool == atomic_load(&process_pool)) {
+    ump_pool_t *proc = atomic_load(&process_pool);
+    if (pool && pool == proc &&
+        pool->fork_gen != atomic_load(&fork_generation)) {
+        /* A child dropping the parent's process pool: the next
+         * ump_process_pool makes the child's. */
+        pthread_mutex_lock(&process_lock);
+        if (atomic_load(&process_pool) == pool) {
+            atomic_store(&process_pool, NULL);
+            process_rc = 0;
+        }
+        pthread_mutex_unlock(&process_lock);
+    } else if (pool && pool == proc) {
         ump_log_error("ump_pool_destroy: the process's pool "
                       "(ump_process_pool) lives until the process ends");
         return -EBUSY;

@@ -298,6 +298,13 @@ assert all(x["wrong"] == 0 and x["exec_us"] == -1 and x["copy_us"] >= 0
 else
     echo "  (no fake CUDA driver in this build: the cuda path is not run)"
 fi
+echo "check: plugin: the PyTorch and CuPy entry points beside ump_alloc"
+rc=0
+"$bench" plugin --iters 2000 >"$tmp/plugin.out" 2>"$tmp/plugin.err" || rc=$?
+[ "$rc" -eq 0 ] || fail "plugin exited $rc: $(cat "$tmp/plugin.err")"
+rows=$(grep -c -E '^ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ ' "$tmp/plugin.out" || true)
+[ "$rows" -eq 5 ] || fail "plugin: $rows rows: $(cat "$tmp/plugin.out")"
+echo "  5 sizes, each with the direct, torch and cupy pairs"
 for args in "coll nope" "coll -d nope" "coll -f 1" "coll -b 1M -e 1K" \
     "alloc --algo ring"; do
     rc=0

@@ -209,6 +209,7 @@ UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
         free(c);
         return rc;
     }
+    atomic_fetch_add(&pool->comms, 1);
     *comm_p = c;
     return 0;
 }
@@ -219,9 +220,11 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
         ump_log_error("ump_comm_destroy: comm is NULL");
         return -EINVAL;
     }
-    int rc = pool_check(comm->pool, "ump_comm_destroy");
+    ump_pool_t *pool = comm->pool;
+    int rc = pool_check(pool, "ump_comm_destroy");
     if (rc)
         return rc;
+    atomic_fetch_sub(&pool->comms, 1);
     if (comm->world) {
         coll_world_destroy(comm);
         return 0;

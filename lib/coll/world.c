@@ -250,6 +250,7 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->done_lock, NULL);
     c->last_us = NAN; /* no virtual time across processes */
+    atomic_fetch_add(&pool->comms, 1);
     *comm_p = c;
     ump_log_info("%s: process %d of %d, global ranks %d..%d of %d, %d "
                  "node(s), data between processes: %s", fn, w->me, w->nproc,

@@ -355,6 +355,14 @@ int pool_destroy(ump_pool_t *pool)
         return pool_refused(-EINVAL, "ump_pool_destroy");
     if (pool->fork_gen != atomic_load(&fork_generation))
         return destroy_in_child(pool);
+    /* A communicator would outlive it: its calls would read a freed pool
+     * (streams left are the pool's to close; a communicator is not). */
+    int comms = atomic_load(&pool->comms);
+    if (comms) {
+        ump_log_error("ump_pool_destroy: %d communicators are still live "
+                      "(ump_comm_destroy)", comms);
+        return -EBUSY;
+    }
     pthread_mutex_lock(&pool->lock);
     uint64_t live = live_count_locked(pool);
     if (live) {

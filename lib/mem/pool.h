@@ -212,6 +212,9 @@ struct ump_pool {
     void **streams;
     int *stream_devs; /* the device of streams[i] */
     size_t stream_cap, stream_n;
+    /* Communicators made on the pool (lib/coll counts them): the pool is
+     * not destroyed under them. */
+    _Atomic int comms;
     uint64_t clock_base;     /* CLOCK_MONOTONIC at creation, ns */
     _Atomic uint32_t clock;  /* tenths of a second since: ticked by the
                                 publisher and the slow path (stats.c) */

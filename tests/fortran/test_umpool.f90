@@ -93,7 +93,8 @@ contains
     integer :: k, j
     call c_f_pointer(ump_strerror(err), s, [256])
     k = 0
-    do while (s(k + 1) /= c_null_char .and. k < 256)
+    do while (k < 255)
+      if (s(k + 1) == c_null_char) exit
       k = k + 1
     end do
     allocate(character(len=k) :: text)

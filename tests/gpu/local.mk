@@ -22,7 +22,7 @@ endif
 
 EXTRA_DIST += tests/gpu/gpu_kernels.cu tests/gpu/gpu_kernels_stub.c \
 	tests/gpu/preload_cudart.cu tests/gpu/preload_cublas.cu \
-	tests/gpu/preload_torch.py \
+	tests/gpu/preload_torch.py tests/gpu/bindings_torch.py \
 	scripts/gpu-check
 
 GPU_TEST_HDRS = tests/gpu/gpu_kernels.h tests/gpu/gpu_util.h

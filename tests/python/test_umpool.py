@@ -173,7 +173,14 @@ class CollectiveTest(unittest.TestCase):
                 self.assertTrue(np.array_equal(got[r], blocks[r][d]))
 
     def test_bad_calls(self):
+        with self.assertRaises(umpool.Error) as cm:
+            self.pool.close()  # the communicator would outlive it
+        self.assertEqual(cm.exception.errno, -errno.EBUSY)
         p, _ = self.buf(0, 10, "float64")
+        with self.assertRaises(umpool.Error):
+            self.comm.allreduce([p] * 4, [p] * 4, 10, "complex", "sum")
+        with self.assertRaises(umpool.Error):
+            self.comm.allreduce([p] * 4, [p] * 4, 10, "float64", "xor")
         with self.assertRaises(umpool.Error):
             self.comm.allreduce([p], [p], 10)  # one buffer for 4 ranks
         with self.assertRaises(umpool.Error):
@@ -238,9 +245,14 @@ class Gate:
 class TorchEntryTest(unittest.TestCase):
     def setUp(self):
         self.pool = umpool.process_pool()
-        self.live0 = self.pool.stats()["live_count"]
+        self.live0 = 0
+        self.live0 = self.live()
 
     def live(self):
+        """Live blocks of this test, once this thread's kept blocks (freed,
+        held for their stream's next allocation) went back (empty_cache)."""
+        torch_reset()
+        self.pool.synchronize(None)
         return self.pool.stats()["live_count"] - self.live0
 
     def test_alloc_free(self):
@@ -253,6 +265,9 @@ class TorchEntryTest(unittest.TestCase):
         self.assertEqual(size.value, 1000)
         self.assertEqual(self.live(), 1)
         torch_free(p, 1000, 1, None)
+        # The same size on the same stream: the block freed there, at once.
+        self.assertEqual(torch_alloc(1000, 1, None), p)
+        torch_free(p, 1000, 1, None)
         self.assertEqual(self.live(), 0)
         z = torch_alloc(0, 0, None)  # zero bytes: a pointer still
         self.assertTrue(z)
@@ -260,17 +275,26 @@ class TorchEntryTest(unittest.TestCase):
         self.assertIsNone(torch_alloc(1 << 40, 0, None))  # out of memory
 
     def test_free_is_stream_ordered(self):
-        s = self.pool.stream(0)
+        s, other = self.pool.stream(0), self.pool.stream(0)
         gate = Gate(self.pool, s)
         self.assertEqual(gate.assertion, 0)
         p = torch_alloc(4096, 0, s)
         torch_free(p, 4096, 0, s)  # queued behind the gate
-        q = torch_alloc(4096, 0, s)
-        self.assertNotEqual(q, p)  # not reused while the stream is held
+        # Another stream does not get it while s is held; s itself does
+        # (its later work runs after its earlier work).
+        q = torch_alloc(4096, 0, other)
+        self.assertNotEqual(q, p)
+        self.assertEqual(torch_alloc(4096, 0, s), p)
+        torch_free(p, 4096, 0, s)
+        torch_reset()  # back to the pool, behind s's work: still held
+        r = torch_alloc(4096, 0, other)
+        self.assertNotEqual(r, p)
         gate.open()
-        torch_free(q, 4096, 0, s)
-        self.pool.stream_destroy(s)
+        for b in (q, r):
+            torch_free(b, 4096, 0, other)
         self.assertEqual(self.live(), 0)
+        for st in (s, other):
+            self.pool.stream_destroy(st)
 
     def test_record_stream(self):
         s1, s2 = self.pool.stream(0), self.pool.stream(0)
@@ -291,6 +315,64 @@ class TorchEntryTest(unittest.TestCase):
             self.pool.stream_destroy(s)
         self.assertEqual(self.live(), 0)
 
+    def test_record_many_streams(self):
+        """More recorded streams than a block first has room for: the free
+        still waits for every one (the last one held here)."""
+        streams = [self.pool.stream(0) for _ in range(12)]
+        gate = Gate(self.pool, streams[-1])
+        p = torch_alloc(8192, 0, streams[0])
+        for st in streams[1:]:
+            torch_record(p, st)
+        torch_free(p, 8192, 0, streams[0])
+        for st in streams[:-1]:
+            self.pool.synchronize(st)
+        q = torch_alloc(8192, 0, None)
+        self.assertNotEqual(q, p)  # the held stream keeps it
+        gate.open()
+        r = torch_alloc(8192, 0, None)
+        self.assertEqual(r, p)
+        for b in (q, r):
+            torch_free(b, 8192, 0, None)
+        self.assertEqual(self.live(), 0)
+        for st in streams:
+            self.pool.stream_destroy(st)
+
+    def test_fraction_edges(self):
+        torch_fraction(0.0, 0)  # nothing more may be allocated
+        self.assertIsNone(torch_alloc(1 << 20, 0, None))
+        torch_fraction(float("nan"), 0)  # refused: the limit stays
+        self.assertIsNone(torch_alloc(1 << 20, 0, None))
+        torch_fraction(1.0, 0)
+        p = torch_alloc(1 << 20, 0, None)
+        self.assertTrue(p)
+        torch_fraction(0.5, 0)  # set while a block is out ...
+        torch_free(p, 1 << 20, 0, None)  # ... and freed after
+        q = torch_alloc(16 << 20, 0, None)  # 16 of 32 MiB: fits
+        self.assertTrue(q)
+        torch_free(q, 16 << 20, 0, None)
+        torch_fraction(1.0, 0)
+        self.assertEqual(self.live(), 0)
+
+    def test_fork_child_gets_its_own_pool(self):
+        import os
+        p = torch_alloc(4096, 0, None)
+        pid = os.fork()
+        if pid == 0:  # the child: a pool of its own, the plug-in working
+            code = 1
+            try:
+                c = torch_alloc(4096, 0, None)
+                child = umpool.process_pool()
+                # Its own: c is its only allocation (the parent's pool
+                # holds p too; the handle may be the same address).
+                code = 0 if (c and child.ptr_info(c)["size"] == 4096 and
+                             child.stats()["live_count"] == 1) else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.WEXITSTATUS(status), 0)
+        torch_free(p, 4096, 0, None)
+        self.assertEqual(self.live(), 0)
+
     def test_fraction_and_reset(self):
         torch_fraction(0.25, 0)  # of 64 MiB
         p = torch_alloc(10 << 20, 0, None)
@@ -308,6 +390,14 @@ class TorchEntryTest(unittest.TestCase):
         p = torch_alloc(256, 0, None)
         torch_free(p, 256, 0, None)
         torch_free(p, 256, 0, None)  # twice: logged, nothing changes
+        q = torch_alloc(256, 0, None)
+        self.assertEqual(q, p)
+        o = torch_alloc(256, 0, None)
+        self.assertNotEqual(o, p)  # not handed out twice
+        torch_free(o, 256, 0, None)
+        torch_free(q, 256, 0, None)
+        torch_reset()
+        torch_free(q, 256, 0, None)  # twice, after it went back: refused
         local = ctypes.create_string_buffer(64)
         torch_free(ctypes.addressof(local), 64, 0, None)  # not the pool's
         torch_record(ctypes.addressof(local), None)

@@ -112,6 +112,8 @@ int bench_coll(const struct bench_coll_opts *o);
 int bench_replay(const struct bench_replay_opts *o);
 /* preload.c */
 int bench_preload(const struct bench_opts *o);
+/* plugin.c: the PyTorch and CuPy entry points beside ump_alloc+ump_free. */
+int bench_plugin(const struct bench_opts *o);
 
 static inline uint64_t now_ns(void)
 {

@@ -76,6 +76,9 @@ static void usage(FILE *f)
             "  preload interposed cuMemAlloc+cuMemFree (libumpool-preload) beside\n"
             "          ump_alloc+ump_free and the driver's own pair, same run\n"
             "          (backend cuda; --iters: pairs per batch)\n"
+            "  plugin  the PyTorch and CuPy entry points (umpool_torch_alloc+\n"
+            "          free on a stream, umpool_cupy_malloc+free) beside\n"
+            "          ump_alloc+ump_free, same run (--iters: pairs per batch)\n"
             "  coll [NAME]  nccl-tests' table for one collective (allreduce,\n"
             "          broadcast, reduce, allgather, reduce_scatter, alltoall,\n"
             "          gather, scatter) on every device of the pool: time,\n"
@@ -136,7 +139,8 @@ static void usage_error(const char *fmt, ...)
     va_end(ap);
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
-          "scenarios: alloc, demo, placement, offload, replay, coll, preload; see "
+          "scenarios: alloc, demo, placement, offload, replay, coll, preload, "
+          "plugin; see "
           "umpool-bench "
           "--help\n",
           stderr);
@@ -585,6 +589,8 @@ int main(int argc, char **argv)
         rc = bench_coll(&o.coll);
     } else if (!strcmp(o.scenario, "preload")) {
         rc = bench_preload(&o);
+    } else if (!strcmp(o.scenario, "plugin")) {
+        rc = bench_plugin(&o);
     } else if (!strcmp(o.scenario, "replay")) {
         if (o.alloc_opts) {
             usage_error("--sizes, --threads and --iters belong to alloc");

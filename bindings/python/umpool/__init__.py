@@ -201,6 +201,8 @@ class Pool:
 
     def alloc(self, size, device=DEVICE_CURRENT, policy=None, flags=0,
               group=0):
+        if not -(1 << 31) <= device < (1 << 31) or size < 0:
+            raise Error(-22, "ump_alloc (device or size out of range)")
         h = Hints(device, policy.encode() if policy else None, flags, group,
                   ACCESS_PRIVATE)
         p = _vp()
@@ -277,7 +279,9 @@ class Pool:
 
     def array(self, ptr, shape, dtype="float64"):
         """A NumPy array over pool memory at ptr (no copy). Only where the
-        CPU reaches pool memory: the sim backend (Error -ENOTSUP else)."""
+        CPU reaches pool memory: the sim backend (Error -ENOTSUP else). The
+        view is valid while the allocation is: like the pointer itself, it
+        must not be used after free()."""
         import numpy as np
         if self.backend != "sim":
             raise Error(-95, "umpool.Pool.array (pool memory is the GPU's)")
@@ -322,20 +326,32 @@ class Comm:
         self.close()
 
     def _call(self, name, send, recv, count, dtype, *rest):
+        if not self.handle:
+            raise Error(-9, name + " (the communicator is closed)")
         if len(send) != self.size or len(recv) != self.size:
             raise Error(-22, name + " (one buffer per rank)")
+        if dtype not in DTYPES or count < 0:
+            raise Error(-22, "%s (dtype %r or count %r)" % (name, dtype, count))
         fn = getattr(lib, name)
         _check(fn(self.handle, _ptrs(send), _ptrs(recv), count,
                   DTYPES[dtype], *rest, None), name)
 
+    @staticmethod
+    def _op(op):
+        if op not in OPS:
+            raise Error(-22, "unknown reduction %r (one of %s)" %
+                        (op, ", ".join(OPS)))
+        return OPS[op]
+
     def allreduce(self, send, recv, count, dtype="float64", op="sum"):
-        self._call("ump_allreduce", send, recv, count, dtype, OPS[op])
+        self._call("ump_allreduce", send, recv, count, dtype, self._op(op))
 
     def reduce_scatter(self, send, recv, count, dtype="float64", op="sum"):
-        self._call("ump_reduce_scatter", send, recv, count, dtype, OPS[op])
+        self._call("ump_reduce_scatter", send, recv, count, dtype,
+                   self._op(op))
 
     def reduce(self, send, recv, count, dtype="float64", op="sum", root=0):
-        self._call("ump_reduce", send, recv, count, dtype, OPS[op], root)
+        self._call("ump_reduce", send, recv, count, dtype, self._op(op), root)
 
     def broadcast(self, send, recv, count, dtype="float64", root=0):
         self._call("ump_broadcast", send, recv, count, dtype, root)

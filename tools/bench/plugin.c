@@ -25,19 +25,6 @@
 
 enum { DIRECT, TORCH, CUPY };
 
-static double clock_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* ns per pair, median of 5 batches of n; -1 when a call fails. */
 static double pair_ns(ump_pool_t *pool, int kind, size_t size, void *stream,
                       long n)
@@ -46,7 +33,7 @@ static double pair_ns(ump_pool_t *pool, int kind, size_t size, void *stream,
     h.device = 0;
     double t[5];
     for (int b = 0; b < 5; b++) {
-        double t0 = clock_ns();
+        double t0 = (double)now_ns();
         for (long i = 0; i < n; i++) {
             void *p = NULL;
             if (kind == DIRECT) {
@@ -62,10 +49,9 @@ static double pair_ns(ump_pool_t *pool, int kind, size_t size, void *stream,
                 umpool_cupy_free(NULL, p, 0);
             }
         }
-        t[b] = (clock_ns() - t0) / (double)n;
+        t[b] = ((double)now_ns() - t0) / (double)n;
     }
-    qsort(t, 5, sizeof(t[0]), cmp_d);
-    return t[2];
+    return median(t, 5);
 }
 
 int bench_plugin(const struct bench_opts *o)

@@ -44,19 +44,6 @@ typedef int cu_host_alloc_fn(void **, size_t, unsigned);
 typedef int cu_host_free_fn(void *);
 typedef int cu_getproc_fn(const char *, void **, int, uint64_t, int *);
 
-static double clock_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* libumpool-preload.so: UMPOOL_PRELOAD_LIB, beside libumpool.so
  * (installed), or the build tree's (lib/.libs -> preload/.libs). */
 static void *open_preload(char *path, size_t len)
@@ -130,7 +117,7 @@ static double pair_ns(const struct calls *c, int kind, bool host, size_t size,
 {
     double t[5];
     for (int b = 0; b < 5; b++) {
-        double t0 = clock_ns();
+        double t0 = (double)now_ns();
         for (int i = 0; i < n; i++) {
             int rc = one_pair(c, kind, host, size);
             if (rc) {
@@ -138,10 +125,9 @@ static double pair_ns(const struct calls *c, int kind, bool host, size_t size,
                 return -1;
             }
         }
-        t[b] = (clock_ns() - t0) / n;
+        t[b] = ((double)now_ns() - t0) / n;
     }
-    qsort(t, 5, sizeof(t[0]), cmp_d);
-    return t[2];
+    return median(t, 5);
 }
 
 /* The table of device or pinned host memory; 0, or the failing call's

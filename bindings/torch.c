@@ -182,9 +182,11 @@ static void free_after(ump_pool_t *pool, void *ptr, ump_stream_t stream,
 {
     struct waiting *w = malloc(sizeof(*w));
     if (!w || r->overflowed) {
-        /* The safe way: every stream's work done now (a stream not noted
-         * for want of memory: the whole device, through the default
-         * stream's synchronization of every stream on sim and cuda). */
+        /* The safe way: every noted stream's work done now. A stream not
+         * noted for want of memory is waited for through the legacy
+         * default stream, which waits for every blocking stream's work,
+         * not a non-blocking one's (there is no device-wide wait in the
+         * public API): out of memory makes this weaker. */
         for (int i = 0; i < r->n; i++)
             ump_stream_synchronize(pool, r->streams[i]);
         if (r->overflowed)

@@ -19,7 +19,17 @@
  * malloc'ed memory: the per-cell arithmetic is the same, so the plates must
  * be bitwise equal, whatever the decomposition.
  *
+ * With --checkpoint-every N it checkpoints its pool every N steps
+ * (ump_pool_checkpoint), and --restart FILE continues a run from such a
+ * checkpoint (ump_pool_restore): the blocks come back at their addresses,
+ * found through the pool's root (ump_pool_set_root), a struct in pool
+ * memory holding the step reached and the blocks' pointers. A run killed
+ * after a checkpoint and restarted ends with the same plate, bitwise, as
+ * one never interrupted. Under MPI each process has its own file
+ * (FILE.RANK).
+ *
  *   heat2d [-n N] [-x NX] [-y NY] [-s STEPS] [-k K] [--config STR]
+ *          [--checkpoint-every N [--checkpoint FILE]] [--restart FILE]
  *   mpirun -np 4 heat2d-mpi --config backend:sim,sim_devices:2
  *
  * Exit status: 0 when the plate matches the serial one, 1 when it does not
@@ -44,6 +54,20 @@
 #define DEFAULT_STEPS 200
 #define DEFAULT_EVERY 50
 #define DEFAULT_CONFIG "backend:sim,sim_devices:2"
+#define DEFAULT_CKPT "heat2d.ckpt"
+#define STATE_MAGIC 0x68656174326463ull /* "heat2dc" */
+
+/* What a restarted run needs, in pool memory, found through the pool's
+ * root: the plate's shape, the step reached and the blocks' pointers,
+ * which stay valid across a restore (the same addresses). */
+struct run_state {
+    uint64_t magic;
+    int nx, ny, ndev, nranks;
+    int steps_done;
+    double residual;
+    double *cur[UMP_MAX_DEVICES], *next[UMP_MAX_DEVICES];
+    double *res_send[UMP_MAX_DEVICES], *res_recv[UMP_MAX_DEVICES];
+};
 
 /* The residual may differ from the serial one by the order of the sums
  * only (each rank's partial sum, then the allreduce's fixed order). */
@@ -207,6 +231,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: heat2d [-n N] [-x NX] [-y NY] [-s STEPS] [-k K] "
             "[--config STR]\n"
+            "              [--checkpoint-every N [--checkpoint FILE]] "
+            "[--restart FILE]\n"
             "  -n N          plate of N x N cells (default %d)\n"
             "  -x NX, -y NY  columns, rows (NX >= 3; at least one row per "
             "rank)\n"
@@ -214,8 +240,13 @@ static void usage(FILE *f)
             "  -k K          residual every K steps and at the end "
             "(default %d)\n"
             "  --config STR  ump_pool_create's configuration (default "
-            "\"%s\")\n",
-            DEFAULT_N, DEFAULT_STEPS, DEFAULT_EVERY, DEFAULT_CONFIG);
+            "\"%s\")\n"
+            "  --checkpoint-every N  checkpoint the pool every N steps\n"
+            "  --checkpoint FILE     where (default %s; FILE.RANK under "
+            "MPI)\n"
+            "  --restart FILE        continue the run checkpointed in FILE\n",
+            DEFAULT_N, DEFAULT_STEPS, DEFAULT_EVERY, DEFAULT_CONFIG,
+            DEFAULT_CKPT);
 }
 
 /* A positive int option value, or a usage error. */
@@ -251,7 +282,10 @@ int main(int argc, char **argv)
     int nx = DEFAULT_N, ny = DEFAULT_N, steps = DEFAULT_STEPS;
     int every = DEFAULT_EVERY;
     const char *config = DEFAULT_CONFIG;
-    int nproc = 1;
+    int nproc = 1, me = 0;
+    int ckpt_every = 0;
+    const char *ckpt = DEFAULT_CKPT, *restart = NULL;
+    int shape_given = 0;
 
 #ifdef HEAT2D_MPI
     /* umpool's engine calls MPI from the threads that run the ranks'
@@ -264,15 +298,12 @@ int main(int argc, char **argv)
         refuse("MPI gives thread level %d, umpool needs MPI_THREAD_MULTIPLE",
                provided);
     MPI_Comm_size(MPI_COMM_WORLD, &nproc);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
 #endif
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            int me = 0;
-#ifdef HEAT2D_MPI
-            MPI_Comm_rank(MPI_COMM_WORLD, &me);
-#endif
             if (me == 0) /* once, not once per process */
                 usage(stdout);
 #ifdef HEAT2D_MPI
@@ -281,12 +312,26 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "-n")) {
             nx = ny = positive(a, v);
+            shape_given = 1;
             i++;
         } else if (!strcmp(a, "-x")) {
             nx = positive(a, v);
+            shape_given = 1;
             i++;
         } else if (!strcmp(a, "-y")) {
             ny = positive(a, v);
+            shape_given = 1;
+            i++;
+        } else if (!strcmp(a, "--checkpoint-every")) {
+            ckpt_every = positive(a, v);
+            i++;
+        } else if (!strcmp(a, "--checkpoint") || !strcmp(a, "--restart")) {
+            if (!v)
+                refuse("%s: expected a file name", a);
+            if (a[2] == 'c')
+                ckpt = v;
+            else
+                restart = v;
             i++;
         } else if (!strcmp(a, "-s")) {
             steps = positive(a, v);
@@ -307,8 +352,19 @@ int main(int argc, char **argv)
         refuse("-x %d: the plate needs at least 3 columns (two are its "
                 "fixed edges)", nx);
 
+    /* Under MPI each process checkpoints its own pool: FILE.RANK. */
+    char ckpt_path[4096], restart_path[4096];
+    snprintf(ckpt_path, sizeof(ckpt_path), nproc > 1 ? "%s.%d" : "%s", ckpt,
+             me);
+    if (restart)
+        snprintf(restart_path, sizeof(restart_path),
+                 nproc > 1 ? "%s.%d" : "%s", restart, me);
+
     ump_pool_t *pool;
-    CHECK(ump_pool_create(config, &pool));
+    if (restart)
+        CHECK(ump_pool_restore(restart_path, config, &pool));
+    else
+        CHECK(ump_pool_create(config, &pool));
     /* The stencil runs on the CPU directly on pool memory (see sweep()),
      * which only sim's pool memory allows. */
     const char *backend = ump_backend_name(pool);
@@ -335,6 +391,27 @@ int main(int argc, char **argv)
      * (ranks are numbered process by process): it gathers and checks. */
     int root_here = grank[0] == 0;
 
+    /* A restarted run takes its plate from the checkpoint. */
+    struct run_state *st = NULL;
+    if (restart) {
+        CHECK(ump_pool_root(pool, (void **)&st));
+        if (!st || st->magic != STATE_MAGIC)
+            refuse("%s: not a heat2d checkpoint (no run state at its root)",
+                   restart_path);
+        if (shape_given && (st->nx != nx || st->ny != ny))
+            refuse("%s holds a %dx%d plate, not %dx%d", restart_path, st->nx,
+                   st->ny, nx, ny);
+        if (st->ndev != ndev || st->nranks != nranks)
+            refuse("%s was written by %d ranks over %d devices; this run has "
+                   "%d over %d", restart_path, st->nranks, st->ndev, nranks,
+                   ndev);
+        if (st->steps_done >= steps)
+            refuse("%s is at step %d: -s %d has nothing left to do",
+                   restart_path, st->steps_done, steps);
+        nx = st->nx;
+        ny = st->ny;
+    }
+
     /* Every process knows nranks and ny, so all refuse together. */
     if (nranks > ny) {
         CHECK(ump_comm_destroy(comm));
@@ -350,8 +427,17 @@ int main(int argc, char **argv)
      * too, which the root ignores. (Blocks differ by one row at most.) */
     int max_rows = block_rows(0, nranks, ny);
     size_t block_cells = (size_t)(max_rows + 2) * nx;
-    double *cur[UMP_MAX_DEVICES], *next[UMP_MAX_DEVICES];
-    double *res_send[UMP_MAX_DEVICES], *res_recv[UMP_MAX_DEVICES];
+    if (!st) {
+        void *p;
+        CHECK(ump_alloc(pool, sizeof(*st), NULL, &p));
+        st = p;
+        memset(st, 0, sizeof(*st));
+        *st = (struct run_state){.magic = STATE_MAGIC, .nx = nx, .ny = ny,
+                                 .ndev = ndev, .nranks = nranks};
+        CHECK(ump_pool_set_root(pool, st));
+    }
+    double **cur = st->cur, **next = st->next;
+    double **res_send = st->res_send, **res_recv = st->res_recv;
     const void *rsend[UMP_MAX_DEVICES]; /* the same, as the calls take them */
     void *rrecv[UMP_MAX_DEVICES];
     int rows[UMP_MAX_DEVICES], start[UMP_MAX_DEVICES];
@@ -360,6 +446,11 @@ int main(int argc, char **argv)
          * there too. */
         rows[r] = block_rows(grank[r], nranks, ny);
         start[r] = block_start(grank[r], nranks, ny);
+        if (restart) { /* the blocks are back, at their addresses */
+            rsend[r] = res_send[r];
+            rrecv[r] = res_recv[r];
+            continue;
+        }
         cur[r] = pool_doubles(pool, block_cells, r);
         next[r] = pool_doubles(pool, block_cells, r);
         res_send[r] = pool_doubles(pool, 1, r);
@@ -377,10 +468,14 @@ int main(int argc, char **argv)
             }
     }
 
-    double residual = 0.0;
+    double residual = st->residual;
+    int first = st->steps_done + 1;
+    if (restart && root_here)
+        printf("heat2d: restarted from %s at step %d\n", restart_path,
+               st->steps_done);
     sync_processes();
     double t0 = now_s();
-    for (int s = 1; s <= steps; s++) {
+    for (int s = first; s <= steps; s++) {
         /* Halos: each rank sends its first row up and its last row down
          * and receives its neighbours' into its halo rows. One group, so
          * the pairs are issued together and cannot deadlock, between the
@@ -422,9 +517,20 @@ int main(int argc, char **argv)
             cur[r] = next[r];
             next[r] = t;
         }
+        if (ckpt_every && s % ckpt_every == 0 && s != steps) {
+            /* The state says where the run is; the pool keeps the rest. */
+            st->steps_done = s;
+            st->residual = residual;
+            CHECK(ump_pool_checkpoint(pool, ckpt_path));
+            sync_processes(); /* every process's file is at step s */
+            if (root_here) {
+                printf("heat2d: checkpoint at step %d: %s\n", s, ckpt_path);
+                fflush(stdout); /* a test kills the run on this line */
+            }
+        }
     }
     sync_processes();
-    double us_step = (now_s() - t0) * 1e6 / steps;
+    double us_step = (now_s() - t0) * 1e6 / (steps - first + 1);
 
     /* Rank 0 gathers every block, max_rows rows each (see above). */
     size_t slice = (size_t)max_rows * nx;
@@ -502,6 +608,8 @@ int main(int argc, char **argv)
         CHECK(ump_free(pool, res_send[r]));
         CHECK(ump_free(pool, res_recv[r]));
     }
+    CHECK(ump_pool_set_root(pool, NULL));
+    CHECK(ump_free(pool, st));
     CHECK(ump_pool_destroy(pool));
 #ifdef HEAT2D_MPI
     MPI_Finalize();

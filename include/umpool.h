@@ -115,6 +115,47 @@ int ump_pool_destroy(ump_pool_t *pool);
  * may still use it): ump_pool_destroy refuses it. */
 int ump_process_pool(const char *config, ump_pool_t **pool_p);
 
+/*
+ * Resilience: checkpoints, suspend and resume (README: Checkpoints; file
+ * format: docs/CHECKPOINT.md).
+ *
+ * Writes every live allocation's bytes and the pool's layout (its address
+ * range, every allocation's address, size, hints, placement and tier) to a
+ * new file at path, atomically (a temporary file renamed into place,
+ * fsynced). Quiesces the pool's own work first; the caller guarantees no
+ * other work writes pool memory meanwhile. On error path is untouched (an
+ * older checkpoint there stays whole). -EBUSY on a suspended pool.
+ */
+int ump_pool_checkpoint(ump_pool_t *pool, const char *path);
+/* A new pool from a checkpoint: the same address range, every allocation
+ * at its old address with its bytes, so pointers stored inside the data
+ * stay valid. config overrides the saved configuration key by key (then
+ * UMPOOL_CONF, then config; chunk_size cannot change). -EADDRINUSE when
+ * the range is taken in this process (restore in a fresh one), -ENOSPC
+ * (naming the allocation) when something fits nowhere here, -EIO for a
+ * corrupt or truncated file, -EINVAL for a bad header; then no pool. */
+int ump_pool_restore(const char *path, const char *config,
+                     ump_pool_t **pool_p);
+/* The pool's root: one pointer (into the pool, or NULL) that checkpoints
+ * keep, so that a restored program finds its data again (the first of its
+ * structures, holding pointers to the rest), as a persistent-memory pool's
+ * root object does. NULL until set. -EINVAL for a pointer outside the
+ * pool's range. */
+int ump_pool_set_root(ump_pool_t *pool, void *ptr);
+int ump_pool_root(ump_pool_t *pool, void **ptr_p);
+/* Moves every device allocation's bytes down to tier (UMP_TIER_HOST or
+ * UMP_TIER_NVME; dropped for memory advised UMP_ADVISE_DONTNEED) and gives
+ * the devices' memory back to the driver, keeping every address reserved.
+ * Until ump_pool_resume no pool memory may be touched, and allocations are
+ * -EBUSY; frees and statistics work. Pinned host memory (ump_host_alloc,
+ * overflow) stays. -EBUSY when already suspended; on another error every
+ * allocation stays readable where it is (those moved are moved back). */
+int ump_pool_suspend(ump_pool_t *pool, int tier);
+/* Brings everything ump_pool_suspend moved back to the devices it was on.
+ * -EINVAL when the pool is not suspended; -ENOMEM (still suspended, able to
+ * try again) when the devices lack the room. */
+int ump_pool_resume(ump_pool_t *pool);
+
 /* Allocations. hints may be NULL. Pointers are aligned to 256 bytes. */
 int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
               void **ptr_p);

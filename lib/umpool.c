@@ -29,6 +29,12 @@ UMP_EXPORT int ump_pool_create(const char *config, ump_pool_t **pool_p)
     return pool_create(config, &publisher, pool_p);
 }
 
+UMP_EXPORT int ump_pool_restore(const char *path, const char *config,
+                                ump_pool_t **pool_p)
+{
+    return pool_restore(path, config, &publisher, pool_p);
+}
+
 /* The process's pool: made once, never destroyed (see umpool.h). */
 static ump_pool_t *_Atomic process_pool;
 static int process_rc; /* the first attempt's error, kept */

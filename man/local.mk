@@ -20,6 +20,8 @@ MAN3_PAGES = \
 	man/ump_pool_create.3 \
 	man/ump_alloc.3 \
 	man/ump_host_alloc.3 \
+	man/ump_pool_checkpoint.3 \
+	man/ump_pool_suspend.3 \
 	man/ump_process_pool.3 \
 	man/umpool_torch.3 \
 	man/ump_ptr_info.3 \
@@ -48,6 +50,10 @@ MAN3_LINKS = \
 	man/ump_free.3 \
 	man/ump_free_async.3 \
 	man/ump_host_free.3 \
+	man/ump_pool_restore.3 \
+	man/ump_pool_set_root.3 \
+	man/ump_pool_root.3 \
+	man/ump_pool_resume.3 \
 	man/ump_get_device.3 \
 	man/ump_device_count.3 \
 	man/ump_release.3 \

@@ -7,11 +7,13 @@
  * it would on a GPU host.
  *
  * Memory is emulated on the CPU as the sim backend does: a reservation is
- * PROT_NONE memory, an allocation a memfd, a mapping that memfd MAP_FIXED
- * (still PROT_NONE), access an mprotect. Pinned host memory (HOST_NUMA,
- * HOST locations) is emulated the same way, from a pool of its own; as in
- * the driver, every device may be given access to it, and only host memory
- * may be given to the CPU. Streams run their work before the
+ * PROT_NONE memory (at the address asked for when that range is aligned
+ * and free, else anywhere: a hint, as for the driver), an allocation a
+ * memfd, a mapping that memfd MAP_FIXED (still PROT_NONE), access an
+ * mprotect. Pinned host memory (HOST_NUMA, HOST locations) is emulated
+ * the same way, from a pool of its own; as in the driver, every device may
+ * be given access to it, and only host memory may be given to the CPU.
+ * Streams run their work before the
  * call returns. It checks what the real driver checks, strictly: a current
  * context where one is needed, events and streams of one context, exact
  * mappings, live handles, and no calls from a forked child or from inside
@@ -672,6 +674,19 @@ static CUresult fake_cuMemGetAllocationGranularity(
     return end(CUDA_SUCCESS);
 }
 
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+/* Whether [va, va + size) meets a reservation. Lock held. */
+static bool resv_overlaps(uintptr_t va, size_t size)
+{
+    for (struct fake_resv *r = resvs; r; r = r->next)
+        if (va < r->va + r->size && r->va < va + size)
+            return true;
+    return false;
+}
+
 static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
                                          size_t align, CUdeviceptr addr,
                                          unsigned long long flags)
@@ -681,14 +696,29 @@ static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
     void *p;
 
     BEGIN();
-    if (!size || size % FAKE_GRAN || addr || flags ||
-        (align & (align - 1)))
+    if (!size || size % FAKE_GRAN || flags || (align & (align - 1)))
         return end(CUDA_ERROR_INVALID_VALUE);
     if (align < FAKE_GRAN)
         align = FAKE_GRAN;
     r = calloc(1, sizeof(*r));
     if (!r)
         return end(CUDA_ERROR_OUT_OF_MEMORY);
+    /* The address asked for, as the driver does, when it is aligned and
+     * free (no reservation here, no mapping of the process); else, as
+     * without one, anywhere: a hint, never an error. */
+    if (addr && addr % align == 0 && addr + size > addr &&
+        !resv_overlaps((uintptr_t)addr, size)) {
+        p = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                     MAP_FIXED_NOREPLACE,
+                 -1, 0);
+        if (p != MAP_FAILED && (uintptr_t)p == addr) {
+            va = (uintptr_t)p;
+            goto found;
+        }
+        if (p != MAP_FAILED)
+            munmap(p, size); /* a kernel that took it for a hint */
+    }
     p = mmap(NULL, size + align, PROT_NONE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) {
@@ -701,6 +731,7 @@ static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
         munmap(p, va - raw);
     if (raw + align > va)
         munmap((void *)(va + size), raw + align - va);
+found:
     r->va = va;
     r->size = size;
     r->next = resvs;

@@ -12,6 +12,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <limits.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -1668,6 +1669,93 @@ static void test_fake_cpu_access_type(void **state)
     backend_close(&b);
 }
 
+/* --- the fake driver: reserve_at ----------------------------------------- */
+
+/* reserve_at through the backend, with stderr captured into buf. */
+static int reserve_at_captured(struct backend *b, void *va, size_t size,
+                               size_t align, char *buf, size_t len)
+{
+    struct tu_capture cap;
+
+    tu_capture_start(&cap);
+    int rc = b->be->reserve_at(b->ctx, va, size, align);
+    tu_capture_stop(&cap, buf, len);
+    return rc;
+}
+
+static void assert_taken_line(const char *buf, const void *va, size_t size)
+{
+    char want[128];
+
+    snprintf(want, sizeof(want), "cuda: reserve_at: [%p, +%zu) is taken", va,
+             size);
+    if (tu_count_log_lines(buf) != 1 || count_lines_with(buf, want) != 1)
+        fail_msg("want one line with '%s', got:\n%s", want, buf);
+}
+
+/* The range a reservation had, given back, is had again exactly; a range
+ * the driver would place elsewhere (a reservation still held, a mapping of
+ * the process) is -EADDRINUSE with one line, and the range it offered goes
+ * back. */
+static void test_fake_reserve_at(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    int dev = 0;
+    ump_handle_t h;
+    char buf[4096], *va, *raw, *q;
+
+    backend_open(&b, "devices=1");
+    const struct backend_ops *be = b.be;
+    assert_non_null(be->reserve_at);
+
+    assert_int_equal(be->reserve(b.ctx, 8 * M, 0, (void **)&va), 0);
+    assert_int_equal(be->unreserve(b.ctx, va, 8 * M), 0);
+    assert_int_equal(be->reserve_at(b.ctx, va, 8 * M, 0), 0);
+    assert_int_equal(fake_count("resvs"), 1);
+    assert_int_equal(be->chunk_create(b.ctx, 0, 4 * M, &h), 0);
+    assert_int_equal(be->map(b.ctx, va + 4 * M, 4 * M, h), 0);
+    assert_int_equal(be->set_access(b.ctx, va + 4 * M, 4 * M, &dev, 1), 0);
+    assert_int_equal(be->memset_async(b.ctx, va + 4 * M, 9, 4 * M, NULL), 0);
+    assert_int_equal(be->stream_sync(b.ctx, NULL), 0);
+
+    /* Taken by the reservation itself, whole or in part. */
+    assert_int_equal(reserve_at_captured(&b, va, 8 * M, 0, buf, sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, va, 8 * M);
+    assert_int_equal(reserve_at_captured(&b, va + 4 * M, 8 * M, 0, buf,
+                                         sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, va + 4 * M, 8 * M);
+    assert_int_equal(fake_count("resvs"), 1);
+    /* Misaligned: refused before the driver is asked. */
+    assert_int_equal(reserve_at_captured(&b, va + 4096, 8 * M, 0, buf,
+                                         sizeof(buf)),
+                     -EINVAL);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    assert_int_equal(be->reserve_at(b.ctx, NULL, 8 * M, 0), -EINVAL);
+    assert_int_equal(fake_count("resvs"), 1);
+
+    assert_int_equal(be->unmap(b.ctx, va + 4 * M, 4 * M), 0);
+    assert_int_equal(be->chunk_release(b.ctx, h), 0);
+    assert_int_equal(be->unreserve(b.ctx, va, 8 * M), 0);
+
+    /* Over an ordinary mapping of the process, which stays as it was. */
+    raw = mmap(NULL, 6 * M, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(raw != MAP_FAILED);
+    q = (char *)(((uintptr_t)raw + 2 * M - 1) & ~(uintptr_t)(2 * M - 1));
+    tu_fill(q, 4 * M, 17);
+    assert_int_equal(reserve_at_captured(&b, q, 4 * M, 0, buf, sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, q, 4 * M);
+    tu_assert_pattern(q, 4 * M, 17);
+    assert_int_equal(fake_count("resvs"), 0);
+    assert_int_equal(munmap(raw, 6 * M), 0);
+    backend_close(&b);
+}
+
 /* --- the fake driver: topology discovery -------------------------------- */
 
 struct opened {
@@ -1813,6 +1901,7 @@ NO_FAKE(test_fake_host_gate_old_driver)
 NO_FAKE(test_fake_host_gate_pool)
 NO_FAKE(test_fake_host_memoryless_node)
 NO_FAKE(test_fake_cpu_access_type)
+NO_FAKE(test_fake_reserve_at)
 NO_FAKE(test_fake_tiers)
 NO_FAKE(test_fake_hostreg_refused)
 NO_FAKE(test_fake_topology_pcie)
@@ -1861,6 +1950,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_host_gate_pool, test_setup),
         cmocka_unit_test_setup(test_fake_host_memoryless_node, test_setup),
         cmocka_unit_test_setup(test_fake_cpu_access_type, test_setup),
+        cmocka_unit_test_setup(test_fake_reserve_at, test_setup),
         cmocka_unit_test_setup(test_fake_topology_pcie, test_setup),
         cmocka_unit_test_setup(test_fake_topology_nvlink, test_setup),
     };

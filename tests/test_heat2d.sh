@@ -45,6 +45,52 @@ rc=0
 "$heat" -x 16 -y 3 -s 5 --config backend:sim,sim_devices:4 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || fail "3 rows over 4 ranks exited $rc, not 2"
 
+# Kill and restart: a run checkpointing every 100 steps is killed (SIGKILL)
+# once it has written step 300; restarted from its file, it must end with
+# the plate and residual of a run never interrupted (the example's own
+# bitwise check against the serial plate, and the same result line).
+tmp=$(mktemp -d /tmp/umpool-heat2d-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+args="-n 192 -s 1500 -k 100 --config backend:sim,sim_devices:4"
+# shellcheck disable=SC2086 # the options are a list of words
+whole=$("$heat" $args | grep 'vs serial' | sed 's/, [0-9.]* us\/step$//')
+echo "check: kill -9 after a checkpoint, then --restart"
+# shellcheck disable=SC2086
+"$heat" $args --checkpoint-every 100 --checkpoint "$tmp/h.ckpt" \
+    > "$tmp/killed.out" 2>&1 &
+pid=$!
+n=0
+until grep -q 'checkpoint at step 300' "$tmp/killed.out"; do
+    kill -0 "$pid" 2>/dev/null || fail "the run ended before step 300"
+    n=$((n + 1))
+    [ "$n" -lt 6000 ] || fail "no checkpoint at step 300 within 300 s"
+    sleep 0.05
+done
+kill -9 "$pid"
+wait "$pid" 2>/dev/null || true
+cat "$tmp/killed.out"
+if grep -q 'vs serial' "$tmp/killed.out"; then
+    fail "the run finished before it was killed"
+fi
+echo "  killed (SIGKILL) after: $(grep 'checkpoint at' "$tmp/killed.out" |
+    tail -1)"
+# shellcheck disable=SC2086
+out=$("$heat" $args --restart "$tmp/h.ckpt" 2>&1) || fail "the restart failed"
+printf '%s\n' "$out"
+printf '%s\n' "$out" | grep -q 'restarted from .* at step [3-9]00' ||
+    fail "the restart did not start from the checkpoint"
+again=$(printf '%s\n' "$out" | grep 'vs serial' |
+    sed 's/, [0-9.]* us\/step$//')
+[ "$again" = "$whole" ] ||
+    fail "restarted: '$again'; uninterrupted: '$whole'"
+echo "  the same result as the uninterrupted run: $whole"
+# A file that is not a checkpoint: a clear refusal, not a crash.
+echo "not a checkpoint" > "$tmp/bad.ckpt"
+rc=0
+# shellcheck disable=SC2086
+"$heat" $args --restart "$tmp/bad.ckpt" > /dev/null 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || fail "--restart of a bad file exited $rc, not 1"
+
 # The Fortran version (examples/heat2d.f90), where it was built: its own
 # bitwise check, and the same residuals as the C example's on the same
 # plate, step by step to 7 digits (the same arithmetic in two languages).

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -567,6 +568,178 @@ static void test_reserve_alignment(void **state)
     }
     for (int i = 0; i < 5; i++)
         assert_int_equal(B->unreserve(ctx, va[i], 3 * G), 0);
+    B->close(ctx);
+}
+
+/* --- reserve_at ---------------------------------------------------------- */
+
+/* reserve_at with stderr captured into buf (len bytes); its result. */
+static int reserve_at_logged(void *ctx, void *va, size_t size, size_t align,
+                             char *buf, size_t len)
+{
+    FILE *tmp = tmpfile();
+    int saved, rc, back;
+    size_t n;
+
+    assert_non_null(tmp);
+    fflush(stderr);
+    saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fileno(tmp), STDERR_FILENO) >= 0);
+    rc = B->reserve_at(ctx, va, size, align);
+    fflush(stderr);
+    back = dup2(saved, STDERR_FILENO);
+    close(saved);
+    assert_true(back >= 0);
+    rewind(tmp);
+    n = fread(buf, 1, len - 1, tmp);
+    buf[n] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+/* buf holds one log line, and it says that [va, +size) is taken. */
+static void assert_taken_line(const char *buf, const void *va, size_t size)
+{
+    char want[128];
+    int lines = 0;
+
+    snprintf(want, sizeof(want), "sim: reserve_at: [%p, +%zu) is taken", va,
+             size);
+    for (const char *l = buf; *l; l++)
+        if ((l == buf || l[-1] == '\n') && strncmp(l, "umpool:", 7) == 0)
+            lines++;
+    if (lines != 1 || !strstr(buf, want))
+        fail_msg("want one log line with '%s', got:\n%s", want, buf);
+}
+
+/* The range a reservation had, once given back, can be had again exactly
+ * (a checkpoint's restore), and is a reservation like any other. */
+static void test_reserve_at_round_trip(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    int dev = 0;
+    ump_handle_t h;
+    char *va, *va2;
+
+    (void)state;
+    assert_non_null(B->reserve_at);
+    assert_int_equal(B->reserve(ctx, 4 * G, 0, (void **)&va), 0);
+    assert_int_equal(B->unreserve(ctx, va, 4 * G), 0);
+    assert_int_equal(B->reserve_at(ctx, va, 4 * G, 0), 0);
+    assert_prot(va, "---p");
+    assert_prot(va + 4 * G - 1, "---p");
+    assert_int_equal(B->chunk_create(ctx, 0, 2 * G, &h), 0);
+    assert_int_equal(B->map(ctx, va + 2 * G, 2 * G, h), 0);
+    assert_int_equal(B->set_access(ctx, va + 2 * G, 2 * G, &dev, 1), 0);
+    memset(va + 2 * G, 7, 2 * G);
+    assert_int_equal(va[4 * G - 1], 7);
+    assert_int_equal(B->unreserve(ctx, va, 4 * G), -EBUSY);
+    assert_int_equal(B->unmap(ctx, va + 2 * G, 2 * G), 0);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unreserve(ctx, va, 4 * G), 0);
+
+    /* An injected "reserve" fault hits reserve_at too, holding nothing. */
+    assert_int_equal(sim_inject_fault(ctx, "reserve", 1, -ENOMEM), 0);
+    assert_int_equal(B->reserve_at(ctx, va, 4 * G, 0), -ENOMEM);
+    assert_int_equal(B->reserve_at(ctx, va, 4 * G, 0), 0);
+    assert_int_equal(B->unreserve(ctx, va, 4 * G), 0);
+
+    /* With an alignment above the granularity. */
+    assert_int_equal(B->reserve(ctx, 3 * G, 64 * MiB, (void **)&va2), 0);
+    assert_int_equal(B->unreserve(ctx, va2, 3 * G), 0);
+    assert_int_equal(B->reserve_at(ctx, va2, 3 * G, 64 * MiB), 0);
+    assert_prot(va2, "---p");
+    assert_int_equal(B->unreserve(ctx, va2, 3 * G), 0);
+    B->close(ctx);
+}
+
+/* A range of which anything is taken, by a reservation or by a mapping of
+ * the process, is -EADDRINUSE with one line; the mapping and the backend
+ * stay as they were, and nothing is held. */
+static void test_reserve_at_taken(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    int dev = 0;
+    ump_handle_t h;
+    char buf[4096], *va, *va2, *raw, *q;
+
+    (void)state;
+    /* Over a reservation still held, whole or in part. */
+    assert_int_equal(B->reserve(ctx, 4 * G, 0, (void **)&va), 0);
+    assert_int_equal(reserve_at_logged(ctx, va, 4 * G, 0, buf, sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, va, 4 * G);
+    assert_int_equal(reserve_at_logged(ctx, va + 2 * G, 4 * G, 0, buf,
+                                       sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, va + 2 * G, 4 * G);
+    assert_int_equal(reserve_at_logged(ctx, va - 2 * G, 4 * G, 0, buf,
+                                       sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, va - 2 * G, 4 * G);
+    /* The reservation works on, whole. */
+    assert_prot(va, "---p");
+    assert_prot(va + 4 * G - 1, "---p");
+    assert_int_equal(B->chunk_create(ctx, 0, 4 * G, &h), 0);
+    assert_int_equal(B->map(ctx, va, 4 * G, h), 0);
+    assert_int_equal(B->set_access(ctx, va, 4 * G, &dev, 1), 0);
+    memset(va, 3, 4 * G);
+    assert_int_equal(B->unmap(ctx, va, 4 * G), 0);
+    assert_int_equal(B->chunk_release(ctx, h), 0);
+    assert_int_equal(B->unreserve(ctx, va, 4 * G), 0);
+
+    /* Over an ordinary mapping of the process: [q, q + G) a hole, then
+     * [q + G, q + 4 * G) mapped, written. A range over both is refused and
+     * leaves the hole free: the hole alone is had at once after. */
+    raw = mmap(NULL, 5 * G, PROT_READ | PROT_WRITE,
+               MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    assert_true(raw != MAP_FAILED);
+    q = (char *)(((uintptr_t)raw + G - 1) & ~(uintptr_t)(G - 1));
+    memset(q + G, 0x5a, 3 * G);
+    assert_int_equal(munmap(q, G), 0);
+    assert_int_equal(B->reserve_at(ctx, q, 2 * G, 0), -EADDRINUSE);
+    assert_int_equal(B->reserve_at(ctx, q, G, 0), 0);
+    assert_int_equal(B->unreserve(ctx, q, G), 0);
+    assert_int_equal(reserve_at_logged(ctx, q + G, 2 * G, 0, buf,
+                                       sizeof(buf)),
+                     -EADDRINUSE);
+    assert_taken_line(buf, q + G, 2 * G);
+    assert_prot(q + G, "rw-p");
+    for (size_t i = 0; i < 3 * G; i++)
+        if (q[G + i] != 0x5a)
+            fail_msg("the process's mapping changed at offset %zu", i);
+
+    /* The backend works on. */
+    assert_int_equal(B->reserve(ctx, 2 * G, 0, (void **)&va2), 0);
+    assert_int_equal(B->unreserve(ctx, va2, 2 * G), 0);
+    assert_int_equal(munmap(raw, 5 * G), 0);
+    B->close(ctx);
+}
+
+/* Misaligned or empty ranges and bad alignments are -EINVAL, and hold
+ * nothing. */
+static void test_reserve_at_bad_args(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(1, 64 * MiB, &topo);
+    char *va;
+    char *top = (char *)(UINTPTR_MAX & ~(uintptr_t)(G - 1));
+
+    (void)state;
+    assert_int_equal(B->reserve(ctx, 2 * G, 64 * MiB, (void **)&va), 0);
+    assert_int_equal(B->unreserve(ctx, va, 2 * G), 0);
+    assert_int_equal(B->reserve_at(ctx, va + 4096, 2 * G, 0), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, va + G, 2 * G, 64 * MiB), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, va, 2 * G, 3 * G), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, va, G + 4096, 0), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, va, 0, 0), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, NULL, 2 * G, 0), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, top, 2 * G, 0), -EINVAL);
+    assert_int_equal(B->reserve_at(ctx, va, 2 * G, 64 * MiB), 0);
+    assert_int_equal(B->unreserve(ctx, va, 2 * G), 0);
     B->close(ctx);
 }
 
@@ -1272,6 +1445,9 @@ int main(void)
         cmocka_unit_test(test_release_while_mapped),
         cmocka_unit_test(test_punch_hole),
         cmocka_unit_test(test_reserve_alignment),
+        cmocka_unit_test(test_reserve_at_round_trip),
+        cmocka_unit_test(test_reserve_at_taken),
+        cmocka_unit_test(test_reserve_at_bad_args),
         cmocka_unit_test(test_many_mappings),
         cmocka_unit_test(test_host_chunks),
         cmocka_unit_test(test_host_capacity),

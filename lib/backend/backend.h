@@ -40,6 +40,12 @@ struct backend_ops {
 
     int (*reserve)(void *ctx, size_t size, size_t align, void **va_p);
     int (*unreserve)(void *ctx, void *va, size_t size);
+    /* Optional (NULL: -ENOTSUP by the caller). Reserves exactly
+     * [va, va + size), both aligned to align, like reserve(): -EADDRINUSE
+     * when any of it is taken (a mapping of the process on sim, another
+     * reservation of the driver on cuda) or the driver would place it
+     * elsewhere; then nothing is held. Released with unreserve(). */
+    int (*reserve_at)(void *ctx, void *va, size_t size, size_t align);
     /* -ENOMEM when the device is full. */
     int (*chunk_create)(void *ctx, int device, size_t size, ump_handle_t *h_p);
     int (*chunk_release)(void *ctx, ump_handle_t h);
@@ -126,7 +132,7 @@ const char *cuda_unavailable_reason(void);
 
 /* Sim fault injection, for tests: the nth next call (1 = the next one) of
  * the named operation ("chunk_create", "host_chunk_create", "map", "set_access",
- * "unmap", "reserve") fails
+ * "unmap", "reserve": reserve and reserve_at together) fails
  * with err. n = 0 clears it. */
 int sim_inject_fault(void *ctx, const char *op, int nth, int err);
 

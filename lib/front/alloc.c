@@ -389,6 +389,14 @@ static int alloc_begin(ump_pool_t *pool, const char *fn, size_t size,
         return bad_arg(fn, "ptr_p is NULL");
     if (ump_unlikely(!size))
         return bad_arg(fn, "size 0");
+    /* Device memory is given back while suspended (front/suspend.c);
+     * pinned host memory stays and is served. */
+    if (ump_unlikely(atomic_load_explicit(&pool->suspended,
+                                          memory_order_relaxed)) &&
+        strcmp(fn, "ump_host_alloc")) {
+        ump_log_error("%s: the pool is suspended (ump_pool_resume first)", fn);
+        return -EBUSY;
+    }
     *tc_p = tcache_get(pool);
     return ump_likely(*tc_p != NULL) ? 0 : -ENOMEM;
 }
@@ -641,6 +649,21 @@ void pool_poll_pending(ump_pool_t *pool, bool wait)
     }
 }
 
+void alloc_adopt_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
+                     size_t size)
+{
+    void *p;
+    give_run(pool, r, size, &p);
+    count_run(pool, tc, r, COUNT_ALLOC);
+}
+
+void alloc_adopt_object(struct tcache *tc, struct slab *s)
+{
+    tc_enter(tc);
+    count_bin(tc, s->device, s->cls, s->size, COUNT_ALLOC);
+    tc_exit(tc);
+}
+
 /* Counts a claimed allocation (what: COUNT_FREE or COUNT_UNFREE). */
 static void count_claimed(ump_pool_t *pool, struct tcache *tc,
                           const struct claim *c, int what)
@@ -748,6 +771,14 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
             }
             rc = 0;
         }
+    }
+    if (!rc && vas_tag_kind(tag) == VAS_SLAB &&
+        ((struct slab *)vas_tag_owner(tag))->away) { /* suspended */
+        struct slab *s = vas_tag_owner(tag);
+        info.chunk_base = s->base;
+        info.chunk_size = pool->chunk_size;
+        info.tier = s->away;
+        tracked = true;
     }
     if (!rc && !tracked) {
         const struct chunk *c = chunks_at(pool, g);

@@ -40,4 +40,13 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
  * objects and for anything not allocated. */
 bool pool_ptr_movable(ump_pool_t *pool, const void *ptr);
 
+/* A run or a slab object that a restore made (front/restore.c) becomes
+ * live as ump_alloc would have left it: its state, size, age, and the
+ * counters of tc, the restoring thread's cache (one call per object). */
+struct tcache;
+struct slab;
+void alloc_adopt_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
+                     size_t size);
+void alloc_adopt_object(struct tcache *tc, struct slab *s);
+
 #endif

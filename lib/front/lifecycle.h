@@ -21,6 +21,14 @@ struct pool_observer {
 /* ump_pool_create: obs may be NULL. */
 int pool_create(const char *config, const struct pool_observer *obs,
                 ump_pool_t **pool_p);
+/* A pool of configuration cfg (loaded), its addresses reserved exactly at
+ * [at, at + at_size) when at is not NULL (a restore: -EADDRINUSE when they
+ * are taken, -ENOTSUP when the backend cannot). */
+int pool_create_at(const struct ump_config *cfg, void *at, size_t at_size,
+                   const struct pool_observer *obs, ump_pool_t **pool_p);
+/* ump_pool_restore (front/restore.c). */
+int pool_restore(const char *path, const char *config,
+                 const struct pool_observer *obs, ump_pool_t **pool_p);
 /* ump_pool_destroy. */
 int pool_destroy(ump_pool_t *pool);
 

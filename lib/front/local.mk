@@ -10,7 +10,9 @@ lib_libumpool_core_la_SOURCES += \
 	lib/front/stream.c \
 	lib/front/machine.c \
 	lib/front/registry.c \
-	lib/front/tier_api.c
+	lib/front/tier_api.c \
+	lib/front/checkpoint.c lib/front/restore.c lib/front/suspend.c \
+	lib/front/ckpt.h lib/front/ckpt_format.h
 lib_libumpool_core_la_SOURCES += \
 	lib/front/front.h lib/front/lifecycle.h \
 	lib/front/check.c lib/front/check.h \

@@ -124,7 +124,24 @@ static int open_backend(ump_pool_t *pool)
     return pool->be->open(cfg, &pool->topo, &pool->bctx);
 }
 
-static int pool_setup(ump_pool_t *pool)
+/* Reserves the pool's addresses: va bytes anywhere, or exactly at `at`. */
+static int reserve(ump_pool_t *pool, void *at, size_t va)
+{
+    if (!at)
+        return pool->be->reserve(pool->bctx, va, pool->chunk_size, &pool->va);
+    if (!pool->be->reserve_at) {
+        ump_log_error("the %s backend cannot reserve a given address range",
+                      pool->be->name);
+        return -ENOTSUP;
+    }
+    int rc = pool->be->reserve_at(pool->bctx, at, va, pool->chunk_size);
+    if (rc == 0)
+        pool->va = at;
+    return rc;
+}
+
+/* at, at_size: the address range to reserve exactly (a restore), or NULL. */
+static int pool_setup(ump_pool_t *pool, void *at, size_t at_size)
 {
     pool->ndev = pool->topo.ndev;
     pool->nplace = pool->ndev + PLACE_EXTRA;
@@ -182,6 +199,8 @@ static int pool_setup(ump_pool_t *pool)
         tiers += pool->cfg.nvme_limit ? pool->cfg.nvme_limit : 4 * total;
     size_t va = pool->cfg.va_size ? pool->cfg.va_size : 2 * (total + tiers);
     va = UMP_ALIGN_UP(va < 2 * chunk ? 2 * chunk : va, chunk);
+    if (at)
+        va = at_size;
     size_t cap[UMP_MAX_DEVICES], avail[UMP_MAX_DEVICES];
     for (int d = 0; d < pool->ndev; d++)
         cap[d] = pool->dev[d].capacity;
@@ -190,7 +209,7 @@ static int pool_setup(ump_pool_t *pool)
                              pool->cfg.policy, avail);
     if (rc)
         return rc;
-    rc = pool->be->reserve(pool->bctx, va, chunk, &pool->va);
+    rc = reserve(pool, at, va);
     if (rc)
         return rc;
     rc = vas_init(&pool->vas, pool->va, va, chunk);
@@ -258,6 +277,19 @@ int pool_create(const char *config, const struct pool_observer *obs,
         ump_log_error("ump_pool_create: pool_p is NULL");
         return -EINVAL;
     }
+    struct ump_config *cfg = malloc(sizeof(*cfg));
+    if (!cfg)
+        return -ENOMEM;
+    int rc = conf_load(config, cfg);
+    if (!rc)
+        rc = pool_create_at(cfg, NULL, 0, obs, pool_p);
+    free(cfg);
+    return rc;
+}
+
+int pool_create_at(const struct ump_config *cfg, void *at, size_t at_size,
+                   const struct pool_observer *obs, ump_pool_t **pool_p)
+{
     pthread_once(&global_once, global_init);
     if (global_rc) {
         ump_log_error("cannot set up the process: %s", ump_strerror(global_rc));
@@ -266,11 +298,8 @@ int pool_create(const char *config, const struct pool_observer *obs,
     ump_pool_t *pool = calloc(1, sizeof(*pool));
     if (!pool)
         return -ENOMEM;
-    int rc = conf_load(config, &pool->cfg);
-    if (rc) {
-        free(pool);
-        return rc;
-    }
+    pool->cfg = *cfg;
+    int rc;
     log_set_level(pool->cfg.log_level);
     pthread_mutex_init(&pool->lock, NULL);
     pthread_mutex_init(&pool->streams_lock, NULL);
@@ -284,7 +313,7 @@ int pool_create(const char *config, const struct pool_observer *obs,
         free(pool);
         return rc;
     }
-    rc = pool_setup(pool);
+    rc = pool_setup(pool, at, at_size);
     if (rc)
         goto fail;
     rc = offload_init(pool);
@@ -364,6 +393,12 @@ int pool_destroy(ump_pool_t *pool)
         return -EBUSY;
     }
     pthread_mutex_lock(&pool->lock);
+    if (atomic_load(&pool->suspended)) {
+        pthread_mutex_unlock(&pool->lock);
+        ump_log_error("ump_pool_destroy: the pool is suspended "
+                      "(ump_pool_resume first)");
+        return -EBUSY;
+    }
     uint64_t live = live_count_locked(pool);
     if (live) {
         pthread_mutex_unlock(&pool->lock);
@@ -383,6 +418,7 @@ int pool_destroy(ump_pool_t *pool)
     while (pool->tcaches)
         tcache_destroy(pool->tcaches);
     pool_trim_locked(pool);
+    offload_suspend_forget(pool); /* resumed: the list is empty */
     offload_fini(pool);
     for (int d = 0; d < pool->nplace; d++)
         if (pool->dev[d].mapped || pool->dev[d].created)

@@ -203,7 +203,10 @@ void stats_walk(ump_pool_t *pool, stats_walk_fn fn, void *arg)
             if (!place_is_host(pool, s->device))
                 fn(arg, &(struct stats_piece){
                             g, 1, s->device,
-                            s->nfree == s->nobj ? STATS_CACHED : STATS_USED,
+                            s->away == UMP_TIER_HOST   ? STATS_HOST
+                            : s->away == UMP_TIER_NVME ? STATS_NVME
+                            : s->nfree == s->nobj      ? STATS_CACHED
+                                                       : STATS_USED,
                             NULL});
             break;
         }

@@ -31,11 +31,23 @@ static int read_device(ump_pool_t *pool, const char *fn, int device,
     return -EINVAL;
 }
 
+/* Memory cannot come up or move while the pool is suspended
+ * (front/suspend.c): -EBUSY. */
+static int awake(ump_pool_t *pool, const char *fn)
+{
+    if (!atomic_load(&pool->suspended))
+        return 0;
+    ump_log_error("%s: the pool is suspended (ump_pool_resume first)", fn);
+    return -EBUSY;
+}
+
 UMP_EXPORT int ump_acquire(ump_pool_t *pool, void *ptr, size_t size,
                            int device, ump_stream_t stream)
 {
     int rc = pool_check(pool, "ump_acquire");
     int dev;
+    if (!rc)
+        rc = awake(pool, "ump_acquire");
     if (!rc)
         rc = read_device(pool, "ump_acquire", device, false, &dev);
     if (!rc)
@@ -60,6 +72,8 @@ UMP_EXPORT int ump_prefetch(ump_pool_t *pool, void *ptr, size_t size,
     int rc = pool_check(pool, "ump_prefetch");
     int dev;
     if (!rc)
+        rc = awake(pool, "ump_prefetch");
+    if (!rc)
         rc = read_device(pool, "ump_prefetch", device, true, &dev);
     if (!rc)
         rc = pool_stream_check(pool, stream, "ump_prefetch");
@@ -72,6 +86,8 @@ UMP_EXPORT int ump_prefetch(ump_pool_t *pool, void *ptr, size_t size,
 UMP_EXPORT int ump_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
 {
     int rc = pool_check(pool, "ump_evict");
+    if (!rc)
+        rc = awake(pool, "ump_evict");
     if (rc)
         return rc;
     if (tier != UMP_TIER_HOST && tier != UMP_TIER_NVME) {

@@ -572,8 +572,9 @@ static int grant(ump_pool_t *pool, int d, size_t g, size_t k)
     return rc;
 }
 
-int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
-                 size_t nparts, size_t n, size_t *start_p)
+/* chunks_build, at any free addresses or (fixed) at *start_p. */
+static int build(ump_pool_t *pool, const ump_place_part_t *parts,
+                 size_t nparts, size_t n, bool fixed, size_t *start_p)
 {
     struct vas *v = &pool->vas;
     /* The chunks first, then the addresses: gathering may unmap cached
@@ -585,7 +586,10 @@ int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
     int rc = 0;
     for (size_t p = 0; p < nparts && !rc; p++)
         rc = gather(pool, parts[p].device, parts[p].chunks, cs, &nc);
-    if (!rc && vas_take(v, n, &start)) {
+    if (!rc && fixed) {
+        start = *start_p;
+        rc = vas_take_range(v, start, n);
+    } else if (!rc && vas_take(v, n, &start)) {
         /* Addresses are fragmented by cached blocks: unmap them all, so
          * that their addresses coalesce, and try once more. */
         reclaim_all(pool);
@@ -622,6 +626,18 @@ int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
     }
     *start_p = start;
     return 0;
+}
+
+int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
+                 size_t nparts, size_t n, size_t *start_p)
+{
+    return build(pool, parts, nparts, n, false, start_p);
+}
+
+int chunks_build_at(ump_pool_t *pool, const ump_place_part_t *parts,
+                    size_t nparts, size_t n, size_t start)
+{
+    return build(pool, parts, nparts, n, true, &start);
 }
 
 int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p)

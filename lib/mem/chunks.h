@@ -42,6 +42,10 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p);
  * as before. */
 int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
                  size_t nparts, size_t n, size_t *start_p);
+/* chunks_build at exactly [start, start+n) (a checkpoint's restore):
+ * -EADDRINUSE when those addresses are not free. */
+int chunks_build_at(ump_pool_t *pool, const ump_place_part_t *parts,
+                    size_t nparts, size_t n, size_t start);
 /* n granules of device from a cached block grown in place: the largest
  * block smaller than n with free addresses right after it for the rest,
  * which is mapped there from chunks_get's chunks. The block's memory

@@ -187,6 +187,12 @@ struct ump_pool {
     size_t peak;             /* (L) pool-wide high-water mark of in use */
     bool no_grow;            /* (L) creating chunks answers -EAGAIN: the
                                 slow path's first try (front/pool.c) */
+    /* (L) ump_pool_suspend moved the devices' data down (front/suspend.c
+     * keeps what it needs to bring it back in susp). Allocations are
+     * refused meanwhile: read on their path with no lock, hence atomic. */
+    _Atomic bool suspended;
+    struct suspend *susp;
+    void *_Atomic root;      /* ump_pool_set_root: kept by checkpoints */
     size_t created;          /* (L) the devices' bytes of chunks created */
     size_t created_peak;     /* (L) and its high-water mark */
     /* (L) High-water marks of the host places together (one budget):

@@ -13,8 +13,9 @@
 
 #include "mem/chunks.h"
 #include "mem/runs.h"
+#include "mem/slab.h"
 
-static struct run *runs_get(ump_pool_t *pool)
+struct run *runs_get(ump_pool_t *pool)
 {
     struct run *r = pool->free_runs;
     if (r) {
@@ -99,6 +100,21 @@ static bool reuse_ok(ump_pool_t *pool, const struct place_req *pr)
     return policy_prefers_requester(&pool->place, pr->policy);
 }
 
+/* A run struct for the n mapped granules at start, tagged, not live. */
+static void run_init(ump_pool_t *pool, struct run *r, size_t start, size_t n,
+                     bool mixed, unsigned flags)
+{
+    r->start = start;
+    r->n = n;
+    r->mixed = mixed;
+    r->device = chunks_device(pool, start);
+    r->flags = (unsigned char)flags;
+    chunks_note_in_use(pool, r->device);
+    atomic_store_explicit(&r->word, obj_word(OBJ_FREE, 0),
+                          memory_order_relaxed);
+    vas_set(&pool->vas, start, n, VAS_RUN, r);
+}
+
 int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
                struct run **run_p)
 {
@@ -125,15 +141,32 @@ int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
         runs_put(pool, r);
         return rc; /* a policy's own errno goes back as ump_alloc's */
     }
-    r->start = start;
-    r->n = n;
-    r->mixed = mixed;
-    r->device = chunks_device(pool, start);
-    r->flags = (unsigned char)pr->req.flags;
-    chunks_note_in_use(pool, r->device);
-    atomic_store_explicit(&r->word, obj_word(OBJ_FREE, 0),
-                          memory_order_relaxed);
-    vas_set(&pool->vas, start, n, VAS_RUN, r);
+    run_init(pool, r, start, n, mixed, pr->req.flags);
+    *run_p = r;
+    return 0;
+}
+
+int runs_build_at(ump_pool_t *pool, size_t start,
+                  const ump_place_part_t *parts, size_t np, unsigned flags,
+                  struct run **run_p)
+{
+    struct run *r = runs_get(pool);
+    if (!r)
+        return -ENOMEM;
+    size_t n = 0;
+    bool mixed = false;
+    for (size_t p = 0; p < np; p++) {
+        n += parts[p].chunks;
+        mixed |= parts[p].device != parts[0].device;
+    }
+    int rc = chunks_build_at(pool, parts, np, n, start);
+    if (rc) {
+        runs_put(pool, r);
+        return rc;
+    }
+    for (size_t p = 0; p < np; p++)
+        chunks_note_in_use(pool, parts[p].device);
+    run_init(pool, r, start, n, mixed, flags);
     *run_p = r;
     return 0;
 }
@@ -188,4 +221,36 @@ void runs_unpark_all(ump_pool_t *pool)
 {
     for (int d = 0; d < pool->nplace; d++)
         unpark_device(pool, d);
+}
+
+int runs_walk(ump_pool_t *pool,
+              int (*fn)(ump_pool_t *pool, struct slab *s, struct run *r,
+                        void *arg),
+              void *arg)
+{
+    struct vas *v = &pool->vas;
+    int rc = 0;
+    for (size_t g = 0; g < v->ngran && !rc;) {
+        size_t free_n = vas_free_at(v, g);
+        if (free_n) {
+            g += free_n;
+            continue;
+        }
+        uintptr_t tag = vas_tag(v, g);
+        size_t step = 1;
+        if (vas_tag_kind(tag) == VAS_SLAB) {
+            struct slab *s = vas_tag_owner(tag);
+            if (s->granule == g)
+                rc = fn(pool, s, NULL, arg);
+        } else if (vas_tag_kind(tag) == VAS_RUN) {
+            struct run *r = vas_tag_owner(tag);
+            if (r->start == g) {
+                step = r->n;
+                if (obj_state(atomic_load(&r->word)) == OBJ_LIVE)
+                    rc = fn(pool, NULL, r, arg);
+            }
+        }
+        g += step;
+    }
+    return rc;
 }

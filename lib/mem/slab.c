@@ -182,6 +182,35 @@ int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
     return 0;
 }
 
+int slab_build_at(ump_pool_t *pool, int place, unsigned cls, size_t g,
+                  const uint32_t *live, const uint32_t *req, size_t nlive,
+                  struct slab **s_p)
+{
+    ump_place_part_t part = {.device = place, .chunks = 1};
+    int rc = chunks_build_at(pool, &part, 1, 1, g);
+    if (rc)
+        return rc;
+    struct slab *s = slab_new(pool, cls, g);
+    if (!s) {
+        chunks_cache(pool, g, 1);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < nlive; i++)
+        atomic_store_explicit(&s->word[live[i]], obj_word(OBJ_LIVE, req[i]),
+                              memory_order_relaxed);
+    /* The free stack holds the others, low addresses on top (slab_new). */
+    s->nfree = 0;
+    for (uint32_t i = s->nobj; i-- > 0;)
+        if (obj_state(atomic_load_explicit(&s->word[i],
+                                           memory_order_relaxed)) != OBJ_LIVE)
+            s->free_idx[s->nfree++] = i;
+    vas_set(&pool->vas, g, 1, VAS_SLAB, s);
+    slab_link(pool, s, slab_list_for(s));
+    chunks_note_in_use(pool, s->device);
+    *s_p = s;
+    return 0;
+}
+
 static void slab_release(ump_pool_t *pool, struct slab *s)
 {
     slab_unlink(pool, s);
@@ -196,7 +225,7 @@ void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
     if (list == s->list)
         return;
     slab_unlink(pool, s);
-    if (list == SLAB_EMPTY &&
+    if (list == SLAB_EMPTY && !s->away &&
         pool->dev[s->device].empty[s->cls].count >= SLAB_EMPTY_KEEP) {
         s->list = SLAB_EMPTY; /* not linked: release without unlinking */
         chunks_cache(pool, s->granule, 1);
@@ -210,8 +239,10 @@ void slab_trim(ump_pool_t *pool)
 {
     for (int d = 0; d < pool->nplace; d++)
         for (unsigned c = 0; c < pool->nsmall; c++)
-            while (!ump_list_empty(&pool->dev[d].empty[c].l))
-                slab_release(pool, slab_list_first(&pool->dev[d].empty[c]));
+            ump_list_for_each_safe(s, nx, &pool->dev[d].empty[c].l,
+                                   struct slab, link)
+                if (!s->away) /* its chunk is gone: kept until resumed */
+                    slab_release(pool, s);
 }
 
 void slab_free_all(ump_pool_t *pool)

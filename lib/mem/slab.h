@@ -25,6 +25,10 @@ struct slab {
     unsigned cls;
     int device;
     int list;          /* SLAB_PARTIAL / FULL / EMPTY */
+    /* 0, or the tier (UMP_TIER_HOST, UMP_TIER_NVME) its data went to while
+     * the pool is suspended: its chunk is gone, the granule is still its
+     * own, and it is never released (tier/suspend.c). */
+    int away;
     struct ump_list_node link; /* in its device's list (SLAB_*) */
     struct slab *next_retired; /* in pool->free_slabs */
     uint32_t *free_idx;            /* stack of free object indices */
@@ -47,6 +51,14 @@ static inline uint32_t slab_index(const struct slab *s, uint32_t off)
 int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
               unsigned max, struct obj_ref *out, unsigned *n_p,
               int *device_p);
+/* A slab of class cls on a new chunk of place, mapped at exactly granule
+ * g (a checkpoint's restore), with objects live[0..nlive) live, of the
+ * requested sizes req[]. The caller has checked the indices (< the slab's
+ * objects, distinct). -EADDRINUSE when g is not free, -ENOMEM without
+ * room. Pool lock held. */
+int slab_build_at(ump_pool_t *pool, int place, unsigned cls, size_t g,
+                  const uint32_t *live, const uint32_t *req, size_t nlive,
+                  struct slab **s_p);
 /* Gives back object idx, whose state is already OBJ_FREE. Pool lock held. */
 void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx);
 /* Releases every wholly free slab's chunk to the cached blocks. */

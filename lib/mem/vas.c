@@ -99,6 +99,46 @@ int vas_take_at(struct vas *v, size_t start, size_t n)
     return 0;
 }
 
+/* Room in the table of free ranges for one more. */
+static int free_room(struct vas *v)
+{
+    if (v->nfree < v->capfree)
+        return 0;
+    size_t cap = v->capfree * 2;
+    struct vas_range *f = realloc(v->free, cap * sizeof(*f));
+    if (!f)
+        return -ENOMEM;
+    v->free = f;
+    v->capfree = cap;
+    return 0;
+}
+
+int vas_take_range(struct vas *v, size_t start, size_t n)
+{
+    if (!n || start >= v->ngran || n > v->ngran - start)
+        return -EADDRINUSE;
+    size_t i = range_from(v, start + 1); /* the range holding start, if any */
+    if (i == 0 || v->free[i - 1].start + v->free[i - 1].n < start + n)
+        return -EADDRINUSE;
+    struct vas_range *r = &v->free[i - 1];
+    size_t head = start - r->start, tail = r->start + r->n - start - n;
+    if (!head) { /* the front of the range: no split */
+        take_from(v, i - 1, n);
+        return 0;
+    }
+    if (tail) { /* the middle: the range splits in two */
+        if (free_room(v))
+            return -ENOMEM;
+        r = &v->free[i - 1];
+        memmove(&v->free[i + 1], &v->free[i],
+                (v->nfree - i) * sizeof(*v->free));
+        v->free[i] = (struct vas_range){start + n, tail};
+        v->nfree++;
+    }
+    r->n = head;
+    return 0;
+}
+
 int vas_give(struct vas *v, size_t start, size_t n)
 {
     size_t i = range_from(v, start); /* the first range after the given one */
@@ -117,14 +157,8 @@ int vas_give(struct vas *v, size_t start, size_t n)
         v->free[i].start = start;
         v->free[i].n += n;
     } else {
-        if (v->nfree == v->capfree) {
-            size_t cap = v->capfree * 2;
-            struct vas_range *f = realloc(v->free, cap * sizeof(*f));
-            if (!f)
-                return -ENOMEM;
-            v->free = f;
-            v->capfree = cap;
-        }
+        if (free_room(v))
+            return -ENOMEM;
         memmove(&v->free[i + 1], &v->free[i],
                 (v->nfree - i) * sizeof(*v->free));
         v->free[i] = (struct vas_range){start, n};

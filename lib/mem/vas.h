@@ -57,6 +57,11 @@ size_t vas_free_at(const struct vas *v, size_t start);
 /* Takes the first n granules of the free range beginning exactly at start;
  * -ENOMEM when there is none or it is shorter. */
 int vas_take_at(struct vas *v, size_t start, size_t n);
+/* Takes exactly [start, start+n), which must lie inside one free range
+ * (restoring a checkpoint puts allocations at their old addresses);
+ * -EADDRINUSE when any of it is not free, -ENOMEM when the range table
+ * cannot grow. */
+int vas_take_range(struct vas *v, size_t start, size_t n);
 /* Gives granules back to the free ranges, coalescing with neighbours.
  * Caller: they are not free now. -ENOMEM only if the range table can't grow. */
 int vas_give(struct vas *v, size_t start, size_t n);

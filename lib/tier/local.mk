@@ -13,4 +13,6 @@ lib_libumpool_core_la_SOURCES += \
 	lib/tier/xfer.c lib/tier/xfer.h \
 	lib/tier/move.c lib/tier/move.h \
 	lib/tier/evict.c lib/tier/evict.h \
-	lib/tier/worker.c lib/tier/worker.h
+	lib/tier/worker.c lib/tier/worker.h \
+	lib/tier/ckpt.c lib/tier/ckpt.h \
+	lib/tier/suspend.c

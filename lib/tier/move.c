@@ -26,9 +26,7 @@
 
 /* --- streams --------------------------------------------------------------- */
 
-/* Device d's internal stream for moves in direction dir, made on first
- * use. Pool lock held. */
-static int stream_of(ump_pool_t *pool, int d, int dir, void **s_p)
+int move_stream_get(ump_pool_t *pool, int d, int dir, void **s_p)
 {
     void **sp = &pool->off->stream[d * 2 + dir];
     if (!*sp) {
@@ -45,9 +43,10 @@ static int move_stream(ump_pool_t *pool, const struct seg *s, int dev,
                        void **stream_p)
 {
     if (dev >= 0)
-        return stream_of(pool, dev, DIR_UP, stream_p);
-    return stream_of(pool, s->tier == UMP_TIER_DEVICE ? s->dev : s->home,
-                     DIR_DOWN, stream_p);
+        return move_stream_get(pool, dev, DIR_UP, stream_p);
+    return move_stream_get(pool,
+                           s->tier == UMP_TIER_DEVICE ? s->dev : s->home,
+                           DIR_DOWN, stream_p);
 }
 
 void move_streams_destroy(ump_pool_t *pool, struct offload *o)

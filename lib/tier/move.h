@@ -22,6 +22,9 @@ int move_to_nvme(ump_pool_t *pool, struct seg *s);
  * the data is checked (crc32c) before it is used. -EIO when the disk fails
  * or the data is corrupt (s stays on NVMe), -ENOMEM without room. */
 int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev);
+/* Device d's internal stream for moves in direction dir (DIR_DOWN,
+ * DIR_UP), made on first use. Pool lock held. */
+int move_stream_get(ump_pool_t *pool, int d, int dir, void **s_p);
 /* Destroys the devices' internal streams (pool teardown). */
 void move_streams_destroy(ump_pool_t *pool, struct offload *o);
 

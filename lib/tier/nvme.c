@@ -67,6 +67,8 @@ struct nvme_slot {
 struct nvme_store {
     struct nvme_dir *dirs;
     int ndirs;
+    uint64_t base;            /* byte offset of slot space in each file */
+    bool rdonly;              /* a file store opened read-only */
     size_t slot_size;
     size_t align;
     unsigned qd;
@@ -118,7 +120,7 @@ static size_t nvme_max(size_t a, size_t b)
 
 /* Opens a hidden file in path: O_TMPFILE, else a named file unlinked at once.
  * Returns the fd or a negative errno. */
-static int nvme_open_file(const char *path, bool direct)
+static int nvme_open_hidden(const char *path, bool direct)
 {
     int flags = O_RDWR | O_CLOEXEC | (direct ? O_DIRECT : 0);
     int fd = open(path, O_TMPFILE | flags, 0600);
@@ -171,10 +173,10 @@ static int nvme_dir_open(struct nvme_store *st, struct nvme_dir *dir,
     if (!dir->path)
         return -ENOMEM;
     dir->direct = true;
-    dir->fd = nvme_open_file(path, true);
+    dir->fd = nvme_open_hidden(path, true);
     if (dir->fd == -EINVAL) {
         dir->direct = false;
-        dir->fd = nvme_open_file(path, false);
+        dir->fd = nvme_open_hidden(path, false);
         *why = "o_direct refused";
     }
     if (dir->fd < 0) /* the caller logs it, once (offload's xfer_open) */
@@ -182,6 +184,20 @@ static int nvme_dir_open(struct nvme_store *st, struct nvme_dir *dir,
     if (dir->direct)
         st->align = nvme_max(st->align, nvme_dio_align(dir->fd));
     return 0;
+}
+
+/* Byte offset of the idx-th slot of a file (slot s is the (s / ndirs)-th of
+ * directory s % ndirs): the one place that turns slots into file space. */
+static off_t nvme_file_off(const struct nvme_store *st, uint64_t idx)
+{
+    return (off_t)(st->base + idx * st->slot_size);
+}
+
+static struct nvme_dir *nvme_slot_dir(const struct nvme_store *st,
+                                      uint64_t slot, off_t *off_p)
+{
+    *off_p = nvme_file_off(st, slot / (uint64_t)st->ndirs);
+    return &st->dirs[slot % (uint64_t)st->ndirs];
 }
 
 #ifdef HAVE_LIBURING
@@ -248,12 +264,73 @@ static void nvme_arena_bind(void *p, size_t len, int node)
 #endif
 }
 
+/* A store with ndirs directories not opened yet (fd -1), to be filled by
+ * the caller, then started by nvme_store_start; NULL without memory. */
+static struct nvme_store *nvme_store_new(const struct nvme_config *cfg,
+                                         int ndirs)
+{
+    struct nvme_store *st = calloc(1, sizeof(*st));
+
+    if (!st)
+        return NULL;
+    st->slot_size = cfg->slot_size;
+    st->align = NVME_ALIGN_MIN;
+    st->qd = cfg->queue_depth ? cfg->queue_depth : NVME_QD_DEFAULT;
+    if (st->qd > NVME_QD_MAX)
+        st->qd = NVME_QD_MAX;
+    st->dirs = calloc((size_t)ndirs, sizeof(*st->dirs));
+    if (!st->dirs) {
+        free(st);
+        return NULL;
+    }
+    for (int d = 0; d < ndirs; d++)
+        st->dirs[d].fd = -1;
+    return st;
+}
+
+/* Once the files are open: the arena of bounce buffers, then the engine.
+ * *why is set (or kept, when the caller already knows that the thread
+ * engine is needed) when it is the thread engine; reason holds its text. */
+static int nvme_store_start(struct nvme_store *st,
+                            const struct nvme_config *cfg, const char **why,
+                            char *reason, size_t len)
+{
+    st->arena_n = st->qd;
+    if ((size_t)st->arena_n * st->slot_size > NVME_ARENA_MAX)
+        st->arena_n = (unsigned)(NVME_ARENA_MAX / st->slot_size);
+    if (st->arena_n) {
+        st->arena_len = (size_t)st->arena_n * st->slot_size;
+        st->arena = mmap(NULL, st->arena_len, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (st->arena == MAP_FAILED)
+            st->arena = NULL;
+        st->arena_busy = calloc(st->arena_n, sizeof(*st->arena_busy));
+        if (!st->arena || !st->arena_busy)
+            return -ENOMEM;   /* nvme_close frees what there is */
+        nvme_arena_bind(st->arena, st->arena_len, cfg->numa_node);
+    }
+
+    if (cfg->force_threads)
+        *why = *why ? *why : "threads forced";
+#ifdef HAVE_LIBURING
+    else if (!*why) {
+        st->uring = nvme_uring_setup(st, reason, len);
+        if (!st->uring)
+            *why = reason;
+    }
+#else
+    else if (!*why)
+        *why = "built without liburing";
+    (void)reason;
+    (void)len;
+#endif
+    return 0;
+}
+
 int nvme_open(const struct nvme_config *cfg, struct nvme_store **st_p)
 {
     const char *why = NULL;
-#ifdef HAVE_LIBURING
     char reason[96];
-#endif
     int ret;
 
     if (!cfg || !st_p || !cfg->dirs || cfg->ndirs <= 0 ||
@@ -263,73 +340,113 @@ int nvme_open(const struct nvme_config *cfg, struct nvme_store **st_p)
         if (!cfg->dirs[d])
             return -EINVAL;
 
-    struct nvme_store *st = calloc(1, sizeof(*st));
+    struct nvme_store *st = nvme_store_new(cfg, cfg->ndirs);
 
     if (!st)
         return -ENOMEM;
-    st->slot_size = cfg->slot_size;
-    st->align = NVME_ALIGN_MIN;
-    st->qd = cfg->queue_depth ? cfg->queue_depth : NVME_QD_DEFAULT;
-    if (st->qd > NVME_QD_MAX)
-        st->qd = NVME_QD_MAX;
     st->limited = cfg->limit != 0;
     st->limit_slots = cfg->limit / cfg->slot_size;
-    st->dirs = calloc((size_t)cfg->ndirs, sizeof(*st->dirs));
-    if (!st->dirs) {
-        ret = -ENOMEM;
-        goto err_st;
-    }
     for (int d = 0; d < cfg->ndirs; d++) {
-        st->dirs[d].fd = -1;
         st->ndirs = d + 1;
         ret = nvme_dir_open(st, &st->dirs[d], cfg->dirs[d], &why);
         if (ret < 0)
-            goto err_dirs;
+            goto err;
     }
-
-    st->arena_n = st->qd;
-    if ((size_t)st->arena_n * st->slot_size > NVME_ARENA_MAX)
-        st->arena_n = (unsigned)(NVME_ARENA_MAX / st->slot_size);
-    if (st->arena_n) {
-        st->arena_len = (size_t)st->arena_n * st->slot_size;
-        st->arena = mmap(NULL, st->arena_len, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        st->arena_busy = calloc(st->arena_n, sizeof(*st->arena_busy));
-        if (st->arena == MAP_FAILED || !st->arena_busy) {
-            ret = -ENOMEM;
-            goto err_arena;
-        }
-        nvme_arena_bind(st->arena, st->arena_len, cfg->numa_node);
-    }
-
-    if (cfg->force_threads)
-        why = why ? why : "threads forced";
-#ifdef HAVE_LIBURING
-    else if (!why) {
-        st->uring = nvme_uring_setup(st, reason, sizeof(reason));
-        if (!st->uring)
-            why = reason;
-    }
-#else
-    else if (!why)
-        why = "built without liburing";
-#endif
+    ret = nvme_store_start(st, cfg, &why, reason, sizeof(reason));
+    if (ret < 0)
+        goto err;
     if (!st->uring)
         ump_log_info("nvme: using the pread/pwrite thread engine: %s", why);
     *st_p = st;
     return 0;
 
-err_arena:
-    if (st->arena && st->arena != MAP_FAILED)
-        munmap(st->arena, st->arena_len);
-    st->arena = NULL;
-    free(st->arena_busy);
-    st->arena_busy = NULL;
-err_dirs:
+err:
     nvme_close(st);
     return ret;
-err_st:
-    free(st);
+}
+
+/* Opens the named file of a file store: made (O_EXCL) or read-only, then
+ * switched to O_DIRECT where the file system takes it (setting it after
+ * open, for open(O_CREAT | O_DIRECT) may make the file before refusing
+ * O_DIRECT); *made_p tells whether the file was made here. */
+static int nvme_file_open(struct nvme_store *st, struct nvme_dir *dir,
+                          const char *path, bool create, bool *made_p)
+{
+    int flags = O_CLOEXEC | (create ? O_RDWR | O_CREAT | O_EXCL : O_RDONLY);
+    int fl;
+
+    dir->path = strdup(path);
+    if (!dir->path)
+        return -ENOMEM;
+    dir->fd = open(path, flags, 0600);
+    if (dir->fd < 0)
+        return -errno;
+    *made_p = create;
+    fl = fcntl(dir->fd, F_GETFL);
+    dir->direct = fl >= 0 && fcntl(dir->fd, F_SETFL, fl | O_DIRECT) == 0;
+    if (!dir->direct)
+        return 0;
+    st->align = nvme_max(st->align, nvme_dio_align(dir->fd));
+    if (st->base % st->align == 0)
+        return 0;
+    /* slot space not aligned for this file system's O_DIRECT: buffered */
+    if (fcntl(dir->fd, F_SETFL, fl) != 0)
+        return -errno;
+    dir->direct = false;
+    return 0;
+}
+
+int nvme_open_file(const struct nvme_config *cfg, const char *path,
+                   bool create, uint64_t base, uint64_t nslots,
+                   struct nvme_store **st_p)
+{
+    const char *why = NULL;
+    char reason[96];
+    bool made = false;
+    int ret;
+
+    if (!cfg || !path || !st_p || cfg->slot_size == 0 ||
+        cfg->slot_size % NVME_MIB || base % NVME_ALIGN_MIN)
+        return -EINVAL;
+    if (create)
+        nslots = 0;
+    if (base > (uint64_t)INT64_MAX ||
+        nslots > ((uint64_t)INT64_MAX - base) / cfg->slot_size ||
+        nslots > SIZE_MAX / sizeof(struct nvme_slot))
+        return -EINVAL;
+
+    struct nvme_store *st = nvme_store_new(cfg, 1);
+
+    if (!st)
+        return -ENOMEM;
+    st->base = base;
+    st->rdonly = !create;
+    st->ndirs = 1;
+    ret = nvme_file_open(st, &st->dirs[0], path, create, &made);
+    if (ret < 0)
+        goto err;
+    if (nslots) {
+        st->slots = calloc(nslots, sizeof(*st->slots));
+        if (!st->slots) {
+            ret = -ENOMEM;
+            goto err;
+        }
+        for (uint64_t s = 0; s < nslots; s++)
+            st->slots[s].used = true;
+        st->cap = nslots;
+        st->nused = nslots;
+        st->dirs[0].file_slots = nslots;   /* never grown: read-only */
+    }
+    ret = nvme_store_start(st, cfg, &why, reason, sizeof(reason));
+    if (ret < 0)
+        goto err;
+    *st_p = st;
+    return 0;
+
+err:
+    if (made)   /* no store: the file made for it goes too */
+        unlink(path);
+    nvme_close(st);
     return ret;
 }
 
@@ -356,6 +473,17 @@ void nvme_close(struct nvme_store *st)
     free(st);
 }
 
+/* Makes fd at least len bytes long (never shorter: a named file may hold
+ * more than the store wrote, such as a checkpoint's header). */
+static bool nvme_file_extend(int fd, off_t len)
+{
+    struct stat sb;
+
+    if (fstat(fd, &sb) == 0 && sb.st_size >= len)
+        return true;
+    return ftruncate(fd, len) == 0;
+}
+
 /* Makes the file of dir cover need slots, growing in steps; only the new
  * part is allocated. */
 static int nvme_dir_grow(struct nvme_store *st, struct nvme_dir *dir,
@@ -369,21 +497,19 @@ static int nvme_dir_grow(struct nvme_store *st, struct nvme_dir *dir,
     uint64_t step_max = nvme_max(1, NVME_GROW_MAX_BYTES / st->slot_size);
     uint64_t target = nvme_max(need, have + (step < step_max ? step
                                                              : step_max));
-    off_t from = (off_t)(have * st->slot_size);
+    off_t from = nvme_file_off(st, have);
 
     /* no directory ever holds more slots than the whole limit */
     if (st->limited && target > st->limit_slots)
         target = nvme_max(need, st->limit_slots);
-    if (fallocate(dir->fd, 0, from,
-                  (off_t)(target * st->slot_size) - from) < 0) {
+    if (fallocate(dir->fd, 0, from, nvme_file_off(st, target) - from) < 0) {
         int err = errno;
 
         if (err == ENOSPC && target > need &&
-            fallocate(dir->fd, 0, from,
-                      (off_t)(need * st->slot_size) - from) == 0) {
+            fallocate(dir->fd, 0, from, nvme_file_off(st, need) - from) == 0) {
             target = need;
         } else if (err == EOPNOTSUPP &&
-                   ftruncate(dir->fd, (off_t)(target * st->slot_size)) == 0) {
+                   nvme_file_extend(dir->fd, nvme_file_off(st, target))) {
             /* a sparse file is the best this filesystem offers */
         } else {
             ump_log_warn("nvme: cannot grow the spill file in %s: %s",
@@ -399,6 +525,8 @@ int nvme_slot_alloc(struct nvme_store *st, uint64_t *slot_p)
 {
     if (!st || !slot_p)
         return -EINVAL;
+    if (st->rdonly)
+        return -EBADF;
     if (st->limited && st->nused >= st->limit_slots)
         return -ENOSPC;
 
@@ -437,6 +565,21 @@ void nvme_slot_free(struct nvme_store *st, uint64_t slot)
         return;
     st->slots[slot] = (struct nvme_slot){ .used = false };
     st->nused--;
+}
+
+uint32_t nvme_slot_crc(const struct nvme_store *st, uint64_t slot)
+{
+    if (!st || slot >= st->cap || !st->slots[slot].valid)
+        return 0;
+    return st->slots[slot].crc;
+}
+
+void nvme_slot_expect(struct nvme_store *st, uint64_t slot, uint32_t crc)
+{
+    if (!st || slot >= st->cap || !st->slots[slot].used)
+        return;
+    st->slots[slot].crc = crc;
+    st->slots[slot].valid = true;
 }
 
 static bool nvme_in_arena(const struct nvme_store *st, const void *p,
@@ -540,7 +683,10 @@ static size_t nvme_req_len(const struct nvme_store *st,
     return len < NVME_MAX_XFER ? len : NVME_MAX_XFER;
 }
 
-/* Accounts one completion; true when rq is finished (io->res set). */
+/* Accounts one completion; true when rq is finished (io->res set). A read
+ * that returns 0 met the end of the file: -EIO at once, as for a direct
+ * read that stopped off the alignment (only the end of the file does that:
+ * the rest would be refused, EINVAL). */
 static bool nvme_req_complete(const struct nvme_store *st, struct nvme_req *rq,
                               long res)
 {
@@ -551,8 +697,13 @@ static bool nvme_req_complete(const struct nvme_store *st, struct nvme_req *rq,
         return true;
     }
     rq->done += (size_t)res;
-    if (rq->done < st->slot_size)
+    if (rq->done < st->slot_size) {
+        if (!rq->write && rq->dir->direct && rq->done % st->align) {
+            rq->io->res = -EIO;
+            return true;
+        }
         return false;
+    }
     rq->io->res = 0;
     return true;
 }
@@ -805,6 +956,10 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
             io[i].res = -EINVAL;
             continue;
         }
+        if (write && st->rdonly) {
+            io[i].res = -EBADF;
+            continue;
+        }
         if (!write && !st->slots[s].valid) {
             ump_log_error("nvme: slot %llu holds no written data",
                           (unsigned long long)s);
@@ -817,8 +972,7 @@ static int nvme_io_batch(struct nvme_store *st, struct nvme_io *io, size_t n,
         struct nvme_req *r = &rq[nrun];
 
         r->io = &io[i];
-        r->dir = &st->dirs[s % (uint64_t)st->ndirs];
-        r->off = (off_t)(s / (uint64_t)st->ndirs * st->slot_size);
+        r->dir = nvme_slot_dir(st, s, &r->off);
         r->write = write;
         r->fault = nvme_fault_take(st);
         if (r->fault == NVME_F_EIO || r->fault == NVME_F_ENOSPC) {

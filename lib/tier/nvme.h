@@ -8,6 +8,9 @@
  * Slot s lives in directory s % ndirs at offset (s / ndirs) * slot_size, so
  * consecutive allocations spread over the directories. A store is not
  * thread-safe: the caller serialises every call on one store.
+ *
+ * nvme_open_file makes a store of the same kind on one named file instead
+ * (a checkpoint's data), its slots from a base offset on.
  */
 #ifndef UMP_NVME_H
 #define UMP_NVME_H
@@ -39,14 +42,39 @@ struct nvme_io {
 /* Opens the store; on success *st_p is closed with nvme_close. Logs no
  * error (the caller says what the store was for, in one line). */
 int nvme_open(const struct nvme_config *cfg, struct nvme_store **st_p);
-/* Closes files and rings: nothing is left on disk. The caller has freed its
- * buffers first (arena ones become invalid here). NULL is allowed. */
+/* A store on one named file, for a checkpoint's data: slot s at byte
+ * offset base + s * slot_size (base a multiple of 4096), through the same
+ * engines as nvme_open's stores (cfg->dirs and cfg->ndirs are ignored;
+ * cfg->limit too). create: path is made (O_CREAT | O_EXCL, mode 0600,
+ * O_DIRECT where the file system takes it) and slots are handed out by
+ * nvme_slot_alloc in order 0, 1, 2, ...; the file is never unlinked by the
+ * store (the caller renames or removes it), but a file made by a call that
+ * then fails is removed. nslots is ignored. Else path is opened read-only
+ * with nslots slots, holding no valid data until nvme_slot_expect; there
+ * nvme_slot_alloc and nvme_write fail with -EBADF. Reading a slot that the
+ * file does not hold whole (truncated) fails at once with -EIO. The thread
+ * engine is used where io_uring is not available. Logs nothing; -errno of
+ * open, -ENOMEM, -EINVAL for bad arguments. */
+int nvme_open_file(const struct nvme_config *cfg, const char *path,
+                   bool create, uint64_t base, uint64_t nslots,
+                   struct nvme_store **st_p);
+/* Closes files and rings: nothing is left on disk, except the named file of
+ * a store from nvme_open_file, left as it is (never truncated). The caller
+ * has freed its buffers first (arena ones become invalid here). NULL is
+ * allowed. */
 void nvme_close(struct nvme_store *st);
 
 /* Reserves a slot (-ENOSPC at the limit or when the disk is full). */
 int nvme_slot_alloc(struct nvme_store *st, uint64_t *slot_p);
 /* Releases a slot; its data is forgotten. */
 void nvme_slot_free(struct nvme_store *st, uint64_t slot);
+/* The crc32c of slot's data, once written successfully (or as given to
+ * nvme_slot_expect); 0 for a slot holding no valid data. */
+uint32_t nvme_slot_crc(const struct nvme_store *st, uint64_t slot);
+/* Slot holds data whose crc32c is crc (read from a checkpoint's index):
+ * nvme_read then checks it (-EIO on a mismatch). Ignored for a slot not in
+ * use. */
+void nvme_slot_expect(struct nvme_store *st, uint64_t slot, uint32_t crc);
 
 /* A buffer aligned for O_DIRECT, registered with the rings when it is one of
  * the queue_depth slot-sized arena buffers; NULL when out of memory. */

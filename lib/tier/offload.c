@@ -210,6 +210,12 @@ static int lookup(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
     return 0;
 }
 
+void offload_quiesce(ump_pool_t *pool)
+{
+    while (pool->off->moving)
+        pthread_cond_wait(&pool->off->moved, &pool->lock);
+}
+
 int offload_acquire(ump_pool_t *pool, void *ptr, size_t size, int dev)
 {
     struct res *res;

@@ -98,6 +98,23 @@ int offload_gran_tier(ump_pool_t *pool, size_t g);
 /* Fills the tier fields of device d's statistics. Pool lock held. */
 void offload_device_stats(ump_pool_t *pool, int d, ump_stats_t *st);
 
+/* Waits until no move runs (they drop the pool lock while they copy).
+ * Every move starts under the pool lock, so none starts while the caller
+ * keeps holding it: a checkpoint reads a still pool. Pool lock held. */
+void offload_quiesce(ump_pool_t *pool);
+
+/* ump_pool_suspend / ump_pool_resume's moving (tier/suspend.c). */
+/* Moves everything on the devices down to tier (UMP_TIER_HOST or
+ * UMP_TIER_NVME). On error what moved is moved back (offload_resume) and
+ * the error returned. pool->suspended is set by the caller. */
+int offload_suspend(ump_pool_t *pool, int tier);
+/* Moves back what offload_suspend moved, as far as the devices have room:
+ * -ENOMEM with what is left still listed (a later call goes on). */
+int offload_resume(ump_pool_t *pool);
+/* Frees the list (pool teardown; nothing is left on it then). */
+void offload_suspend_forget(ump_pool_t *pool);
+
+
 /* Test hook: the nth next operation of a kind fails. what: "eio",
  * "enospc", "short_write", "corrupt" (NVMe I/O, see nvme_inject_fault) or
  * "host_alloc" (creating a pinned host chunk: -ENOMEM). nth 0 clears.

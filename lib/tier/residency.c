@@ -205,12 +205,14 @@ void res_move_begin(ump_pool_t *pool, struct seg *s)
     while (s->moving)
         pthread_cond_wait(&pool->off->moved, &pool->lock);
     s->moving = true;
+    pool->off->moving++;
     s->res->busy++;
 }
 
 void res_move_end(ump_pool_t *pool, struct seg *s)
 {
     s->moving = false;
+    pool->off->moving--;
     pthread_cond_broadcast(&pool->off->moved);
     res_unbusy(pool, s->res);
 }

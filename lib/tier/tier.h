@@ -112,6 +112,7 @@ struct offload {
                              with pool->lock */
     struct worker w[W_COUNT];
     bool stopping;
+    unsigned moving;     /* segments claimed by a move now (residency.c) */
     struct ump_list lru; /* first most recently used */
     size_t lru_len;      /* segments in it */
     /* The eviction order's logical time: one tick per acquire, release,

@@ -40,7 +40,8 @@ static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
     size_t g1;
     /* The allocation may be gone by now: quietly nothing to do. */
     struct res *res = worker_pf_res(pool, pf, &s, &g1);
-    if (!res)
+    /* Nothing comes up while the pool is suspended: dropped. */
+    if (!res || atomic_load(&pool->suspended))
         return;
     res->busy++;
     for (; s < res->seg + res->nseg && s->g < g1 && !res->dead; s++) {

@@ -223,13 +223,12 @@ static void batch_io(struct nvme_io *io, const uint64_t *slots, void **buf,
  * bounce buffers, in batches of half of them: the device copy of one batch
  * runs on stream while the disk works on the other, so a move between a
  * device and NVMe takes about as long as its slower leg, not the sum. k is
- * at least 2 unless n is 1. io_lock held.
+ * at least 2 unless n is 1. The store is the caller's alone.
  */
-static int bounce_xfer(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
-                       bool write, void **buf, size_t k, struct nvme_io *io,
-                       void *stream)
+static int bounce_xfer(ump_pool_t *pool, struct nvme_store *st, char *va,
+                       const uint64_t *slots, size_t n, bool write, void **buf,
+                       size_t k, struct nvme_io *io, void *stream)
 {
-    struct nvme_store *st = pool->off->nvme;
     size_t h = k > 1 ? k / 2 : 1, nb = (n + h - 1) / h;
     void **half[2] = {buf, buf + (k > 1 ? h : 0)};
     int rc, r2;
@@ -277,40 +276,88 @@ static void *io_addr(ump_pool_t *pool, char *va)
     return view ? view : va;
 }
 
-int xfer_run(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
-             bool write, bool direct, void *stream)
+int xfer_store_run(ump_pool_t *pool, struct nvme_store *st, unsigned qd,
+                   char *va, const uint64_t *slots, size_t n, bool write,
+                   bool direct, void *stream)
 {
-    struct offload *o = pool->off;
     size_t gran = pool->chunk_size;
-    size_t qd = o->qd < 2 ? 2 : o->qd; /* two halves, see bounce_xfer */
+    if (qd < 2)
+        qd = 2; /* two halves, see bounce_xfer */
     size_t k = direct || n < qd ? n : qd;
     struct nvme_io *io = calloc(k, sizeof(*io));
     void **buf = calloc(k, sizeof(*buf));
     int rc = io && buf ? 0 : -ENOMEM;
-    pthread_mutex_lock(&o->io_lock);
-    slots_drain(o);
     if (direct) {
         for (size_t i = 0; !rc && i < n; i++) {
             io[i].slot = slots[i];
             io[i].buf = io_addr(pool, va + i * gran);
         }
         if (!rc)
-            rc = write ? nvme_write(o->nvme, io, n) : nvme_read(o->nvme, io, n);
+            rc = write ? nvme_write(st, io, n) : nvme_read(st, io, n);
     } else {
         for (size_t i = 0; !rc && i < k; i++)
-            if (!(buf[i] = nvme_buffer_alloc(o->nvme, gran)))
+            if (!(buf[i] = nvme_buffer_alloc(st, gran)))
                 rc = -ENOMEM;
         if (!rc)
-            rc = bounce_xfer(pool, va, slots, n, write, buf, k, io, stream);
+            rc = bounce_xfer(pool, st, va, slots, n, write, buf, k, io,
+                             stream);
     }
     for (size_t i = 0; buf && !direct && i < k; i++)
-        nvme_buffer_free(o->nvme, buf[i]);
-    pthread_mutex_unlock(&o->io_lock);
+        nvme_buffer_free(st, buf[i]);
     free(buf);
     free(io);
     /* Pinned memory a driver maps for the GPU may refuse direct I/O. */
     if (rc == -EFAULT && direct)
-        return xfer_run(pool, va, slots, n, write, false, stream);
+        return xfer_store_run(pool, st, qd, va, slots, n, write, false,
+                              stream);
+    return rc;
+}
+
+int xfer_run(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
+             bool write, bool direct, void *stream)
+{
+    struct offload *o = pool->off;
+    pthread_mutex_lock(&o->io_lock);
+    slots_drain(o);
+    int rc = xfer_store_run(pool, o->nvme, o->qd, va, slots, n, write, direct,
+                            stream);
+    pthread_mutex_unlock(&o->io_lock);
+    return rc;
+}
+
+int xfer_copy_slots(ump_pool_t *pool, struct nvme_store *ck,
+                    const uint64_t *ck_slots, const uint64_t *slots,
+                    size_t n, bool to_ck)
+{
+    struct offload *o = pool->off;
+    size_t k = o->qd ? o->qd : 1;
+    if (k > n)
+        k = n;
+    struct nvme_io *io = calloc(k, sizeof(*io));
+    void **buf = calloc(k, sizeof(*buf));
+    int rc = io && buf ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < k; i++)
+        if (!(buf[i] = nvme_buffer_alloc(ck, pool->chunk_size)))
+            rc = -ENOMEM;
+    struct nvme_store *from = to_ck ? o->nvme : ck, *to = to_ck ? ck : o->nvme;
+    const uint64_t *fs = to_ck ? slots : ck_slots, *ts = to_ck ? ck_slots
+                                                              : slots;
+    pthread_mutex_lock(&o->io_lock);
+    slots_drain(o);
+    for (size_t i = 0; !rc && i < n; i += k) {
+        size_t m = n - i < k ? n - i : k;
+        batch_io(io, fs, buf, i, m);
+        rc = nvme_read(from, io, m);
+        if (!rc) {
+            batch_io(io, ts, buf, i, m);
+            rc = nvme_write(to, io, m);
+        }
+    }
+    pthread_mutex_unlock(&o->io_lock);
+    for (size_t i = 0; buf && i < k; i++)
+        nvme_buffer_free(ck, buf[i]);
+    free(buf);
+    free(io);
     return rc;
 }
 

@@ -36,6 +36,20 @@ void xfer_slots_free_later(ump_pool_t *pool, uint64_t *slots, size_t n);
 int xfer_run(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
              bool write, bool direct, void *stream);
 
+/* xfer_run's data path on any store st the caller has to itself (a
+ * checkpoint's file: tier/ckpt.c), with up to qd bounce buffers. */
+int xfer_store_run(ump_pool_t *pool, struct nvme_store *st, unsigned qd,
+                   char *va, const uint64_t *slots, size_t n, bool write,
+                   bool direct, void *stream);
+
+/* Copies n granules file to file between the tier's slots and a
+ * checkpoint store's ck_slots (to_ck: into the checkpoint), through ck's
+ * bounce buffers, never through a device. Takes io_lock: pool lock held
+ * only while the pool is quiesced (no move holds io_lock). */
+int xfer_copy_slots(ump_pool_t *pool, struct nvme_store *ck,
+                    const uint64_t *ck_slots, const uint64_t *slots,
+                    size_t n, bool to_ck);
+
 /* nvme_inject_fault on the store (-ENODEV without one). Pool lock not
  * held. */
 int xfer_inject_fault(ump_pool_t *pool, const char *what, int nth);

@@ -394,12 +394,74 @@ int conf_apply(struct ump_config *cfg, const char *str, const char *origin)
     return 0;
 }
 
+/* The n-th of the '|'-separated words, of its length in *len_p. */
+static const char *word_at(const char *words, int n, size_t *len_p)
+{
+    const char *w = words;
+    for (; n > 0 && w[strcspn(w, "|")]; n--)
+        w += strcspn(w, "|") + 1;
+    *len_p = strcspn(w, "|");
+    return w;
+}
+
+int conf_format(const struct ump_config *cfg, char *buf, size_t len)
+{
+    size_t used = 0;
+    if (!len)
+        return -ENOSPC;
+    buf[0] = '\0';
+    for (const struct ump_conf_entry *e = conf_table; e->key; e++) {
+        const void *field = (const char *)cfg + e->offset;
+        char val[UMP_CONF_PATH_MAX];
+        const char *w;
+        size_t wl;
+        switch (e->type) {
+        case UMP_CONF_ENUM:
+            w = word_at(e->accepted, *(const int *)field, &wl);
+            snprintf(val, sizeof(val), "%.*s", (int)wl, w);
+            break;
+        case UMP_CONF_INT:
+            snprintf(val, sizeof(val), "%d", *(const int *)field);
+            break;
+        case UMP_CONF_SIZE:
+            snprintf(val, sizeof(val), "%zu", *(const size_t *)field);
+            break;
+        case UMP_CONF_BOOL:
+            snprintf(val, sizeof(val), "%s",
+                     *(const bool *)field ? "true" : "false");
+            break;
+        default: /* strings and lists: an empty value is not written */
+            if (!*(const char *)field)
+                continue;
+            snprintf(val, sizeof(val), "%s", (const char *)field);
+            break;
+        }
+        int n = snprintf(buf + used, len - used, "%s%s:%s", used ? "," : "",
+                         e->key, val);
+        if (n < 0 || (size_t)n >= len - used) {
+            buf[used] = '\0';
+            return -ENOSPC;
+        }
+        used += (size_t)n;
+    }
+    return 0;
+}
+
 int conf_load(const char *arg, struct ump_config *cfg)
+{
+    return conf_load_over(NULL, NULL, arg, cfg);
+}
+
+int conf_load_over(const char *base, const char *base_origin,
+                   const char *arg, struct ump_config *cfg)
 {
     struct ump_config tmp;
 
     conf_defaults(&tmp);
-    int rc = conf_apply(&tmp, secure_getenv("UMPOOL_CONF"), "UMPOOL_CONF");
+    int rc = conf_apply(&tmp, base, base_origin);
+    if (rc < 0)
+        return rc;
+    rc = conf_apply(&tmp, secure_getenv("UMPOOL_CONF"), "UMPOOL_CONF");
     if (rc < 0)
         return rc;
     rc = conf_apply(&tmp, arg, "config");

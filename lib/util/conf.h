@@ -84,10 +84,19 @@ extern const struct ump_conf_entry conf_table[];
 /* Fills cfg from the defaults, then UMPOOL_CONF, then arg (may be NULL).
  * -EINVAL with one log line naming the key, the value and what is accepted. */
 int conf_load(const char *arg, struct ump_config *cfg);
+/* conf_load over base, a configuration saved by conf_format (a
+ * checkpoint's, named base_origin in messages): defaults, base,
+ * UMPOOL_CONF, arg. */
+int conf_load_over(const char *base, const char *base_origin,
+                   const char *arg, struct ump_config *cfg);
 /* Applies one "key:value,..." string on top of cfg; origin names it in
  * messages ("UMPOOL_CONF" or "config"). cfg is unchanged on error. */
 int conf_apply(struct ump_config *cfg, const char *str, const char *origin);
 void conf_defaults(struct ump_config *cfg);
+/* Writes cfg as one "key:value,..." string that conf_apply reads back to
+ * the same cfg (every key; a string key only when it is set). -ENOSPC when
+ * it does not fit in len bytes. */
+int conf_format(const struct ump_config *cfg, char *buf, size_t len);
 /* Parses "123", "4K", "2M", "1G", "1T" (binary units). -EINVAL if bad. */
 int conf_parse_size(const char *s, size_t *size_p);
 /* The host tier's size in bytes, as the host_limit key documents it: the

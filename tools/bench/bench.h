@@ -114,6 +114,9 @@ int bench_replay(const struct bench_replay_opts *o);
 int bench_preload(const struct bench_opts *o);
 /* plugin.c: the PyTorch and CuPy entry points beside ump_alloc+ump_free. */
 int bench_plugin(const struct bench_opts *o);
+/* resilience.c: checkpoint, restore, suspend, resume beside the raw disk
+ * and the pool's own moves (--config, --dir, --size, --reps of off). */
+int bench_resilience(const struct bench_offload_opts *o);
 
 static inline uint64_t now_ns(void)
 {

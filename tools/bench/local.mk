@@ -16,7 +16,7 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/offload_report.c tools/bench/offload.h \
 	tools/bench/offload_opt.c tools/bench/offload_opt.h \
 	tools/bench/replay.c \
-	tools/bench/preload.c tools/bench/plugin.c \
+	tools/bench/preload.c tools/bench/plugin.c tools/bench/resilience.c \
 	tools/bench/coll.c tools/bench/coll_gpu.c tools/bench/coll_gpu.h \
 	tools/bench/coll_mpi.c tools/bench/coll_mpi.h \
 	tools/bench/cuda_loader.c tools/bench/cuda_loader.h \

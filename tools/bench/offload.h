@@ -98,6 +98,7 @@ struct disk_base {
     char file[PATH_MAX]; /* fio's file */
     int fd;              /* ours: an O_DIRECT file, unlinked */
     void *bufs[IO_DEPTH];
+    char *dest; /* disk_durable: a fresh destination of size bytes, or NULL */
 };
 
 /* fio when it is in PATH, else an io_uring loop, else nothing (why). */
@@ -107,6 +108,13 @@ void disk_cleanup(struct disk_base *d);
 /* One pass of size bytes; on failure d->ok goes false with why set. */
 void disk_run(struct disk_base *d, size_t size, bool write, double *ns_p);
 const char *disk_name(const struct disk_base *d);
+/* What a checkpoint must do at least, timed whole: size bytes written to a
+ * new file at path (O_DIRECT, the same io_uring loop as disk_run's) and
+ * fsynced (write), or read back from it: into the loop's reused buffers,
+ * or (fresh) into size bytes of new memory, each block in its place, as a
+ * restore must. 0, -ENOTSUP without liburing, or the error. */
+int disk_durable(const char *path, size_t size, bool write, bool fresh,
+                 double *ns_p);
 
 /* ---- the run ------------------------------------------------------------ */
 

@@ -79,6 +79,10 @@ static void usage(FILE *f)
             "  plugin  the PyTorch and CuPy entry points (umpool_torch_alloc+\n"
             "          free on a stream, umpool_cupy_malloc+free) beside\n"
             "          ump_alloc+ump_free, same run (--iters: pairs per batch)\n"
+            "  resilience  checkpoint and restore of --size (default 2G) over\n"
+            "          4 sim devices beside a raw disk write and read in --dir,\n"
+            "          suspend and resume beside the pool's own moves\n"
+            "          (ump_evict, ump_acquire); --reps rounds (default 3)\n"
             "  coll [NAME]  nccl-tests' table for one collective (allreduce,\n"
             "          broadcast, reduce, allgather, reduce_scatter, alltoall,\n"
             "          gather, scatter) on every device of the pool: time,\n"
@@ -140,7 +144,7 @@ static void usage_error(const char *fmt, ...)
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
           "scenarios: alloc, demo, placement, offload, replay, coll, preload, "
-          "plugin; see "
+          "plugin, resilience; see "
           "umpool-bench "
           "--help\n",
           stderr);
@@ -532,8 +536,10 @@ int main(int argc, char **argv)
         return 0;
     if (rc)
         return rc;
-    if (o.offload_opts && strcmp(o.scenario, "offload")) {
-        usage_error("--dir, --size, --budget and --reps belong to offload");
+    if (o.offload_opts && strcmp(o.scenario, "offload") &&
+        strcmp(o.scenario, "resilience")) {
+        usage_error("--dir, --size, --budget and --reps belong to offload "
+                    "(and all but --budget to resilience)");
         return EXIT_USAGE;
     }
     if (o.coll_opts && strcmp(o.scenario, "coll")) {
@@ -591,6 +597,13 @@ int main(int argc, char **argv)
         rc = bench_preload(&o);
     } else if (!strcmp(o.scenario, "plugin")) {
         rc = bench_plugin(&o);
+    } else if (!strcmp(o.scenario, "resilience")) {
+        if (o.alloc_opts || o.off.budget) {
+            usage_error("resilience takes --config, --dir, --size, --reps");
+            return EXIT_USAGE;
+        }
+        o.off.config = o.config;
+        rc = bench_resilience(&o.off);
     } else if (!strcmp(o.scenario, "replay")) {
         if (o.alloc_opts) {
             usage_error("--sizes, --threads and --iters belong to alloc");

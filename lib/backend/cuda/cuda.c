@@ -352,6 +352,7 @@ const struct backend_ops cuda_backend_ops = {
     .granularity = cuvmm_granularity,
     .reserve = cuvmm_reserve,
     .unreserve = cuvmm_unreserve,
+    .reserve_at = cuvmm_reserve_at,
     .chunk_create = cuvmm_chunk_create,
     .chunk_release = cuvmm_chunk_release,
     .host_chunk_create = cuvmm_host_chunk_create,

@@ -175,6 +175,7 @@ void cuvmm_host_setup(struct cuda_ctx *c, const struct ump_topology *topo,
                       const char *sysfs_root);
 size_t cuvmm_granularity(void *ctx, int device);
 int cuvmm_reserve(void *ctx, size_t size, size_t align, void **va_p);
+int cuvmm_reserve_at(void *ctx, void *va, size_t size, size_t align);
 int cuvmm_unreserve(void *ctx, void *va, size_t size);
 int cuvmm_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p);
 int cuvmm_chunk_release(void *ctx, ump_handle_t h);

@@ -143,6 +143,48 @@ int cuvmm_reserve(void *ctx, size_t size, size_t align, void **va_p)
     return err;
 }
 
+/* cuMemAddressReserve takes the address for a hint: the range is ours only
+ * when the driver hands back va itself; any other range it offers is given
+ * back. va is checked against the alignment here (the largest of align and
+ * the GPUs' granularities), so that a misaligned one is -EINVAL rather than
+ * a hint the driver cannot take. */
+int cuvmm_reserve_at(void *ctx, void *va, size_t size, size_t align)
+{
+    struct cuda_ctx *c = ctx;
+    CUdeviceptr want = (CUdeviceptr)(uintptr_t)va, got = 0;
+    size_t al = align;
+    CUcontext saved;
+    CUresult res;
+    int err;
+
+    for (int d = 0; d < c->nphys; d++)
+        if (c->gran[d] > al)
+            al = c->gran[d];
+    if (!want || (al && want % al)) {
+        ump_log_error("cuda: reserve_at: %p is not an address aligned to %zu",
+                      va, al);
+        return -EINVAL;
+    }
+    err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    res = c->api.cuMemAddressReserve(&got, size, align, want, 0);
+    if (res == CUDA_SUCCESS && got != want) {
+        /* A failure to give it back is a line of its own (a leak). */
+        res = c->api.cuMemAddressFree(got, size);
+        (void)cudrv_leave_check(&c->api, c->pctx[CUDA_ANY_DEVICE], saved, res,
+                                "cuMemAddressFree of [%p, +%zu), offered "
+                                "for reserve_at", (void *)(uintptr_t)got,
+                                size);
+        ump_log_error("cuda: reserve_at: [%p, +%zu) is taken (the driver "
+                      "offered %p)", va, size, (void *)(uintptr_t)got);
+        return -EADDRINUSE;
+    }
+    return cudrv_leave_check(&c->api, c->pctx[CUDA_ANY_DEVICE], saved, res,
+                             "cuMemAddressReserve of [%p, +%zu) (alignment "
+                             "%zu)", va, size, align);
+}
+
 int cuvmm_unreserve(void *ctx, void *va, size_t size)
 {
     struct cuda_ctx *c = ctx;

@@ -359,6 +359,7 @@ const struct backend_ops sim_backend_ops = {
     .granularity = sim_granularity,
     .reserve = sim_reserve,
     .unreserve = sim_unreserve,
+    .reserve_at = sim_reserve_at,
     .chunk_create = sim_chunk_create,
     .chunk_release = sim_chunk_release,
     .host_chunk_create = sim_host_chunk_create,

@@ -196,15 +196,81 @@ static int resv_fill(void *va, size_t size)
     return p == MAP_FAILED ? -errno : 0;
 }
 
-int sim_reserve(void *ctx, size_t size, size_t align, void **va_p)
+/* Linux 4.17; an older kernel takes it for a hint (place_at checks). */
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+/* reserve: size bytes of PROT_NONE address space anywhere, aligned to al
+ * (over-reserved by the alignment, then trimmed at both ends). NULL, logged,
+ * when the address space is exhausted. */
+static char *place_anywhere(size_t size, size_t al)
 {
-    struct sim_ctx *c = ctx;
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), al, head;
-    struct sim_resv *r;
     char *raw, *va;
+    size_t head;
+
+    raw = mmap(NULL, size + al, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) {
+        ump_log_error("sim: cannot reserve %zu bytes of address space: %s",
+                      size, strerror(errno));
+        return NULL;
+    }
+    va = (char *)UMP_ALIGN_UP((uintptr_t)raw, (uintptr_t)al);
+    head = (size_t)(va - raw);
+    if (head)
+        munmap(raw, head);
+    if (al - head)
+        munmap(va + size, al - head);
+    return va;
+}
+
+/* reserve_at: PROT_NONE address space exactly over [va, va + size), never
+ * over a mapping of the process (MAP_FIXED_NOREPLACE): -EADDRINUSE when one
+ * is there, a negative errno for any other refusal; logged. */
+static int place_at(char *va, size_t size)
+{
+    char *p = mmap(va, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                       MAP_FIXED_NOREPLACE,
+                   -1, 0);
+
+    if (p == MAP_FAILED) {
+        int err = errno;
+
+        if (err == EEXIST) {
+            ump_log_error("sim: reserve_at: [%p, +%zu) is taken by a "
+                          "mapping of the process", (void *)va, size);
+            return -EADDRINUSE;
+        }
+        ump_log_error("sim: reserve_at: cannot reserve [%p, +%zu): %s",
+                      (void *)va, size, strerror(err));
+        return -err;
+    }
+    if (p != va) {
+        /* A kernel without MAP_FIXED_NOREPLACE took va for a hint. */
+        munmap(p, size);
+        ump_log_error("sim: reserve_at: [%p, +%zu) is taken by a mapping "
+                      "of the process (the kernel offered %p)", (void *)va,
+                      size, (void *)p);
+        return -EADDRINUSE;
+    }
+    return 0;
+}
+
+/* reserve (fixed false: anywhere) and reserve_at (fixed: exactly at): the
+ * checks, the placement, the reservation's record and its granule table.
+ * The range is placed before the table is mapped, so that the table cannot
+ * land where reserve_at was asked to go. */
+static int reserve_range(struct sim_ctx *c, const char *op, bool fixed,
+                         char *at, size_t size, size_t align, void **va_p)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), al;
+    struct sim_resv *r;
+    char *va;
     int err;
 
-    err = sim_check_caller("reserve");
+    err = sim_check_caller(op);
     if (err)
         return err;
     pthread_mutex_lock(&c->lock);
@@ -213,19 +279,39 @@ int sim_reserve(void *ctx, size_t size, size_t align, void **va_p)
         goto out;
     err = -EINVAL;
     if (!size || size % SIM_GRAN) {
-        ump_log_error("sim: reserve: size %zu is not a positive multiple of "
-                      "the granularity %zu", size, SIM_GRAN);
+        ump_log_error("sim: %s: size %zu is not a positive multiple of "
+                      "the granularity %zu", op, size, SIM_GRAN);
         goto out;
     }
     if (align && !ump_is_pow2(align)) {
-        ump_log_error("sim: reserve: alignment %zu is not a power of two",
+        ump_log_error("sim: %s: alignment %zu is not a power of two", op,
                       align);
         goto out;
     }
     al = align > SIM_GRAN ? align : SIM_GRAN;
     if (size > SIZE_MAX - al) {
-        ump_log_error("sim: reserve: size %zu is too large", size);
+        ump_log_error("sim: %s: size %zu is too large", op, size);
         goto out;
+    }
+    if (fixed) {
+        uintptr_t a = (uintptr_t)at;
+
+        if (!a || a % al || a > UINTPTR_MAX - size) {
+            ump_log_error("sim: %s: [%p, +%zu) is not a range of addresses "
+                          "aligned to %zu", op, (void *)at, size, al);
+            goto out;
+        }
+        for (r = c->resv; r; r = r->next) {
+            uintptr_t b = (uintptr_t)r->va;
+
+            if (a < b + r->size && b < a + size) {
+                ump_log_error("sim: %s: [%p, +%zu) is taken by reservation "
+                              "[%p, +%zu)", op, (void *)at, size,
+                              (void *)r->va, r->size);
+                err = -EADDRINUSE;
+                goto out;
+            }
+        }
     }
     err = -ENOMEM;
     r = calloc(1, sizeof(*r));
@@ -233,28 +319,25 @@ int sim_reserve(void *ctx, size_t size, size_t align, void **va_p)
         ump_log_error("sim: out of host memory");
         goto out;
     }
+    if (fixed) {
+        err = place_at(at, size);
+        if (err)
+            goto err_free;
+        va = at;
+    } else {
+        va = place_anywhere(size, al);
+        if (!va)
+            goto err_free;
+    }
     r->gbytes = UMP_ALIGN_UP(size / SIM_GRAN * sizeof(*r->g), page);
     r->g = mmap(NULL, r->gbytes, PROT_READ | PROT_WRITE,
                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r->g == MAP_FAILED) {
-        ump_log_error("sim: reserve: cannot map the granule table: %s",
+        ump_log_error("sim: %s: cannot map the granule table: %s", op,
                       strerror(errno));
-        goto err_free;
+        err = -ENOMEM;
+        goto err_range;
     }
-    /* Over-reserve by the alignment, then trim both ends. */
-    raw = mmap(NULL, size + al, PROT_NONE,
-               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) {
-        ump_log_error("sim: cannot reserve %zu bytes of address space: %s",
-                      size, strerror(errno));
-        goto err_table;
-    }
-    va = (char *)UMP_ALIGN_UP((uintptr_t)raw, (uintptr_t)al);
-    head = (size_t)(va - raw);
-    if (head)
-        munmap(raw, head);
-    if (al - head)
-        munmap(va + size, al - head);
 
     r->va = va;
     r->size = size;
@@ -264,13 +347,25 @@ int sim_reserve(void *ctx, size_t size, size_t align, void **va_p)
     err = 0;
     goto out;
 
-err_table:
-    munmap(r->g, r->gbytes);
+err_range:
+    munmap(va, size);
 err_free:
     free(r);
 out:
     pthread_mutex_unlock(&c->lock);
     return err;
+}
+
+int sim_reserve(void *ctx, size_t size, size_t align, void **va_p)
+{
+    return reserve_range(ctx, "reserve", false, NULL, size, align, va_p);
+}
+
+int sim_reserve_at(void *ctx, void *va, size_t size, size_t align)
+{
+    void *got;
+
+    return reserve_range(ctx, "reserve_at", true, va, size, align, &got);
 }
 
 int sim_unreserve(void *ctx, void *va, size_t size)

@@ -95,6 +95,7 @@ void sim_chunk_free(struct sim_ctx *c, struct sim_chunk *ch);
 /* The VMM ops (sim_vmm.c). */
 uint64_t sim_driver_ns(void *ctx, int device);
 int sim_reserve(void *ctx, size_t size, size_t align, void **va_p);
+int sim_reserve_at(void *ctx, void *va, size_t size, size_t align);
 int sim_unreserve(void *ctx, void *va, size_t size);
 int sim_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p);
 int sim_host_chunk_create(void *ctx, int numa_node, size_t size,

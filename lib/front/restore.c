@@ -1,0 +1,505 @@
+/*
+ * ump_pool_restore: a new pool from a checkpoint file (ckpt_format.h), at
+ * the same addresses. Everything in the file is checked before the pool is
+ * made (header, sizes against the file's length, the index's crc32c and
+ * its consistency), so that a bad file is refused whole; the data blocks
+ * are checked (crc32c) as they are read, and a failure there frees what
+ * was restored and destroys the pool: the caller gets a whole pool or
+ * none.
+ *
+ * Placement: each allocation goes back where it was when that place exists
+ * here and has room; otherwise the pool's policy places it (at its old
+ * address: only the memory behind it changes), and a tracked run's segment
+ * goes down a tier; what fits nowhere is -ENOSPC, named.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "front/ckpt.h"
+#include "front/ckpt_format.h"
+#include "front/front.h"
+#include "front/lifecycle.h"
+#include "front/tcache.h"
+#include "mem/chunks.h"
+#include "mem/runs.h"
+#include "mem/slab.h"
+#include "tier/ckpt.h"
+#include "tier/nvme.h"
+#include "util/crc32c.h"
+
+static const char fn[] = "ump_pool_restore";
+
+/* The index, parsed and checked against the header. */
+struct index {
+    const struct ckpt_header *h;
+    const char *p;          /* the index bytes */
+    size_t recs_len;        /* bytes of the records and their entries */
+    const uint32_t *crcs;   /* nblocks, unaligned: read with memcpy */
+    const char *config;
+};
+
+static int bad(const char *path, int rc, const char *why)
+{
+    ump_log_error("%s: %s: %s", fn, path, why);
+    return rc;
+}
+
+static int read_all(int fd, void *p, size_t n, off_t off)
+{
+    for (size_t done = 0; done < n;) {
+        ssize_t k = pread(fd, (char *)p + done, n - done, off + (off_t)done);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return -errno;
+        if (k == 0)
+            return -EIO; /* the file ends early */
+        done += (size_t)k;
+    }
+    return 0;
+}
+
+/* The header: a checkpoint this library reads, whole, its parts inside a
+ * file of `size` bytes. */
+static int check_header(const char *path, const char *block,
+                        const struct ckpt_header *h, uint64_t size)
+{
+    if (memcmp(h->magic, CKPT_MAGIC, sizeof(h->magic)))
+        return bad(path, -EINVAL, "not an umpool checkpoint");
+    if (h->version != CKPT_VERSION) {
+        ump_log_error("%s: %s: checkpoint version %u; this library reads "
+                      "version %u", fn, path, h->version, CKPT_VERSION);
+        return -EINVAL;
+    }
+    char copy[CKPT_HEADER_BLOCK];
+    struct ckpt_header c = *h;
+    c.header_crc = 0;
+    memcpy(copy, block, sizeof(copy));
+    memcpy(copy, &c, sizeof(c));
+    if (h->header_bytes != sizeof(*h) ||
+        crc32c(0, copy, sizeof(copy)) != h->header_crc)
+        return bad(path, -EINVAL, "the header is corrupt");
+    uint64_t g = h->granule;
+    if (!g || (g & (g - 1)) || g % ((uint64_t)1 << 20) || !h->va_size ||
+        h->va_size % g || h->va_base % g || h->ndev > UMP_MAX_DEVICES ||
+        h->index_off != CKPT_HEADER_BLOCK || h->data_off % CKPT_HEADER_BLOCK ||
+        h->index_len > h->data_off - h->index_off ||
+        h->nblocks > (UINT64_MAX - h->data_off) / g ||
+        h->nrec > h->index_len / sizeof(struct ckpt_rec) ||
+        h->nblocks > h->index_len / sizeof(uint32_t) ||
+        (h->root && (h->root < h->va_base ||
+                     h->root - h->va_base >= h->va_size)))
+        return bad(path, -EINVAL, "the header's figures are inconsistent");
+    if (size < h->data_off + h->nblocks * g) {
+        ump_log_error("%s: %s is truncated: %llu bytes, %llu expected", fn,
+                      path, (unsigned long long)size,
+                      (unsigned long long)(h->data_off + h->nblocks * g));
+        return -EIO;
+    }
+    return 0;
+}
+
+/* The entries of the record at *off, checked: the granules inside the
+ * range, the entries inside the index and adding up to the record, the
+ * blocks counted in *blocks_p. */
+static int check_record(const struct ckpt_header *h, const char *p,
+                        size_t len, size_t *off, uint64_t *blocks_p)
+{
+    struct ckpt_rec r;
+    if (len - *off < sizeof(r))
+        return -EINVAL;
+    memcpy(&r, p + *off, sizeof(r));
+    *off += sizeof(r);
+    uint64_t ngran = h->va_size / h->granule, sum = 0, blocks = 0;
+    if (!r.n || r.g >= ngran || r.n > ngran - r.g)
+        return -EINVAL;
+    size_t each = r.kind == CKPT_RUN      ? sizeof(struct ckpt_part)
+                  : r.kind == CKPT_TRACKED ? sizeof(struct ckpt_tseg)
+                  : r.kind == CKPT_SLAB    ? sizeof(struct ckpt_obj)
+                                           : 0;
+    if (!each || !r.nsub || r.nsub > (len - *off) / each)
+        return -EINVAL;
+    for (uint32_t i = 0; i < r.nsub; i++, *off += each) {
+        if (r.kind == CKPT_RUN) {
+            struct ckpt_part x;
+            memcpy(&x, p + *off, sizeof(x));
+            if (!x.n || x.n > r.n || x.place < CKPT_PLACE_OVERFLOW)
+                return -EINVAL;
+            sum += x.n;
+            blocks += x.n;
+        } else if (r.kind == CKPT_TRACKED) {
+            struct ckpt_tseg x;
+            memcpy(&x, p + *off, sizeof(x));
+            if (!x.n || x.n > r.n || x.home < 0 ||
+                x.home >= UMP_MAX_DEVICES || x.tier < UMP_TIER_DEVICE ||
+                x.tier > UMP_TIER_NVME || x.nodata > 1 ||
+                (x.nodata && x.tier != UMP_TIER_NVME) ||
+                (x.tier == UMP_TIER_DEVICE &&
+                 (x.dev < 0 || x.dev >= UMP_MAX_DEVICES)))
+                return -EINVAL;
+            sum += x.n;
+            blocks += x.nodata ? 0 : x.n;
+        } else {
+            struct ckpt_obj x;
+            memcpy(&x, p + *off, sizeof(x));
+            if (r.n != 1 || !r.size || x.idx >= h->granule / r.size ||
+                x.req > r.size)
+                return -EINVAL;
+            sum = blocks = 1;
+        }
+    }
+    if (sum != r.n || (r.kind != CKPT_SLAB && r.size > r.n * h->granule))
+        return -EINVAL;
+    *blocks_p += blocks;
+    return 0;
+}
+
+static int check_index(const char *path, const struct ckpt_header *h,
+                       const char *p, struct index *ix)
+{
+    if (crc32c(0, p, h->index_len) != h->index_crc)
+        return bad(path, -EIO, "the index is corrupt (crc32c)");
+    size_t off = 0;
+    uint64_t blocks = 0;
+    for (uint64_t i = 0; i < h->nrec; i++)
+        if (check_record(h, p, h->index_len, &off, &blocks))
+            return bad(path, -EINVAL, "the index is inconsistent");
+    size_t crc_bytes = h->nblocks * sizeof(uint32_t);
+    if (blocks != h->nblocks || h->index_len - off < crc_bytes + 1 ||
+        p[h->index_len - 1] != '\0')
+        return bad(path, -EINVAL, "the index is inconsistent");
+    *ix = (struct index){.h = h, .p = p, .recs_len = off,
+                         .crcs = (const uint32_t *)(const void *)(p + off),
+                         .config = p + off + crc_bytes};
+    return 0;
+}
+
+/* --- rebuilding ------------------------------------------------------- */
+
+/* A place of the record in this pool, or -1 when this machine lacks it. */
+static int place_of(const ump_pool_t *pool, int32_t code)
+{
+    if (code == CKPT_PLACE_HOST)
+        return place_host(pool);
+    if (code == CKPT_PLACE_OVERFLOW)
+        return place_overflow(pool);
+    return code < pool->ndev ? code : -1;
+}
+
+/* The plan of pool's policy inst for n chunks asked from near device. */
+static int plan(ump_pool_t *pool, struct policy_inst *inst, size_t n,
+                int device, unsigned flags, ump_place_part_t **parts_p,
+                size_t *np_p)
+{
+    size_t avail[UMP_MAX_DEVICES];
+    chunks_available_all(pool, avail);
+    ump_place_request_t req = {.size = n << pool->chunk_shift, .chunks = n,
+                               .chunk_size = pool->chunk_size,
+                               .device = device < pool->ndev ? device
+                                                             : pool->ndev - 1,
+                               .flags = flags, .access = UMP_ACCESS_PRIVATE};
+    return policy_plan(&pool->place, inst, &req, avail, parts_p, np_p);
+}
+
+static int no_room(ump_pool_t *pool, const struct ckpt_rec *r, int rc)
+{
+    if (rc != -ENOMEM && rc != -ENOSPC)
+        return rc;
+    ump_log_error("%s: the allocation at %p (%llu bytes, on %s %d when "
+                  "saved) fits nowhere in this pool (%d devices)", fn,
+                  vas_addr(&pool->vas, r->g), (unsigned long long)r->size,
+                  r->place < 0 ? "host place" : "device", (int)r->place,
+                  pool->ndev);
+    return -ENOSPC;
+}
+
+static int restore_slab(ump_pool_t *pool, struct tcache *tc,
+                        const struct ckpt_rec *r, const char *subs,
+                        struct slab **s_p)
+{
+    uint32_t *live = malloc(r->nsub * sizeof(*live));
+    uint32_t *req = malloc(r->nsub * sizeof(*req));
+    int rc = live && req ? 0 : -ENOMEM;
+    if (!rc && (r->flags >= pool->nsmall || sc_size(r->flags) != r->size)) {
+        ump_log_error("%s: a slab of %llu-byte objects does not match this "
+                      "pool's size classes", fn, (unsigned long long)r->size);
+        rc = -EINVAL;
+    }
+    for (uint32_t i = 0; i < r->nsub && !rc; i++) {
+        struct ckpt_obj o;
+        memcpy(&o, subs + i * sizeof(o), sizeof(o));
+        live[i] = o.idx;
+        req[i] = o.req;
+    }
+    int place = place_of(pool, r->place);
+    if (!rc) {
+        rc = place >= 0 ? slab_build_at(pool, place, r->flags, r->g, live,
+                                        req, r->nsub, s_p)
+                        : -ENOMEM;
+        if (rc == -ENOMEM && !place_is_host(pool, place)) {
+            ump_place_part_t *parts;
+            size_t np;
+            rc = plan(pool, pool->place.local, 1, r->place, 0, &parts, &np);
+            if (!rc) {
+                rc = slab_build_at(pool, parts[0].device, r->flags, r->g,
+                                   live, req, r->nsub, s_p);
+                free(parts);
+            }
+        }
+    }
+    for (uint32_t i = 0; i < r->nsub && !rc; i++)
+        alloc_adopt_object(tc, *s_p);
+    free(live);
+    free(req);
+    return no_room(pool, r, rc);
+}
+
+static int restore_run(ump_pool_t *pool, const struct ckpt_rec *r,
+                       const char *subs, struct run **r_p)
+{
+    ump_place_part_t *parts = malloc(r->nsub * sizeof(*parts));
+    if (!parts)
+        return -ENOMEM;
+    bool here = true;
+    for (uint32_t i = 0; i < r->nsub; i++) {
+        struct ckpt_part x;
+        memcpy(&x, subs + i * sizeof(x), sizeof(x));
+        parts[i] = (ump_place_part_t){.device = place_of(pool, x.place),
+                                      .chunks = x.n};
+        here &= parts[i].device >= 0;
+    }
+    int rc = here ? runs_build_at(pool, r->g, parts, r->nsub, r->flags, r_p)
+                  : -ENOMEM;
+    free(parts);
+    int first = place_of(pool, r->place);
+    if (rc == -ENOMEM && (first < 0 || !place_is_host(pool, first))) {
+        size_t np;
+        rc = plan(pool, pool->place.dflt, r->n, r->place, r->flags, &parts,
+                  &np);
+        if (!rc) {
+            rc = runs_build_at(pool, r->g, parts, np, r->flags, r_p);
+            free(parts);
+        }
+    }
+    return no_room(pool, r, rc);
+}
+
+static int restore_tracked(ump_pool_t *pool, const struct ckpt_rec *r,
+                           const char *subs, struct run **r_p)
+{
+    struct ckpt_seg *segs = calloc(r->nsub, sizeof(*segs));
+    struct run *run = runs_get(pool);
+    int rc = segs && run ? 0 : -ENOMEM;
+    for (uint32_t i = 0; i < r->nsub && !rc; i++) {
+        struct ckpt_tseg x;
+        memcpy(&x, subs + i * sizeof(x), sizeof(x));
+        segs[i] = (struct ckpt_seg){.n = x.n, .home = x.home, .tier = x.tier,
+                                    .dev = x.dev, .nodata = x.nodata};
+        /* A home this machine lacks: where the policy would place it. */
+        if (segs[i].home >= pool->ndev) {
+            ump_place_part_t *parts;
+            size_t np;
+            segs[i].home = 0;
+            if (!plan(pool, pool->place.dflt, x.n, x.home, r->flags, &parts,
+                      &np)) {
+                segs[i].home = parts[0].device;
+                free(parts);
+            }
+        }
+        if (segs[i].tier == UMP_TIER_DEVICE && segs[i].dev >= pool->ndev)
+            segs[i].dev = segs[i].home;
+    }
+    if (!rc)
+        rc = ckpt_restore_run(pool, run, r->g, segs, r->nsub, r->flags);
+    if (rc && run)
+        runs_put(pool, run);
+    else
+        *r_p = run;
+    free(segs);
+    return no_room(pool, r, rc);
+}
+
+/* ptr, with its low bit set when it is ump_host_alloc's (place): the
+ * free that takes it (pointers are 256-byte aligned). */
+static void *tag_host(const ump_pool_t *pool, void *ptr, int place)
+{
+    return (char *)ptr + (place == place_host(pool));
+}
+
+/* Every record's memory and data, adopted as live as it is made: on error
+ * *made_p allocations are live (the caller frees them). Pool lock held. */
+static int rebuild(ump_pool_t *pool, struct tcache *tc,
+                   const struct index *ix, struct nvme_store *ck, void **made,
+                   size_t *made_p)
+{
+    uint64_t *slots = malloc((ix->h->nblocks ? ix->h->nblocks : 1) *
+                             sizeof(*slots));
+    if (!slots)
+        return -ENOMEM;
+    for (uint64_t b = 0; b < ix->h->nblocks; b++) {
+        uint32_t crc;
+        memcpy(&crc, &ix->crcs[b], sizeof(crc));
+        nvme_slot_expect(ck, b, crc);
+        slots[b] = b;
+    }
+    size_t off = 0;
+    uint64_t at = 0;
+    int rc = 0;
+    for (uint64_t i = 0; i < ix->h->nrec && !rc; i++) {
+        struct ckpt_rec r;
+        memcpy(&r, ix->p + off, sizeof(r));
+        const char *subs = ix->p + off + sizeof(r);
+        uint64_t blocks = 0;
+        check_record(ix->h, ix->p, ix->recs_len, &off, &blocks);
+        if (r.kind == CKPT_SLAB) {
+            struct slab *s;
+            rc = restore_slab(pool, tc, &r, subs, &s);
+            for (uint32_t j = 0; j < r.nsub && !rc; j++) {
+                struct ckpt_obj o;
+                memcpy(&o, subs + j * sizeof(o), sizeof(o));
+                made[(*made_p)++] = tag_host(pool, s->base +
+                                                       (size_t)o.idx * s->size,
+                                             s->device);
+            }
+        } else {
+            struct run *run;
+            rc = r.kind == CKPT_RUN ? restore_run(pool, &r, subs, &run)
+                                    : restore_tracked(pool, &r, subs, &run);
+            if (!rc) {
+                alloc_adopt_run(pool, tc, run, r.size);
+                made[(*made_p)++] = tag_host(pool, vas_addr(&pool->vas, r.g),
+                                             run->device);
+            }
+        }
+        if (!rc)
+            rc = ckpt_data(pool, ck, r.g, r.n, slots + at, false);
+        if (rc == -EIO)
+            ump_log_error("%s: the data at %p does not read back whole "
+                          "(crc32c or the disk)", fn,
+                          vas_addr(&pool->vas, r.g));
+        at += blocks;
+    }
+    free(slots);
+    return rc;
+}
+
+/* How many allocations the index lists (slab objects one by one). */
+static size_t count_allocs(const struct index *ix)
+{
+    size_t off = 0, n = 0;
+    for (uint64_t i = 0; i < ix->h->nrec; i++) {
+        struct ckpt_rec r;
+        uint64_t blocks = 0;
+        memcpy(&r, ix->p + off, sizeof(r));
+        n += r.kind == CKPT_SLAB ? r.nsub : 1;
+        check_record(ix->h, ix->p, ix->recs_len, &off, &blocks);
+    }
+    return n;
+}
+
+static int restore_into(ump_pool_t *pool, const char *path,
+                        const struct index *ix)
+{
+    struct nvme_config nc;
+    struct nvme_store *ck = NULL;
+    int rc = ckpt_store_config(pool, &nc);
+    if (!rc)
+        rc = nvme_open_file(&nc, path, false, ix->h->data_off,
+                            ix->h->nblocks, &ck);
+    if (rc)
+        return bad(path, rc, "cannot open its data");
+    size_t n = count_allocs(ix), made = 0;
+    void **ptrs = malloc((n ? n : 1) * sizeof(*ptrs));
+    struct tcache *tc = tcache_get(pool); /* takes the pool lock */
+    rc = ptrs && tc ? 0 : -ENOMEM;
+    if (!rc) {
+        pthread_mutex_lock(&pool->lock);
+        rc = rebuild(pool, tc, ix, ck, ptrs, &made);
+        pthread_mutex_unlock(&pool->lock);
+    }
+    nvme_close(ck);
+    /* A half pool is no use: what was made goes. */
+    for (size_t i = 0; rc && i < made; i++) {
+        uintptr_t host = (uintptr_t)ptrs[i] & 1;
+        void *p = (char *)ptrs[i] - host;
+        if (host ? ump_host_free(pool, p) : ump_free(pool, p))
+            ump_log_error("%s: cannot undo the allocation at %p", fn, p);
+    }
+    free(ptrs);
+    return rc;
+}
+
+int pool_restore(const char *path, const char *config,
+                 const struct pool_observer *obs, ump_pool_t **pool_p)
+{
+    if (!path || !pool_p) {
+        ump_log_error("%s: %s is NULL", fn, !path ? "path" : "pool_p");
+        return -EINVAL;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        int rc = -errno;
+        ump_log_error("%s: cannot open %s: %s", fn, path, ump_strerror(rc));
+        return rc;
+    }
+    char block[CKPT_HEADER_BLOCK];
+    struct ckpt_header h;
+    struct stat st;
+    char *index = NULL;
+    struct ump_config *cfg = malloc(sizeof(*cfg));
+    struct index ix;
+    int rc = cfg ? 0 : -ENOMEM;
+    if (!rc && fstat(fd, &st))
+        rc = -errno;
+    if (!rc && read_all(fd, block, sizeof(block), 0))
+        rc = bad(path, -EINVAL, "too short for a checkpoint's header");
+    if (!rc) {
+        memcpy(&h, block, sizeof(h));
+        rc = check_header(path, block, &h, (uint64_t)st.st_size);
+    }
+    if (!rc && !(index = malloc(h.index_len ? h.index_len : 1)))
+        rc = -ENOMEM;
+    if (!rc && read_all(fd, index, h.index_len, (off_t)h.index_off))
+        rc = bad(path, -EIO, "cannot read the index");
+    if (!rc)
+        rc = check_index(path, &h, index, &ix);
+    close(fd);
+    if (!rc)
+        rc = conf_load_over(ix.config, "checkpoint", config, cfg);
+    if (!rc && cfg->chunk_size != h.granule) {
+        ump_log_error("%s: chunk_size %zu differs from the checkpoint's "
+                      "%llu", fn, cfg->chunk_size,
+                      (unsigned long long)h.granule);
+        rc = -EINVAL;
+    }
+    ump_pool_t *pool = NULL;
+    if (!rc) {
+        rc = pool_create_at(cfg, (void *)(uintptr_t)h.va_base, h.va_size, obs,
+                            &pool);
+        if (rc == -EADDRINUSE)
+            ump_log_error("%s: the checkpoint's addresses [%p, +%llu) are "
+                          "taken in this process (by another pool or a "
+                          "mapping); restore it in a fresh process", fn,
+                          (void *)(uintptr_t)h.va_base,
+                          (unsigned long long)h.va_size);
+    }
+    if (!rc) {
+        rc = restore_into(pool, path, &ix);
+        atomic_store(&pool->root, (void *)(uintptr_t)h.root);
+        if (rc) {
+            pool_destroy(pool);
+            pool = NULL;
+        }
+    }
+    free(index);
+    free(cfg);
+    if (!rc)
+        *pool_p = pool;
+    return rc;
+}

@@ -171,6 +171,49 @@ module umpool
       integer(c_int) :: ump_trim
     end function ump_trim
 
+    ! Checkpoints, suspend and resume (strings NUL-terminated:
+    ! "file.ckpt" // c_null_char; a config of c_null_char alone: none).
+    function ump_pool_checkpoint(pool, path) bind(c, name="ump_pool_checkpoint")
+      import :: c_int, c_char, c_ptr
+      type(c_ptr), value :: pool
+      character(kind=c_char), dimension(*), intent(in) :: path
+      integer(c_int) :: ump_pool_checkpoint
+    end function ump_pool_checkpoint
+
+    function ump_pool_restore(path, config, pool) &
+        bind(c, name="ump_pool_restore")
+      import :: c_int, c_char, c_ptr
+      character(kind=c_char), dimension(*), intent(in) :: path, config
+      type(c_ptr), intent(out) :: pool
+      integer(c_int) :: ump_pool_restore
+    end function ump_pool_restore
+
+    function ump_pool_set_root(pool, ptr) bind(c, name="ump_pool_set_root")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: pool, ptr
+      integer(c_int) :: ump_pool_set_root
+    end function ump_pool_set_root
+
+    function ump_pool_root(pool, ptr) bind(c, name="ump_pool_root")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: pool
+      type(c_ptr), intent(out) :: ptr
+      integer(c_int) :: ump_pool_root
+    end function ump_pool_root
+
+    function ump_pool_suspend(pool, tier) bind(c, name="ump_pool_suspend")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: pool
+      integer(c_int), value :: tier
+      integer(c_int) :: ump_pool_suspend
+    end function ump_pool_suspend
+
+    function ump_pool_resume(pool) bind(c, name="ump_pool_resume")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: pool
+      integer(c_int) :: ump_pool_resume
+    end function ump_pool_resume
+
     ! Tiers (size 0: the whole allocation).
     function ump_acquire(pool, ptr, size, device, stream) &
         bind(c, name="ump_acquire")

@@ -1,6 +1,7 @@
 ! The Fortran module (bindings/fortran/umpool.f90) against libumpool on
 ! sim: a pool, hinted allocations viewed as Fortran arrays, pointer
-! information, statistics, pinned host memory, and errors (a double free,
+! information, statistics, pinned host memory, suspend and resume, and
+! errors (a double free,
 ! a foreign pointer, a bad configuration, destroying with live memory).
 ! Prints one line per failed check; stops with status 1 on any.
 program test_umpool
@@ -58,6 +59,18 @@ program test_umpool
   call check(ump_stats(pool, UMP_DEVICE_ALL, st) == 0, 'ump_stats')
   call check(st%live_count == 1 .and. st%live_bytes >= n * 8, &
              'statistics of the live allocation')
+
+  ! Suspend and resume: the array's data back at its address; the root.
+  call check(ump_pool_set_root(pool, p) == 0, 'ump_pool_set_root')
+  call check(ump_pool_suspend(pool, UMP_TIER_HOST) == 0, 'ump_pool_suspend')
+  call check(ump_pool_suspend(pool, UMP_TIER_HOST) == -16, 'suspended twice')
+  call check(ump_pool_resume(pool) == 0, 'ump_pool_resume')
+  call check(sum(a) == real(n, c_double) * real(n + 1, c_double) / 2, &
+             'data after suspend and resume')
+  call check(ump_pool_root(pool, h) == 0 .and. c_associated(h, p), &
+             'ump_pool_root')
+  call check(ump_pool_checkpoint(pool, c_null_char) == -22, &
+             'a checkpoint needs a path')
   ! Errors: nothing changes.
   call check(ump_pool_destroy(pool) == -16, 'destroy with live memory')
   call check(ump_free(pool, c_loc(local)) == -22, 'a foreign pointer')

@@ -3,6 +3,8 @@ entry points of libumpool, on the sim backend. Run by tests/python/run.sh
 (PYTHONPATH and UMPOOL_LIBRARY set to the build tree)."""
 import ctypes
 import errno
+import os
+import tempfile
 import threading
 import unittest
 
@@ -103,6 +105,38 @@ class PoolTest(unittest.TestCase):
         with self.assertRaises(umpool.Error):
             pool.release(p)  # not acquired
         pool.free(p)
+
+
+    def test_checkpoint_restore_suspend(self):
+        pool = self.pool
+        n = 3 << 20
+        ptrs = [pool.alloc(n, device=d) for d in range(4)]
+        for d, p in enumerate(ptrs):
+            pool.array(p, n // 8, "uint64")[:] = np.arange(n // 8) + d
+        pool.array(ptrs[0], 4, "uint64")[0] = ptrs[3]  # a pointer inside
+        pool.root = ptrs[0]
+        pool.suspend(umpool.TIER_HOST)
+        with self.assertRaises(umpool.Error) as e:
+            pool.alloc(1000)
+        self.assertEqual(e.exception.errno, -errno.EBUSY)
+        pool.resume()
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "pool.ckpt")
+            pool.checkpoint(path)
+            for p in ptrs:
+                pool.free(p)
+            pool.close()
+            with self.assertRaises(umpool.Error) as e:
+                umpool.Pool.restore(os.path.join(tmp, "missing"))
+            self.assertEqual(e.exception.errno, -errno.ENOENT)
+            self.pool = pool = umpool.Pool.restore(path)
+        self.assertEqual(pool.root, ptrs[0])
+        self.assertEqual(int(pool.array(ptrs[0], 1, "uint64")[0]), ptrs[3])
+        for d, p in enumerate(ptrs):
+            a = pool.array(p, n // 8, "uint64")
+            self.assertEqual(int(a[1]), 1 + d)
+            self.assertTrue(np.array_equal(a[1:], np.arange(1, n // 8) + d))
+            pool.free(p)
 
 
 class CollectiveTest(unittest.TestCase):

@@ -109,6 +109,13 @@ _decl("ump_host_free", _int, _vp, _vp)
 _decl("ump_ptr_info", _int, _vp, _vp, ctypes.POINTER(PtrInfo))
 _decl("ump_stats", _int, _vp, _int, ctypes.POINTER(Stats))
 _decl("ump_device_count", _int, _vp)
+_decl("ump_pool_checkpoint", _int, _vp, ctypes.c_char_p)
+_decl("ump_pool_restore", _int, ctypes.c_char_p, ctypes.c_char_p,
+      ctypes.POINTER(_vp))
+_decl("ump_pool_set_root", _int, _vp, _vp)
+_decl("ump_pool_root", _int, _vp, ctypes.POINTER(_vp))
+_decl("ump_pool_suspend", _int, _vp, _int)
+_decl("ump_pool_resume", _int, _vp)
 _decl("ump_set_device", _int, _vp, _int)
 _decl("ump_trim", _int, _vp)
 _decl("ump_backend_name", ctypes.c_char_p, _vp)
@@ -165,8 +172,8 @@ def process_pool(config=None):
 class Pool:
     """A pool (ump_pool_create). config: "key:value,..." or None."""
 
-    def __init__(self, config=None, _handle=None):
-        self._owned = _handle is None
+    def __init__(self, config=None, _handle=None, _owned=None):
+        self._owned = _handle is None if _owned is None else _owned
         if _handle is None:
             p = _vp()
             _check(lib.ump_pool_create(config.encode() if config else None,
@@ -243,6 +250,38 @@ class Pool:
 
     def trim(self):
         _check(lib.ump_trim(self._h()), "ump_trim")
+
+    # resilience
+    def checkpoint(self, path):
+        """Every live allocation and the layout to a new file (atomic)."""
+        _check(lib.ump_pool_checkpoint(self._h(), os.fsencode(path)),
+               "ump_pool_checkpoint")
+
+    @classmethod
+    def restore(cls, path, config=None):
+        """A new pool from a checkpoint, at the same addresses."""
+        p = _vp()
+        _check(lib.ump_pool_restore(os.fsencode(path),
+                                    config.encode() if config else None,
+                                    ctypes.byref(p)), "ump_pool_restore")
+        return cls(_handle=p.value, _owned=True)
+
+    @property
+    def root(self):
+        """The pointer checkpoints keep (ump_pool_set_root), or None."""
+        p = _vp()
+        _check(lib.ump_pool_root(self._h(), ctypes.byref(p)), "ump_pool_root")
+        return p.value
+
+    @root.setter
+    def root(self, ptr):
+        _check(lib.ump_pool_set_root(self._h(), ptr), "ump_pool_set_root")
+
+    def suspend(self, tier=TIER_HOST):
+        _check(lib.ump_pool_suspend(self._h(), tier), "ump_pool_suspend")
+
+    def resume(self):
+        _check(lib.ump_pool_resume(self._h()), "ump_pool_resume")
 
     # tiers
     def acquire(self, ptr, size=0, device=DEVICE_CURRENT, stream=None):

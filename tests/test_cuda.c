@@ -644,6 +644,68 @@ static void test_fake_tiers(void **state)
     assert_int_equal(fake_count("host_allocs"), 0);
 }
 
+/* Checkpoint, restore and suspend/resume on backend:cuda: device memory
+ * goes through the store's bounce buffers and the device's copies (the
+ * CPU gets no view of it), the restored pool reserves its old range with
+ * cuMemAddressReserve's hint, and every byte comes back at its address:
+ * device runs on both devices, slab objects, pinned host memory, an
+ * offloadable run on the host tier and one on NVMe. */
+static void test_fake_checkpoint(void **state)
+{
+    (void)state;
+    char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
+    ump_pool_t *pool = tiers_open("devices=2,mem=64,hostmem=256", dir);
+    enum { N = 8 };
+    void *p[N];
+    size_t size[N] = {6 * TU_MIB, 4 * TU_MIB, 3000, 70000, 8192,
+                      4 * TU_MIB, 4 * TU_MIB, 100};
+    for (int i = 0; i < N; i++) {
+        ump_hints_t h = tu_hints(i % 2);
+        h.flags = i == 5 || i == 6 ? UMP_HINT_OFFLOAD : 0;
+        int rc = i == 4 ? ump_host_alloc(pool, size[i], &p[i])
+                        : ump_alloc(pool, size[i], &h, &p[i]);
+        assert_int_equal(rc, 0);
+        tu_fill(p[i], size[i], 500 + (uint64_t)i); /* fake: host memory */
+    }
+    assert_int_equal(ump_evict(pool, p[5], 0, UMP_TIER_HOST), 0);
+    assert_int_equal(ump_evict(pool, p[6], 0, UMP_TIER_NVME), 0);
+    char ck[sizeof(dir) + 16];
+    snprintf(ck, sizeof(ck), "%s/pool.ckpt", dir);
+    assert_int_equal(ump_pool_checkpoint(pool, ck), 0);
+    assert_int_equal(ump_pool_suspend(pool, UMP_TIER_HOST), 0);
+    assert_int_equal(tu_stats(pool, 0).reserved_bytes, 0);
+    assert_int_equal(tu_stats(pool, 1).reserved_bytes, 0);
+    assert_int_equal(ump_pool_resume(pool), 0);
+    for (int i = 0; i < N; i++)
+        if (i != 6) /* on NVMe: unmapped */
+            tu_assert_pattern(p[i], size[i], 500 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(i == 4 ? ump_host_free(pool, p[i])
+                                : ump_free(pool, p[i]),
+                         0);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+
+    char conf[256];
+    snprintf(conf, sizeof(conf), "nvme_dir:%s", dir);
+    assert_int_equal(ump_pool_restore(ck, conf, &pool), 0);
+    assert_string_equal(ump_backend_name(pool), "cuda");
+    assert_int_equal(tu_info(pool, p[6]).tier, UMP_TIER_NVME);
+    assert_int_equal(ump_acquire(pool, p[6], 0, 0, NULL), 0);
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(tu_info(pool, p[i]).size,
+                         i == 4 ? 8192 : size[i]);
+        tu_assert_pattern(p[i], size[i], 500 + (uint64_t)i);
+    }
+    assert_int_equal(ump_release(pool, p[6], 0), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(i == 4 ? ump_host_free(pool, p[i])
+                                : ump_free(pool, p[i]),
+                         0);
+    unlink(ck);
+    tiers_close(pool, dir);
+}
+
 /* More than one device holds: the allocation is stitched from both. */
 /* A driver that refuses to page-lock the bounce buffers: the pool goes on
  * with them unlocked (slower copies), and device <-> NVMe moves still keep
@@ -1928,6 +1990,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_pool, test_setup),
         cmocka_unit_test_setup(test_fake_tiers, test_setup),
         cmocka_unit_test_setup(test_fake_hostreg_refused, test_setup),
+        cmocka_unit_test_setup(test_fake_checkpoint, test_setup),
         cmocka_unit_test_setup(test_fake_stitch, test_setup),
         cmocka_unit_test_setup(test_fake_full, test_setup),
         cmocka_unit_test_setup(test_fake_faults, test_setup),

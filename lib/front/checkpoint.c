@@ -225,18 +225,6 @@ static int write_data(ump_pool_t *pool, struct nvme_store *ck,
     return rc;
 }
 
-int ckpt_store_config(const ump_pool_t *pool, struct nvme_config *nc)
-{
-    memset(nc, 0, sizeof(*nc));
-    nc->slot_size = pool->chunk_size;
-    nc->queue_depth = (unsigned)pool->cfg.nvme_queue_depth;
-    nc->force_threads = pool->cfg.nvme_engine == UMP_NVME_THREADS;
-    nc->numa_node = pool->topo.dev[0].numa;
-    if (pool->chunk_size % ((size_t)1 << 20))
-        return -EINVAL;
-    return 0;
-}
-
 /* The test hook's fault for the next checkpoint's store (ckpt.h). */
 static char fault_what[16];
 static int fault_nth;
@@ -287,8 +275,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
                       "long");
         return -EINVAL;
     }
-    struct nvme_config nc;
-    if (ckpt_store_config(pool, &nc)) {
+    if (pool->chunk_size % ((size_t)1 << 20)) {
         ump_log_error("%s: chunk_size %zu is not a multiple of 1 MiB (the "
                       "checkpoint's block)", fn, pool->chunk_size);
         return -EINVAL;
@@ -346,7 +333,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
                                   (uint64_t)CKPT_HEADER_BLOCK);
     }
     if (!rc) {
-        rc = nvme_open_file(&nc, tmp, true, h.data_off, 0, &ck);
+        rc = ckpt_store_open(pool, tmp, true, h.data_off, 0, &ck);
         if (rc)
             ump_log_error("%s: cannot create %s: %s", fn, tmp,
                           ump_strerror(rc));
@@ -392,7 +379,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
             ump_log_error("%s: cannot write the index of %s: %s", fn, tmp,
                           ump_strerror(rc));
     }
-    nvme_close(ck);
+    ckpt_store_close(pool, ck);
     if (!rc && rename(tmp, path)) {
         rc = -errno;
         ump_log_error("%s: cannot rename %s to %s: %s", fn, tmp, path,

@@ -10,8 +10,6 @@
 
 #include "mem/pool.h"
 
-struct nvme_config;
-
 /* The saved configuration's room: every key of the table, most of them
  * short, and a few paths. */
 #define CKPT_CONFIG_MAX (4 * UMP_CONF_PATH_MAX + 4096)
@@ -25,11 +23,6 @@ int ckpt_buf_put(struct ckpt_buf *b, const void *p, size_t n);
 
 /* A place as records name it (CKPT_PLACE_* for the host places). */
 int32_t ckpt_place_code(const ump_pool_t *pool, int place);
-/* The store settings of a checkpoint file for pool: one granule per block,
- * the NVMe tier's queue depth and engine. -EINVAL when the granule is not
- * a multiple of 1 MiB (the store's slots). */
-int ckpt_store_config(const ump_pool_t *pool, struct nvme_config *nc);
-
 /* Test hook: the next checkpoint's store gets nvme_inject_fault(what,
  * nth) (tier/nvme.h), once; nth 0 clears. Not thread-safe. -EINVAL for a
  * negative nth or a kind too long. */

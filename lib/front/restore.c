@@ -406,12 +406,9 @@ static size_t count_allocs(const struct index *ix)
 static int restore_into(ump_pool_t *pool, const char *path,
                         const struct index *ix)
 {
-    struct nvme_config nc;
     struct nvme_store *ck = NULL;
-    int rc = ckpt_store_config(pool, &nc);
-    if (!rc)
-        rc = nvme_open_file(&nc, path, false, ix->h->data_off,
-                            ix->h->nblocks, &ck);
+    int rc = ckpt_store_open(pool, path, false, ix->h->data_off,
+                             ix->h->nblocks, &ck);
     if (rc)
         return bad(path, rc, "cannot open its data");
     size_t n = count_allocs(ix), made = 0;
@@ -423,7 +420,7 @@ static int restore_into(ump_pool_t *pool, const char *path,
         rc = rebuild(pool, tc, ix, ck, ptrs, &made);
         pthread_mutex_unlock(&pool->lock);
     }
-    nvme_close(ck);
+    ckpt_store_close(pool, ck);
     /* A half pool is no use: what was made goes. */
     for (size_t i = 0; rc && i < made; i++) {
         uintptr_t host = (uintptr_t)ptrs[i] & 1;

@@ -18,6 +18,39 @@
 #include "tier/move.h"
 #include "tier/xfer.h"
 
+int ckpt_store_open(ump_pool_t *pool, const char *path, bool create,
+                    uint64_t base, uint64_t nslots, struct nvme_store **st_p)
+{
+    if (pool->chunk_size % ((size_t)1 << 20))
+        return -EINVAL;
+    struct nvme_config nc = {
+        .slot_size = pool->chunk_size,
+        .queue_depth = (unsigned)pool->cfg.nvme_queue_depth,
+        .force_threads = pool->cfg.nvme_engine == UMP_NVME_THREADS,
+        .numa_node = pool->topo.dev[0].numa,
+    };
+    int rc = nvme_open_file(&nc, path, create, base, nslots, st_p);
+    if (rc)
+        return rc;
+    /* As the tier's own (xfer_open): copies from and to device memory run
+     * at the link's speed only into page-locked buffers. */
+    size_t len;
+    void *arena = nvme_arena(*st_p, &len);
+    if (arena && pool->be->host_register &&
+        pool->be->host_register(pool->bctx, arena, len))
+        ump_log_debug("checkpoint: bounce buffers not page-locked");
+    return 0;
+}
+
+void ckpt_store_close(ump_pool_t *pool, struct nvme_store *st)
+{
+    size_t len;
+    void *arena = st ? nvme_arena(st, &len) : NULL;
+    if (arena && pool->be->host_register && pool->be->host_unregister)
+        pool->be->host_unregister(pool->bctx, arena);
+    nvme_close(st);
+}
+
 int ckpt_run_segs(const struct run *r, struct ckpt_seg **segs_p,
                   size_t *n_p)
 {

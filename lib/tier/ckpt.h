@@ -33,6 +33,16 @@ struct ckpt_seg {
 };
 
 
+/* The store of a checkpoint file at path (nvme_open_file): one granule
+ * per slot, the NVMe tier's queue depth and engine, its bounce buffers
+ * page-locked for the devices' copies. create: a new file (slots handed
+ * out in order), else nslots slots of an existing one from byte base on.
+ * -EINVAL when the granule is not a multiple of 1 MiB (the store's
+ * slots); nothing logged. */
+int ckpt_store_open(ump_pool_t *pool, const char *path, bool create,
+                    uint64_t base, uint64_t nslots, struct nvme_store **st_p);
+/* Closes it (NULL is fine); the file stays. */
+void ckpt_store_close(ump_pool_t *pool, struct nvme_store *st);
 /* The segments of tracked run r, in address order, into *segs_p
  * (malloc'ed: the caller frees) and their number; -ENOMEM. */
 int ckpt_run_segs(const struct run *r, struct ckpt_seg **segs_p,

@@ -13,6 +13,8 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -21,6 +23,7 @@
 
 #include "front/ckpt.h"
 #include "front/ckpt_format.h"
+#include "util/crc32c.h"
 #include "tier/offload.h"
 
 #define MIB TU_MIB
@@ -509,6 +512,13 @@ static void test_suspend_cycles(void **state)
         for (int d = 0; d < NDEV; d++)
             assert_int_equal(tu_stats(pool, d).reserved_bytes, 0);
         assert_int_equal(live_bytes(pool), live);
+        /* The tier holds what came down, slab chunks too: at least one
+         * chunk per slab object's device, and the runs. */
+        ump_tier_stats_t now;
+        expect_rc(ump_tier_stats(pool, tier, &now), 0);
+        assert_true(now.used_bytes >= (tier == UMP_TIER_HOST ? h0 : n0)
+                                              .used_bytes +
+                                          (NDEV * 2 + 3 + 16) * MIB);
         expect_rc(ump_pool_resume(pool), 0);
         if (i % 10 == 0 || i == 99)
             verify(pool, &l);
@@ -578,6 +588,256 @@ static void test_suspend_errors(void **state)
     tu_pool_destroy(pool);
 }
 
+
+/* ---- what an adversarial review found ---------------------------------- */
+
+/* Rewrites the index of file through mutate (which returns false when it
+ * found nothing to change), then its crcs, as a crafted file would be. */
+static bool craft(const char *from, const char *to,
+                  bool (*mutate)(struct ckpt_header *h, char *index))
+{
+    copy_file(from, to, -1, -1);
+    int fd = open(to, O_RDWR);
+    assert_true(fd >= 0);
+    char block[CKPT_HEADER_BLOCK];
+    struct ckpt_header h;
+    assert_int_equal(pread(fd, block, sizeof(block), 0), (ssize_t)sizeof(block));
+    memcpy(&h, block, sizeof(h));
+    char *index = malloc(h.index_len);
+    assert_non_null(index);
+    assert_int_equal(pread(fd, index, h.index_len, (off_t)h.index_off),
+                     (ssize_t)h.index_len);
+    bool changed = mutate(&h, index);
+    h.index_crc = crc32c(0, index, h.index_len);
+    h.header_crc = 0;
+    memcpy(block, &h, sizeof(h));
+    h.header_crc = crc32c(0, block, sizeof(block));
+    memcpy(block, &h, sizeof(h));
+    assert_int_equal(pwrite(fd, index, h.index_len, (off_t)h.index_off),
+                     (ssize_t)h.index_len);
+    assert_int_equal(pwrite(fd, block, sizeof(block), 0),
+                     (ssize_t)sizeof(block));
+    close(fd);
+    free(index);
+    return changed;
+}
+
+/* The first record of kind (and its offset in the index), or NULL. */
+static struct ckpt_rec *find_rec(const struct ckpt_header *h, char *index,
+                                 uint32_t kind, uint32_t min_sub)
+{
+    size_t off = 0;
+    for (uint64_t i = 0; i < h->nrec; i++) {
+        struct ckpt_rec *r = (struct ckpt_rec *)(void *)(index + off);
+        if (r->kind == kind && r->nsub >= min_sub)
+            return r;
+        size_t each = r->kind == CKPT_RUN       ? sizeof(struct ckpt_part)
+                      : r->kind == CKPT_TRACKED ? sizeof(struct ckpt_tseg)
+                                                : sizeof(struct ckpt_obj);
+        off += sizeof(*r) + r->nsub * each;
+    }
+    return NULL;
+}
+
+static bool dup_slab_object(struct ckpt_header *h, char *index)
+{
+    struct ckpt_rec *r = find_rec(h, index, CKPT_SLAB, 2);
+    if (!r)
+        return false;
+    struct ckpt_obj *o = (struct ckpt_obj *)(void *)(r + 1);
+    o[1].idx = o[0].idx;
+    return true;
+}
+
+static bool overlap_runs(struct ckpt_header *h, char *index)
+{
+    struct ckpt_rec *s = find_rec(h, index, CKPT_SLAB, 1),
+                    *r = find_rec(h, index, CKPT_RUN, 1);
+    if (!s || !r || r->n < 2)
+        return false;
+    r->g = s->g; /* a run over a slab's granule */
+    return true;
+}
+
+static bool host_part_in_device_run(struct ckpt_header *h, char *index)
+{
+    struct ckpt_rec *r = find_rec(h, index, CKPT_RUN, 2);
+    if (!r || r->place < 0)
+        return false;
+    ((struct ckpt_part *)(void *)(r + 1))[1].place = CKPT_PLACE_HOST;
+    return true;
+}
+
+static bool data_before_index(struct ckpt_header *h, char *index)
+{
+    (void)index;
+    h->data_off = 0;
+    return true;
+}
+
+/* Crafted files whose crcs are right: -EINVAL, no pool, nothing held. */
+static void test_crafted_files(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = make_pool(NULL);
+    static struct load l;
+    populate(pool, &l);
+    size_t live = live_bytes(pool);
+    char ck[128], bad[128];
+    path_of(ck, sizeof(ck), "craft.ckpt");
+    path_of(bad, sizeof(bad), "crafted.ckpt");
+    expect_rc(ump_pool_checkpoint(pool, ck), 0);
+    free_all(pool, &l);
+    tu_pool_destroy(pool);
+    bool (*mutate[])(struct ckpt_header *, char *) = {
+        dup_slab_object, overlap_runs, host_part_in_device_run,
+        data_before_index};
+    for (size_t i = 0; i < sizeof(mutate) / sizeof(mutate[0]); i++) {
+        assert_true(craft(ck, bad, mutate[i]));
+        pool = (ump_pool_t *)0x1;
+        int rc = ump_pool_restore(bad, NULL, &pool);
+        if (rc != -EINVAL)
+            fail_msg("crafted file %zu: restore = %d (%s)", i, rc,
+                     ump_strerror(rc));
+        assert_ptr_equal(pool, (ump_pool_t *)0x1);
+    }
+    expect_rc(ump_pool_restore(ck, NULL, &pool), 0);
+    check_restored(pool, &l, live);
+    unlink(ck);
+    unlink(bad);
+}
+
+/* A run partly discarded (DONTNEED, then NVMe) restored into a pool
+ * without NVMe: the discarded part gets memory but no data, and every
+ * other byte is right (the blocks are not shifted). overflow:host saved
+ * in the file: on one device, what fits nowhere overflows. */
+static void test_restore_elsewhere(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = make_pool("overflow:host");
+    static struct load l;
+    populate(pool, &l);
+    void *part = alloc_hinted(pool, 6 * MIB, 1, NULL, UMP_HINT_OFFLOAD);
+    tu_fill(part, 6 * MIB, 77);
+    expect_rc(ump_advise(pool, part, 2 * MIB, UMP_ADVISE_DONTNEED), 0);
+    expect_rc(ump_evict(pool, part, 0, UMP_TIER_NVME), 0);
+    size_t live = live_bytes(pool);
+    char ck[128];
+    path_of(ck, sizeof(ck), "elsewhere.ckpt");
+    expect_rc(ump_pool_checkpoint(pool, ck), 0);
+    free_all(pool, &l);
+    tu_free(pool, part);
+    tu_pool_destroy(pool);
+    expect_rc(ump_pool_restore(ck, "nvme_dir:", &pool), 0);
+    assert_int_equal(tu_info(pool, part).tier, UMP_TIER_HOST);
+    /* Its chunks are 4 + 2 MiB: the advice dropped the first whole. The
+     * pattern is positional: compared with a fresh copy of it. */
+    assert_int_equal(tu_info(pool, part).chunk_size, 4 * MIB);
+    char *want = malloc(6 * MIB);
+    assert_non_null(want);
+    tu_fill(want, 6 * MIB, 77);
+    assert_memory_equal((char *)part + 4 * MIB, want + 4 * MIB, 2 * MIB);
+    free(want);
+    tu_free(pool, part);
+    check_restored(pool, &l, live - 6 * MIB);
+    /* One small device: the runs that fit nowhere overflow. */
+    expect_rc(ump_pool_restore(ck, "sim_devices:1,sim_device_mem:64M,"
+                                   "pinned_limit:256M", &pool), 0);
+    int overflowed = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        ump_ptr_info_t info = tu_info(pool, l.it[i].p);
+        if (l.it[i].nodata || info.tier == UMP_TIER_NVME)
+            continue; /* the device is too full to bring them up */
+        overflowed += info.kind == UMP_KIND_DEVICE && info.device == -1 &&
+                      info.tier == UMP_TIER_HOST &&
+                      l.it[i].size < 8 * MIB; /* not the host tier's */
+        tu_assert_pattern((char *)l.it[i].p + 8, l.it[i].size - 8,
+                          l.it[i].seed);
+    }
+    assert_true(overflowed > 0);
+    tu_free(pool, part);
+    free_all(pool, &l);
+    tu_pool_destroy(pool);
+    unlink(ck);
+}
+
+struct racer {
+    ump_pool_t *pool;
+    void *p;
+    int device;
+    _Atomic bool *stop;
+    int kind; /* 0: evict and acquire its own run; 1: allocate and free */
+    int errors;
+};
+
+static void *race_main(void *arg)
+{
+    struct racer *x = arg;
+    while (!atomic_load(x->stop)) {
+        if (x->kind == 0) {
+            int rc = ump_evict(x->pool, x->p, 0, UMP_TIER_HOST);
+            if (!rc)
+                rc = ump_acquire(x->pool, x->p, 0, x->device, NULL);
+            if (!rc)
+                rc = ump_release(x->pool, x->p, 0);
+            x->errors += rc && rc != -EBUSY;
+        } else {
+            void *q = NULL;
+            ump_hints_t h = tu_hints(x->device);
+            int rc = ump_alloc(x->pool, 1000 + (size_t)x->device * 3000000,
+                               &h, &q);
+            if (!rc)
+                rc = ump_free(x->pool, q);
+            x->errors += rc && rc != -EBUSY;
+        }
+    }
+    return NULL;
+}
+
+/* Checkpoints and suspends while other threads move their own memory and
+ * allocate: a checkpoint ends (is not starved by moves), never runs on a
+ * suspended pool (-EBUSY instead), and a suspend leaves no device memory
+ * behind, whatever raced with it. */
+static void test_races(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = make_pool(NULL);
+    static struct load l;
+    populate(pool, &l);
+    enum { NR = 4 };
+    _Atomic bool stop = false;
+    struct racer r[NR];
+    pthread_t t[NR];
+    for (int i = 0; i < NR; i++) {
+        r[i] = (struct racer){.pool = pool, .device = i % NDEV, .stop = &stop,
+                              .kind = i % 2};
+        if (r[i].kind == 0)
+            r[i].p = alloc_hinted(pool, 4 * MIB, i, NULL, UMP_HINT_OFFLOAD);
+        assert_int_equal(pthread_create(&t[i], NULL, race_main, &r[i]), 0);
+    }
+    char ck[128];
+    path_of(ck, sizeof(ck), "race.ckpt");
+    for (int round = 0; round < 20; round++) {
+        int rc = ump_pool_checkpoint(pool, ck);
+        assert_true(rc == 0);
+        expect_rc(ump_pool_suspend(pool, UMP_TIER_HOST), 0);
+        for (int d = 0; d < NDEV; d++)
+            assert_int_equal(tu_stats(pool, d).reserved_bytes, 0);
+        expect_rc(ump_pool_resume(pool), 0);
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < NR; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(r[i].errors, 0);
+        if (r[i].p)
+            tu_free(pool, r[i].p);
+    }
+    verify(pool, &l);
+    free_all(pool, &l);
+    tu_pool_destroy(pool);
+    unlink(ck);
+}
+
 int main(int argc, char **argv)
 {
     self = argv[0];
@@ -601,6 +861,9 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_checkpoint_faults),
         cmocka_unit_test(test_suspend_cycles),
         cmocka_unit_test(test_suspend_errors),
+        cmocka_unit_test(test_crafted_files),
+        cmocka_unit_test(test_restore_elsewhere),
+        cmocka_unit_test(test_races),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[128];

@@ -355,6 +355,9 @@ static int alloc_placed(ump_pool_t *pool, struct tcache *tc,
                          "on no device now go to pinned host memory", dev);
         pr->req.device = dev;
     }
+    if (rc == -EBUSY)
+        ump_log_error("ump_alloc: the pool was suspended meanwhile "
+                      "(ump_pool_resume first)");
     if (rc == -ENOMEM) {
         if (place_is_host(pool, pr->req.device))
             ump_log_info("out of pinned host memory: %zu bytes (pinned_limit "

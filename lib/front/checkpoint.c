@@ -303,14 +303,19 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
     }
 
     pthread_mutex_lock(&pool->lock);
-    if (pool->suspended) {
+    /* No new move starts from here on (others in flight end); both waits
+     * drop the lock, so a suspend may have begun meanwhile: checked after
+     * them, with the lock kept from then on. */
+    offload_hold(pool);
+    pool_poll_pending(pool, true);
+    offload_quiesce(pool);
+    if (atomic_load(&pool->suspended)) {
+        offload_unhold(pool);
         pthread_mutex_unlock(&pool->lock);
         free(config);
         ump_log_error("%s: the pool is suspended (ump_pool_resume first)", fn);
         return -EBUSY;
     }
-    pool_poll_pending(pool, true);
-    offload_quiesce(pool);
     /* The index is known before the data is written: the data starts past
      * its room. Walking once to size it and once to write it would need
      * the same lock anyway, so the walk comes first, with the store opened
@@ -347,6 +352,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
             ump_log_error("%s: cannot write the data to %s: %s", fn, tmp,
                           ump_strerror(rc));
     }
+    offload_unhold(pool);
     pthread_mutex_unlock(&pool->lock);
 
     /* The index with the blocks' crcs, then the header, then durable. */

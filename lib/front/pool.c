@@ -60,6 +60,10 @@ void pool_reclaim_device(ump_pool_t *pool, int device)
 int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
                    struct run **run_p)
 {
+    /* Suspended: an allocation that raced past alloc_begin's check. */
+    if (atomic_load(&pool->suspended) &&
+        !place_is_host(pool, pr->req.device))
+        return -EBUSY;
     pool_poll_pending(pool, false);
     pool_clock_tick(pool); /* ages of runs the thread caches hand out */
     int rc;

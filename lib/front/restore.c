@@ -89,6 +89,7 @@ static int check_header(const char *path, const char *block,
     if (!g || (g & (g - 1)) || g % ((uint64_t)1 << 20) || !h->va_size ||
         h->va_size % g || h->va_base % g || h->ndev > UMP_MAX_DEVICES ||
         h->index_off != CKPT_HEADER_BLOCK || h->data_off % CKPT_HEADER_BLOCK ||
+        h->data_off < h->index_off ||
         h->index_len > h->data_off - h->index_off ||
         h->nblocks > (UINT64_MAX - h->data_off) / g ||
         h->nrec > h->index_len / sizeof(struct ckpt_rec) ||
@@ -123,14 +124,23 @@ static int check_record(const struct ckpt_header *h, const char *p,
                   : r.kind == CKPT_TRACKED ? sizeof(struct ckpt_tseg)
                   : r.kind == CKPT_SLAB    ? sizeof(struct ckpt_obj)
                                            : 0;
-    if (!each || !r.nsub || r.nsub > (len - *off) / each)
+    if (!each || !r.nsub || r.nsub > (len - *off) / each || !r.size)
         return -EINVAL;
-    for (uint32_t i = 0; i < r.nsub; i++, *off += each) {
+    /* A slab's live objects are distinct: one bit each. */
+    uint64_t nobj = r.kind == CKPT_SLAB ? h->granule / r.size : 0;
+    uint8_t *seen = nobj ? calloc((nobj + 7) / 8, 1) : NULL;
+    if (nobj && !seen)
+        return -ENOMEM;
+    int rc = 0;
+    for (uint32_t i = 0; i < r.nsub && !rc; i++, *off += each) {
         if (r.kind == CKPT_RUN) {
             struct ckpt_part x;
             memcpy(&x, p + *off, sizeof(x));
-            if (!x.n || x.n > r.n || x.place < CKPT_PLACE_OVERFLOW)
-                return -EINVAL;
+            /* A run is on devices, or all on one host place. */
+            if (!x.n || x.n > r.n || x.place < CKPT_PLACE_OVERFLOW ||
+                (i == 0 && x.place != r.place) ||
+                ((x.place < 0 || r.place < 0) && x.place != r.place))
+                rc = -EINVAL;
             sum += x.n;
             blocks += x.n;
         } else if (r.kind == CKPT_TRACKED) {
@@ -142,18 +152,23 @@ static int check_record(const struct ckpt_header *h, const char *p,
                 (x.nodata && x.tier != UMP_TIER_NVME) ||
                 (x.tier == UMP_TIER_DEVICE &&
                  (x.dev < 0 || x.dev >= UMP_MAX_DEVICES)))
-                return -EINVAL;
+                rc = -EINVAL;
             sum += x.n;
             blocks += x.nodata ? 0 : x.n;
         } else {
             struct ckpt_obj x;
             memcpy(&x, p + *off, sizeof(x));
-            if (r.n != 1 || !r.size || x.idx >= h->granule / r.size ||
-                x.req > r.size)
-                return -EINVAL;
+            if (r.n != 1 || r.place < CKPT_PLACE_OVERFLOW || x.idx >= nobj ||
+                !x.req || x.req > r.size || (seen[x.idx / 8] >> (x.idx % 8)) & 1)
+                rc = -EINVAL;
+            else
+                seen[x.idx / 8] |= (uint8_t)(1u << (x.idx % 8));
             sum = blocks = 1;
         }
     }
+    free(seen);
+    if (rc)
+        return rc;
     if (sum != r.n || (r.kind != CKPT_SLAB && r.size > r.n * h->granule))
         return -EINVAL;
     *blocks_p += blocks;
@@ -207,6 +222,14 @@ static int plan(ump_pool_t *pool, struct policy_inst *inst, size_t n,
     return policy_plan(&pool->place, inst, &req, avail, parts_p, np_p);
 }
 
+/* Does device memory that fits on no device go to pinned host memory
+ * (overflow:host), as ump_alloc sends it? Offloadable memory never does. */
+static bool overflows(const ump_pool_t *pool, unsigned flags)
+{
+    return pool->cfg.overflow == UMP_OVERFLOW_HOST &&
+           !(flags & UMP_HINT_OFFLOAD);
+}
+
 static int no_room(ump_pool_t *pool, const struct ckpt_rec *r, int rc)
 {
     if (rc != -ENOMEM && rc != -ENOSPC)
@@ -251,6 +274,9 @@ static int restore_slab(ump_pool_t *pool, struct tcache *tc,
                                    live, req, r->nsub, s_p);
                 free(parts);
             }
+            if (rc == -ENOMEM && overflows(pool, 0)) /* as ump_alloc would */
+                rc = slab_build_at(pool, place_overflow(pool), r->flags, r->g,
+                                   live, req, r->nsub, s_p);
         }
     }
     for (uint32_t i = 0; i < r->nsub && !rc; i++)
@@ -285,6 +311,11 @@ static int restore_run(ump_pool_t *pool, const struct ckpt_rec *r,
         if (!rc) {
             rc = runs_build_at(pool, r->g, parts, np, r->flags, r_p);
             free(parts);
+        }
+        if (rc == -ENOMEM && overflows(pool, r->flags)) {
+            ump_place_part_t over = {.device = place_overflow(pool),
+                                     .chunks = r->n};
+            rc = runs_build_at(pool, r->g, &over, 1, r->flags, r_p);
         }
     }
     return no_room(pool, r, rc);
@@ -323,6 +354,29 @@ static int restore_tracked(ump_pool_t *pool, const struct ckpt_rec *r,
         *r_p = run;
     free(segs);
     return no_room(pool, r, rc);
+}
+
+/* The data of record r from its blocks at slots. A tracked run's
+ * discarded segments have no block: they are skipped, wherever their
+ * memory now is (a pool without NVMe gives them some). */
+static int load_data(ump_pool_t *pool, struct nvme_store *ck,
+                     const struct ckpt_rec *r, const char *subs,
+                     const uint64_t *slots)
+{
+    if (r->kind != CKPT_TRACKED)
+        return ckpt_data(pool, ck, r->g, r->n, slots, false);
+    int rc = 0;
+    size_t g = r->g;
+    for (uint32_t i = 0; i < r->nsub && !rc; i++) {
+        struct ckpt_tseg x;
+        memcpy(&x, subs + i * sizeof(x), sizeof(x));
+        if (!x.nodata) {
+            rc = ckpt_data(pool, ck, g, x.n, slots, false);
+            slots += x.n;
+        }
+        g += x.n;
+    }
+    return rc;
 }
 
 /* ptr, with its low bit set when it is ump_host_alloc's (place): the
@@ -378,7 +432,12 @@ static int rebuild(ump_pool_t *pool, struct tcache *tc,
             }
         }
         if (!rc)
-            rc = ckpt_data(pool, ck, r.g, r.n, slots + at, false);
+            rc = load_data(pool, ck, &r, subs, slots + at);
+        if (rc == -EADDRINUSE) { /* the index passed its crc */
+            ump_log_error("%s: records overlap at %p: the index is "
+                          "inconsistent", fn, vas_addr(&pool->vas, r.g));
+            rc = -EINVAL;
+        }
         if (rc == -EIO)
             ump_log_error("%s: the data at %p does not read back whole "
                           "(crc32c or the disk)", fn,

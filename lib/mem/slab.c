@@ -167,6 +167,11 @@ int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
               unsigned max, struct obj_ref *out, unsigned *n_p, int *device_p)
 {
     struct slab *s;
+    /* Suspended (tier/suspend.c): device memory is not handed out, and an
+     * away slab's chunk is gone. An allocation that raced past the front
+     * end's check stops here, under the lock. */
+    if (atomic_load(&pool->suspended) && !place_is_host(pool, device))
+        return -EBUSY;
     int rc = slab_find(pool, device, cls, flags, &s);
     if (rc)
         return rc;

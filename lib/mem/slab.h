@@ -47,7 +47,7 @@ static inline uint32_t slab_index(const struct slab *s, uint32_t off)
  * making a slab if needed (on the nearest device with room when device is
  * full, unless flags has UMP_HINT_NO_SPILL). Objects are written to out,
  * all from one device, returned in *device_p. -ENOMEM when no device has
- * room. Pool lock held. */
+ * room, -EBUSY for a device while the pool is suspended. Pool lock held. */
 int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
               unsigned max, struct obj_ref *out, unsigned *n_p,
               int *device_p);

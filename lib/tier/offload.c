@@ -216,6 +216,17 @@ void offload_quiesce(ump_pool_t *pool)
         pthread_cond_wait(&pool->off->moved, &pool->lock);
 }
 
+void offload_hold(ump_pool_t *pool)
+{
+    pool->off->hold++;
+}
+
+void offload_unhold(ump_pool_t *pool)
+{
+    pool->off->hold--;
+    pthread_cond_broadcast(&pool->off->moved);
+}
+
 int offload_acquire(ump_pool_t *pool, void *ptr, size_t size, int dev)
 {
     struct res *res;

@@ -102,6 +102,11 @@ void offload_device_stats(ump_pool_t *pool, int d, ump_stats_t *st);
  * Every move starts under the pool lock, so none starts while the caller
  * keeps holding it: a checkpoint reads a still pool. Pool lock held. */
 void offload_quiesce(ump_pool_t *pool);
+/* While held (counted), no move starts that is not part of one already
+ * running: a checkpoint waiting in offload_quiesce is not starved by
+ * threads that keep moving memory. Pool lock held. */
+void offload_hold(ump_pool_t *pool);
+void offload_unhold(ump_pool_t *pool);
 
 /* ump_pool_suspend / ump_pool_resume's moving (tier/suspend.c). */
 /* Moves everything on the devices down to tier (UMP_TIER_HOST or

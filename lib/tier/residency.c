@@ -200,12 +200,18 @@ void res_teardown(ump_pool_t *pool, struct res *res)
 
 /* --- claims ---------------------------------------------------------------- */
 
+/* Claims this thread holds: a move may claim others inside its own (room
+ * made for a move up moves segments down), and those must not wait for a
+ * hold that waits for the outer move to end. */
+static _Thread_local unsigned claims_held;
+
 void res_move_begin(ump_pool_t *pool, struct seg *s)
 {
-    while (s->moving)
+    while (s->moving || (pool->off->hold && !claims_held))
         pthread_cond_wait(&pool->off->moved, &pool->lock);
     s->moving = true;
     pool->off->moving++;
+    claims_held++;
     s->res->busy++;
 }
 
@@ -213,6 +219,7 @@ void res_move_end(ump_pool_t *pool, struct seg *s)
 {
     s->moving = false;
     pool->off->moving--;
+    claims_held--;
     pthread_cond_broadcast(&pool->off->moved);
     res_unbusy(pool, s->res);
 }
@@ -221,9 +228,14 @@ void res_move_end(ump_pool_t *pool, struct seg *s)
 
 void res_note_tier(ump_pool_t *pool, const struct seg *s, int tier, int sign)
 {
+    tier_count(pool, s->home, s->n, tier, sign);
+}
+
+void tier_count(ump_pool_t *pool, int home, size_t n, int tier, int sign)
+{
     struct offload *o = pool->off;
-    struct tier_ctr *c = &o->ctr[s->home];
-    size_t b = tier_bytes(pool, s->n);
+    struct tier_ctr *c = &o->ctr[home];
+    size_t b = tier_bytes(pool, n);
     if (sign < 0 && tier != UMP_TIER_DEVICE)
         o->full = false;
     if (tier == UMP_TIER_HOST) {

@@ -53,6 +53,9 @@ void res_move_end(ump_pool_t *pool, struct seg *s);
 
 /* Counts segment s in (sign +1) or out of tier's counters. */
 void res_note_tier(ump_pool_t *pool, const struct seg *s, int tier, int sign);
+/* The same for n granules placed on device home (a suspended slab's
+ * chunk: tier/suspend.c). */
+void tier_count(ump_pool_t *pool, int home, size_t n, int tier, int sign);
 /* Segment s moved from its tier to tier (on dev when a device): counters,
  * s->tier and s->dev. */
 void res_note_move(ump_pool_t *pool, struct seg *s, int tier, int dev);

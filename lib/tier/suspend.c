@@ -145,6 +145,7 @@ static int slab_down(ump_pool_t *pool, struct slab *s, int tier)
         return rc;
     }
     backing_put(pool, &b); /* idle: released by the trim that follows */
+    tier_count(pool, a.dev, 1, tier, +1);
     s->away = tier;
     pool->susp->a[pool->susp->n++] = a;
     return 0;
@@ -191,6 +192,7 @@ static int slab_up(ump_pool_t *pool, struct away *a)
         host_put(pool, a->host);
     else
         xfer_slots_free_later(pool, a->slots, 1);
+    tier_count(pool, a->dev, 1, s->away, -1);
     s->away = 0;
     chunks_note_in_use(pool, a->dev);
     return 0;

@@ -113,6 +113,8 @@ struct offload {
     struct worker w[W_COUNT];
     bool stopping;
     unsigned moving;     /* segments claimed by a move now (residency.c) */
+    unsigned hold;       /* checkpoints waiting for a still pool: no new
+                            move starts (offload_hold) */
     struct ump_list lru; /* first most recently used */
     size_t lru_len;      /* segments in it */
     /* The eviction order's logical time: one tick per acquire, release,

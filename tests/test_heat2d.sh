@@ -75,8 +75,10 @@ fi
 echo "  killed (SIGKILL) after: $(grep 'checkpoint at' "$tmp/killed.out" |
     tail -1)"
 # shellcheck disable=SC2086
-out=$("$heat" $args --restart "$tmp/h.ckpt" 2>&1) || fail "the restart failed"
+rc=0
+out=$("$heat" $args --restart "$tmp/h.ckpt" 2>&1) || rc=$?
 printf '%s\n' "$out"
+[ "$rc" -eq 0 ] || fail "the restart exited $rc"
 printf '%s\n' "$out" | grep -q 'restarted from .* at step [3-9]00' ||
     fail "the restart did not start from the checkpoint"
 again=$(printf '%s\n' "$out" | grep 'vs serial' |

@@ -201,6 +201,22 @@ static int resv_fill(void *va, size_t size)
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
+/* Where reservations go first (place_anywhere), and how many slots of the
+ * window are tried before the kernel chooses. */
+#define SIM_VA_WINDOW ((uintptr_t)32 << 40)
+#define SIM_VA_TRIES 64
+#define SIM_VA_GUARD ((uintptr_t)1 << 30)
+/* ThreadSanitizer's shadow lies there, and its mmap aborts the process on
+ * a fixed address outside the application's ranges: no window under it. */
+#if defined(__SANITIZE_THREAD__)
+#define SIM_VA_NO_WINDOW 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SIM_VA_NO_WINDOW 1
+#endif
+#endif
+
+
 /* reserve: size bytes of PROT_NONE address space anywhere, aligned to al
  * (over-reserved by the alignment, then trimmed at both ends). NULL, logged,
  * when the address space is exhausted. */
@@ -209,6 +225,37 @@ static char *place_anywhere(size_t size, size_t al)
     char *raw, *va;
     size_t head;
 
+    /* First in a window of its own, the same in every process: a
+     * checkpoint restored in a fresh process (ump_pool_restore) needs its
+     * old range free there, and the kernel puts a new process's libraries,
+     * heap and stacks elsewhere (near the program and under the top of the
+     * address space, moved by ASLR from run to run), so a range chosen by
+     * the kernel in one run is often taken in the next. The window starts
+     * at 32 TiB, above ASan's shadow; where it is not the process's to use
+     * (another sanitizer's shadow, a smaller address space) the mmap
+     * fails and the kernel chooses, as before. */
+#ifndef SIM_VA_NO_WINDOW
+    /* A guard of free addresses on each side, so that reservations never
+     * touch: an overrun faults instead of landing in another pool. */
+    uintptr_t guard = UMP_ALIGN_UP(SIM_VA_GUARD, al);
+    uintptr_t span = UMP_ALIGN_UP(size, al) + 2 * guard;
+    for (uintptr_t at = UMP_ALIGN_UP(SIM_VA_WINDOW, al), i = 0;
+         i < SIM_VA_TRIES && at + span > at; i++, at += span) {
+        raw = mmap((void *)at, span, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
+                       MAP_FIXED_NOREPLACE,
+                   -1, 0);
+        if (raw == (char *)at) {
+            munmap(raw, guard);
+            munmap(raw + guard + size, span - guard - size);
+            return raw + guard;
+        }
+        if (raw != MAP_FAILED) /* an old kernel took it for a hint */
+            munmap(raw, span);
+        if (raw != MAP_FAILED || errno != EEXIST)
+            break;
+    }
+#endif
     raw = mmap(NULL, size + al, PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {

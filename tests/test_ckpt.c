@@ -201,6 +201,21 @@ static void check_restored(ump_pool_t *pool, const struct load *l,
     tu_pool_destroy(pool);
 }
 
+/* A pool with the workload, checkpointed to dir/name (its path into ck),
+ * then freed and destroyed: its live bytes. */
+static size_t saved_workload(struct load *l, const char *name, char *ck,
+                             size_t len)
+{
+    ump_pool_t *pool = make_pool(NULL);
+    populate(pool, l);
+    size_t live = live_bytes(pool);
+    path_of(ck, len, name);
+    expect_rc(ump_pool_checkpoint(pool, ck), 0);
+    free_all(pool, l);
+    tu_pool_destroy(pool);
+    return live;
+}
+
 /* ---- the fresh process ------------------------------------------------- */
 
 /* Child mode (argv: self --child ckpt loadfile config): one test, the
@@ -299,15 +314,10 @@ static void test_same_process(void **state)
 static void test_smaller_machine(void **state)
 {
     (void)state;
-    ump_pool_t *pool = make_pool(NULL);
     static struct load l;
-    populate(pool, &l);
-    size_t live = live_bytes(pool);
     char ck[128];
-    path_of(ck, sizeof(ck), "small.ckpt");
-    expect_rc(ump_pool_checkpoint(pool, ck), 0);
-    free_all(pool, &l);
-    tu_pool_destroy(pool);
+    size_t live = saved_workload(&l, "small.ckpt", ck, sizeof(ck));
+    ump_pool_t *pool;
 
     pool = NULL;
     expect_rc(ump_pool_restore(ck, "sim_devices:2", &pool), 0);
@@ -363,15 +373,11 @@ static void copy_file(const char *from, const char *to, off_t truncate_at,
 static void test_corrupt_files(void **state)
 {
     (void)state;
-    ump_pool_t *pool = make_pool(NULL);
     static struct load l;
-    populate(pool, &l);
     char ck[128], bad[128];
-    path_of(ck, sizeof(ck), "good.ckpt");
+    saved_workload(&l, "good.ckpt", ck, sizeof(ck));
     path_of(bad, sizeof(bad), "bad.ckpt");
-    expect_rc(ump_pool_checkpoint(pool, ck), 0);
-    free_all(pool, &l);
-    tu_pool_destroy(pool);
+    ump_pool_t *pool;
     struct stat st;
     assert_int_equal(stat(ck, &st), 0);
     uint64_t seed = 88172645463325252ull;
@@ -679,16 +685,11 @@ static bool data_before_index(struct ckpt_header *h, char *index)
 static void test_crafted_files(void **state)
 {
     (void)state;
-    ump_pool_t *pool = make_pool(NULL);
     static struct load l;
-    populate(pool, &l);
-    size_t live = live_bytes(pool);
     char ck[128], bad[128];
-    path_of(ck, sizeof(ck), "craft.ckpt");
+    size_t live = saved_workload(&l, "craft.ckpt", ck, sizeof(ck));
     path_of(bad, sizeof(bad), "crafted.ckpt");
-    expect_rc(ump_pool_checkpoint(pool, ck), 0);
-    free_all(pool, &l);
-    tu_pool_destroy(pool);
+    ump_pool_t *pool;
     bool (*mutate[])(struct ckpt_header *, char *) = {
         dup_slab_object, overlap_runs, host_part_in_device_run,
         data_before_index};

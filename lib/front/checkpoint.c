@@ -302,6 +302,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
         return rc;
     }
 
+    pthread_mutex_lock(&pool->ckpt_lock);
     pthread_mutex_lock(&pool->lock);
     /* No new move starts from here on (others in flight end); both waits
      * drop the lock, so a suspend may have begun meanwhile: checked after
@@ -312,6 +313,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
     if (atomic_load(&pool->suspended)) {
         offload_unhold(pool);
         pthread_mutex_unlock(&pool->lock);
+        pthread_mutex_unlock(&pool->ckpt_lock);
         free(config);
         ump_log_error("%s: the pool is suspended (ump_pool_resume first)", fn);
         return -EBUSY;
@@ -395,6 +397,7 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
         unlink(tmp); /* the old checkpoint at path, if any, stays */
     else
         sync_dir(path);
+    pthread_mutex_unlock(&pool->ckpt_lock);
     free(w.index.p);
     free(w.ranges);
     free(config);

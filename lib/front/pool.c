@@ -270,6 +270,7 @@ static void pool_free_meta(ump_pool_t *pool)
     free(pool->streams); /* the backend closes the streams themselves */
     free(pool->stream_devs);
     pthread_mutex_destroy(&pool->streams_lock);
+    pthread_mutex_destroy(&pool->ckpt_lock);
     pthread_mutex_destroy(&pool->lock);
     free(pool);
 }
@@ -307,12 +308,14 @@ int pool_create_at(const struct ump_config *cfg, void *at, size_t at_size,
     log_set_level(pool->cfg.log_level);
     pthread_mutex_init(&pool->lock, NULL);
     pthread_mutex_init(&pool->streams_lock, NULL);
+    pthread_mutex_init(&pool->ckpt_lock, NULL);
     pool->id = atomic_fetch_add(&next_pool_id, 1);
     pool->fork_gen = atomic_load(&fork_generation);
     pool_clock_init(pool);
     rc = open_backend(pool);
     if (rc) {
         pthread_mutex_destroy(&pool->streams_lock);
+        pthread_mutex_destroy(&pool->ckpt_lock);
         pthread_mutex_destroy(&pool->lock);
         free(pool);
         return rc;

@@ -33,6 +33,7 @@ UMP_EXPORT int ump_pool_suspend(ump_pool_t *pool, int tier)
     /* Refused from here on: an allocation now would take device memory
      * back, or hand out a slab object whose chunk is gone. */
     atomic_store(&pool->suspended, true);
+    pool->suspending = true;
     pool_poll_pending(pool, true);
     pool_flush_tcaches(pool); /* their objects and runs are free memory */
     offload_quiesce(pool);
@@ -41,6 +42,7 @@ UMP_EXPORT int ump_pool_suspend(ump_pool_t *pool, int tier)
         atomic_store(&pool->suspended, false);
     /* Everything the devices still hold is cached or idle: it all goes. */
     pool_trim_locked(pool);
+    pool->suspending = false;
     pthread_mutex_unlock(&pool->lock);
     return rc;
 }
@@ -56,6 +58,11 @@ UMP_EXPORT int ump_pool_resume(ump_pool_t *pool)
         pthread_mutex_unlock(&pool->lock);
         ump_log_error("%s: the pool is not suspended", fn);
         return -EINVAL;
+    }
+    if (pool->suspending) { /* it drops the lock while it moves */
+        pthread_mutex_unlock(&pool->lock);
+        ump_log_error("%s: a suspend is still running", fn);
+        return -EBUSY;
     }
     rc = offload_resume(pool);
     if (rc)

@@ -191,8 +191,14 @@ struct ump_pool {
      * keeps what it needs to bring it back in susp). Allocations are
      * refused meanwhile: read on their path with no lock, hence atomic. */
     _Atomic bool suspended;
+    bool suspending;         /* (L) ump_pool_suspend runs (it drops the
+                                lock): resume waits for its end */
     struct suspend *susp;
     void *_Atomic root;      /* ump_pool_set_root: kept by checkpoints */
+    /* One checkpoint at a time (front/checkpoint.c): each holds moves off
+     * while it waits for a still pool, and overlapping ones would keep
+     * them off for good. */
+    pthread_mutex_t ckpt_lock;
     size_t created;          /* (L) the devices' bytes of chunks created */
     size_t created_peak;     /* (L) and its high-water mark */
     /* (L) High-water marks of the host places together (one budget):

@@ -392,6 +392,13 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
                  : device;
     int rc;
     res_move_begin(pool, s);
+    /* Suspended meanwhile (an acquire or a prefetch that began before):
+     * nothing comes up. Checked under the lock, after the claim, so that
+     * a suspend's walk finds every segment where this leaves it. */
+    if (atomic_load(&pool->suspended)) {
+        res_move_end(pool, s);
+        return -EBUSY;
+    }
     /* Room made (or freed by others meanwhile) can be taken by another
      * thread before this one maps it: a few rounds. */
     for (int round = 0;; round++) {

@@ -256,6 +256,9 @@ int offload_acquire(ump_pool_t *pool, void *ptr, size_t size, int dev)
     if (rc == -ENOMEM)
         ump_log_error("ump_acquire: no room on device %d for %p, even after "
                       "moving unpinned offloadable memory", dev, ptr);
+    if (rc == -EBUSY)
+        ump_log_error("ump_acquire: the pool was suspended meanwhile "
+                      "(ump_pool_resume first)");
     res_unbusy(pool, res);
     pthread_mutex_unlock(&pool->lock);
     return rc;

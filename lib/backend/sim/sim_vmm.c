@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "backend/sim/sim_vmm.h"
@@ -206,6 +207,9 @@ static int resv_fill(void *va, size_t size)
 #define SIM_VA_WINDOW ((uintptr_t)32 << 40)
 #define SIM_VA_TRIES 64
 #define SIM_VA_GUARD ((uintptr_t)1 << 30)
+/* The window's first slots, one TiB apart: 32 TiB to 64 TiB. */
+#define SIM_VA_SLOTS 32
+#define SIM_VA_SLOT ((uintptr_t)1 << 40)
 /* ThreadSanitizer's shadow lies there, and its mmap aborts the process on
  * a fixed address outside the application's ranges: no window under it. */
 #if defined(__SANITIZE_THREAD__)
@@ -239,7 +243,14 @@ static char *place_anywhere(size_t size, size_t al)
      * touch: an overrun faults instead of landing in another pool. */
     uintptr_t guard = UMP_ALIGN_UP(SIM_VA_GUARD, al);
     uintptr_t span = UMP_ALIGN_UP(size, al) + 2 * guard;
-    for (uintptr_t at = UMP_ALIGN_UP(SIM_VA_WINDOW, al), i = 0;
+    /* The first slot is drawn at random from SIM_VA_SLOTS, so that a
+     * process that has a pool already seldom holds the range a checkpoint
+     * of another process needs; a fresh process has the whole window. */
+    uintptr_t first = 0;
+    if (getrandom(&first, sizeof(first), GRND_NONBLOCK) != sizeof(first))
+        first = (uintptr_t)getpid() * 2654435761u;
+    first = (first % SIM_VA_SLOTS) * SIM_VA_SLOT;
+    for (uintptr_t at = UMP_ALIGN_UP(SIM_VA_WINDOW + first, al), i = 0;
          i < SIM_VA_TRIES && at + span > at; i++, at += span) {
         raw = mmap((void *)at, span, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |

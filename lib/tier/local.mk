@@ -9,7 +9,7 @@ lib_libumpool_core_la_SOURCES += \
 	lib/tier/residency.c lib/tier/residency.h \
 	lib/tier/backing.c lib/tier/backing.h \
 	lib/tier/host.c lib/tier/host.h \
-	lib/tier/nvme.c lib/tier/nvme.h \
+	lib/tier/nvme.c lib/tier/nvme.h lib/tier/nvme_io.c lib/tier/nvme_store.h \
 	lib/tier/xfer.c lib/tier/xfer.h \
 	lib/tier/move.c lib/tier/move.h \
 	lib/tier/evict.c lib/tier/evict.h \

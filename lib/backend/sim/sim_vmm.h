@@ -86,6 +86,9 @@ struct sim_ctx {
     _Atomic uint64_t drv_ns[UMP_MAX_DEVICES];
 };
 
+/* Puts fresh PROT_NONE memory over [va, va + size) of a reservation
+ * (sim_resv.c): what an unmap leaves. */
+int sim_resv_fill(void *va, size_t size);
 /* Counts down an injected fault of op; its error once due, else 0. Lock
  * held. */
 int sim_fault_hit(struct sim_ctx *c, int op);

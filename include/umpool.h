@@ -85,6 +85,8 @@ typedef struct ump_ptr_info {
     void *chunk_base;  /* the physical chunk holding the byte ... */
     size_t chunk_size; /* ... and its size: walk an allocation chunk by chunk */
     int kind;          /* UMP_KIND_*: which call made it (and frees it) */
+    int lost;          /* 1: its bytes were on a device that failed: every
+                          access is -EIO; ump_free still takes it back */
 } ump_ptr_info_t;
 
 /* The same for a pointer that may not be the pool's (an interposer sorting
@@ -376,6 +378,13 @@ typedef struct ump_stats {
                                 unmap, release), ns: measured on cuda (for
                                 the whole pool only: 0 per device), modeled
                                 on sim with sim_driver_costs (else 0) */
+    /* Failed devices (a lost GPU, an uncorrectable memory error): how many
+     * of those covered (0 or 1 for one device), and the allocations lost
+     * with them, live until freed (counted at their home device, bytes
+     * rounded as live_bytes). See README: a failed device. */
+    int failed_devices;
+    uint64_t lost_count;
+    size_t lost_bytes;
 } ump_stats_t;
 /* device: an index, UMP_DEVICE_ALL for every device, or UMP_LOC_HOST for
  * the pinned host memory of ump_host_alloc and overflow:host (capacity:

@@ -16,6 +16,7 @@
 #ifndef UMP_BACKEND_H
 #define UMP_BACKEND_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -119,6 +120,13 @@ struct backend_ops {
      * may cover several devices' handles, so the time is not split: 0 for
      * every single device. Counters only (atomics): no lock, any thread. */
     uint64_t (*driver_ns)(void *ctx, int device);
+    /* Optional (NULL: failures are not told). The backend sets bit d of
+     * *mask (an atomic OR, from any thread) when device d has failed: a
+     * lost GPU, an uncorrectable memory error, a driver error of that
+     * class, after which every operation of the device is -EIO. Chunk
+     * release and unmap still succeed, so that the memory can be given
+     * back. mask outlives the context. */
+    void (*watch_failures)(void *ctx, _Atomic uint32_t *mask);
 };
 
 extern const struct backend_ops sim_backend_ops;
@@ -135,5 +143,12 @@ const char *cuda_unavailable_reason(void);
  * "unmap", "reserve": reserve and reserve_at together) fails
  * with err. n = 0 clears it. */
 int sim_inject_fault(void *ctx, const char *op, int nth, int err);
+/* Sim device failure, for tests (config sim_fail_device does the same at
+ * open): device fails at its nth operation from now (chunk create, map,
+ * set access naming it, a copy or memset touching its memory, work on its
+ * streams); nth 0: now. From then on those are -EIO, its chunks' memory
+ * reads as a poison pattern, and watch_failures' mask says so. A failed
+ * device stays failed. */
+int sim_fail_device(void *ctx, int device, int nth);
 
 #endif

@@ -15,6 +15,7 @@
 #include "mem/slab.h"
 #include "front/tcache.h"
 #include "front/check.h"
+#include "front/failure.h"
 #include "front/front.h"
 #include "mem/pending.h"
 #include "front/stream.h"
@@ -213,7 +214,9 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
         return rc;
     unsigned i = 1;
     tc_enter(tc);
-    struct tc_bin *b = tcache_bin(tc, got, cls);
+    /* got may have failed since: its objects are not cached. */
+    struct tc_bin *b = pool_dev_failed(pool, got) ? NULL
+                                                  : tcache_bin(tc, got, cls);
     for (; b && i < n && b->count < b->cap; i++)
         b->items[b->count++] = items[i];
     count_bin(tc, got, cls, sc_size(cls), COUNT_ALLOC);
@@ -544,12 +547,16 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
         ctr_add_u(&bin->frees, 1);
     else
         count_bin(tc, s->device, s->cls, s->size, COUNT_FREE);
-    if (ump_likely(bin && bin->count < bin->cap)) {
+    /* A failed device's object goes straight back to its slab, which
+     * hands out nothing more (front/failure.c: the bit is read inside the
+     * cache's section, so a flush cannot miss it). */
+    if (ump_unlikely(pool_dev_failed(pool, s->device))) {
+        back[k++] = (struct obj_ref){ptr, s, idx};
+    } else if (ump_likely(bin && bin->count < bin->cap)) {
         bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
         tc_exit(tc);
         return;
-    }
-    if (bin && bin->cap) { /* full: half goes back to the slabs */
+    } else if (bin && bin->cap) { /* full: half goes back to the slabs */
         k = bin->count / 2;
         bin->count -= k;
         memcpy(back, bin->items + bin->count, k * sizeof(*back));
@@ -573,7 +580,10 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
         unsigned b = (unsigned)run_bin(pool, r->n);
         count_bin(tc, r->device, b, r->n << pool->chunk_shift, COUNT_FREE);
         struct tc_bin *bin = tcache_bin(tc, r->device, b);
-        if (bin && bin->count < bin->cap && !r->res) {
+        /* After a device failure runs are not cached by threads: one may
+         * hold a failed chunk (runs_free gives those back). */
+        if (bin && bin->count < bin->cap && !r->res &&
+            !pool_any_failed(pool)) {
             bin->items[bin->count++] = (struct obj_ref){
                 vas_addr(&pool->vas, r->start), r, 0};
             add_run_bytes(tc, r->device, (int64_t)(r->n << pool->chunk_shift));
@@ -783,6 +793,8 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
         info.tier = s->away;
         tracked = true;
     }
+    if (!rc)
+        info.lost = pool_ptr_lost(pool, ptr);
     if (!rc && !tracked) {
         const struct chunk *c = chunks_at(pool, g);
         info.chunk_base = vas_addr(&pool->vas, c->g);

@@ -12,8 +12,14 @@
 /* Logs why a pool was refused (NULL, or inherited across fork). */
 int pool_refused(int rc, const char *fn);
 
+/* A device failure the backend told (pool->failing) and the pool has not
+ * handled yet: handles it (front/failure.c). Takes pool->lock. */
+void pool_handle_failures(ump_pool_t *pool);
+
 /* The common check at the top of every public call: NULL pool is -EINVAL,
- * a pool inherited across fork() -ENOTRECOVERABLE, each with a log line. */
+ * a pool inherited across fork() -ENOTRECOVERABLE, each with a log line.
+ * A device failure not yet handled is handled here, first: the call then
+ * runs on a pool that knows it. */
 static inline int pool_check(const ump_pool_t *pool, const char *fn)
 {
     int rc = 0;
@@ -23,7 +29,26 @@ static inline int pool_check(const ump_pool_t *pool, const char *fn)
                           atomic_load_explicit(&fork_generation,
                                                memory_order_relaxed)))
         rc = -ENOTRECOVERABLE;
-    return ump_likely(!rc) ? 0 : pool_refused(rc, fn);
+    if (ump_likely(!rc)) {
+        ump_pool_t *p = (ump_pool_t *)pool;
+        if (ump_unlikely(atomic_load_explicit(&p->failing,
+                                              memory_order_relaxed) !=
+                         atomic_load_explicit(&p->failed,
+                                              memory_order_relaxed)))
+            pool_handle_failures(p);
+        return 0;
+    }
+    return pool_refused(rc, fn);
+}
+
+/* rc of a backend call: an -EIO that came with a device failure has the
+ * failure handled before the caller sees it. */
+static inline int pool_io_result(ump_pool_t *pool, int rc)
+{
+    if (ump_unlikely(rc == -EIO) &&
+        atomic_load(&pool->failing) != atomic_load(&pool->failed))
+        pool_handle_failures(pool);
+    return rc;
 }
 
 /* Logs "fn: ptr is why" and returns -EINVAL (a pointer the pool cannot

@@ -12,6 +12,7 @@ lib_libumpool_core_la_SOURCES += \
 	lib/front/registry.c \
 	lib/front/tier_api.c \
 	lib/front/checkpoint.c lib/front/restore.c lib/front/suspend.c \
+	lib/front/failure.c lib/front/failure.h \
 	lib/front/ckpt.h lib/front/ckpt_format.h
 lib_libumpool_core_la_SOURCES += \
 	lib/front/front.h lib/front/lifecycle.h \

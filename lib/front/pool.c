@@ -323,6 +323,10 @@ int pool_create_at(const struct ump_config *cfg, void *at, size_t at_size,
     rc = pool_setup(pool, at, at_size);
     if (rc)
         goto fail;
+    /* A device failure sets a bit here; the next public call handles it
+     * (front/failure.c). */
+    if (pool->be->watch_failures)
+        pool->be->watch_failures(pool->bctx, &pool->failing);
     rc = offload_init(pool);
     if (rc)
         goto fail;

@@ -7,6 +7,7 @@
 #include "tier/offload.h"
 #include "front/stats.h"
 #include "front/check.h"
+#include "front/failure.h"
 #include "mem/slab.h"
 #include "front/tcache.h"
 
@@ -115,6 +116,7 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
         st.reserved_bytes += one.reserved_bytes;
         st.peak_reserved_bytes += one.peak_reserved_bytes;
         st.driver_ns += one.driver_ns;
+        st.failed_devices += pool_dev_failed(pool, d);
         if (one.largest_free > st.largest_free)
             st.largest_free = one.largest_free;
         in_blocks += pool->dev[d].cached;
@@ -127,6 +129,8 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
         st.peak_reserved_bytes = pool->pinned_created_peak;
     }
     st.fragmentation = fragmentation(st.largest_free, in_blocks);
+    if (device != UMP_LOC_HOST)
+        pool_lost(pool, device, &st.lost_count, &st.lost_bytes);
     pthread_mutex_unlock(&pool->lock);
     *stats_p = st;
     return 0;

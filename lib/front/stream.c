@@ -17,6 +17,7 @@
 
 #include "mem/pool.h"
 #include "front/check.h"
+#include "front/failure.h"
 #include "front/stream.h"
 
 /* The pool's set (pool->streams: stream_cap slots, a power of two, NULL
@@ -177,7 +178,10 @@ UMP_EXPORT int ump_stream_create(ump_pool_t *pool, int device,
         ump_log_error("ump_stream_create: device %d out of range", device);
         return -EINVAL;
     }
-    rc = pool->be->stream_create(pool->bctx, device, &s);
+    rc = pool_check_device(pool, device, "ump_stream_create");
+    if (rc)
+        return rc;
+    rc = pool_io_result(pool, pool->be->stream_create(pool->bctx, device, &s));
     if (rc)
         return rc;
     pthread_mutex_lock(&pool->streams_lock);
@@ -229,7 +233,8 @@ int pool_stream_device(ump_pool_t *pool, ump_stream_t stream)
 UMP_EXPORT int ump_stream_synchronize(ump_pool_t *pool, ump_stream_t stream)
 {
     int rc = need_stream(pool, true, "ump_stream_synchronize", NULL, stream);
-    return rc ? rc : pool->be->stream_sync(pool->bctx, stream);
+    return rc ? rc
+              : pool_io_result(pool, pool->be->stream_sync(pool->bctx, stream));
 }
 
 UMP_EXPORT int ump_memcpy_async(ump_pool_t *pool, void *dst, const void *src,
@@ -237,8 +242,14 @@ UMP_EXPORT int ump_memcpy_async(ump_pool_t *pool, void *dst, const void *src,
 {
     int rc = need_stream(pool, (dst && src) || !size, "ump_memcpy_async",
                          "NULL pointer", stream);
+    if (!rc)
+        rc = pool_check_lost(pool, dst, size, "ump_memcpy_async");
+    if (!rc)
+        rc = pool_check_lost(pool, src, size, "ump_memcpy_async");
     return rc ? rc
-              : pool->be->memcpy_async(pool->bctx, dst, src, size, stream);
+              : pool_io_result(pool, pool->be->memcpy_async(pool->bctx, dst,
+                                                            src, size,
+                                                            stream));
 }
 
 UMP_EXPORT int ump_memset_async(ump_pool_t *pool, void *dst, int value,
@@ -246,8 +257,12 @@ UMP_EXPORT int ump_memset_async(ump_pool_t *pool, void *dst, int value,
 {
     int rc = need_stream(pool, dst || !size, "ump_memset_async",
                          "NULL pointer", stream);
+    if (!rc)
+        rc = pool_check_lost(pool, dst, size, "ump_memset_async");
     return rc ? rc
-              : pool->be->memset_async(pool->bctx, dst, value, size, stream);
+              : pool_io_result(pool, pool->be->memset_async(pool->bctx, dst,
+                                                            value, size,
+                                                            stream));
 }
 
 UMP_EXPORT int ump_launch_host_func(ump_pool_t *pool, ump_stream_t stream,
@@ -255,5 +270,7 @@ UMP_EXPORT int ump_launch_host_func(ump_pool_t *pool, ump_stream_t stream,
 {
     int rc = need_stream(pool, fn != NULL, "ump_launch_host_func",
                          "fn is NULL", stream);
-    return rc ? rc : pool->be->host_func(pool->bctx, stream, fn, arg);
+    return rc ? rc
+              : pool_io_result(pool,
+                               pool->be->host_func(pool->bctx, stream, fn, arg));
 }

@@ -10,6 +10,7 @@
 #include "config.h"
 
 #include "front/check.h"
+#include "front/failure.h"
 #include "tier/offload.h"
 #include "util/internal.h"
 #include "front/stream.h"
@@ -19,12 +20,17 @@
 static int read_device(ump_pool_t *pool, const char *fn, int device,
                        bool host_ok, int *dev_p)
 {
-    if (device == UMP_DEVICE_CURRENT)
-        return ump_get_device(pool, dev_p);
-    if ((device == UMP_LOC_HOST && host_ok) ||
-        (device >= 0 && device < pool->ndev)) {
+    if (device == UMP_DEVICE_CURRENT) {
+        int rc = ump_get_device(pool, dev_p);
+        return rc ? rc : pool_check_device(pool, *dev_p, fn);
+    }
+    if (device == UMP_LOC_HOST && host_ok) {
         *dev_p = device;
         return 0;
+    }
+    if (device >= 0 && device < pool->ndev) {
+        *dev_p = device;
+        return pool_check_device(pool, device, fn);
     }
     ump_log_error("%s: device %d out of range (0..%d%s)", fn, device,
                   pool->ndev - 1, host_ok ? " or UMP_LOC_HOST" : "");
@@ -52,6 +58,8 @@ UMP_EXPORT int ump_acquire(ump_pool_t *pool, void *ptr, size_t size,
         rc = read_device(pool, "ump_acquire", device, false, &dev);
     if (!rc)
         rc = pool_stream_check(pool, stream, "ump_acquire");
+    if (!rc)
+        rc = pool_check_lost(pool, ptr, size ? size : 1, "ump_acquire");
     if (rc)
         return rc;
     (void)stream; /* the data is in place when this returns */
@@ -77,6 +85,8 @@ UMP_EXPORT int ump_prefetch(ump_pool_t *pool, void *ptr, size_t size,
         rc = read_device(pool, "ump_prefetch", device, true, &dev);
     if (!rc)
         rc = pool_stream_check(pool, stream, "ump_prefetch");
+    if (!rc)
+        rc = pool_check_lost(pool, ptr, size ? size : 1, "ump_prefetch");
     if (rc)
         return rc;
     (void)stream; /* a hint: ump_acquire is where the data is waited for */
@@ -95,7 +105,8 @@ UMP_EXPORT int ump_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
                       "UMP_TIER_NVME", tier);
         return -EINVAL;
     }
-    return offload_evict(pool, ptr, size, tier);
+    rc = pool_check_lost(pool, ptr, size ? size : 1, "ump_evict");
+    return rc ? rc : offload_evict(pool, ptr, size, tier);
 }
 
 UMP_EXPORT int ump_advise(ump_pool_t *pool, void *ptr, size_t size,
@@ -108,7 +119,8 @@ UMP_EXPORT int ump_advise(ump_pool_t *pool, void *ptr, size_t size,
         ump_log_error("ump_advise: unknown advice %d", advice);
         return -EINVAL;
     }
-    return offload_advise(pool, ptr, size, advice);
+    rc = pool_check_lost(pool, ptr, size ? size : 1, "ump_advise");
+    return rc ? rc : offload_advise(pool, ptr, size, advice);
 }
 
 UMP_EXPORT int ump_tier_stats(ump_pool_t *pool, int tier,

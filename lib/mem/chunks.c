@@ -27,6 +27,8 @@ static void block_push(struct dev_state *ds, struct block *b)
 
 size_t chunks_available(ump_pool_t *pool, int device)
 {
+    if (pool_dev_failed(pool, device))
+        return 0;
     struct dev_state *ds = &pool->dev[device];
     size_t room = ds->capacity > ds->created ? ds->capacity - ds->created : 0;
     return (room >> pool->chunk_shift) + ds->idle_n +
@@ -77,8 +79,14 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p)
     return 0;
 }
 
+static int release_chunk(ump_pool_t *pool, struct chunk *c);
+
 void chunks_idle_push(ump_pool_t *pool, struct chunk *c)
 {
+    /* A failed device's memory is never used again: given back at once
+     * (kept idle, never handed out, if the driver refuses even that). */
+    if (pool_dev_failed(pool, c->device) && !release_chunk(pool, c))
+        return;
     struct dev_state *ds = &pool->dev[c->device];
     c->next = ds->idle;
     ds->idle = c;
@@ -442,6 +450,8 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
                struct chunk **c_p)
 {
     bool stitched = false, released = false;
+    if (pool_dev_failed(pool, device))
+        return -ENOMEM; /* placement never names it; a stale plan may */
     for (;;) {
         struct chunk *c = idle_take(pool, device, left, false);
         if (c) {
@@ -490,8 +500,10 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
 int chunks_accessors(ump_pool_t *pool, int d, int *devs)
 {
     int n = 0;
+    /* A failed device is given access to nothing: the driver refuses it. */
     for (int e = 0; e < pool->ndev; e++)
-        if (place_is_host(pool, d) || topo_reaches(&pool->topo, e, d))
+        if (!pool_dev_failed(pool, e) &&
+            (place_is_host(pool, d) || topo_reaches(&pool->topo, e, d)))
             devs[n++] = e;
     return n;
 }
@@ -685,6 +697,12 @@ static void cache_segment(ump_pool_t *pool, int d, size_t g, size_t k)
     struct vas *v = &pool->vas;
     struct dev_state *ds = &pool->dev[d];
     struct block *b = NULL;
+    if (pool_dev_failed(pool, d)) { /* nothing to keep: unmapped, released */
+        if (unmap_to_idle(pool, g, k))
+            ump_log_error("cannot unmap %zu bytes of failed device %d",
+                          chunk_bytes(pool, k), d);
+        return;
+    }
     if (g > 0) {
         uintptr_t t = vas_tag(v, g - 1);
         struct block *l = vas_tag_owner(t);
@@ -737,6 +755,47 @@ void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
         cache_segment(pool, d, g, e - g);
         g = e;
     }
+}
+
+void chunks_fail_device(ump_pool_t *pool, int d)
+{
+    struct dev_state *ds = &pool->dev[d];
+    ds->capacity = 0;
+    /* Cached chunks are unmapped (idle_push then releases them), idle ones
+     * released. */
+    while (!reclaim_one(pool, d, SIZE_MAX, false))
+        ;
+    struct chunk *keep = NULL;
+    while (ds->idle) {
+        struct chunk *c = ds->idle;
+        ds->idle = c->next;
+        ds->idle_n -= c->n;
+        if (release_chunk(pool, c)) {
+            c->next = keep;
+            keep = c;
+        }
+    }
+    for (struct chunk *c; (c = keep);) { /* the driver refused: kept */
+        keep = c->next;
+        c->next = ds->idle;
+        ds->idle = c;
+        ds->idle_n += c->n;
+    }
+}
+
+bool chunks_range_failed(ump_pool_t *pool, size_t g, size_t n)
+{
+    for (size_t e = g + n; g < e;) {
+        const struct chunk *c = chunks_at(pool, g);
+        if (!c) { /* moved off the devices (a tracked run's segment) */
+            g++;
+            continue;
+        }
+        if (pool_dev_failed(pool, c->device))
+            return true;
+        g = c->g + c->n;
+    }
+    return false;
 }
 
 void chunks_trim(ump_pool_t *pool)

@@ -93,6 +93,15 @@ void chunks_note_in_use(ump_pool_t *pool, int device);
  * first: they are cached memory too). */
 bool chunks_over_surplus(ump_pool_t *pool, int device);
 void chunks_release_surplus(ump_pool_t *pool, int device);
+/* Device d has failed (pool->failed says so already): it offers no room,
+ * its cached and idle chunks go back to the driver. What is still mapped
+ * (lost allocations) is given back as it is freed: chunks_cache and
+ * chunks_idle_push release a failed device's memory instead of keeping
+ * it. */
+void chunks_fail_device(ump_pool_t *pool, int d);
+/* Is any of granules [g, g+n), which belong to one allocation, mapped to
+ * a failed device's chunk (its bytes are lost)? */
+bool chunks_range_failed(ump_pool_t *pool, size_t g, size_t n);
 /* Unmaps every cached block and releases every idle chunk. */
 void chunks_trim(ump_pool_t *pool);
 /* Device of the chunk mapped at granule g. */

@@ -167,6 +167,12 @@ struct pending {
 struct ump_pool {
     uint64_t id;          /* unique per process, never reused */
     uint64_t fork_gen;    /* the fork generation the pool belongs to */
+    /* Failed devices (bit d: device d). The backend sets bits in failing
+     * (backend_ops.watch_failures); the front end handles each once
+     * (front/failure.c) and then sets it in failed, which every layer
+     * reads with no lock: a failed device is never placed on again. */
+    _Atomic uint32_t failing;
+    _Atomic uint32_t failed;
     pthread_mutex_t lock; /* everything below marked (L) */
     struct ump_config cfg;
     const struct backend_ops *be;
@@ -244,6 +250,20 @@ static inline int place_overflow(const struct ump_pool *pool)
 static inline bool place_is_host(const struct ump_pool *pool, int d)
 {
     return d >= pool->ndev;
+}
+
+/* Has device (a place: host places never fail) failed? */
+static inline bool pool_dev_failed(const ump_pool_t *pool, int d)
+{
+    return d < pool->ndev &&
+           ((atomic_load_explicit(&((ump_pool_t *)pool)->failed,
+                                  memory_order_acquire) >> d) & 1u);
+}
+/* Has any device failed? */
+static inline bool pool_any_failed(const ump_pool_t *pool)
+{
+    return atomic_load_explicit(&((ump_pool_t *)pool)->failed,
+                                memory_order_acquire) != 0;
 }
 
 /* The pool's coarse clock (pool->clock, tenths of a second since

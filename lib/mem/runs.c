@@ -204,7 +204,8 @@ void runs_free(ump_pool_t *pool, struct run *r)
 {
     struct dev_state *ds = &pool->dev[r->device];
     int dev = r->device;
-    if (!r->mixed && ds->nruns < RUN_PARK_MAX) {
+    if (!r->mixed && ds->nruns < RUN_PARK_MAX &&
+        !pool_dev_failed(pool, dev)) {
         r->next = ds->runs;
         ds->runs = r;
         ds->nruns++;

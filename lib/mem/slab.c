@@ -108,8 +108,11 @@ static int slab_find(ump_pool_t *pool, int device, unsigned cls,
                      unsigned flags, struct slab **s_p)
 {
     struct dev_state *ds = &pool->dev[device];
-    struct slab *s = slab_list_first(&ds->partial[cls]);
-    if (!s)
+    /* A failed device's slabs hand out nothing more (their free objects
+     * are lost memory): the policy spills to a device that works. */
+    bool failed = pool_dev_failed(pool, device);
+    struct slab *s = failed ? NULL : slab_list_first(&ds->partial[cls]);
+    if (!s && !failed)
         s = slab_list_first(&ds->empty[cls]);
     if (s) {
         *s_p = s;
@@ -231,13 +234,28 @@ void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
         return;
     slab_unlink(pool, s);
     if (list == SLAB_EMPTY && !s->away &&
-        pool->dev[s->device].empty[s->cls].count >= SLAB_EMPTY_KEEP) {
+        (pool->dev[s->device].empty[s->cls].count >= SLAB_EMPTY_KEEP ||
+         pool_dev_failed(pool, s->device))) {
         s->list = SLAB_EMPTY; /* not linked: release without unlinking */
         chunks_cache(pool, s->granule, 1);
         slab_retire(pool, s);
         return;
     }
     slab_link(pool, s, list);
+}
+
+void slab_fail_device(ump_pool_t *pool, int d)
+{
+    for (unsigned c = 0; c < pool->nsmall; c++)
+        ump_list_for_each_safe(s, nx, &pool->dev[d].empty[c].l, struct slab,
+                               link)
+            if (!s->away)
+                slab_release(pool, s);
+}
+
+bool slab_lost(const ump_pool_t *pool, const struct slab *s)
+{
+    return !s->away && pool_dev_failed(pool, s->device);
 }
 
 void slab_trim(ump_pool_t *pool)

@@ -61,6 +61,13 @@ int slab_build_at(ump_pool_t *pool, int place, unsigned cls, size_t g,
                   struct slab **s_p);
 /* Gives back object idx, whose state is already OBJ_FREE. Pool lock held. */
 void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx);
+/* Device d has failed: its wholly free slabs are released. Its others
+ * hand out nothing more and are released once their last object is freed
+ * (slab_find, slab_put). Pool lock held. */
+void slab_fail_device(ump_pool_t *pool, int d);
+/* Are the objects of s lost with a failed device? (Not while its data is
+ * away on a tier: a suspended pool's.) */
+bool slab_lost(const ump_pool_t *pool, const struct slab *s);
 /* Releases every wholly free slab's chunk to the cached blocks. */
 void slab_trim(ump_pool_t *pool);
 /* Frees every slab's metadata (pool teardown). */

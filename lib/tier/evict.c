@@ -159,7 +159,9 @@ static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
     *p = (struct pick){0};
     mark_queued(pool);
     ump_list_for_each_reverse(s, &o->lru, struct seg, lru) {
-        if (!movable(s))
+        /* Lost with a failed device: nothing to move (front/failure.c). */
+        if (!movable(s) ||
+            (s->tier == UMP_TIER_DEVICE && pool_dev_failed(pool, s->dev)))
             continue;
         bool here = s->tier == tier && (tier != UMP_TIER_DEVICE ||
                                         s->dev == dev);
@@ -385,11 +387,34 @@ out:
     return rc ? -ENOMEM : 0; /* a bad plan was logged by policy_plan */
 }
 
+/* Where a segment whose home device failed comes up: the device that
+ * asks, if it works, else the working device with the most room; -1 when
+ * none works. */
+static int up_elsewhere(ump_pool_t *pool, int device)
+{
+    if (device >= 0 && device < pool->ndev && !pool_dev_failed(pool, device))
+        return device;
+    int best = -1;
+    size_t most = 0;
+    for (int d = 0; d < pool->ndev; d++) {
+        size_t a = chunks_available(pool, d);
+        if (!pool_dev_failed(pool, d) && (best < 0 || a > most)) {
+            best = d;
+            most = a;
+        }
+    }
+    return best;
+}
+
 int evict_up(ump_pool_t *pool, struct seg *s, int device)
 {
     int to = device == TIER_DEST_HOME || topo_reaches(&pool->topo, device, s->home)
                  ? s->home
                  : device;
+    /* Its home failed while its data was down a tier: it survived, and
+     * comes up on a device that works, which becomes its home. */
+    if (pool_dev_failed(pool, to) && (to = up_elsewhere(pool, device)) < 0)
+        return -EIO;
     int rc;
     res_move_begin(pool, s);
     /* Suspended meanwhile (an acquire or a prefetch that began before):
@@ -418,6 +443,8 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
         if (round == EVICT_UP_ROUNDS || room_locked(pool, to, s->n, &moved))
             break;
     }
+    if (!rc && s->tier == UMP_TIER_DEVICE && pool_dev_failed(pool, s->home))
+        s->home = s->dev;
     res_move_end(pool, s);
     return rc;
 }
@@ -451,6 +478,10 @@ void evict_watermarks(ump_pool_t *pool)
     for (int d = 0; d < pool->ndev; d++) {
         struct dev_state *ds = &pool->dev[d];
         size_t low = ds->capacity * (size_t)pool->cfg.low_watermark / 100;
+        if (pool_dev_failed(pool, d)) { /* what it holds cannot move */
+            o->draining[d] = false;
+            continue;
+        }
         if (evict_above_high(pool, d))
             o->draining[d] = true;
         while (o->draining[d] && !o->stopping && !o->full) {

@@ -52,6 +52,18 @@ const struct ump_conf_entry conf_table[] = {
      "create, map, set-access, unmap and release measured on an H200; "
      "accounted only, never waited for",
      offsetof(struct ump_config, sim_driver_costs), 0, 0},
+    {"sim_fail_device", "-1", UMP_CONF_INT,
+     "a simulated device's index, or -1",
+     "fault injection: this simulated device fails, as a lost GPU or an "
+     "uncorrectable ECC error would, at its sim_fail_after-th operation "
+     "(chunk create, map, set access, a copy or memset touching it, work on "
+     "its streams); from then on they are -EIO and its memory is lost "
+     "(-1: none)",
+     offsetof(struct ump_config, sim_fail_device), -1, UMP_MAX_DEVICES - 1},
+    {"sim_fail_after", "1", UMP_CONF_INT, "an integer 1..1000000000",
+     "operations of sim_fail_device before it fails (the failing one "
+     "included)",
+     offsetof(struct ump_config, sim_fail_after), 1, 1000000000},
     {"device_mem", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "most memory the pool takes from each device, on any backend (0: all "
      "of it; on cuda, what is free when the pool is created)",

@@ -41,6 +41,8 @@ struct ump_config {
     char sim_topology[UMP_CONF_PATH_MAX]; /* "": not set */
     size_t sim_device_mem;               /* 0: not set */
     int sim_driver_costs;                /* enum ump_sim_driver_costs */
+    int sim_fail_device;                 /* -1: none (sim_fail.c) */
+    int sim_fail_after;                  /* its operations before it fails */
     size_t device_mem;                   /* cap per device, 0: none */
     int cuda_virtual_devices;            /* pool devices per GPU (cuda) */
     int log_level;                       /* enum ump_log_level */

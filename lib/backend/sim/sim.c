@@ -286,6 +286,14 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
             c->topo.dev[i].mem = cfg->sim_device_mem;
     c->ndev = c->topo.ndev;
     c->drv_costs = cfg->sim_driver_costs == UMP_SIM_COSTS_H200;
+    c->fail_dev = cfg->sim_fail_device;
+    c->fail_left = cfg->sim_fail_after;
+    if (c->fail_dev >= c->ndev) {
+        ump_log_error("sim: sim_fail_device %d: no such device (have %d)",
+                      c->fail_dev, c->ndev);
+        err = -EINVAL;
+        goto err_free;
+    }
 
     err = devices_open(c);
     if (err)
@@ -380,4 +388,5 @@ const struct backend_ops sim_backend_ops = {
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
     .driver_ns = sim_driver_ns,
+    .watch_failures = sim_watch_failures,
 };

@@ -43,6 +43,13 @@ char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p);
  * CUDA does not permit driver calls there, so sim refuses them. Else 0. */
 int sim_check_caller(const char *op);
 
+/* sim_dev_op for the streams, which hold no context lock: an operation on
+ * a stream of device. Takes the context's lock. */
+int sim_device_op(void *ctx, int device);
+/* -EIO when [p, p + size) touches memory of a failed device, after
+ * counting one operation of each device whose memory it touches (a copy
+ * or memset on the default stream). Takes the context's lock. */
+int sim_range_op(void *ctx, const void *p, size_t size);
 int sim_streams_init(struct sim_streams *ss, int ndev);
 /* Drains and joins every stream still alive, frees every event. */
 void sim_streams_fini(struct sim_streams *ss);

@@ -311,6 +311,9 @@ int sim_stream_create(void *ctx, int device, void **stream_p)
                       ss->ndev);
         return -EINVAL;
     }
+    err = sim_device_op(ctx, device);
+    if (err)
+        return err;
     s = calloc(1, sizeof(*s));
     if (!s) {
         ump_log_error("sim: out of host memory for a stream");
@@ -404,6 +407,11 @@ int sim_stream_sync(void *ctx, void *stream)
     s = stream_get(sim_streams_of(ctx), stream, "stream_sync");
     if (!s)
         return -EINVAL;
+    err = sim_device_op(ctx, s->device);
+    if (err) {
+        stream_unref(s);
+        return err;
+    }
     pthread_mutex_lock(&s->lock);
     target = s->queued;
     while (s->finished < target)
@@ -485,7 +493,13 @@ int sim_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
         err = -EINVAL;
         goto out;
     }
-    err = submit(st, &op, "memcpy_async");
+    err = st ? sim_device_op(ctx, st->device) : 0;
+    if (!err)
+        err = sim_range_op(ctx, dst, size);
+    if (!err)
+        err = sim_range_op(ctx, src, size);
+    if (!err)
+        err = submit(st, &op, "memcpy_async");
 out:
     if (st)
         stream_unref(st);
@@ -516,6 +530,10 @@ int sim_memset_async(void *ctx, void *dst, int value, size_t size,
         goto out;
     }
     err = sim_check_range(ctx, dst, size);
+    if (!err && st)
+        err = sim_device_op(ctx, st->device);
+    if (!err)
+        err = sim_range_op(ctx, dst, size);
     if (!err)
         err = submit(st, &op, "memset_async");
 out:
@@ -542,7 +560,9 @@ int sim_host_func(void *ctx, void *stream, void (*fn)(void *), void *arg)
         if (!st)
             return -EINVAL;
     }
-    err = submit(st, &op, "host_func");
+    err = st ? sim_device_op(ctx, st->device) : 0;
+    if (!err)
+        err = submit(st, &op, "host_func");
     if (st)
         stream_unref(st);
     return err;

@@ -293,7 +293,9 @@ int sim_chunk_create(void *ctx, int device, size_t size,
         err = -EINVAL;
         goto out;
     }
-    err = chunk_new(c, &c->dev[device], false, device, size, h_p);
+    err = sim_dev_op(c, device);
+    if (!err)
+        err = chunk_new(c, &c->dev[device], false, device, size, h_p);
     if (!err)
         drv_account(c, chunk_of(c, *h_p), DRV_CREATE);
 out:
@@ -414,6 +416,8 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
         err = -EINVAL;
         goto out;
     }
+    if (!ch->host && (err = sim_dev_op(c, ch->device)))
+        goto out;
     n = size / SIM_GRAN;
     for (size_t i = first; i < first + n; i++) {
         if (r->g[i].chunk) {
@@ -503,6 +507,16 @@ static int access_grant(struct sim_ctx *c, const char *op, void *va,
             }
         }
     }
+    /* An operation of every device it names and whose memory it maps. */
+    uint32_t devs = 0;
+    for (int k = 0; k < ndevices; k++)
+        devs |= 1u << devices[k];
+    for (size_t i = first; i < first + n; i++)
+        if (!r->g[i].chunk->host)
+            devs |= 1u << r->g[i].chunk->device;
+    for (int d = 0; d < c->ndev; d++)
+        if ((devs & (1u << d)) && (err = sim_dev_op(c, d)))
+            return err;
     /* The CPU stands in for every device on sim. */
     if (mprotect(va, size, PROT_READ | PROT_WRITE) != 0) {
         err = -errno;

@@ -79,6 +79,13 @@ struct sim_ctx {
         int nth, err;
     } fault[FAULT_OPS];
     struct sim_streams streams;
+    /* Device failures (sim_fail.c), under the lock: the device that fails
+     * at its fail_left-th operation from now (fail_dev -1: none), those
+     * failed, and the word of the pool watching (watch_failures). */
+    int fail_dev;
+    long fail_left;
+    uint32_t failed;
+    _Atomic uint32_t *watch;
     /* sim_driver_costs:h200: the driver time the calls would have taken
      * on an H200, per device of the chunk (sim_vmm.c adds under the lock,
      * sim_driver_ns reads with none). Only accounted: sim never sleeps. */
@@ -92,11 +99,16 @@ int sim_resv_fill(void *va, size_t size);
 /* Counts down an injected fault of op; its error once due, else 0. Lock
  * held. */
 int sim_fault_hit(struct sim_ctx *c, int op);
+/* An operation of device (chunk create, map, set access, work of its
+ * streams) is about to run: -EIO when the device has failed, or fails with
+ * it (sim_fail.c); 0 for a host node (device < 0). Lock held. */
+int sim_dev_op(struct sim_ctx *c, int device);
 /* Frees the slots array and every chunk's extent (close). Lock held. */
 void sim_chunk_free(struct sim_ctx *c, struct sim_chunk *ch);
 
 /* The VMM ops (sim_vmm.c). */
 uint64_t sim_driver_ns(void *ctx, int device);
+void sim_watch_failures(void *ctx, _Atomic uint32_t *mask);
 int sim_reserve(void *ctx, size_t size, size_t align, void **va_p);
 int sim_reserve_at(void *ctx, void *va, size_t size, size_t align);
 int sim_unreserve(void *ctx, void *va, size_t size);

@@ -19,6 +19,7 @@ UNIT_TESTS = \
 	tests/test_nvme \
 	tests/test_offload \
 	tests/test_ckpt \
+	tests/test_failure \
 	tests/test_alloc \
 	tests/test_bad_input \
 	tests/test_pooling \

@@ -822,6 +822,28 @@ static void test_fake_faults(void **state)
                 -EIO);
 }
 
+/* A GPU lost (the driver's CUDA_ERROR_ECC_UNCORRECTABLE on cuMemCreate):
+ * -EIO, the pool marks the device failed and places on the other one. */
+static void test_fake_device_lost(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=16,fail=cuMemCreate:1:214");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    void *p = NULL;
+    ump_hints_t h = tu_hints(0);
+    assert_int_equal(ump_alloc(pool, 4 * TU_MIB, &h, &p), -EIO);
+    assert_null(p);
+    assert_int_equal(tu_stats(pool, 0).failed_devices, 1);
+    assert_int_equal(tu_stats(pool, 1).failed_devices, 0);
+    p = tu_alloc(pool, 4 * TU_MIB, 0);
+    assert_int_equal(tu_info(pool, p).device, 1);
+    tu_fill(p, 4 * TU_MIB, 9);
+    tu_assert_pattern(p, 4 * TU_MIB, 9);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+    assert_fake_clean();
+}
+
 /* Shareable handles advertised but refused: chunks come without them. */
 static void test_fake_no_fd(void **state)
 {
@@ -1948,6 +1970,7 @@ NO_FAKE(test_fake_pool)
 NO_FAKE(test_fake_stitch)
 NO_FAKE(test_fake_full)
 NO_FAKE(test_fake_faults)
+NO_FAKE(test_fake_device_lost)
 NO_FAKE(test_fake_no_fd)
 NO_FAKE(test_fake_no_peer)
 NO_FAKE(test_fake_streams)
@@ -1995,6 +2018,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_stitch, test_setup),
         cmocka_unit_test_setup(test_fake_full, test_setup),
         cmocka_unit_test_setup(test_fake_faults, test_setup),
+        cmocka_unit_test_setup(test_fake_device_lost, test_setup),
         cmocka_unit_test_setup(test_fake_no_fd, test_setup),
         cmocka_unit_test_setup(test_fake_no_peer, test_setup),
         cmocka_unit_test_setup(test_fake_virtual, test_setup),

@@ -164,7 +164,7 @@ static void test_broken_fields(void **state)
     BROKEN("snapshot version 7", -EPROTO, hdr(buf)->version = 7);
     BROKEN("snapshot version 0", -EPROTO, hdr(buf)->version = 0);
     /* Version 1 (before reserved and driver time): refused, said so. */
-    BROKEN("snapshot version 1, this tool reads version 2", -EPROTO,
+    BROKEN("snapshot version 1, this tool reads version 3", -EPROTO,
            hdr(buf)->version = 1);
     BROKEN("bad header size", -EINVAL, hdr(buf)->header_size = 8);
     BROKEN("truncated", -EINVAL, hdr(buf)->total_size = len + 8);

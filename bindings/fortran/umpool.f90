@@ -46,6 +46,7 @@ module umpool
     type(c_ptr) :: chunk_base
     integer(c_size_t) :: chunk_size
     integer(c_int) :: kind
+    integer(c_int) :: lost
   end type ump_ptr_info_t
 
   ! uint64_t fields are integer(c_int64_t): the same bits.
@@ -61,6 +62,9 @@ module umpool
     real(c_double) :: fragmentation
     integer(c_size_t) :: reserved_bytes, peak_reserved_bytes
     integer(c_int64_t) :: driver_ns
+    integer(c_int) :: failed_devices
+    integer(c_int64_t) :: lost_count
+    integer(c_size_t) :: lost_bytes
   end type ump_stats_t
 
   interface

@@ -91,15 +91,15 @@ void pool_handle_failures(ump_pool_t *pool)
                 continue;
             slab_fail_device(pool, d);
             chunks_fail_device(pool, d);
-            uint64_t n;
-            size_t bytes;
-            pool_lost(pool, d, &n, &bytes);
-            ump_log_error("device %d failed: %llu allocation(s) of it, %zu "
-                          "bytes, had their data there and are lost (-EIO "
-                          "on every access; ump_free them); the pool goes "
-                          "on with the other devices",
-                          d, (unsigned long long)n, bytes);
+            ump_log_error("device %d failed: allocations with data there "
+                          "are lost (-EIO on every access; ump_free them); "
+                          "the pool goes on with the other devices", d);
         }
+        uint64_t n;
+        size_t bytes;
+        pool_lost(pool, UMP_DEVICE_ALL, &n, &bytes);
+        ump_log_error("%llu allocation(s), %zu bytes, lost in all",
+                      (unsigned long long)n, bytes);
     }
     pthread_mutex_unlock(&pool->lock);
 }

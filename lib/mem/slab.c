@@ -253,6 +253,13 @@ void slab_fail_device(ump_pool_t *pool, int d)
                 slab_release(pool, s);
 }
 
+void slab_move_device(ump_pool_t *pool, struct slab *s, int d)
+{
+    slab_unlink(pool, s);
+    s->device = d;
+    slab_link(pool, s, slab_list_for(s));
+}
+
 bool slab_lost(const ump_pool_t *pool, const struct slab *s)
 {
     return !s->away && pool_dev_failed(pool, s->device);

@@ -65,6 +65,9 @@ void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx);
  * hand out nothing more and are released once their last object is freed
  * (slab_find, slab_put). Pool lock held. */
 void slab_fail_device(ump_pool_t *pool, int d);
+/* Slab s, whose memory is now a chunk of device d (its own device
+ * failed while its data was away), belongs to d from now on. */
+void slab_move_device(ump_pool_t *pool, struct slab *s, int d);
 /* Are the objects of s lost with a failed device? (Not while its data is
  * away on a tier: a suspended pool's.) */
 bool slab_lost(const ump_pool_t *pool, const struct slab *s);

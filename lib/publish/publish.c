@@ -223,6 +223,9 @@ static void fill_device(ump_pool_t *pool, int d, struct snap_device *sd)
     sd->reserved_bytes = st.reserved_bytes;
     sd->peak_reserved_bytes = st.peak_reserved_bytes;
     sd->driver_ns = st.driver_ns;
+    sd->failed = st.failed_devices > 0;
+    sd->lost_count = st.lost_count;
+    sd->lost_bytes = st.lost_bytes;
 }
 
 /* Stops publishing for good (the thread goes on ticking the pool's clock)

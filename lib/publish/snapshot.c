@@ -19,7 +19,7 @@ _Static_assert(offsetof(struct snap_header, seq) == 24, "seq moved");
 _Static_assert(offsetof(struct snap_header, request) == 32, "request moved");
 _Static_assert(offsetof(struct snap_header, pid_ns) == 76, "pid_ns moved");
 _Static_assert(sizeof(struct snap_data) == 176, "snap_data layout");
-_Static_assert(sizeof(struct snap_device) == 296, "snap_device layout");
+_Static_assert(sizeof(struct snap_device) == 320, "snap_device layout");
 _Static_assert(sizeof(struct snap_alloc) == 40, "snap_alloc layout");
 _Static_assert(sizeof(struct snap_map) == 8, "snap_map layout");
 

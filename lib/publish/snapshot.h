@@ -38,7 +38,9 @@
 /* 2: reserved_bytes, peak_reserved_bytes and driver_ns (issue 12), at the
  * end of snap_data and snap_device. A reader reads its own version only
  * (-EPROTO otherwise): tool and library come from one build. */
-#define SNAP_VERSION 2u
+/* 3: failed, lost_count and lost_bytes at the end of snap_device (a failed
+ * device, issue 17). */
+#define SNAP_VERSION 3u
 #define SNAP_BYTE_ORDER 0x01020304u
 #define SNAP_PREFIX "umpool-"
 #define SNAP_DIR "/dev/shm"
@@ -131,6 +133,10 @@ struct snap_device {
     /* Version 2. */
     uint64_t reserved_bytes, peak_reserved_bytes;
     uint64_t driver_ns; /* 0 on cuda: only the pool's total is known */
+    /* Version 3: 1 when the device has failed, and the allocations lost
+     * with failed devices, at their home device (ump_stats). */
+    uint64_t failed;
+    uint64_t lost_count, lost_bytes;
 };
 
 /* One of the largest live allocations (ump_alloc_info_t). */

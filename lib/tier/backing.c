@@ -150,8 +150,7 @@ static int backing_access(ump_pool_t *pool, const struct backing *b, size_t g,
         return pool->be->set_access(pool->bctx, va, tier_bytes(pool, n), devs,
                                     nd);
     }
-    for (; nd < pool->ndev; nd++)
-        devs[nd] = nd;
+    nd = chunks_accessors(pool, place_host(pool), devs); /* working ones */
     return pool->be->set_access_host(pool->bctx, va, tier_bytes(pool, n), devs,
                                      nd);
 }

@@ -387,10 +387,7 @@ out:
     return rc ? -ENOMEM : 0; /* a bad plan was logged by policy_plan */
 }
 
-/* Where a segment whose home device failed comes up: the device that
- * asks, if it works, else the working device with the most room; -1 when
- * none works. */
-static int up_elsewhere(ump_pool_t *pool, int device)
+int evict_working_device(ump_pool_t *pool, int device)
 {
     if (device >= 0 && device < pool->ndev && !pool_dev_failed(pool, device))
         return device;
@@ -413,7 +410,7 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
                  : device;
     /* Its home failed while its data was down a tier: it survived, and
      * comes up on a device that works, which becomes its home. */
-    if (pool_dev_failed(pool, to) && (to = up_elsewhere(pool, device)) < 0)
+    if (pool_dev_failed(pool, to) && (to = evict_working_device(pool, device)) < 0)
         return -EIO;
     int rc;
     res_move_begin(pool, s);

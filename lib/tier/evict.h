@@ -27,6 +27,10 @@ int evict_make_room(ump_pool_t *pool, const struct place_req *pr);
 /* Brings s onto a device that `device` reaches (see ump_acquire); device
  * may be TIER_DEST_HOME. The caller keeps s's run busy. */
 int evict_up(ump_pool_t *pool, struct seg *s, int device);
+/* Where memory whose home device failed comes up (its data survived on a
+ * lower tier): device, if it is one and works, else the working device
+ * with the most room; -1 when none works. */
+int evict_working_device(ump_pool_t *pool, int device);
 /* Watermarks: a device above the high one drains down to the low one. */
 void evict_watermarks(ump_pool_t *pool);
 

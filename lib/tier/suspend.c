@@ -21,6 +21,7 @@
 #include "mem/runs.h"
 #include "mem/slab.h"
 #include "tier/backing.h"
+#include "tier/evict.h"
 #include "tier/host.h"
 #include "tier/move.h"
 #include "tier/residency.h"
@@ -158,7 +159,12 @@ static int slab_up(ump_pool_t *pool, struct away *a)
     struct slab *s = vas_tag_owner(tag);
     struct chunk *c;
     struct backing b;
-    int rc = chunks_get(pool, a->dev, 1, &c);
+    /* Its device failed while the pool slept: the data is safe down here,
+     * and the slab moves to a device that works. */
+    int dev = a->dev;
+    if (pool_dev_failed(pool, dev) && (dev = evict_working_device(pool, -1)) < 0)
+        return -EIO;
+    int rc = chunks_get(pool, dev, 1, &c);
     if (rc)
         return rc;
     if ((rc = chunk_backing(c, &b))) {
@@ -173,9 +179,9 @@ static int slab_up(ump_pool_t *pool, struct away *a)
     backing_clear(&b);
     void *stream;
     if (a->host) {
-        rc = host_copy(pool, a->host, a->g, a->dev, false);
+        rc = host_copy(pool, a->host, a->g, dev, false);
     } else {
-        rc = move_stream_get(pool, a->dev, DIR_UP, &stream);
+        rc = move_stream_get(pool, dev, DIR_UP, &stream);
         if (!rc)
             rc = xfer_run(pool, vas_addr(&pool->vas, a->g), a->slots, 1,
                           false, false, stream);
@@ -194,7 +200,9 @@ static int slab_up(ump_pool_t *pool, struct away *a)
         xfer_slots_free_later(pool, a->slots, 1);
     tier_count(pool, a->dev, 1, s->away, -1);
     s->away = 0;
-    chunks_note_in_use(pool, a->dev);
+    if (dev != s->device)
+        slab_move_device(pool, s, dev);
+    chunks_note_in_use(pool, dev);
     return 0;
 }
 
@@ -244,11 +252,15 @@ static int seg_up(ump_pool_t *pool, const struct away *a)
     struct res *res = r->res;
     res->busy++;
     res_move_begin(pool, s);
-    int rc = 0;
-    if (!res->dead && s->tier == UMP_TIER_HOST)
-        rc = move_mem(pool, s, UMP_TIER_DEVICE, a->dev);
+    int rc = 0, dev = a->dev;
+    if (pool_dev_failed(pool, dev) && (dev = evict_working_device(pool, -1)) < 0)
+        rc = -EIO;
+    else if (!res->dead && s->tier == UMP_TIER_HOST)
+        rc = move_mem(pool, s, UMP_TIER_DEVICE, dev);
     else if (!res->dead && s->tier == UMP_TIER_NVME)
-        rc = move_from_nvme(pool, s, UMP_TIER_DEVICE, a->dev);
+        rc = move_from_nvme(pool, s, UMP_TIER_DEVICE, dev);
+    if (!rc && dev != a->dev && s->tier == UMP_TIER_DEVICE)
+        s->home = dev; /* its home failed: this is its home now */
     if (!rc && !res->dead)
         res_lru_touch(pool->off, s, true);
     res_move_end(pool, s);

@@ -71,6 +71,25 @@ program test_umpool
              'ump_pool_root')
   call check(ump_pool_checkpoint(pool, c_null_char) == -22, &
              'a checkpoint needs a path')
+  ! A failed device (injected on sim at its first operation): it offers
+  ! nothing, allocations asked of it land on the other one, none is lost.
+  call check(ump_pool_create('backend:sim,sim_devices:2,sim_device_mem:64M,' &
+                             // 'sim_fail_device:1,sim_fail_after:1' &
+                             // c_null_char, bad) == 0, 'a pool that fails')
+  rc = ump_alloc(bad, 4194304_c_size_t, hints, h)
+  if (rc == 0) rc = ump_free(bad, h)
+  call check(ump_alloc(bad, 4194304_c_size_t, hints, h) == 0, &
+             'ump_alloc after the failure')
+  call check(ump_ptr_info(bad, h, info) == 0 .and. info%device == 0 .and. &
+             info%lost == 0, 'not on the failed device, not lost')
+  call check(ump_stats(bad, 1, st) == 0 .and. st%failed_devices == 1 .and. &
+             st%capacity == 0 .and. st%lost_count == 0 .and. &
+             st%lost_bytes == 0, 'the failed device''s statistics')
+  call check(ump_stats(bad, 0, st) == 0 .and. st%failed_devices == 0, &
+             'the other device works')
+  call check(ump_free(bad, h) == 0 .and. ump_pool_destroy(bad) == 0, &
+             'freed and destroyed')
+
   ! Errors: nothing changes.
   call check(ump_pool_destroy(pool) == -16, 'destroy with live memory')
   call check(ump_free(pool, c_loc(local)) == -22, 'a foreign pointer')

@@ -70,6 +70,10 @@ static void fill_device(struct snap_device *d, uint32_t i, uint32_t map_cap,
     d->reserved_bytes = d->mapped_bytes + (i == 1 ? 64 * MIB : 0);
     d->peak_reserved_bytes = d->reserved_bytes + (i == 0 ? 2 * GIB : 0);
     d->driver_ns = i == 3 ? 0 : 1234567ull * (i + 1) + (i == 0 ? 2000000000ull : 0);
+    /* Device 2 has failed, with one allocation lost there. */
+    d->failed = i == 2;
+    d->lost_count = i == 2 ? 1 : 0;
+    d->lost_bytes = i == 2 ? GRAN : 0;
 }
 
 void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)

@@ -139,6 +139,39 @@ class PoolTest(unittest.TestCase):
             pool.free(p)
 
 
+    def test_failed_device(self):
+        """Device 1 fails at its 8th operation (config keys): what was on
+        it is reported lost, the rest reads back, new memory avoids it."""
+        pool = umpool.Pool(SIM4 + ",sim_fail_device:1,sim_fail_after:8")
+        try:
+            n = 2 << 20
+            keep = pool.alloc(n, device=0)
+            pool.array(keep, n // 8, "uint64")[:] = np.arange(n // 8)
+            on1 = []
+            for _ in range(8):
+                try:
+                    on1.append(pool.alloc(n, device=1))
+                except umpool.Error as e:
+                    self.assertEqual(e.errno, -errno.EIO)
+                if pool.stats()["failed_devices"]:
+                    break
+            self.assertEqual(pool.stats(1)["failed_devices"], 1)
+            self.assertEqual(pool.stats(0)["failed_devices"], 0)
+            lost = [p for p in on1 if pool.ptr_info(p)["lost"]]
+            self.assertGreater(len(lost), 0)
+            self.assertEqual(pool.stats()["lost_count"], len(lost))
+            self.assertFalse(pool.ptr_info(keep)["lost"])
+            self.assertTrue(np.array_equal(pool.array(keep, n // 8, "uint64"),
+                                           np.arange(n // 8)))
+            p = pool.alloc(n, device=1)
+            self.assertNotEqual(pool.ptr_info(p)["device"], 1)
+            for q in on1 + [keep, p]:
+                pool.free(q)
+            self.assertEqual(pool.stats()["lost_count"], 0)
+        finally:
+            pool.close()
+
+
 class CollectiveTest(unittest.TestCase):
     """Collectives on pool memory driven from Python, checked against
     NumPy (integer values: every sum is exact, in any order)."""

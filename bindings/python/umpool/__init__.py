@@ -73,7 +73,7 @@ class Hints(ctypes.Structure):
 class PtrInfo(ctypes.Structure):
     _fields_ = [("base", _vp), ("size", _sz), ("device", _int),
                 ("tier", _int), ("chunk_base", _vp), ("chunk_size", _sz),
-                ("kind", _int)]
+                ("kind", _int), ("lost", _int)]
 
 
 _U64 = ctypes.c_uint64
@@ -90,7 +90,8 @@ class Stats(ctypes.Structure):
                 ("restore_bytes", _U64), ("evictions", _U64),
                 ("largest_free", _sz), ("fragmentation", ctypes.c_double),
                 ("reserved_bytes", _sz), ("peak_reserved_bytes", _sz),
-                ("driver_ns", _U64)]
+                ("driver_ns", _U64), ("failed_devices", _int),
+                ("lost_count", _U64), ("lost_bytes", _sz)]
 
 
 def _as_dict(s):

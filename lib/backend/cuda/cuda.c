@@ -344,6 +344,28 @@ static int cuda_make_current(void *ctx, int device)
                                             "cuCtxSetCurrent");
 }
 
+void cuda_note_result(struct cuda_ctx *c, int phys, CUcontext ctx,
+                      CUresult res)
+{
+    if (res == CUDA_SUCCESS || !cudrv_device_lost(res))
+        return;
+    _Atomic uint32_t *watch = atomic_load(&c->watch);
+    for (int g = 0; g < c->nphys && phys < 0; g++)
+        if (c->pctx[g] == ctx)
+            phys = g;
+    if (!watch || phys < 0)
+        return;
+    uint32_t bits = 0;
+    for (int v = phys * c->nvirt; v < (phys + 1) * c->nvirt; v++)
+        bits |= 1u << v;
+    atomic_fetch_or(watch, bits);
+}
+
+void cuda_watch_failures(void *ctx, _Atomic uint32_t *mask)
+{
+    atomic_store(&((struct cuda_ctx *)ctx)->watch, mask);
+}
+
 const struct backend_ops cuda_backend_ops = {
     .name = "cuda",
     .open = cuda_open,
@@ -377,6 +399,7 @@ const struct backend_ops cuda_backend_ops = {
     .kernel_launch = cukernel_launch,
     .make_current = cuda_make_current,
     .driver_ns = cuvmm_driver_ns,
+    .watch_failures = cuda_watch_failures,
 };
 
 #endif /* HAVE_CUDA_H */

@@ -138,6 +138,8 @@ struct cuda_ctx {
      * statistics' driver_ns. Not per device: one cuMemSetAccess or
      * cuMemUnmap may cover several devices' handles. */
     _Atomic uint64_t drv_ns;
+    /* The pool's word of failed devices (watch_failures), or NULL. */
+    _Atomic(_Atomic uint32_t *) watch;
 
     pthread_mutex_t lock; /* guards the two lists below and kmod */
     struct custream_node *streams;
@@ -154,6 +156,14 @@ struct cuda_ctx {
 
 /* True when device is one of the pool's; else logs (op: the caller). */
 bool cuda_device_ok(const struct cuda_ctx *c, int device, const char *op);
+
+/* A driver call on GPU phys (a physical ordinal), or in context ctx when
+ * phys is -1, returned res: when res says the GPU is lost
+ * (cudrv_device_lost), every pool device on it is marked failed in the
+ * watching pool's word. */
+void cuda_note_result(struct cuda_ctx *c, int phys, CUcontext ctx,
+                      CUresult res);
+void cuda_watch_failures(void *ctx, _Atomic uint32_t *mask);
 
 /* The physical GPU (CUDA ordinal, index of dev/pctx/gran) behind pool
  * device device, which the caller has checked. */

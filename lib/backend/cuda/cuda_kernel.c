@@ -124,6 +124,7 @@ int cukernel_launch(void *ctx, void *stream, const void *image,
     void *params[] = {arg};
     res = c->api.cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, stream,
                                 params, NULL);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuLaunchKernel of %s (%u x %u) on stream %p",
                              name, grid, block, stream);

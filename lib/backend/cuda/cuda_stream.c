@@ -145,6 +145,7 @@ int custream_destroy(void *ctx, void *stream)
     if (err)
         return err;
     res = c->api.cuStreamDestroy(stream);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuStreamDestroy of stream %p", stream);
 }
@@ -160,6 +161,7 @@ int custream_sync(void *ctx, void *stream)
     if (err)
         return err;
     res = c->api.cuStreamSynchronize(stream);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuStreamSynchronize of stream %p", stream);
 }
@@ -180,6 +182,7 @@ int custream_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
     /* Unified addressing: the driver tells host from device pointers. */
     res = c->api.cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst,
                                (CUdeviceptr)(uintptr_t)src, size, stream);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuMemcpyAsync of %zu bytes from %p to %p",
                              size, src, dst);
@@ -200,6 +203,7 @@ int custream_memset_async(void *ctx, void *dst, int value, size_t size,
         return err;
     res = c->api.cuMemsetD8Async((CUdeviceptr)(uintptr_t)dst,
                                  (unsigned char)value, size, stream);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuMemsetD8Async of %zu bytes at %p", size, dst);
 }
@@ -216,6 +220,7 @@ int custream_host_func(void *ctx, void *stream, void (*fn)(void *),
     if (err)
         return err;
     res = c->api.cuLaunchHostFunc(stream, fn, arg);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuLaunchHostFunc on stream %p", stream);
 }
@@ -321,6 +326,7 @@ static int event_wait(struct cuda_ctx *c, struct custream_event *e, bool wait)
         cudrv_ctx_leave(&c->api, e->ctx, saved);
         return -EAGAIN;
     }
+    cuda_note_result(c, -1, e->ctx, res);
     return cudrv_leave_check(&c->api, e->ctx, saved, res, "%s",
                              wait ? "cuEventSynchronize" : "cuEventQuery");
 }
@@ -353,6 +359,7 @@ int custream_wait_event(void *ctx, void *stream, void *event)
     if (err)
         return err;
     res = c->api.cuStreamWaitEvent(stream, e->ev, 0);
+    cuda_note_result(c, -1, sctx, res);
     return cudrv_leave_check(&c->api, sctx, saved, res,
                              "cuStreamWaitEvent of stream %p", stream);
 }

@@ -59,6 +59,25 @@ int cudrv_errno(CUresult res)
     }
 }
 
+bool cudrv_device_lost(CUresult res)
+{
+    switch (res) {
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+        return true;
+    default:
+        return false;
+    }
+}
+
 void cudrv_error_text(const struct cudrv_api *api, CUresult res, char *buf,
                       size_t len)
 {

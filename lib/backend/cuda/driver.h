@@ -23,6 +23,7 @@
 #define UMP_CUDA_DRIVER_H
 
 #ifdef HAVE_CUDA_H
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <cuda.h>
@@ -104,6 +105,10 @@ int cudrv_load(const char *path, struct cudrv_api *api, char *why,
 
 /* The driver's result as a negative errno (0 for CUDA_SUCCESS). */
 int cudrv_errno(CUresult res);
+/* Does res say that the GPU (or this process's context on it) is gone for
+ * good: an uncorrectable ECC or NVLink error, a GPU off the bus, or a
+ * sticky error after which every call of the context fails? (-EIO.) */
+bool cudrv_device_lost(CUresult res);
 /* "CUDA_ERROR_OUT_OF_MEMORY (out of memory)", or "CUDA error N" when the
  * driver does not know res (or api is not loaded yet). */
 void cudrv_error_text(const struct cudrv_api *api, CUresult res, char *buf,

@@ -288,6 +288,7 @@ int cuvmm_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p)
     }
     drv_time(c, t0);
     cudrv_ctx_leave(&c->api, c->pctx[g], saved);
+    cuda_note_result(c, g, NULL, res);
     if (res != CUDA_SUCCESS)
         return cudrv_fail(&c->api, res,
                           res == CUDA_ERROR_OUT_OF_MEMORY ? UMP_LOG_DEBUG

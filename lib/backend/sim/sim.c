@@ -286,7 +286,8 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
             c->topo.dev[i].mem = cfg->sim_device_mem;
     c->ndev = c->topo.ndev;
     c->drv_costs = cfg->sim_driver_costs == UMP_SIM_COSTS_H200;
-    c->fail_dev = cfg->sim_fail_device;
+    /* A zeroed configuration (sim_fail_after 0) schedules no failure. */
+    c->fail_dev = cfg->sim_fail_after > 0 ? cfg->sim_fail_device : -1;
     c->fail_left = cfg->sim_fail_after;
     if (c->fail_dev >= c->ndev) {
         ump_log_error("sim: sim_fail_device %d: no such device (have %d)",

@@ -244,7 +244,10 @@ int ump_evict(ump_pool_t *pool, void *ptr, size_t size, int tier);
 #define UMP_ADVISE_WILLNEED 2 /* ump_prefetch to its device */
 #define UMP_ADVISE_DONTNEED 3 /* contents no longer needed: the next move
                                  down skips the copy (the data becomes
-                                 undefined); an acquire clears it */
+                                 undefined); an acquire clears it. Only
+                                 chunks (ump_ptr_info) wholly inside the
+                                 range: one it covers in part keeps its
+                                 data */
 int ump_advise(ump_pool_t *pool, void *ptr, size_t size, int advice);
 
 /*

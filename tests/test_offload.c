@@ -26,6 +26,8 @@
 
 #include "testutil.h"
 
+#include "tier/residency.h"
+
 #include "backend/backend.h"
 #include "tier/offload.h"
 #include "../tools/bench/offload_opt.h"
@@ -1461,6 +1463,58 @@ static void test_dontneed_once(void **state)
     fx_pool_destroy(f);
 }
 
+/* Does the NVMe segment holding p have its data written (slots), or was
+ * it dropped (DONTNEED)? */
+static bool nvme_has_data(ump_pool_t *pool, const void *p)
+{
+    pthread_mutex_lock(&pool->lock);
+    uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, p));
+    struct run *r = vas_tag_owner(tag);
+    assert_int_equal(vas_tag_kind(tag), VAS_RUN);
+    assert_non_null(r->res);
+    const struct seg *s = res_seg_at(r->res, vas_index(&pool->vas, p));
+    bool data = s->tier == UMP_TIER_NVME && s->slots != NULL;
+    pthread_mutex_unlock(&pool->lock);
+    return data;
+}
+
+/* DONTNEED on part of a chunk drops nothing: the rest of the chunk is
+ * still wanted. Over whole chunks it drops them, and the allocation's
+ * rounded-up end counts as covered. */
+static void test_dontneed_partial(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:64M,"
+                                  "host_limit:64M,max_chunk:8M");
+    size_t size = 8 * MIB;
+    char *p = alloc_flags(pool, size, 0, 0, NULL); /* one 8 MiB chunk */
+    assert_int_equal(tu_info(pool, p).chunk_size, 8 * MIB);
+    tu_fill(p, size, 94);
+    assert_int_equal(ump_advise(pool, p + MIB, 2 * MIB, UMP_ADVISE_DONTNEED),
+                     0);
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    acquire_check(pool, p, size, 94); /* every byte kept */
+    /* 5 MiB + 1 KiB asked: two chunks (4 + 2 MiB); the advice from the
+     * second chunk to the asked end drops it, not the first. */
+    size_t asked = 5 * MIB + 1024;
+    char *q = alloc_flags(pool, asked, 0, 0, NULL);
+    tu_fill(q, asked, 95);
+    ump_ptr_info_t c0 = tu_info(pool, q);
+    assert_int_equal(c0.chunk_size, 4 * MIB);
+    assert_int_equal(ump_advise(pool, q + 4 * MIB, asked - 4 * MIB,
+                                UMP_ADVISE_DONTNEED), 0);
+    evict_ok(pool, q, 0, UMP_TIER_NVME);
+    /* On NVMe: the first chunk's data, the second one's not written. */
+    assert_true(nvme_has_data(pool, q));
+    assert_false(nvme_has_data(pool, q + 4 * MIB));
+    assert_int_equal(ump_acquire(pool, q, 0, 0, NULL), 0);
+    tu_assert_pattern(q, 4 * MIB, 95); /* the first chunk kept */
+    assert_int_equal(ump_release(pool, q, 0), 0);
+    tu_free(pool, q);
+    tu_free(pool, p);
+    fx_pool_destroy(f);
+}
+
 /* UMP_HINT_NO_SPILL wins over UMP_HINT_OFFLOAD: the pool never moves it,
  * not even when an allocation would otherwise fail. */
 static void test_no_spill_offload(void **state)
@@ -2093,6 +2147,7 @@ int main(void)
         T(test_small_offload_no_nvme),
         T(test_unmap_refused),
         T(test_dontneed_once),
+        T(test_dontneed_partial),
         T(test_no_spill_offload),
         T(test_full_tiers_quiet),
         T(test_never_fits_unchanged),

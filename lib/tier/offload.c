@@ -399,8 +399,21 @@ int offload_advise(ump_pool_t *pool, void *ptr, size_t size, int advice)
         uint64_t now = res_tick(pool->off);
         if (advice == UMP_ADVISE_WILLNEED)
             rc = worker_queue_prefetch(pool, ptr, size, TIER_DEST_HOME);
+        /* DONTNEED drops whole segments only: one the range covers in
+         * part keeps its data (the bytes outside the range are still
+         * wanted), as madvise keeps a page the range only touches. The
+         * allocation's end counts as the segment's when the range goes
+         * there: its last chunk is rounded up past what was asked. */
+        const char *a0 = ptr, *a1 = a0 + size;
+        const char *end = (const char *)vas_addr(&pool->vas,
+                                                 res->run->start) +
+                          atomic_load(&res->run->size);
         for (struct seg *s = s0; s < s1 && !rc; s++) {
-            s->discard = advice == UMP_ADVISE_DONTNEED || s->discard;
+            const char *b0 = vas_addr(&pool->vas, s->g);
+            const char *b1 = vas_addr(&pool->vas, s->g + s->n);
+            bool whole = !size || (b0 >= a0 && (b1 <= a1 || a1 >= end));
+            s->discard = (advice == UMP_ADVISE_DONTNEED && whole) ||
+                         s->discard;
             if (advice == UMP_ADVISE_WILLNEED)
                 res_note_want(s, now);
             else if (advice == UMP_ADVISE_HOT)

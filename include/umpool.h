@@ -483,6 +483,15 @@ typedef enum {
 int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
                     const char *config, ump_comm_t **comm_p);
 int ump_comm_destroy(ump_comm_t *comm);
+/* A communicator of comm's ranks but the nexclude global ranks in exclude
+ * (those of failed devices, say), renumbered densely in order, with comm's
+ * config; comm stays valid until ump_comm_destroy. Across processes every
+ * process of comm calls it with the same exclude list (checked: -EINVAL
+ * everywhere when not); a process whose ranks are all excluded gets
+ * *newcomm_p = NULL and 0. Bad ranks, duplicates, or excluding every rank:
+ * -EINVAL, nothing made. */
+int ump_comm_shrink(ump_comm_t *comm, int nexclude, const int *exclude,
+                    ump_comm_t **newcomm_p);
 int ump_comm_size(ump_comm_t *comm, int *nranks_p);
 int ump_allreduce(ump_comm_t *c, const void *const send[], void *const recv[],
                   size_t count, ump_dtype_t dt, ump_redop_t op,

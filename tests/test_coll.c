@@ -16,6 +16,9 @@
 #include "coll/coll.h"
 #include "coll/model.h"
 #include "coll/reduce.h"
+#include "backend/backend.h"
+#include "mem/pool.h"
+#include <time.h>
 
 #include <math.h>
 
@@ -681,6 +684,173 @@ static void test_pooled_and_host_buffers(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Failed devices (issue 17). Every rank's buffers on its own device; int32
+ * sums of small values, exact. */
+#define FCOUNT 1024
+static double fnow(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One collective (k: 0 allreduce, 1 allgather, 2 broadcast from root) on
+ * comm of n ranks; 0 and exact results, or -EIO. */
+static int fcall(ump_comm_t *comm, int n, int k, int root, int32_t **snd,
+                 int32_t **rcv, int salt)
+{
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < FCOUNT; i++)
+            snd[r][i] = r * 7 + i % 13 + salt;
+    const void *s[COLL_MAX_RANKS];
+    void *d[COLL_MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        s[r] = snd[r];
+        d[r] = rcv[r];
+    }
+    double t0 = fnow();
+    int rc = k == 0   ? ump_allreduce(comm, s, d, FCOUNT, UMP_INT32, UMP_SUM,
+                                      NULL)
+             : k == 1 ? ump_allgather(comm, s, d, FCOUNT / n, UMP_INT32, NULL)
+                      : ump_broadcast(comm, s, d, FCOUNT, UMP_INT32, root,
+                                      NULL);
+    if (fnow() - t0 > 10)
+        fail_msg("a collective took %g s", fnow() - t0);
+    if (rc)
+        return rc;
+    for (int r = 0; r < n; r++)
+        for (int i = 0; i < FCOUNT; i++) {
+            int32_t want;
+            if (k == 0) {
+                want = 0;
+                for (int q = 0; q < n; q++)
+                    want += q * 7 + i % 13 + salt;
+            } else if (k == 1) {
+                int per = FCOUNT / n, q = i / per;
+                if (q >= n)
+                    continue; /* past n slices */
+                want = q * 7 + (i % per) % 13 + salt;
+            } else {
+                want = root * 7 + i % 13 + salt;
+            }
+            if (rcv[r][i] != want)
+                fail_msg("collective %d: rank %d [%d] = %d, want %d", k, r, i,
+                         rcv[r][i], want);
+        }
+    return 0;
+}
+
+static void test_failed_device(void **state)
+{
+    (void)state;
+    uint64_t rs = 0x9e3779b97f4a7c15ull;
+    for (int trial = 0; trial < 12; trial++) {
+        ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
+                                          "sim_device_mem:64M");
+        ump_comm_t *comm;
+        assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
+        int32_t *snd[4], *rcv[4];
+        for (int r = 0; r < 4; r++) {
+            snd[r] = tu_alloc(pool, FCOUNT * 4, r);
+            rcv[r] = tu_alloc(pool, FCOUNT * 4, r);
+        }
+        rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+        int dead = (int)(rs >> 33) % 4;
+        /* Trial 0: failed before the first call; the others at a random
+         * operation of the device within the series. */
+        int nth = trial ? 1 + (int)((rs >> 40) % 30) : 0;
+        assert_int_equal(sim_fail_device(pool->bctx, dead, nth), 0);
+        bool failed = false;
+        for (int call = 0; call < 20; call++) {
+            int rc = fcall(comm, 4, call % 3, call % 4, snd, rcv, call);
+            if (failed || trial == 0)
+                assert_int_equal(rc, -EIO);
+            else if (rc)
+                assert_int_equal(rc, -EIO);
+            failed |= rc != 0;
+        }
+        assert_true(failed); /* the failure did come within the series */
+        assert_true(pool_dev_failed(pool, dead));
+        /* The survivors: exact results on a shrunk communicator. */
+        ump_comm_t *nc = NULL;
+        assert_int_equal(ump_comm_shrink(comm, 1, &dead, &nc), 0);
+        int nr = 0;
+        assert_int_equal(ump_comm_size(nc, &nr), 0);
+        assert_int_equal(nr, 3);
+        int32_t *s3[3], *r3[3];
+        for (int r = 0, k = 0; r < 4; r++)
+            if (r != dead) {
+                s3[k] = snd[r];
+                r3[k++] = rcv[r];
+            }
+        for (int k = 0; k < 3; k++)
+            assert_int_equal(fcall(nc, 3, k, 2, s3, r3, 100 + k), 0);
+        /* A lost buffer in a call of the new communicator: -EIO. */
+        const void *s[3] = {snd[dead], s3[1], s3[2]};
+        void *d[3] = {r3[0], r3[1], r3[2]};
+        assert_int_equal(ump_allreduce(nc, s, d, FCOUNT, UMP_INT32, UMP_SUM,
+                                       NULL), -EIO);
+        /* The old communicator still fails, and both are destroyed. */
+        assert_int_equal(fcall(comm, 4, 0, 0, snd, rcv, 0), -EIO);
+        assert_int_equal(ump_comm_destroy(nc), 0);
+        assert_int_equal(ump_comm_destroy(comm), 0);
+        for (int r = 0; r < 4; r++) {
+            ump_free(pool, snd[r]);
+            ump_free(pool, rcv[r]);
+        }
+        tu_pool_destroy(pool);
+    }
+}
+
+/* Point-to-point with a failed device: -EIO, no wait. */
+static void test_failed_device_p2p(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:64M");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 2, NULL, NULL, &comm), 0);
+    void *a = tu_alloc(pool, 4096, 0), *b = tu_alloc(pool, 4096, 1);
+    assert_int_equal(sim_fail_device(pool->bctx, 1, 0), 0);
+    ump_group_start();
+    assert_int_equal(ump_send(comm, 0, a, 1024, UMP_INT32, 1, NULL), -EIO);
+    assert_int_equal(ump_recv(comm, 1, b, 1024, UMP_INT32, 0, NULL), -EIO);
+    assert_int_equal(ump_group_end(), 0);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    ump_free(pool, a);
+    ump_free(pool, b);
+    tu_pool_destroy(pool);
+}
+
+static void test_shrink_bad_input(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
+                                      "sim_device_mem:64M");
+    ump_comm_t *comm, *sentinel = (ump_comm_t *)&sentinel, *nc = sentinel;
+    assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:ring", &comm),
+                     0);
+    int one = 1, out = 4, neg = -1, dup[2] = {2, 2}, all[4] = {3, 1, 0, 2};
+    expect_bad(ump_comm_shrink(NULL, 1, &one, &nc), "NULL comm");
+    expect_bad(ump_comm_shrink(comm, 1, &one, NULL), "NULL newcomm_p");
+    expect_bad(ump_comm_shrink(comm, -1, &one, &nc), "nexclude < 0");
+    expect_bad(ump_comm_shrink(comm, 1, NULL, &nc), "NULL exclude");
+    expect_bad(ump_comm_shrink(comm, 1, &out, &nc), "rank out of range");
+    expect_bad(ump_comm_shrink(comm, 1, &neg, &nc), "negative rank");
+    expect_bad(ump_comm_shrink(comm, 2, dup, &nc), "duplicate rank");
+    expect_bad(ump_comm_shrink(comm, 4, all, &nc), "everyone excluded");
+    assert_ptr_equal(nc, sentinel); /* nothing made */
+    /* Nothing excluded: a copy; the config kept (a forced ring). */
+    assert_int_equal(ump_comm_shrink(comm, 0, NULL, &nc), 0);
+    ump_coll_plan_t plan;
+    assert_int_equal(ump_comm_plan(nc, UMP_COLL_ALLREDUCE, 1000, UMP_INT32,
+                                   &plan), 0);
+    assert_string_equal(plan.algorithm, "ring");
+    assert_int_equal(ump_comm_destroy(nc), 0);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
+}
+
 int main(void)
 {
     tu_main_begin("test_coll");
@@ -693,6 +863,9 @@ int main(void)
         cmocka_unit_test(test_every_collective_type_op),
         cmocka_unit_test(test_pooled_and_host_buffers),
         cmocka_unit_test(test_waits_for_every_stream),
+        cmocka_unit_test(test_failed_device),
+        cmocka_unit_test(test_failed_device_p2p),
+        cmocka_unit_test(test_shrink_bad_input),
     };
     return tu_main_end(cmocka_run_group_tests_name("coll", tests, NULL, NULL),
                        7);

@@ -126,19 +126,31 @@ static void account(struct coll_job *j)
  * has reached the call, so the work queued before it on every stream (the
  * producers of the send buffers) is done, and a call whose launch failed
  * half way stops here having written nothing. A last barrier: no rank's
- * stream runs on while a peer still reads its buffers. */
+ * stream runs on while a peer still reads its buffers. A device that fails
+ * meanwhile aborts the job at the next barrier (coll_barrier): every rank
+ * stops there, none waits for a rank that will not come, and the call is
+ * -EIO. The sim runs a failed device's queued host functions all the same
+ * (only new work is refused), so every rank does reach its barriers. */
 static void rank_main(void *arg)
 {
     struct coll_rank *cr = arg;
     struct coll_job *j = cr->job;
     if (coll_barrier(j, cr->r))
         coll_algo_run(j, cr->r);
-    bool ok = coll_barrier(j, cr->r);
-    if (atomic_fetch_sub(&j->left, 1) == 1) {
-        if (ok)
-            account(j);
+    coll_barrier(j, cr->r);
+    pthread_mutex_lock(&j->mu);
+    bool last = ++j->done == j->n;
+    /* A failure during the last step: no barrier after it saw it. */
+    if (last && coll_job_dev_failed(j))
+        j->abort = true;
+    bool ok = !j->abort;
+    if (last)
+        pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (last && ok)
+        account(j);
+    if (atomic_fetch_sub(&j->left, 1) == 1)
         job_finish(j);
-    }
 }
 
 static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
@@ -164,7 +176,12 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
-    atomic_init(&j->left, c->n);
+    atomic_init(&j->left, c->n + 1); /* + the caller's (launch) */
+    j->failing = &c->pool->failing;
+    j->failed = &c->pool->failed;
+    for (int r = 0; r < c->n; r++)
+        if (c->dev[r] < 32)
+            j->devmask |= 1u << c->dev[r];
     j->log_cap = coll_algo_log_cap(j);
     j->logs = calloc((size_t)c->n * j->log_cap, sizeof(*j->logs));
     for (int r = 0; j->logs && r < c->n; r++)
@@ -183,8 +200,13 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
 }
 
 /* Queues every rank's share; on a failure half way, the ranks queued are
- * told to stop at their first barrier and the error comes back. */
-static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st)
+ * told to stop at their first barrier and the error comes back. wait: the
+ * caller's own streams, so the call is synchronous: waits for every rank
+ * to be done (the job itself, not the streams: a failed device's stream
+ * refuses stream_sync at once, while its rank may still be running) and
+ * says -EIO when a device failed meanwhile. */
+static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
+                  const char *fn, bool wait)
 {
     int r = 0, rc = 0;
     for (; r < c->n; r++) {
@@ -192,13 +214,39 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st)
         if (rc)
             break;
     }
-    if (!rc)
-        return 0;
+    if (!rc) {
+        bool aborted = false;
+        if (wait) {
+            pthread_mutex_lock(&j->mu);
+            while (j->done < j->n)
+                pthread_cond_wait(&j->cv, &j->mu);
+            aborted = j->abort;
+            pthread_mutex_unlock(&j->mu);
+        }
+        if (atomic_fetch_sub(&j->left, 1) == 1)
+            job_finish(j);
+        if (!aborted)
+            return 0;
+        /* The failure is handled (pool_check) before the caller sees it. */
+        pool_check(c->pool, fn);
+        int f = coll_comm_failed_rank(c);
+        ump_log_error("%s: rank %d's device %d failed during the call: -EIO "
+                      "(what the call wrote is undefined)", fn,
+                      c->first + (f < 0 ? 0 : f), c->dev[f < 0 ? 0 : f]);
+        return -EIO;
+    }
     pthread_mutex_lock(&j->mu);
     j->abort = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (atomic_fetch_sub(&j->left, c->n - r) == c->n - r)
+    if (rc == -EIO) {
+        int f = coll_comm_failed_rank(c);
+        ump_log_error("%s: rank %d's device %d failed while the call was "
+                      "queued: -EIO", fn, c->first + (f < 0 ? r : f),
+                      c->dev[f < 0 ? r : f]);
+    }
+    /* The ranks never queued, and the caller's reference. */
+    if (atomic_fetch_sub(&j->left, c->n - r + 1) == c->n - r + 1)
         job_finish(j);
     return rc;
 }
@@ -252,12 +300,18 @@ static int run(ump_comm_t *c, const struct coll_args *a)
         pthread_mutex_lock(&c->lock);
         c->world->seq++;
         rc = check_call(c, a, &inplace);
-        if (!rc && a->count)
-            rc = coll_world_run(c, a);
+        /* A lost buffer: this process still takes part (hier.c). */
+        int bad = rc == -EIO ? rc : 0;
+        if ((!rc || bad) && a->count)
+            rc = coll_world_run(c, a, bad);
         pthread_mutex_unlock(&c->lock);
         return rc;
     }
-    rc = check_call(c, a, &inplace);
+    /* A rank whose device failed: no collective can be right (it reads
+     * and writes its peers' buffers, they read its). */
+    rc = coll_comm_check_failed(c, a->fn);
+    if (!rc)
+        rc = check_call(c, a, &inplace);
     if (rc || !a->count)
         return rc;
     const ump_stream_t *st = a->streams ? a->streams : c->own;
@@ -274,9 +328,12 @@ static int run(ump_comm_t *c, const struct coll_args *a)
         if (rc && j)
             job_free(j);
         else if (!rc)
-            rc = launch(c, j, st);
+            rc = launch(c, j, st, a->fn, !a->streams);
     }
     pthread_mutex_unlock(&c->lock);
+    /* The job is done on every stream (launch waited): the syncs only
+     * report a device that failed since (-EIO), and have the pool handle
+     * it. */
     for (int r = 0; !rc && !a->streams && r < c->n; r++)
         rc = ump_stream_synchronize(c->pool, c->own[r]);
     if (!a->streams)

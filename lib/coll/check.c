@@ -4,6 +4,7 @@
 #include <stdint.h>
 
 #include "coll/check.h"
+#include "front/failure.h"
 #include "coll/reduce.h"
 #include "front/front.h"
 #include "util/log.h"
@@ -176,5 +177,12 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
                           (const void *)b[i].p);
             return -EINVAL;
         }
+    /* Last: a buffer in an allocation lost with a failed device is -EIO,
+     * not a caller's mistake. */
+    for (int i = 0; i < nb; i++) {
+        int rc = pool_check_lost(c->pool, b[i].p, b[i].len, fn);
+        if (rc)
+            return rc;
+    }
     return 0;
 }

@@ -175,18 +175,23 @@ int coll_comm_alloc(ump_pool_t *pool, int ndev, const int *devices,
     return 0;
 }
 
-UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
-                               const char *config, ump_comm_t **comm_p)
+/* ump_comm_create's work: the configuration from config, or a copy of
+ * like's (ump_comm_shrink: the same keys without the string). */
+static int comm_make(ump_pool_t *pool, int ndev, const int *devices,
+                     const char *config, const ump_comm_t *like,
+                     const char *fn, ump_comm_t **comm_p)
 {
-    if (!comm_p) {
-        ump_log_error("ump_comm_create: comm_p is NULL");
-        return -EINVAL;
-    }
     ump_comm_t *c;
-    int rc = coll_comm_alloc(pool, ndev, devices, config, "ump_comm_create",
+    int rc = coll_comm_alloc(pool, ndev, devices, like ? NULL : config, fn,
                              &c);
     if (rc)
         return rc;
+    if (like) {
+        c->force = like->force;
+        c->engine_pref = like->engine_pref;
+        c->timeout_s = like->timeout_s;
+        c->sched = like->sched;
+    }
     rc = coll_topo_from(&pool->topo, c->n, c->dev, &c->topo);
     int made = 0;
     for (; !rc && made < c->n; made++)
@@ -211,6 +216,95 @@ UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
     }
     atomic_fetch_add(&pool->comms, 1);
     *comm_p = c;
+    return 0;
+}
+
+UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
+                               const char *config, ump_comm_t **comm_p)
+{
+    if (!comm_p) {
+        ump_log_error("ump_comm_create: comm_p is NULL");
+        return -EINVAL;
+    }
+    return comm_make(pool, ndev, devices, config, NULL, "ump_comm_create",
+                     comm_p);
+}
+
+int coll_comm_create_like(ump_pool_t *pool, int ndev, const int *devices,
+                          const ump_comm_t *like, const char *fn,
+                          ump_comm_t **comm_p)
+{
+    return comm_make(pool, ndev, devices, NULL, like, fn, comm_p);
+}
+
+/* ump_comm_shrink's arguments, the same checks on every process: 0, or
+ * -EINVAL logged. keep[g]: global rank g stays. */
+static int shrink_args(const ump_comm_t *c, int nexclude, const int *exclude,
+                       ump_comm_t **newcomm_p, bool *keep)
+{
+    const char *fn = "ump_comm_shrink";
+    if (!newcomm_p || nexclude < 0 || (nexclude && !exclude)) {
+        ump_log_error("%s: %s", fn, !newcomm_p  ? "newcomm_p is NULL"
+                                    : nexclude < 0 ? "nexclude < 0"
+                                                   : "exclude is NULL");
+        return -EINVAL;
+    }
+    for (int g = 0; g < c->nall; g++)
+        keep[g] = true;
+    for (int i = 0; i < nexclude; i++) {
+        int g = exclude[i];
+        if (g < 0 || g >= c->nall || !keep[g]) {
+            ump_log_error("%s: exclude[%d] = %d %s", fn, i, g,
+                          g < 0 || g >= c->nall
+                              ? "is not a rank of the communicator"
+                              : "is listed twice");
+            return -EINVAL;
+        }
+        keep[g] = false;
+    }
+    if (nexclude == c->nall) {
+        ump_log_error("%s: every rank (%d) is excluded: no communicator "
+                      "left", fn, c->nall);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+UMP_EXPORT int ump_comm_shrink(ump_comm_t *comm, int nexclude,
+                               const int *exclude, ump_comm_t **newcomm_p)
+{
+    if (!comm) {
+        ump_log_error("ump_comm_shrink: comm is NULL");
+        return -EINVAL;
+    }
+    int rc = pool_check(comm->pool, "ump_comm_shrink");
+    if (rc)
+        return rc;
+    bool *keep = calloc((size_t)comm->nall, sizeof(*keep));
+    if (!keep)
+        return -ENOMEM;
+    rc = shrink_args(comm, nexclude, exclude, newcomm_p, keep);
+    if (comm->world) {
+        /* Every process takes part, bad arguments or not: the others
+         * learn it and fail the same way rather than wait (world.c). */
+        rc = coll_world_shrink(comm, rc, nexclude, exclude, keep, newcomm_p);
+        free(keep);
+        return rc;
+    }
+    int dev[COLL_MAX_RANKS], n = 0;
+    for (int r = 0; !rc && r < comm->n; r++)
+        if (keep[r])
+            dev[n++] = comm->dev[r];
+    free(keep);
+    if (rc)
+        return rc;
+    ump_comm_t *c;
+    rc = coll_comm_create_like(comm->pool, n, dev, comm, "ump_comm_shrink",
+                               &c);
+    if (rc)
+        return rc;
+    ump_log_info("ump_comm_shrink: %d of %d ranks kept", n, comm->n);
+    *newcomm_p = c;
     return 0;
 }
 
@@ -286,6 +380,28 @@ UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
     plan_p->algorithm = coll_algo_name(a);
     plan_p->modeled_us = us;
     return 0;
+}
+
+int coll_comm_failed_rank(const ump_comm_t *c)
+{
+    ump_pool_t *p = c->pool;
+    uint32_t bad = atomic_load_explicit(&p->failing, memory_order_relaxed) |
+                   atomic_load_explicit(&p->failed, memory_order_relaxed);
+    for (int r = 0; bad && r < c->n; r++)
+        if (c->dev[r] < 32 && (bad & (1u << c->dev[r])))
+            return r;
+    return -1;
+}
+
+int coll_comm_check_failed(const ump_comm_t *c, const char *fn)
+{
+    int r = coll_comm_failed_rank(c);
+    if (r < 0)
+        return 0;
+    ump_log_error("%s: rank %d's device %d has failed: the communicator "
+                  "runs no more collectives (-EIO; ump_comm_shrink makes one "
+                  "of the other ranks)", fn, c->first + r, c->dev[r]);
+    return -EIO;
 }
 
 void coll_comm_set_last_us(ump_comm_t *c, double us)

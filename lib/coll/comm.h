@@ -57,6 +57,20 @@ int coll_comm_config(ump_comm_t *c, const char *config, const char *fn);
 int coll_comm_alloc(ump_pool_t *pool, int ndev, const int *devices,
                     const char *config, const char *fn, ump_comm_t **c_p);
 
+/* The first of c's local ranks whose device has failed, or is failing
+ * (the backend told, the pool has not handled it yet); -1: none. Lock
+ * free: two loads when no device has failed. */
+int coll_comm_failed_rank(const ump_comm_t *c);
+/* -EIO, with one log line "fn: rank R's device D has failed ...", when
+ * coll_comm_failed_rank finds one; else 0. */
+int coll_comm_check_failed(const ump_comm_t *c, const char *fn);
+
+/* A communicator like ump_comm_create's, with like's configuration (the
+ * keys, not the string: ump_comm_shrink). */
+int coll_comm_create_like(ump_pool_t *pool, int ndev, const int *devices,
+                          const ump_comm_t *like, const char *fn,
+                          ump_comm_t **comm_p);
+
 /* Records us as the last call's executed modeled time (calls.c, from the
  * job's last rank). */
 void coll_comm_set_last_us(ump_comm_t *c, double us);

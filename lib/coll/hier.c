@@ -65,10 +65,55 @@ static size_t esz_of(const struct coll_args *a)
     return coll_dtype_size(a->dt);
 }
 
+/* A failed device (or a lost buffer) on this process's side of a call
+ * must not make it skip the exchanges: its peers would wait for it until
+ * comm_timeout and the communicator would break. So the in-process phases
+ * go through local(): once a rank's device has failed (or a phase says
+ * -EIO), w->bad records it and the phase's error is swallowed; the
+ * schedule runs on with stand-in data, every exchange happens, and the
+ * call's agreement (agree) makes it -EIO on every process. */
+static int local(ump_comm_t *c, int rc)
+{
+    struct coll_world *w = c->world;
+    if (!rc)
+        return 0;
+    if (w->bad || rc == -EIO || coll_comm_failed_rank(c) >= 0) {
+        if (!w->bad)
+            w->bad = -EIO;
+        return 0;
+    }
+    return rc;
+}
+
+/* coll_stage_in, or once this process's part failed, a zeroed stand-in of
+ * len bytes (never the buffer itself: it may be NULL, lost or unreachable
+ * by then), freed by stage_out. */
+static int stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
+{
+    int rc = c->world->bad ? -EIO : coll_stage_in(c, p, len, copy, h);
+    if (!rc || local(c, rc))
+        return rc;
+    *h = calloc(1, len ? len : 1);
+    return *h ? 0 : -ENOMEM;
+}
+
+/* coll_stage_out; once the part failed, nothing is copied back. */
+static int stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
+{
+    if (c->world->bad) {
+        if (h != p)
+            free(h);
+        return 0;
+    }
+    return local(c, coll_stage_out(c, p, h, len, copy));
+}
+
 /* Local rank r's stream, as the call's in-process phases use it. */
 static int sync_rank(ump_comm_t *c, const struct coll_args *a, int r)
 {
-    return a->streams ? ump_stream_synchronize(c->pool, a->streams[r]) : 0;
+    return local(c, a->streams ? ump_stream_synchronize(c->pool,
+                                                        a->streams[r])
+                               : 0);
 }
 
 static int sync_all(ump_comm_t *c, const struct coll_args *a)
@@ -152,23 +197,23 @@ static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
     ump_comm_t *L = c->world->local;
     size_t s = a->count * esz_of(a);
     int op = reduce_op(a->op);
-    int rc = ump_reduce(L, a->send, a->recv, a->count, a->dt, op, 0,
-                        a->streams);
+    int rc = local(c, ump_reduce(L, a->send, a->recv, a->count, a->dt, op, 0,
+                        a->streams));
     if (!rc)
         rc = sync_rank(c, a, 0);
     void *h = NULL;
     if (!rc)
-        rc = coll_stage_in(c, a->recv[0], s, true, &h);
+        rc = stage_in(c, a->recv[0], s, true, &h);
     if (rc)
         return rc;
     rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
     if (!rc && a->op == UMP_AVG)
         coll_avg_finish(a->dt, h, a->count, c->nall);
-    int e = coll_stage_out(c, a->recv[0], h, s, !rc);
+    int e = stage_out(c, a->recv[0], h, s, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
-        rc = ump_broadcast(L, (const void *const *)a->recv, a->recv, a->count,
-                           a->dt, 0, a->streams);
+        rc = local(c, ump_broadcast(L, (const void *const *)a->recv, a->recv, a->count,
+                           a->dt, 0, a->streams));
     return rc;
 }
 
@@ -238,31 +283,31 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
     if (!m)
         return -ENOMEM;
     if (w->me == q) {
-        rc = ump_broadcast(L, a->send, a->recv, a->count, a->dt, lr,
-                           a->streams);
+        rc = local(c, ump_broadcast(L, a->send, a->recv, a->count, a->dt, lr,
+                           a->streams));
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
-            rc = coll_stage_in(c, a->recv[lr], s, true, &h);
+            rc = stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < w->nproc; p++)
             if (p != q)
                 m[k++] = msg(w, h, s, p, true);
         if (!rc) {
             rc = coll_xchg(c, m, k, a->fn);
-            int e = coll_stage_out(c, a->recv[lr], h, s, false);
+            int e = stage_out(c, a->recv[lr], h, s, false);
             rc = rc ? rc : e;
         }
     } else {
-        rc = coll_stage_in(c, a->recv[0], s, false, &h);
+        rc = stage_in(c, a->recv[0], s, false, &h);
         if (!rc) {
             m[k++] = msg(w, h, s, q, false);
             rc = coll_xchg(c, m, k, a->fn);
-            int e = coll_stage_out(c, a->recv[0], h, s, !rc);
+            int e = stage_out(c, a->recv[0], h, s, !rc);
             rc = rc ? rc : e;
         }
         if (!rc && c->n > 1)
-            rc = ump_broadcast(L, (const void *const *)a->recv, a->recv,
-                               a->count, a->dt, 0, a->streams);
+            rc = local(c, ump_broadcast(L, (const void *const *)a->recv, a->recv,
+                               a->count, a->dt, 0, a->streams));
     }
     free(m);
     return rc;
@@ -274,7 +319,7 @@ static void *scratch(ump_comm_t *c, size_t bytes, int *rc)
     hints.device = c->dev[0];
     hints.flags = UMP_HINT_NO_SPILL;
     void *p = NULL;
-    *rc = ump_alloc(c->pool, bytes ? bytes : 1, &hints, &p);
+    *rc = local(c, ump_alloc(c->pool, bytes ? bytes : 1, &hints, &p));
     return p;
 }
 
@@ -297,12 +342,12 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         const void **src = calloc((size_t)np, sizeof(*src));
         rc = tmp && src ? 0 : -ENOMEM;
         if (!rc)
-            rc = ump_reduce(L, a->send, a->recv, a->count, a->dt, op, lr,
-                            a->streams);
+            rc = local(c, ump_reduce(L, a->send, a->recv, a->count, a->dt, op, lr,
+                            a->streams));
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
-            rc = coll_stage_in(c, a->recv[lr], s, true, &h);
+            rc = stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < np; p++)
             if (p != q)
                 m[k++] = msg(w, tmp + (size_t)p * s, s, p, false);
@@ -315,7 +360,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
                 if (a->op == UMP_AVG)
                     coll_avg_finish(a->dt, h, a->count, c->nall);
             }
-            int e = coll_stage_out(c, a->recv[lr], h, s, !rc);
+            int e = stage_out(c, a->recv[lr], h, s, !rc);
             rc = rc ? rc : e;
         }
         free(src);
@@ -323,15 +368,15 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         void *S = scratch(c, s, &rc);
         void *R[COLL_MAX_RANKS] = {S};
         if (!rc)
-            rc = ump_reduce(L, a->send, R, a->count, a->dt, op, 0, a->streams);
+            rc = local(c, ump_reduce(L, a->send, R, a->count, a->dt, op, 0, a->streams));
         if (!rc)
             rc = sync_rank(c, a, 0);
         if (!rc)
-            rc = coll_stage_in(c, S, s, true, &h);
+            rc = stage_in(c, S, s, true, &h);
         if (!rc) {
             m[k++] = msg(w, h, s, q, true);
             rc = coll_xchg(c, m, k, a->fn);
-            coll_stage_out(c, S, h, s, false);
+            stage_out(c, S, h, s, false);
         }
         if (S)
             ump_free(c->pool, S);
@@ -351,12 +396,12 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     void *R[COLL_MAX_RANKS];
     for (int r = 0; r < c->n; r++)
         R[r] = (char *)a->recv[r] + (size_t)c->first * s;
-    int rc = ump_allgather(L, a->send, R, a->count, a->dt, a->streams), k = 0;
+    int rc = local(c, ump_allgather(L, a->send, R, a->count, a->dt, a->streams)), k = 0;
     if (!rc)
         rc = sync_rank(c, a, 0);
     char *h = NULL;
     if (!rc)
-        rc = coll_stage_in(c, a->recv[0], all, true, (void **)&h);
+        rc = stage_in(c, a->recv[0], all, true, (void **)&h);
     if (rc)
         return rc;
     struct coll_msg *m = calloc(2 * (size_t)w->nproc, sizeof(*m));
@@ -371,11 +416,11 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     if (!rc)
         rc = coll_xchg(c, m, k, a->fn);
     free(m);
-    int e = coll_stage_out(c, a->recv[0], h, all, !rc);
+    int e = stage_out(c, a->recv[0], h, all, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
-        rc = ump_broadcast(L, (const void *const *)a->recv, a->recv,
-                           a->count * (size_t)c->nall, a->dt, 0, a->streams);
+        rc = local(c, ump_broadcast(L, (const void *const *)a->recv, a->recv,
+                           a->count * (size_t)c->nall, a->dt, 0, a->streams));
     return rc;
 }
 
@@ -392,12 +437,12 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     char *S = scratch(c, all, &rc), *h = NULL;
     void *R[COLL_MAX_RANKS] = {S};
     if (!rc)
-        rc = ump_reduce(L, a->send, R, a->count * (size_t)c->nall, a->dt, op,
-                        0, a->streams);
+        rc = local(c, ump_reduce(L, a->send, R, a->count * (size_t)c->nall, a->dt, op,
+                        0, a->streams));
     if (!rc)
         rc = sync_rank(c, a, 0);
     if (!rc)
-        rc = coll_stage_in(c, S, all, true, (void **)&h);
+        rc = stage_in(c, S, all, true, (void **)&h);
     if (rc) {
         if (S)
             ump_free(c->pool, S);
@@ -426,16 +471,16 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     }
     free(m);
     free(src);
-    int e = coll_stage_out(c, S, h, all, !rc);
+    int e = stage_out(c, S, h, all, !rc);
     rc = rc ? rc : e;
     const void *from[COLL_MAX_RANKS] = {S + (size_t)c->first * s};
     if (!rc)
-        rc = ump_scatter(L, from, a->recv, a->count, a->dt, 0, a->streams);
+        rc = local(c, ump_scatter(L, from, a->recv, a->count, a->dt, 0, a->streams));
     /* The scatter's ranks are done reading S when local rank 0's stream
      * is past it (its last barrier). */
-    if (a->streams)
+    if (S && a->streams && !w->bad)
         ump_free_async(c->pool, S, a->streams[0]);
-    else
+    else if (S)
         ump_free(c->pool, S);
     return rc;
 }
@@ -453,7 +498,7 @@ static int views(ump_comm_t *c, void *const *buf, size_t len, bool copy,
             if (!rc)
                 memcpy(h[r], buf[r], len);
         } else {
-            rc = coll_stage_in(c, buf[r], len, copy, &h[r]);
+            rc = stage_in(c, buf[r], len, copy, &h[r]);
         }
         if (rc)
             break;
@@ -469,7 +514,7 @@ static int views_end(ump_comm_t *c, void *const *buf, size_t len, bool copy,
 {
     int rc = 0;
     for (int r = 0; r < c->n; r++) {
-        int e = coll_stage_out(c, buf[r], h[r], len, copy);
+        int e = stage_out(c, buf[r], h[r], len, copy);
         rc = rc ? rc : e;
     }
     return rc;
@@ -497,7 +542,7 @@ static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
     int rc = views(c, (void *const *)a->send, all, true, inplace, hs);
     if (rc)
         return rc;
-    rc = ump_alltoall(L, S, R, a->count, a->dt, a->streams);
+    rc = local(c, ump_alltoall(L, S, R, a->count, a->dt, a->streams));
     if (!rc)
         rc = sync_all(c, a);
     if (!rc)
@@ -546,18 +591,18 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
         void *R[COLL_MAX_RANKS] = {0};
         R[lr] = (char *)a->recv[lr] + (size_t)c->first * s;
         char *h = NULL;
-        rc = ump_gather(L, a->send, R, a->count, a->dt, lr, a->streams);
+        rc = local(c, ump_gather(L, a->send, R, a->count, a->dt, lr, a->streams));
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
-            rc = coll_stage_in(c, a->recv[lr], all, true, (void **)&h);
+            rc = stage_in(c, a->recv[lr], all, true, (void **)&h);
         if (!rc) {
             for (int p = 0; p < w->nproc; p++)
                 for (int i = 0; p != q && i < w->nr[p]; i++)
                     m[k++] = msg(w, h + (size_t)(w->first[p] + i) * s, s, p,
                                  false);
             rc = coll_xchg(c, m, (int)k, a->fn);
-            int e = coll_stage_out(c, a->recv[lr], h, all, !rc);
+            int e = stage_out(c, a->recv[lr], h, all, !rc);
             rc = rc ? rc : e;
         }
     } else {
@@ -590,9 +635,9 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         const void *S[COLL_MAX_RANKS] = {0};
         S[lr] = (const char *)a->send[lr] + (size_t)c->first * s;
         char *h = NULL;
-        rc = ump_scatter(L, S, a->recv, a->count, a->dt, lr, a->streams);
+        rc = local(c, ump_scatter(L, S, a->recv, a->count, a->dt, lr, a->streams));
         if (!rc)
-            rc = coll_stage_in(c, (void *)a->send[lr], all, true,
+            rc = stage_in(c, (void *)a->send[lr], all, true,
                                (void **)&h);
         if (!rc) {
             for (int p = 0; p < w->nproc; p++)
@@ -600,7 +645,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
                     m[k++] = msg(w, h + (size_t)(w->first[p] + i) * s, s, p,
                                  true);
             rc = coll_xchg(c, m, (int)k, a->fn);
-            coll_stage_out(c, (void *)a->send[lr], h, all, false);
+            stage_out(c, (void *)a->send[lr], h, all, false);
         }
         /* The in-process scatter reads the root's send meanwhile: wait for
          * it before the caller may change it (streams NULL: done). */
@@ -676,20 +721,51 @@ const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
     return "hierarchical";
 }
 
-int coll_world_run(ump_comm_t *c, const struct coll_args *a)
+/* The call's verdict, the same on every process: each sends the others
+ * its own (0, or this process's part failed: w->bad). A failed device is
+ * known only to its process, and it took part in every exchange with
+ * stand-in data (local): without this round its peers would return 0
+ * with results built from that data. One message of 4 bytes to and from
+ * every other process per call: the cheapest that tells every process
+ * (a flag in the schedule's own messages would not reach the processes a
+ * rooted schedule sends nothing to). */
+static int agree(ump_comm_t *c, const char *fn)
 {
     struct coll_world *w = c->world;
-    if (w->broken) {
-        ump_log_error("%s: the communicator failed earlier (%s); destroy it",
-                      a->fn, ump_strerror(w->broken));
-        return w->broken;
+    int np = w->nproc, k = 0, first = -1;
+    int32_t mine = w->bad ? w->bad
+                          : coll_comm_failed_rank(c) >= 0 ? -EIO : 0;
+    int32_t *all = calloc((size_t)np, sizeof(*all));
+    struct coll_msg *m = calloc(2 * (size_t)np, sizeof(*m));
+    int rc = all && m ? 0 : -ENOMEM;
+    for (int p = 0; !rc && p < np; p++) {
+        if (p == w->me)
+            continue;
+        m[k++] = msg(w, &mine, sizeof(mine), p, true);
+        m[k++] = msg(w, &all[p], sizeof(all[p]), p, false);
     }
-    /* The work queued before the call on the ranks' streams (the
-     * producers of the send buffers, readers of the recv buffers) is done
-     * before the CPU or the engine touches them. */
-    int rc = sync_all(c, a);
-    if (rc)
-        return rc;
+    if (!rc)
+        rc = coll_xchg(c, m, k, fn);
+    if (!rc) {
+        all[w->me] = mine;
+        for (int p = 0; p < np && first < 0; p++)
+            if (all[p])
+                first = p;
+    }
+    if (!rc && first >= 0 && !mine)
+        ump_log_error("%s: process %d's part failed (%s: a failed device, "
+                      "or a lost buffer): -EIO on every process", fn, first,
+                      ump_strerror(all[first]));
+    else if (!rc && mine)
+        ump_log_error("%s: this process's part failed (%s): -EIO on every "
+                      "process", fn, ump_strerror(mine));
+    free(m);
+    free(all);
+    return rc ? rc : first >= 0 ? -EIO : 0;
+}
+
+static int schedule(ump_comm_t *c, const struct coll_args *a)
+{
     switch (a->coll) {
     case UMP_COLL_ALLREDUCE:
         if (all_host(c, a) &&
@@ -711,4 +787,28 @@ int coll_world_run(ump_comm_t *c, const struct coll_args *a)
     default:
         return hier_scatter(c, a);
     }
+}
+
+int coll_world_run(ump_comm_t *c, const struct coll_args *a, int bad)
+{
+    struct coll_world *w = c->world;
+    if (w->broken) {
+        ump_log_error("%s: the communicator failed earlier (%s); destroy it",
+                      a->fn, ump_strerror(w->broken));
+        return w->broken;
+    }
+    w->bad = bad ? bad : coll_comm_check_failed(c, a->fn);
+    /* The work queued before the call on the ranks' streams (the
+     * producers of the send buffers, readers of the recv buffers) is done
+     * before the CPU or the engine touches them. */
+    int rc = sync_all(c, a);
+    if (!rc)
+        rc = schedule(c, a);
+    /* An error of the schedule itself (out of memory, the engine): the
+     * processes no longer agree on what was sent; only a call that made
+     * every exchange has a verdict to agree on. */
+    if (!rc)
+        rc = agree(c, a->fn);
+    w->bad = 0;
+    return rc;
 }

@@ -11,6 +11,8 @@ bool coll_barrier(struct coll_job *job, int r)
     unsigned gen = job->gen;
     if (++job->arrived == job->n) {
         job->arrived = 0;
+        if (coll_job_dev_failed(job))
+            job->abort = true;
         job->gen++;
         pthread_cond_broadcast(&job->cv);
     } else {

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "coll/coll.h"
 #include "coll/model.h"
@@ -47,8 +48,19 @@ struct coll_job {
     pthread_cond_t cv;
     int arrived;
     unsigned gen;
-    bool abort; /* (mu) not every rank was launched: nobody waits */
-    atomic_int left; /* ranks still running: the last one finishes it */
+    bool abort; /* (mu) not every rank was launched, or a rank's device
+                   failed (fail_mask): nobody waits, the call is -EIO */
+    int done;   /* (mu) ranks past their last barrier */
+    /* The pool's failure bits (failing: told by the backend, failed:
+     * handled) and the bits of the job's devices: the barrier's last
+     * arrival reads them, so that a device failing mid-call stops every
+     * rank at its next barrier rather than letting the schedule run on
+     * over poisoned memory (two relaxed loads per barrier). */
+    _Atomic uint32_t *failing, *failed;
+    uint32_t devmask;
+    /* Ranks still running, plus the caller's reference (calls.c): the
+     * last one to let go finishes the job. */
+    atomic_int left;
     struct coll_rank rank[COLL_MAX_RANKS];
     /* The sim's virtual-time link model (model.h): every rank logs the
      * transfers of its schedule into its own log, one writer per log and
@@ -70,9 +82,20 @@ struct coll_job {
 };
 
 /* Rank r waits until every rank of the job has called it as often; false
- * when the job was aborted (the schedule then stops). Counts rank r's
- * steps for its transfer log. */
+ * when the job was aborted (the schedule then stops), also when one of
+ * the job's devices has failed by the time the last rank arrives. Counts
+ * rank r's steps for its transfer log. */
 bool coll_barrier(struct coll_job *job, int r);
+
+/* Has one of the job's devices failed (or is failing: the backend told,
+ * the pool has not handled it yet)? */
+static inline bool coll_job_dev_failed(const struct coll_job *job)
+{
+    return job->devmask &&
+           ((atomic_load_explicit(job->failing, memory_order_relaxed) |
+             atomic_load_explicit(job->failed, memory_order_relaxed)) &
+            job->devmask);
+}
 
 /* Rank r logs, into its own log, a transfer of bytes from rank `from`'s
  * memory into rank to's (from == to: local work, the bytes of that memory

@@ -20,6 +20,7 @@
 #include "coll/reduce.h"
 #include "coll/world.h"
 #include "front/check.h"
+#include "front/failure.h"
 #include "front/front.h"
 #include "front/stream.h"
 #include "util/internal.h"
@@ -97,6 +98,29 @@ static int check(const struct p2p_op *o, size_t count, int dt)
         ump_log_error("%s: buf %p is on NVMe (ump_acquire it first)", fn,
                       (void *)o->buf);
         return -EINVAL;
+    }
+    return pool_check_lost(c->pool, o->buf, o->bytes, fn);
+}
+
+/* The calling rank's device, and the peer's when it is a rank of this
+ * process: -EIO, logged, when one has failed. (A peer in another process
+ * whose device failed is that process's to report: its call fails, and
+ * this one's transfer with it times out.) */
+static int check_failed(const struct p2p_op *o)
+{
+    const ump_comm_t *c = o->c;
+    ump_pool_t *p = c->pool;
+    uint32_t bad = atomic_load(&p->failing) | atomic_load(&p->failed);
+    if (!bad)
+        return 0;
+    int lr[2] = {o->local, o->peer - c->first};
+    for (int i = 0; i < 2; i++) {
+        if (lr[i] < 0 || lr[i] >= c->n || c->dev[lr[i]] >= 32 ||
+            !(bad & (1u << c->dev[lr[i]])))
+            continue;
+        ump_log_error("%s: rank %d's device %d has failed (-EIO)", name(o),
+                      c->first + lr[i], c->dev[lr[i]]);
+        return -EIO;
     }
     return 0;
 }
@@ -280,6 +304,8 @@ static int post(struct p2p_op o, size_t count, int dt)
                   ? count * coll_dtype_size(dt)
                   : 0;
     int rc = check(&o, count, dt);
+    if (!rc)
+        rc = check_failed(&o);
     if (rc)
         return rc;
     if (!grp.depth)

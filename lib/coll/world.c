@@ -140,6 +140,9 @@ static int check_infos(const struct proc_info *in, int np, int me,
     return 0;
 }
 
+/* The worlds' ids (world.h: id), in the order this process makes them. */
+static atomic_ulong world_ids;
+
 /* This process's part: the communicator of its ranks (checked over every
  * process's later) and the plain one that runs the in-process phases. */
 static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
@@ -164,8 +167,7 @@ static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
      * in rank order (direct), whatever the size: the fixed order the flat
      * schedule and every process share (ring and tree fold in their own). */
     c->world->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT;
-    static atomic_ulong ids;
-    c->world->id = atomic_fetch_add(&ids, 1);
+    c->world->id = atomic_fetch_add(&world_ids, 1);
     *c_p = c;
     return 0;
 }
@@ -177,6 +179,22 @@ static void local_free(ump_comm_t *c)
     ump_comm_destroy(c->world->local);
     world_free(c->world);
     free(c);
+}
+
+/* The caller's engine, shared with the communicators shrunk from this
+ * one. */
+struct coll_eng_share {
+    atomic_int refs;
+    ump_engine_t eng;
+};
+
+static void share_put(struct coll_eng_share *sh)
+{
+    if (!sh || atomic_fetch_sub(&sh->refs, 1) != 1)
+        return;
+    if (sh->eng.destroy)
+        sh->eng.destroy(sh->eng.ctx);
+    free(sh);
 }
 
 static int create(ump_pool_t *pool, int nlocal, const int *devices,
@@ -233,8 +251,18 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
         return rc;
     }
     if (engine) {
+        w->share = malloc(sizeof(*w->share));
+        if (!w->share) {
+            if (engine->destroy)
+                engine->destroy(engine->ctx);
+            local_free(c);
+            return -ENOMEM;
+        }
+        atomic_init(&w->share->refs, 1);
+        w->share->eng = *engine;
         w->engine = true;
         w->eng = *engine;
+        w->eng.destroy = NULL; /* the share's, at the last destroy */
     }
     c->nall = w->first[w->nproc - 1] + w->nr[w->nproc - 1];
     c->first = w->first[w->me];
@@ -242,8 +270,7 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
     if (rc) {
         ump_log_error("%s: the oob failed while starting NCCL (%s)", fn,
                       ump_strerror(rc));
-        if (engine && engine->destroy)
-            engine->destroy(engine->ctx);
+        share_put(w->share);
         local_free(c);
         return rc;
     }
@@ -263,8 +290,10 @@ void coll_world_destroy(ump_comm_t *c)
 {
     struct coll_world *w = c->world;
     coll_nccl_stop(c);
+    /* A shrunk communicator's own eng (a map) first, then the share. */
     if (w->engine && w->eng.destroy)
         w->eng.destroy(w->eng.ctx);
+    share_put(w->share);
     pthread_mutex_destroy(&c->lock);
     pthread_mutex_destroy(&c->done_lock);
     local_free(c);
@@ -306,4 +335,246 @@ UMP_EXPORT int ump_comm_rank(ump_comm_t *c, int local, int *rank_p)
     }
     *rank_p = c->first + local;
     return 0;
+}
+
+/* A shrunk world's engine: the caller's, with the new process numbers
+ * mapped to the old ones. It is not a new MPI communicator (the engine
+ * interface has no way to split one): old and new share the engine's
+ * transfers and tags, which is safe because every call completes all of
+ * its transfers before it returns; two threads using the old and the new
+ * communicator at once could mix their messages. */
+struct eng_map {
+    struct coll_eng_share *sh;
+    int pmap[]; /* new process -> old */
+};
+
+static int map_isend(void *ctx, const void *buf, size_t bytes, int proc,
+                     int tag, void **req_p)
+{
+    struct eng_map *m = ctx;
+    return m->sh->eng.isend(m->sh->eng.ctx, buf, bytes, m->pmap[proc], tag,
+                            req_p);
+}
+
+static int map_irecv(void *ctx, void *buf, size_t bytes, int proc, int tag,
+                     void **req_p)
+{
+    struct eng_map *m = ctx;
+    return m->sh->eng.irecv(m->sh->eng.ctx, buf, bytes, m->pmap[proc], tag,
+                            req_p);
+}
+
+static int map_testall(void *ctx, int n, void **reqs)
+{
+    struct eng_map *m = ctx;
+    return m->sh->eng.testall(m->sh->eng.ctx, n, reqs);
+}
+
+static void map_cancel(void *ctx, int n, void **reqs)
+{
+    struct eng_map *m = ctx;
+    m->sh->eng.cancel(m->sh->eng.ctx, n, reqs);
+}
+
+static void map_destroy(void *ctx)
+{
+    free(ctx); /* the share is put by coll_world_destroy */
+}
+
+/* What each process says about a shrink: its verdict on its arguments and
+ * a digest of its exclude list. */
+struct shrink_info {
+    int32_t rc, nexclude;
+    uint64_t digest;
+};
+
+/* FNV-1a of the excluded ranks in increasing order (keep), so that two
+ * processes listing the same ranks in another order agree. */
+static uint64_t keep_digest(const bool *keep, int nall)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int g = 0; g < nall; g++)
+        if (!keep[g])
+            for (int b = 0; b < 4; b++)
+                h = (h ^ (uint8_t)((unsigned)g >> (8 * b))) *
+                    0x100000001b3ull;
+    return h;
+}
+
+/* The new world of the kept ranks, for a process that keeps some. */
+static int shrink_build(ump_comm_t *c, const bool *keep, ump_comm_t **c_p)
+{
+    struct coll_world *w = c->world;
+    const char *fn = "ump_comm_shrink";
+    int dev[COLL_MAX_RANKS], n = 0;
+    for (int r = 0; r < c->n; r++)
+        if (keep[c->first + r])
+            dev[n++] = c->dev[r];
+    ump_comm_t *nc = NULL;
+    int rc = coll_comm_alloc(c->pool, n, dev, NULL, fn, &nc);
+    if (rc)
+        return rc;
+    nc->force = c->force;
+    nc->engine_pref = c->engine_pref;
+    nc->timeout_s = c->timeout_s;
+    nc->sched = c->sched;
+    struct coll_world *v = nc->world = calloc(1, sizeof(*v));
+    if (!v) {
+        free(nc);
+        return -ENOMEM;
+    }
+    rc = coll_comm_create_like(c->pool, n, dev, c, fn, &v->local);
+    if (rc) {
+        free(v);
+        free(nc);
+        return rc;
+    }
+    v->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT; /* local_part */
+    v->id = atomic_fetch_add(&world_ids, 1);
+    int np = 0;
+    for (int p = 0; p < w->nproc; p++) {
+        int k = 0;
+        for (int i = 0; i < w->nr[p]; i++)
+            k += keep[w->first[p] + i];
+        np += k > 0;
+    }
+    v->first = calloc((size_t)np, sizeof(int));
+    v->nr = calloc((size_t)np, sizeof(int));
+    v->node = calloc((size_t)np, sizeof(int));
+    struct eng_map *map = w->engine ? malloc(sizeof(*map) +
+                                             (size_t)np * sizeof(int))
+                                    : NULL;
+    int *nodemap = calloc((size_t)w->nnode, sizeof(int));
+    if (!v->first || !v->nr || !v->node || !nodemap ||
+        (w->engine && !map)) {
+        free(map);
+        free(nodemap);
+        local_free(nc);
+        return -ENOMEM;
+    }
+    for (int i = 0; i < w->nnode; i++)
+        nodemap[i] = -1;
+    int q = 0, g = 0;
+    for (int p = 0; p < w->nproc; p++) {
+        int k = 0;
+        for (int i = 0; i < w->nr[p]; i++)
+            k += keep[w->first[p] + i];
+        if (!k)
+            continue;
+        if (p == w->me)
+            v->me = q;
+        v->first[q] = g;
+        v->nr[q] = k;
+        if (nodemap[w->node[p]] < 0)
+            nodemap[w->node[p]] = v->nnode++;
+        v->node[q] = nodemap[w->node[p]];
+        if (map)
+            map->pmap[q] = p;
+        g += k;
+        q++;
+    }
+    free(nodemap);
+    v->nproc = np;
+    /* Without an engine the oob's allgather carries the data: it spans
+     * every process of the old communicator, which then all stay (checked
+     * by the caller). */
+    v->oob = w->oob;
+    if (w->engine) {
+        map->sh = w->share;
+        atomic_fetch_add(&w->share->refs, 1);
+        v->share = w->share;
+        v->engine = true;
+        v->eng = w->eng;
+        v->eng.ctx = map;
+        v->eng.isend = map_isend;
+        v->eng.irecv = map_irecv;
+        v->eng.testall = map_testall;
+        v->eng.cancel = map_cancel;
+        v->eng.destroy = map_destroy;
+    }
+    nc->nall = g;
+    nc->first = v->first[v->me];
+    pthread_mutex_init(&nc->lock, NULL);
+    pthread_mutex_init(&nc->done_lock, NULL);
+    nc->last_us = NAN;
+    atomic_fetch_add(&c->pool->comms, 1);
+    *c_p = nc;
+    ump_log_info("%s: process %d of %d, global ranks %d..%d of %d (from %d "
+                 "ranks over %d processes)", fn, v->me, v->nproc, nc->first,
+                 nc->first + nc->n - 1, nc->nall, c->nall, w->nproc);
+    return 0;
+}
+
+int coll_world_shrink(ump_comm_t *c, int bad, int nexclude,
+                      const int *exclude, const bool *keep,
+                      ump_comm_t **newcomm_p)
+{
+    (void)exclude; /* keep says the same, checked */
+    const char *fn = "ump_comm_shrink";
+    struct coll_world *w = c->world;
+    int np = w->nproc;
+    struct shrink_info mine = {bad, bad ? -1 : nexclude,
+                               bad ? 0 : keep_digest(keep, c->nall)};
+    struct shrink_info *in = calloc((size_t)np, sizeof(*in));
+    struct coll_msg *m = calloc(2 * (size_t)np, sizeof(*m));
+    int rc = in && m ? 0 : -ENOMEM, k = 0;
+    pthread_mutex_lock(&c->lock);
+    /* A call on the old communicator like a collective: it counts, and
+     * its transfers carry its number (world.h). */
+    w->seq++;
+    in[w->me] = mine;
+    for (int p = 0; !rc && p < np; p++) {
+        if (p == w->me)
+            continue;
+        m[k++] = (struct coll_msg){&mine, sizeof(mine), p, coll_call_tag(w),
+                                   true, 0};
+        m[k++] = (struct coll_msg){&in[p], sizeof(in[p]), p,
+                                   coll_call_tag(w), false, 0};
+    }
+    if (!rc && np > 1)
+        rc = coll_xchg(c, m, k, fn);
+    pthread_mutex_unlock(&c->lock);
+    free(m);
+    /* The same verdict on every process, from the same infos. */
+    for (int p = 0; !rc && p < np; p++) {
+        if (in[p].rc) {
+            if (p != w->me)
+                ump_log_error("%s: process %d's arguments were bad: no "
+                              "communicator", fn, p);
+            rc = -EINVAL;
+        } else if (in[p].nexclude != in[0].nexclude ||
+                   in[p].digest != in[0].digest) {
+            ump_log_error("%s: process %d excludes other ranks than process "
+                          "0 (every process passes the same exclude list)",
+                          fn, p);
+            rc = -EINVAL;
+        }
+    }
+    free(in);
+    if (rc)
+        return rc;
+    int kept_procs = 0, mine_kept = 0;
+    for (int p = 0; p < np; p++) {
+        int kk = 0;
+        for (int i = 0; i < w->nr[p]; i++)
+            kk += keep[w->first[p] + i];
+        kept_procs += kk > 0;
+        if (p == w->me)
+            mine_kept = kk;
+    }
+    if (!w->engine && kept_procs < np) {
+        ump_log_error("%s: the exclude list leaves a process without ranks, "
+                      "and this communicator moves its data through the "
+                      "oob's allgather, which every process must join "
+                      "(ump_comm_create_mpi has an engine that allows it)",
+                      fn);
+        return -ENOTSUP;
+    }
+    if (!mine_kept) {
+        ump_log_info("%s: every rank of process %d is excluded: no "
+                     "communicator for it", fn, w->me);
+        *newcomm_p = NULL;
+        return 0;
+    }
+    return shrink_build(c, keep, newcomm_p);
 }

@@ -31,12 +31,20 @@ struct coll_world {
     int nnode;
     bool engine;       /* eng is the data engine; else oob's allgather */
     ump_engine_t eng;
+    /* The engine as the caller gave it, shared by the communicators
+     * ump_comm_shrink made of this one (their eng maps their process
+     * numbers to its): the last one destroyed destroys it. */
+    struct coll_eng_share *share;
     ump_oob_t oob;     /* valid until destroy only without an engine */
     ump_comm_t *local; /* this process's ranks, a one-process communicator */
     struct coll_nccl *nccl; /* NCCL started: it carries point-to-point */
     /* (the comm's lock) A transfer failed or timed out: the processes no
      * longer agree on what was sent, so every later call fails with it. */
     int broken;
+    /* (the comm's lock) The current call's part on this process failed
+     * (-EIO: a failed device, a lost buffer): it runs on with stand-in
+     * data so that its peers are not left waiting (hier.c). */
+    int bad;
     /* (the comm's lock) Collective calls made on the communicator, every
      * one counted on every process: a call's transfers carry its number in
      * their tag, so that calls of different numbers never match. */
@@ -57,13 +65,22 @@ struct coll_world {
  * abandoned sends never read it. */
 void *coll_world_tmp(struct coll_world *w, int slot, size_t bytes);
 
+/* ump_comm_shrink of a communicator across processes: every process
+ * calls it; bad: this process's verdict on the arguments (0, or -EINVAL
+ * logged), keep[g]: global rank g stays (valid when bad is 0). The
+ * verdicts and exclude lists are exchanged, so that every process returns
+ * the same. */
+int coll_world_shrink(ump_comm_t *c, int bad, int nexclude,
+                      const int *exclude, const bool *keep,
+                      ump_comm_t **newcomm_p);
+
 /* The world's part of ump_comm_destroy. */
 void coll_world_destroy(ump_comm_t *c);
 
 /* Runs a collective over several processes (hier.c; one process runs on
  * world->local directly). The caller holds the comm's lock and checked the
  * arguments. */
-int coll_world_run(ump_comm_t *c, const struct coll_args *a);
+int coll_world_run(ump_comm_t *c, const struct coll_args *a, int bad);
 
 /* The schedule a world collective runs: "hierarchical" or "flat", and its
  * modeled time (ump_comm_plan). */

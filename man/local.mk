@@ -68,6 +68,7 @@ MAN3_LINKS = \
 	man/ump_version.3 \
 	man/ump_version_string.3 \
 	man/ump_comm_destroy.3 \
+	man/ump_comm_shrink.3 \
 	man/ump_comm_size.3 \
 	man/ump_comm_plan.3 \
 	man/ump_comm_last_modeled_us.3 \

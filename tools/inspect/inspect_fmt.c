@@ -80,6 +80,16 @@ static const struct dev_field dev_fields[] = {
      "Driver time of virtual-memory calls on the device's chunks: modeled "
      "on sim (sim_driver_costs), 0 on cuda, which times the pool as a "
      "whole (umpool_pool_driver_seconds_total).", DEV_FIELD(driver_ns), true},
+    {"failed", "umpool_device_failed",
+     "1 when the device has failed (a lost GPU, an uncorrectable memory "
+     "error): the pool places nothing there any more.", DEV_FIELD(failed),
+     false},
+    {"lost_count", "umpool_lost_allocations",
+     "Live allocations whose bytes were lost with a failed device (every "
+     "access is -EIO until they are freed).", DEV_FIELD(lost_count), false},
+    {"lost_bytes", "umpool_lost_bytes",
+     "Bytes of the lost allocations, rounded to their size class.",
+     DEV_FIELD(lost_bytes), false},
     {"host_bytes", NULL, NULL, DEV_FIELD(host_bytes), false},
     {"nvme_bytes", NULL, NULL, DEV_FIELD(nvme_bytes), false},
     {"spill_count", "umpool_spills_total",
@@ -242,6 +252,24 @@ static void show_counts(FILE *out, const struct snap_view *v)
     }
 }
 
+/* Only when a device has failed: which, and what was lost with it. */
+static void show_failed(FILE *out, const struct snap_view *v)
+{
+    char s[FMT_SIZE_LEN];
+    if (!total(v, DEV_FIELD(failed)))
+        return;
+    fprintf(out, "\nFAILED DEVICES\n%-4s %10s %10s\n", "DEV", "LOST",
+            "LOST BYTES");
+    for (uint32_t d = 0; d < v->hdr->ndev; d++)
+        if (v->dev[d].failed)
+            fprintf(out, "%-4" PRIu32 " %10" PRIu64 " %10s\n", d,
+                    v->dev[d].lost_count, fmt_size(s, v->dev[d].lost_bytes));
+    /* Lost allocations count at their home device, which may work. */
+    fprintf(out, "%-4s %10" PRIu64 " %10s\n", "all",
+            total(v, DEV_FIELD(lost_count)),
+            fmt_size(s, total(v, DEV_FIELD(lost_bytes))));
+}
+
 static void show_spills(FILE *out, const struct snap_view *v)
 {
     char s[4][FMT_SIZE_LEN];
@@ -314,6 +342,7 @@ void fmt_show(FILE *out, const struct fmt_pool *p)
             p->note ? ", " : "", p->note ? p->note : "");
     show_memory(out, v);
     show_counts(out, v);
+    show_failed(out, v);
     show_spills(out, v);
     show_tiers(out, v);
     show_largest(out, v);

@@ -426,7 +426,15 @@ UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints
         if (rc)
             return rc;
     }
-    return alloc_placed(pool, tc, &pr, ptr_p);
+    rc = alloc_placed(pool, tc, &pr, ptr_p);
+    /* A device failed under this allocation (its chunk, or its access
+     * list): once the pool knows, the allocation goes elsewhere. */
+    if (ump_unlikely(rc == -EIO) &&
+        atomic_load(&pool->failing) != atomic_load(&pool->failed)) {
+        pool_handle_failures(pool);
+        rc = alloc_placed(pool, tc, &pr, ptr_p);
+    }
+    return rc;
 }
 
 UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)

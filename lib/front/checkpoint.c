@@ -22,6 +22,7 @@
 
 #include "front/check.h"
 #include "front/ckpt.h"
+#include "front/failure.h"
 #include "front/ckpt_format.h"
 #include "front/front.h"
 #include "mem/chunks.h"
@@ -317,6 +318,22 @@ UMP_EXPORT int ump_pool_checkpoint(ump_pool_t *pool, const char *path)
         free(config);
         ump_log_error("%s: the pool is suspended (ump_pool_resume first)", fn);
         return -EBUSY;
+    }
+    /* Bytes lost with a failed device cannot be saved, and a checkpoint
+     * that restored them as garbage would hide the loss. */
+    uint64_t nlost;
+    size_t lost_bytes;
+    pool_lost(pool, UMP_DEVICE_ALL, &nlost, &lost_bytes);
+    if (nlost) {
+        offload_unhold(pool);
+        pthread_mutex_unlock(&pool->lock);
+        pthread_mutex_unlock(&pool->ckpt_lock);
+        free(config);
+        ump_log_error("%s: %llu allocation(s), %zu bytes, were lost with a "
+                      "failed device (ump_stats: lost_count): ump_free them "
+                      "first; a checkpoint cannot hold bytes that are gone",
+                      fn, (unsigned long long)nlost, lost_bytes);
+        return -EIO;
     }
     /* The index is known before the data is written: the data starts past
      * its room. Walking once to size it and once to write it would need

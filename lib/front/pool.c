@@ -107,8 +107,9 @@ void pool_trim_locked(ump_pool_t *pool)
     offload_trim_locked(pool);
     /* A driver that ran out before the pool's count (another process used
      * the device) lowered a capacity; trimming is the moment to try again. */
-    for (int d = 0; d < pool->ndev; d++)
-        pool->dev[d].capacity = pool->dev[d].capacity_max;
+    for (int d = 0; d < pool->ndev; d++) /* a failed device offers none */
+        pool->dev[d].capacity =
+            pool_dev_failed(pool, d) ? 0 : pool->dev[d].capacity_max;
 }
 
 /* --- create and destroy ------------------------------------------------ */

@@ -112,8 +112,8 @@ static int unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
         for (size_t j = i; j < i + c->n; j++)
             v->gran[j].chunk = NULL;
         pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
-        chunks_idle_push(pool, c);
         i += c->n;
+        chunks_idle_push(pool, c); /* a failed device's: released, freed */
     }
     if (i > g) {
         vas_set(v, g, i - g, VAS_FREE, NULL);

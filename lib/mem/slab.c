@@ -255,6 +255,21 @@ void slab_fail_device(ump_pool_t *pool, int d)
 
 void slab_move_device(ump_pool_t *pool, struct slab *s, int d)
 {
+    /* Its live objects were counted as allocated on the old device; their
+     * frees will count on d. The move counts as their frees there and
+     * allocations here, so that both devices' live figures stay true and
+     * the counters only grow. */
+    uint64_t live = 0;
+    for (uint32_t i = 0; i < s->nobj; i++)
+        live += obj_state(atomic_load_explicit(&s->word[i],
+                                               memory_order_relaxed)) ==
+                OBJ_LIVE;
+    struct counters *from = &pool->folded[s->device], *to = &pool->folded[d];
+    int64_t bytes = (int64_t)(live * s->size);
+    atomic_fetch_add(&from->frees, live);
+    atomic_fetch_sub(&from->live_bytes, bytes);
+    atomic_fetch_add(&to->allocs, live);
+    atomic_fetch_add(&to->live_bytes, bytes);
     slab_unlink(pool, s);
     s->device = d;
     slab_link(pool, s, slab_list_for(s));

@@ -409,7 +409,8 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
                  ? s->home
                  : device;
     /* Its home failed while its data was down a tier: it survived, and
-     * comes up on a device that works, which becomes its home. */
+     * comes up on a device that works. The home stays what it was: the
+     * statistics count the run there, from its allocation to its free. */
     if (pool_dev_failed(pool, to) && (to = evict_working_device(pool, device)) < 0)
         return -EIO;
     int rc;
@@ -440,8 +441,6 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
         if (round == EVICT_UP_ROUNDS || room_locked(pool, to, s->n, &moved))
             break;
     }
-    if (!rc && s->tier == UMP_TIER_DEVICE && pool_dev_failed(pool, s->home))
-        s->home = s->dev;
     res_move_end(pool, s);
     return rc;
 }

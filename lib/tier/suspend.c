@@ -259,8 +259,6 @@ static int seg_up(ump_pool_t *pool, const struct away *a)
         rc = move_mem(pool, s, UMP_TIER_DEVICE, dev);
     else if (!res->dead && s->tier == UMP_TIER_NVME)
         rc = move_from_nvme(pool, s, UMP_TIER_DEVICE, dev);
-    if (!rc && dev != a->dev && s->tier == UMP_TIER_DEVICE)
-        s->home = dev; /* its home failed: this is its home now */
     if (!rc && !res->dead)
         res_lru_touch(pool->off, s, true);
     res_move_end(pool, s);
@@ -275,12 +273,17 @@ static int down_one(ump_pool_t *pool, struct slab *s, struct run *r,
                     void *arg)
 {
     int tier = *(int *)arg;
+    /* Lost with a failed device: no bytes to move; they stay as they are
+     * until freed (front/failure.c). */
     if (s)
         return !s->away && !place_is_host(pool, s->device) &&
-                       s->nfree < s->nobj
+                       s->nfree < s->nobj && !slab_lost(pool, s)
                    ? slab_down(pool, s, tier)
                    : 0;
-    return place_is_host(pool, r->device) ? 0 : run_down(pool, r, tier);
+    return place_is_host(pool, r->device) ||
+                   chunks_range_failed(pool, r->start, r->n)
+               ? 0
+               : run_down(pool, r, tier);
 }
 
 int offload_suspend(ump_pool_t *pool, int tier)

@@ -4,7 +4,8 @@
  *
  * The random workload allocates (slab objects, runs on one device and
  * interleaved across all, offloadable runs), frees, moves memory down to
- * the host tier and NVMe and back up, and copies, while one device fails
+ * the host tier and NVMe and back up, copies, and runs allreduces over
+ * the four devices, while one device fails
  * at a random operation of its own. The sim poisons the failed device's
  * memory, so a byte the pool wrongly calls surviving reads wrong. After
  * the failure:
@@ -16,6 +17,8 @@
  *    up on devices that work;
  *  - every access to a lost one is -EIO, ump_free takes it back;
  *  - new allocations never land on the failed device;
+ *  - the communicator with a rank there is -EIO; ump_comm_shrink's of
+ *    the others computes right;
  *  - once everything is freed, the failed device holds nothing.
  */
 #include "config.h"
@@ -43,7 +46,7 @@ static char dir[64];
 /* What the random rounds met, printed: a round that never exercised a
  * case proves nothing about it. */
 static struct {
-    unsigned midway, lost, survived, came_up;
+    unsigned midway, lost, survived, came_up, coll_ok, coll_eio;
 } seen;
 
 struct item {
@@ -60,7 +63,39 @@ struct load {
     uint64_t rng, next_seed;
     int failing; /* the device made to fail */
     bool failed; /* the pool has said so */
+    /* A communicator over the devices (after the failure, over the
+     * others: ump_comm_shrink) and each rank's buffer. */
+    ump_comm_t *comm;
+    int nr;
+    int32_t *cb[NDEV];
 };
+
+#define CN 512 /* elements of the collective's buffers */
+
+/* An allreduce of "rank + index" on every rank; checked unless it fails
+ * with eio. */
+static void coll_step(struct load *l, int eio)
+{
+    const void *s[NDEV];
+    void *r[NDEV];
+    for (int i = 0; i < l->nr; i++) {
+        for (int j = 0; j < CN; j++)
+            l->cb[i][j] = i + j;
+        s[i] = r[i] = l->cb[i];
+    }
+    int rc = ump_allreduce(l->comm, s, r, CN, UMP_INT32, UMP_SUM, NULL);
+    if (rc == eio) {
+        seen.coll_eio++;
+        return;
+    }
+    expect_rc(rc, 0);
+    seen.coll_ok++;
+    for (int i = 0; i < l->nr; i++)
+        for (int j = 0; j < CN; j++)
+            if (l->cb[i][j] != l->nr * j + l->nr * (l->nr - 1) / 2)
+                fail_msg("allreduce: rank %d element %d is %d", i, j,
+                         (int)l->cb[i][j]);
+}
 
 static uint64_t rnd(struct load *l, uint64_t n)
 {
@@ -110,7 +145,11 @@ static void step(ump_pool_t *pool, struct load *l, int *touched)
      * works: no call may fail. */
     int eio = l->failed ? 1 : -EIO;
     *touched = -1;
-    unsigned op = (unsigned)rnd(l, 10);
+    unsigned op = (unsigned)rnd(l, 11);
+    if (op == 10) {
+        coll_step(l, eio);
+        return;
+    }
     if (l->n < NITEMS && (op < 4 || l->n == 0)) {
         struct item it = {.seed = ++l->next_seed};
         ump_hints_t h = tu_hints((int)rnd(l, NDEV));
@@ -217,7 +256,9 @@ static void check_after_failure(ump_pool_t *pool, struct load *l, int touched)
     }
     ump_stats_t all = tu_stats(pool, UMP_DEVICE_ALL);
     assert_int_equal(all.failed_devices, 1);
-    assert_int_equal(all.lost_count, lost);
+    /* And the failed rank's buffer of the collective. */
+    assert_true(tu_info(pool, l->cb[d]).lost);
+    assert_int_equal(all.lost_count, lost + 1);
     assert_true(all.lost_bytes >= lost_bytes);
     ump_stats_t st = tu_stats(pool, d);
     assert_int_equal(st.failed_devices, 1);
@@ -232,6 +273,10 @@ static void run_round(uint64_t seed)
 {
     struct load l = {.rng = seed, .failing = -1};
     ump_pool_t *pool = make_pool(NULL);
+    expect_rc(ump_comm_create(pool, NDEV, NULL, NULL, &l.comm), 0);
+    l.nr = NDEV;
+    for (int d = 0; d < NDEV; d++)
+        l.cb[d] = tu_alloc(pool, CN * sizeof(int32_t), d);
     l.failing = (int)rnd(&l, NDEV);
     int nth = 1 + (int)rnd(&l, 150);
     void *bctx = pool->bctx;
@@ -261,6 +306,21 @@ static void run_round(uint64_t seed)
             i++;
         }
     }
+    /* The communicator with a rank on the failed device: -EIO; the
+     * survivors' one works. */
+    coll_step(&l, -EIO);
+    expect_rc(ump_allreduce(l.comm, (const void *const *)l.cb,
+                            (void *const *)l.cb, CN, UMP_INT32, UMP_SUM,
+                            NULL), -EIO);
+    ump_comm_t *nc = NULL;
+    expect_rc(ump_comm_shrink(l.comm, 1, &l.failing, &nc), 0);
+    expect_rc(ump_comm_destroy(l.comm), 0);
+    l.comm = nc;
+    assert_true(tu_info(pool, l.cb[l.failing]).lost);
+    expect_rc(ump_free(pool, l.cb[l.failing]), 0);
+    for (int d = l.failing; d < NDEV - 1; d++)
+        l.cb[d] = l.cb[d + 1];
+    l.nr = NDEV - 1;
     assert_int_equal(tu_stats(pool, UMP_DEVICE_ALL).lost_count, 0);
     /* The pool goes on: new memory never on the failed device. */
     for (int k = 0; k < 100; k++) {
@@ -277,6 +337,9 @@ static void run_round(uint64_t seed)
     }
     for (size_t i = 0; i < l.n; i++)
         expect_rc(ump_free(pool, l.it[i].p), 0);
+    expect_rc(ump_comm_destroy(l.comm), 0);
+    for (int d = 0; d < l.nr; d++)
+        expect_rc(ump_free(pool, l.cb[d]), 0);
     expect_rc(ump_trim(pool), 0);
     ump_stats_t st = tu_stats(pool, l.failing);
     assert_int_equal(st.reserved_bytes, 0);
@@ -294,8 +357,9 @@ static void test_random_failures(void **state)
     for (uint64_t seed = 1; seed <= 24; seed++)
         run_round(seed * 7919);
     printf("24 rounds: %u failed midway; %u allocations lost, %u survived "
-           "(%u of them came up from a lower tier)\n",
-           seen.midway, seen.lost, seen.survived, seen.came_up);
+           "(%u of them came up from a lower tier); allreduces: %u right, "
+           "%u -EIO\n", seen.midway, seen.lost, seen.survived, seen.came_up,
+           seen.coll_ok, seen.coll_eio);
     assert_true(seen.midway > 0 && seen.lost > 0 && seen.came_up > 0);
 }
 

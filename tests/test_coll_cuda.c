@@ -216,14 +216,17 @@ static void test_peer_not_transitive(void **state)
     tu_pool_destroy(pool);
 }
 
-/* A launch that fails half way: the error comes back, the buffers the call
- * acquired are released, the communicator and the pool work on. */
+/* A launch that fails half way with an error that leaves the GPU usable
+ * (out of resources; a sticky one, such as CUDA_ERROR_LAUNCH_FAILED, marks
+ * the GPU failed: test_cuda's test_fake_device_lost): the error comes
+ * back, the buffers the call acquired are released, the communicator and
+ * the pool work on. */
 static void test_launch_failure(void **state)
 {
     (void)state;
     if (!coll_kernel_image)
         skip(); /* no kernel, no launch */
-    use_fake("devices=1,mem=64,fail=cuLaunchKernel:2:719");
+    use_fake("devices=1,mem=64,fail=cuLaunchKernel:2:701");
     ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
     ump_comm_t *comm;
     assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:oneshot",

@@ -202,9 +202,11 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
 /* Queues every rank's share; on a failure half way, the ranks queued are
  * told to stop at their first barrier and the error comes back. wait: the
  * caller's own streams, so the call is synchronous: waits for every rank
- * to be done (the job itself, not the streams: a failed device's stream
- * refuses stream_sync at once, while its rank may still be running) and
- * says -EIO when a device failed meanwhile. */
+ * to be done and says -EIO when a device failed meanwhile. Streams that
+ * drained mean every rank is past its last barrier (the fast path, one
+ * wake-up per stream); only when one refuses (its device failed: sim
+ * refuses at once, while its rank may still run) is the job itself
+ * waited for, since it must outlive its ranks. */
 static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                   const char *fn, bool wait)
 {
@@ -217,10 +219,15 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
     if (!rc) {
         bool aborted = false;
         if (wait) {
+            bool drained = true;
+            for (int q = 0; q < c->n && drained; q++)
+                drained = ump_stream_synchronize(c->pool, st[q]) == 0;
             pthread_mutex_lock(&j->mu);
-            while (j->done < j->n)
+            while (!drained && j->done < j->n)
                 pthread_cond_wait(&j->cv, &j->mu);
-            aborted = j->abort;
+            /* A device that failed before the call returns took its
+             * rank's result with it. */
+            aborted = j->abort || coll_job_dev_failed(j);
             pthread_mutex_unlock(&j->mu);
         }
         if (atomic_fetch_sub(&j->left, 1) == 1)
@@ -331,11 +338,6 @@ static int run(ump_comm_t *c, const struct coll_args *a)
             rc = launch(c, j, st, a->fn, !a->streams);
     }
     pthread_mutex_unlock(&c->lock);
-    /* The job is done on every stream (launch waited): the syncs only
-     * report a device that failed since (-EIO), and have the pool handle
-     * it. */
-    for (int r = 0; !rc && !a->streams && r < c->n; r++)
-        rc = ump_stream_synchronize(c->pool, c->own[r]);
     if (!a->streams)
         coll_comm_reap(c);
     return rc;

@@ -229,6 +229,28 @@ static bool all_host(ump_comm_t *c, const struct coll_args *a)
 /* Allreduce, flat: every rank's input to every process, each folds them
  * all (per process, then across, as the hierarchical schedule does). The
  * CPU reads and writes the buffers: host memory only. */
+/* The processes' verdicts all[0..np) (0, or a negative errno: that
+ * process's part failed), mine among them: -EIO when any failed, logged
+ * once here. */
+static int verdict_of(const int32_t *all, int np, int32_t mine,
+                      const char *fn)
+{
+    int first = -1;
+    for (int p = 0; p < np && first < 0; p++)
+        if (all[p])
+            first = p;
+    if (first < 0)
+        return 0;
+    if (!mine)
+        ump_log_error("%s: process %d's part failed (%s: a failed device, "
+                      "or a lost buffer): -EIO on every process", fn, first,
+                      ump_strerror(all[first]));
+    else
+        ump_log_error("%s: this process's part failed (%s): -EIO on every "
+                      "process", fn, ump_strerror(mine));
+    return -EIO;
+}
+
 static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
@@ -236,19 +258,42 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
     int np = w->nproc, op = reduce_op(a->op), k = 0;
     char *in = coll_world_tmp(w, 0, (size_t)c->nall * s);
     char *part = coll_world_tmp(w, 1, (size_t)np * s);
-    struct coll_msg *m = calloc((size_t)c->nall * 2 + 1, sizeof(*m));
+    /* Every process sends every other its data: the call's verdict (agree)
+     * rides along in the same exchange, one word each way, at no extra
+     * round trip. It is taken as the sends are posted; a device failing
+     * during the exchange (microseconds) shows at the next call. */
+    struct coll_msg *m = calloc((size_t)c->nall * 2 + 2 * (size_t)np + 1,
+                                sizeof(*m));
     const void **src = calloc((size_t)c->nall + (size_t)np, sizeof(*src));
-    int rc = in && part && m && src ? 0 : -ENOMEM;
+    int32_t *verdict = calloc((size_t)np, sizeof(*verdict));
+    int rc = in && part && m && src && verdict ? 0 : -ENOMEM;
+    int32_t mine = w->bad ? w->bad : coll_comm_failed_rank(c) >= 0 ? -EIO : 0;
+    const void *const *send = a->send;
+    const void *zero[COLL_MAX_RANKS];
+    if (mine) { /* the buffers may be lost: stand-in zeros, not them */
+        for (int r = 0; r < c->n; r++)
+            zero[r] = part;
+        if (part)
+            memset(part, 0, s);
+        send = zero;
+    }
     for (int p = 0; !rc && p < np; p++) {
         if (p == w->me)
             continue;
         for (int r = 0; r < c->n; r++)
-            m[k++] = msg(w, (void *)a->send[r], s, p, true);
+            m[k++] = msg(w, (void *)send[r], s, p, true);
         for (int i = 0; i < w->nr[p]; i++)
             m[k++] = msg(w, in + (size_t)(w->first[p] + i) * s, s, p, false);
+        m[k++] = msg(w, &mine, sizeof(mine), p, true);
+        m[k++] = msg(w, &verdict[p], sizeof(verdict[p]), p, false);
     }
     if (!rc)
         rc = coll_xchg(c, m, k, a->fn);
+    if (!rc) {
+        verdict[w->me] = mine;
+        rc = verdict_of(verdict, np, mine, a->fn);
+        w->agreed = true;
+    }
     if (!rc) {
         for (int p = 0; p < np; p++) {
             for (int i = 0; i < w->nr[p]; i++)
@@ -267,6 +312,7 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
     }
     free(m);
     free(src);
+    free(verdict);
     return rc;
 }
 
@@ -732,7 +778,7 @@ const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
 static int agree(ump_comm_t *c, const char *fn)
 {
     struct coll_world *w = c->world;
-    int np = w->nproc, k = 0, first = -1;
+    int np = w->nproc, k = 0;
     int32_t mine = w->bad ? w->bad
                           : coll_comm_failed_rank(c) >= 0 ? -EIO : 0;
     int32_t *all = calloc((size_t)np, sizeof(*all));
@@ -748,20 +794,11 @@ static int agree(ump_comm_t *c, const char *fn)
         rc = coll_xchg(c, m, k, fn);
     if (!rc) {
         all[w->me] = mine;
-        for (int p = 0; p < np && first < 0; p++)
-            if (all[p])
-                first = p;
+        rc = verdict_of(all, np, mine, fn);
     }
-    if (!rc && first >= 0 && !mine)
-        ump_log_error("%s: process %d's part failed (%s: a failed device, "
-                      "or a lost buffer): -EIO on every process", fn, first,
-                      ump_strerror(all[first]));
-    else if (!rc && mine)
-        ump_log_error("%s: this process's part failed (%s): -EIO on every "
-                      "process", fn, ump_strerror(mine));
     free(m);
     free(all);
-    return rc ? rc : first >= 0 ? -EIO : 0;
+    return rc;
 }
 
 static int schedule(ump_comm_t *c, const struct coll_args *a)
@@ -807,8 +844,9 @@ int coll_world_run(ump_comm_t *c, const struct coll_args *a, int bad)
     /* An error of the schedule itself (out of memory, the engine): the
      * processes no longer agree on what was sent; only a call that made
      * every exchange has a verdict to agree on. */
-    if (!rc)
+    if (!rc && !w->agreed)
         rc = agree(c, a->fn);
     w->bad = 0;
+    w->agreed = false;
     return rc;
 }

@@ -45,6 +45,9 @@ struct coll_world {
      * (-EIO: a failed device, a lost buffer): it runs on with stand-in
      * data so that its peers are not left waiting (hier.c). */
     int bad;
+    /* (lock) The call's schedule carried the verdict in its own exchange
+     * (the flat allreduce): no agreement round after it (hier.c). */
+    bool agreed;
     /* (the comm's lock) Collective calls made on the communicator, every
      * one counted on every process: a call's transfers carry its number in
      * their tag, so that calls of different numbers never match. */

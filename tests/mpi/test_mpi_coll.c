@@ -698,6 +698,15 @@ static void devfail(const char *cfg)
         CHECK(rc == -EIO, "a rank's device failed: process %d got %d (%s), "
               "expected -EIO", me, rc, ump_strerror(rc));
         CHECK(t < 10, "a rank's device failed: -EIO after %.2f s", t);
+        /* A rooted one (its schedule has no all-to-all of its own: the
+         * agreement round tells every process). */
+        const void *bs[32];
+        void *br[32];
+        for (int i = 0; i < ndev; i++)
+            bs[i] = br[i] = b[i];
+        rc = ump_broadcast(c, bs, br, N, UMP_INT32, 0, NULL);
+        CHECK(rc == -EIO, "broadcast with a failed device: process %d got "
+              "%d, expected -EIO", me, rc);
         int ex = l.first[1] + ndev - 1;
         rc = ump_comm_shrink(c, 1, &ex, &nc);
         CHECK(rc == 0 && nc, "ump_comm_shrink: %s", ump_strerror(rc));

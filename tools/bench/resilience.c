@@ -1,7 +1,9 @@
 /*
  * umpool-bench resilience: checkpoint, restore, suspend and resume of a
  * pool holding --size bytes (2 GiB by default) spread over 4 sim devices,
- * each next to its baseline timed in the same run, the median over --reps:
+ * each next to its baseline timed in the same run: medians over --reps
+ * rounds, and over RES_CYCLES alternated cycles per round for suspend,
+ * resume and their baselines (see round_once):
  *
  *   checkpoint  ump_pool_checkpoint to a file in --dir, against a raw
  *               write of the same bytes to a new file in that directory,
@@ -41,10 +43,18 @@
 #define NDEV 4
 #define RES_REPS 3
 #define RES_SIZE ((size_t)2 << 30)
+/* Samples of the moves and the sleeps per round (round_once). */
+#define RES_CYCLES 3
 
 enum { R_CKPT, R_WRITE, R_RESTORE, R_READ, R_READ_NEW, R_SUSPEND, R_EVICT,
        R_RESUME, R_ACQUIRE, R_EVICT_WARM, R_ACQUIRE_WARM, R_SUSPEND2,
        R_RESUME2, R_COUNT };
+/* Rows sampled once per round (the disk's); the others RES_CYCLES times. */
+#define R_ONCE R_SUSPEND
+static int samples_of(int k, int reps)
+{
+    return k < R_ONCE ? reps : reps * RES_CYCLES;
+}
 static const char *const row_name[R_COUNT] = {
     "checkpoint", "raw write+fsync", "restore", "raw read",
     "raw read, new memory", "suspend", "ump_evict to host", "resume",
@@ -149,9 +159,73 @@ static int raw(const char *raw_path, size_t size, bool write, int round,
     return say(write ? "raw write" : "raw read", rc);
 }
 
-/* One round of the four operations and their baselines, into t[R_*];
- * odd rounds run each baseline after its operation, even ones before, so
- * that a disk whose speed drifts weighs on both alike. */
+/* The pool's own moves of the 2 GiB (evict, then acquire back), from the
+ * state suspend and resume start from: no pinned host memory made ahead
+ * (trimmed), and the device memory given back before the way up (suspend
+ * gives it back, so resume makes it anew; ump_acquire after ump_trim too).
+ * Then, with that memory kept (host pieces freed to the tier, device
+ * chunks cached), the same moves again: the rates the offload scenario
+ * reports, which suspend and resume cannot have (suspend gives the
+ * devices' memory back, by definition). */
+static int moves(struct res_run *x, double *t)
+{
+    int rc = 0;
+    ump_trim(x->pool);
+    uint64_t t0 = now_ns();
+    for (int d = 0; d < NDEV && !rc; d++)
+        rc = say("ump_evict", ump_evict(x->pool, x->p[d], 0, UMP_TIER_HOST));
+    t[R_EVICT] = secs(t0);
+    ump_trim(x->pool);
+    t0 = now_ns();
+    for (int d = 0; d < NDEV && !rc; d++) {
+        rc = say("ump_acquire", ump_acquire(x->pool, x->p[d], 0, d, NULL));
+        if (!rc)
+            rc = say("ump_release", ump_release(x->pool, x->p[d], 0));
+    }
+    t[R_ACQUIRE] = secs(t0);
+    t0 = now_ns();
+    for (int d = 0; d < NDEV && !rc; d++)
+        rc = say("ump_evict", ump_evict(x->pool, x->p[d], 0, UMP_TIER_HOST));
+    t[R_EVICT_WARM] = secs(t0);
+    t0 = now_ns();
+    for (int d = 0; d < NDEV && !rc; d++) {
+        rc = say("ump_acquire", ump_acquire(x->pool, x->p[d], 0, d, NULL));
+        if (!rc)
+            rc = say("ump_release", ump_release(x->pool, x->p[d], 0));
+    }
+    t[R_ACQUIRE_WARM] = secs(t0);
+    return rc;
+}
+
+/* A suspend and resume cycle from the same cold state (trimmed), then a
+ * second one, as a server that sleeps and wakes does: the pinned host
+ * memory of the first one is still the tier's. */
+static int sleeps(struct res_run *x, double *t)
+{
+    ump_trim(x->pool);
+    uint64_t t0 = now_ns();
+    int rc = say("ump_pool_suspend", ump_pool_suspend(x->pool, UMP_TIER_HOST));
+    t[R_SUSPEND] = secs(t0);
+    t0 = now_ns();
+    if (!rc)
+        rc = say("ump_pool_resume", ump_pool_resume(x->pool));
+    t[R_RESUME] = secs(t0);
+    t0 = now_ns();
+    if (!rc)
+        rc = say("ump_pool_suspend", ump_pool_suspend(x->pool, UMP_TIER_HOST));
+    t[R_SUSPEND2] = secs(t0);
+    t0 = now_ns();
+    if (!rc)
+        rc = say("ump_pool_resume", ump_pool_resume(x->pool));
+    t[R_RESUME2] = secs(t0);
+    return rc;
+}
+
+/* One round: checkpoint and restore with the disk's baselines, into
+ * t[0 .. R_ONCE) (odd rounds run each baseline after its operation, even
+ * ones before, so that a disk whose speed drifts weighs on both alike);
+ * then RES_CYCLES cycles of the moves and the sleeps, cycle c's into
+ * t[R_COUNT * c + R_ONCE .. R_COUNT * (c + 1)). */
 static int round_once(struct res_run *x, const char *raw_path, size_t size,
                       int round, double *t)
 {
@@ -183,59 +257,21 @@ static int round_once(struct res_run *x, const char *raw_path, size_t size,
     if (rc || (rc = pattern(x, true)))
         return rc;
 
-    /* The pool's own moves of the same bytes, from the state suspend and
-     * resume start from: no pinned host memory made ahead (trimmed), and
-     * the device memory given back before the way up (suspend gives it
-     * back, so resume makes it anew; ump_acquire after ump_trim too). */
-    ump_trim(x->pool);
-    t0 = now_ns();
-    for (int d = 0; d < NDEV && !rc; d++)
-        rc = say("ump_evict", ump_evict(x->pool, x->p[d], 0, UMP_TIER_HOST));
-    t[R_EVICT] = secs(t0);
-    ump_trim(x->pool);
-    t0 = now_ns();
-    for (int d = 0; d < NDEV && !rc; d++) {
-        rc = say("ump_acquire", ump_acquire(x->pool, x->p[d], 0, d, NULL));
+    /* The moves and the sleeps, each sample from the same cold state,
+     * RES_CYCLES times per round, taking turns at going first: on this
+     * kind of machine one cold move of 2 GiB varies up to twofold from
+     * one try to the next (page faults of fresh memory), so a round's
+     * single pair would say more about the moment than about the two. */
+    for (int c = 0; c < RES_CYCLES && !rc; c++) {
+        double *m = t + R_COUNT * (size_t)c;
+        bool sleeps_first = (round + c) % 2;
+        if (sleeps_first)
+            rc = sleeps(x, m);
         if (!rc)
-            rc = say("ump_release", ump_release(x->pool, x->p[d], 0));
+            rc = moves(x, m);
+        if (!rc && !sleeps_first)
+            rc = sleeps(x, m);
     }
-    t[R_ACQUIRE] = secs(t0);
-    /* Again, with the memory of the first moves still there (host pieces
-     * freed to the tier, device chunks cached): the rates the offload
-     * scenario reports, which suspend and resume cannot have (suspend
-     * gives the devices' memory back, by definition). */
-    t0 = now_ns();
-    for (int d = 0; d < NDEV && !rc; d++)
-        rc = say("ump_evict", ump_evict(x->pool, x->p[d], 0, UMP_TIER_HOST));
-    t[R_EVICT_WARM] = secs(t0);
-    t0 = now_ns();
-    for (int d = 0; d < NDEV && !rc; d++) {
-        rc = say("ump_acquire", ump_acquire(x->pool, x->p[d], 0, d, NULL));
-        if (!rc)
-            rc = say("ump_release", ump_release(x->pool, x->p[d], 0));
-    }
-    t[R_ACQUIRE_WARM] = secs(t0);
-    if (rc)
-        return rc;
-    ump_trim(x->pool);
-    t0 = now_ns();
-    rc = say("ump_pool_suspend", ump_pool_suspend(x->pool, UMP_TIER_HOST));
-    t[R_SUSPEND] = secs(t0);
-    if (rc)
-        return rc;
-    t0 = now_ns();
-    rc = say("ump_pool_resume", ump_pool_resume(x->pool));
-    t[R_RESUME] = secs(t0);
-    /* A second cycle, as a server that sleeps and wakes does: the pinned
-     * host memory of the first one is still the tier's. */
-    t0 = now_ns();
-    if (!rc)
-        rc = say("ump_pool_suspend", ump_pool_suspend(x->pool, UMP_TIER_HOST));
-    t[R_SUSPEND2] = secs(t0);
-    t0 = now_ns();
-    if (!rc)
-        rc = say("ump_pool_resume", ump_pool_resume(x->pool));
-    t[R_RESUME2] = secs(t0);
     return rc ? rc : pattern(x, true);
 }
 
@@ -265,13 +301,16 @@ int bench_resilience(const struct bench_offload_opts *o)
              dir.path, (long)getpid());
     struct copy_base copy;
     copy_setup(&copy, false, 64 * MiB);
-    double t[R_COUNT][BENCH_OFFLOAD_MAX_REPS], mem_ns[2];
+    static double t[R_COUNT][BENCH_OFFLOAD_MAX_REPS * RES_CYCLES];
+    double mem_ns[2];
     int rc = setup(&x);
     for (int r = 0; r < reps && !rc; r++) {
-        double one[R_COUNT];
+        double one[R_COUNT * RES_CYCLES];
         rc = round_once(&x, raw_path, size, r, one);
         for (int k = 0; k < R_COUNT; k++)
-            t[k][r] = one[k];
+            for (int c = 0; c < (k < R_ONCE ? 1 : RES_CYCLES); c++)
+                t[k][k < R_ONCE ? r : r * RES_CYCLES + c] =
+                    one[c * R_COUNT + k];
     }
     if (copy.ok) {
         copy_run(&copy, true, &mem_ns[0]);
@@ -281,17 +320,20 @@ int bench_resilience(const struct bench_offload_opts *o)
         char sz[32];
         double gbs[R_COUNT];
         for (int k = 0; k < R_COUNT; k++)
-            gbs[k] = (double)size / median(t[k], reps) / 1e9;
+            gbs[k] = (double)size / median(t[k], samples_of(k, reps)) / 1e9;
         printf("umpool-bench resilience: %s over %d sim devices, files in "
-               "%s, median of %d rounds\n",
-               fmt_size(size, sz, sizeof(sz)), NDEV, dir.path, reps);
+               "%s; medians of %d rounds (checkpoint, restore and the disk) "
+               "and of %d alternated cycles (suspend, resume and the "
+               "moves)\n",
+               fmt_size(size, sz, sizeof(sz)), NDEV, dir.path, reps,
+               reps * RES_CYCLES);
         printf("%-22s %9s %9s %-22s %9s %7s %7s\n", "operation", "s", "GB/s",
                "baseline", "GB/s", "ratio", "target");
         for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++) {
             int k = table[i].op, b = table[i].base;
             printf("%-22s %9.3f %9.2f %-22s %9.2f %7.2f %7s\n", row_name[k],
-                   median(t[k], reps), gbs[k], row_name[b], gbs[b],
-                   gbs[k] / gbs[b], table[i].target);
+                   median(t[k], samples_of(k, reps)), gbs[k], row_name[b],
+                   gbs[b], gbs[k] / gbs[b], table[i].target);
         }
         if (copy.ok)
             printf("raw memcpy, 64 MiB: %.2f GB/s down, %.2f GB/s up (the "

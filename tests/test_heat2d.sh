@@ -126,3 +126,27 @@ MPI_SUPP_DIR=mpi
 set -- $MPIRUN_OPTS -np 4
 run "4 processes x 2 devices" timeout 600 "$mpirun" "$@" \
     "$heat_mpi" -n 64 -s 50 --config backend:sim,sim_devices:2
+# Under MPI each process checkpoints its own pool (FILE.RANK): a run that
+# checkpoints every 150 steps, then one restarted from its last file (step
+# 300), each process from its own, ends with the same result line.
+margs="-n 96 -s 400 -k 100 --config backend:sim,sim_devices:2"
+echo "check: 2 processes, --checkpoint-every 150, then --restart"
+# shellcheck disable=SC2086 # the options are a list of words
+whole=$(timeout 600 "$mpirun" $MPIRUN_OPTS -np 2 "$heat_mpi" $margs \
+    --checkpoint-every 150 --checkpoint "$tmp/m.ckpt" 2>&1 |
+    grep 'vs serial' | sed 's/, [0-9.]* us\/step$//')
+[ -n "$whole" ] || fail "the checkpointing MPI run did not finish"
+[ -f "$tmp/m.ckpt.0" ] && [ -f "$tmp/m.ckpt.1" ] ||
+    fail "no checkpoint file per process ($(ls "$tmp"))"
+rc=0
+# shellcheck disable=SC2086
+out=$(timeout 600 "$mpirun" $MPIRUN_OPTS -np 2 "$heat_mpi" $margs \
+    --restart "$tmp/m.ckpt" 2>&1) || rc=$?
+[ "$rc" -eq 0 ] || { printf '%s\n' "$out"; fail "the MPI restart exited $rc"; }
+printf '%s\n' "$out" | grep -q 'restarted from .* at step 300' ||
+    fail "the MPI restart did not start from step 300: $out"
+again=$(printf '%s\n' "$out" | grep 'vs serial' |
+    sed 's/, [0-9.]* us\/step$//')
+[ "$again" = "$whole" ] ||
+    fail "restarted: '$again'; uninterrupted: '$whole'"
+echo "  restarted at step 300, the same result: $whole"

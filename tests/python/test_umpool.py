@@ -209,6 +209,27 @@ class CollectiveTest(unittest.TestCase):
                 got = self.pool.array(recv[d], n, dtype)
                 self.assertTrue(np.array_equal(got, want), (dtype, d))
 
+    def test_shrink(self):
+        """Ranks 1 and 3 left out: the other two reduce alone; bad lists
+        raise and make nothing."""
+        n = 1000
+        with self.comm.shrink([3, 1]) as two:
+            self.assertEqual(two.size, 2)
+            send, data = [], []
+            for d in (0, 2):
+                p, a = self.buf(d, n, "int64")
+                a[:] = self.rng.integers(-1000, 1000, n)
+                data.append(a.copy())
+                send.append(p)
+            two.allreduce(send, send, n, "int64", "sum")
+            for p in send:
+                self.assertTrue(np.array_equal(
+                    self.pool.array(p, n, "int64"), data[0] + data[1]))
+        for bad in ([4], [1, 1], [0, 1, 2, 3], [-1]):
+            with self.assertRaises(umpool.Error) as e:
+                self.comm.shrink(bad)
+            self.assertEqual(e.exception.errno, -errno.EINVAL)
+
     def test_allgather_broadcast_alltoall(self):
         n = 1000
         send, recv, data = [], [], []

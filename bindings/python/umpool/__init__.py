@@ -132,6 +132,8 @@ _decl("ump_comm_create", _int, _vp, _int, ctypes.POINTER(_int),
       ctypes.c_char_p, ctypes.POINTER(_vp))
 _decl("ump_comm_destroy", _int, _vp)
 _decl("ump_comm_size", _int, _vp, ctypes.POINTER(_int))
+_decl("ump_comm_shrink", _int, _vp, _int, ctypes.POINTER(_int),
+      ctypes.POINTER(_vp))
 _PP = ctypes.POINTER(_vp)
 for _name in ("ump_allreduce", "ump_reduce_scatter"):
     _decl(_name, _int, _vp, _PP, _PP, _sz, _int, _int, _PP)
@@ -358,6 +360,26 @@ class Comm:
         if self.handle:
             _check(lib.ump_comm_destroy(self.handle), "ump_comm_destroy")
         self.handle = None
+
+    def shrink(self, exclude):
+        """ump_comm_shrink: a new communicator of the ranks not in exclude
+        (a failed device's, say), renumbered in order, with the same
+        config; this one stays valid until closed."""
+        if not self.handle:
+            raise Error(-9, "ump_comm_shrink (the communicator is closed)")
+        ex = [int(r) for r in exclude]
+        c = _vp()
+        _check(lib.ump_comm_shrink(self.handle, len(ex),
+                                   (_int * len(ex))(*ex) if ex else None,
+                                   ctypes.byref(c)), "ump_comm_shrink")
+        new = Comm.__new__(Comm)
+        new.pool = self.pool
+        new.handle = c.value
+        n = _int()
+        _check(lib.ump_comm_size(new.handle, ctypes.byref(n)),
+               "ump_comm_size")
+        new.size = n.value
+        return new
 
     def __enter__(self):
         return self

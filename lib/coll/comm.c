@@ -237,8 +237,9 @@ int coll_comm_create_like(ump_pool_t *pool, int ndev, const int *devices,
     return comm_make(pool, ndev, devices, NULL, like, fn, comm_p);
 }
 
-/* ump_comm_shrink's arguments, the same checks on every process: 0, or
- * -EINVAL logged. keep[g]: global rank g stays. */
+/* ump_comm_shrink's arguments, the same checks on every process: 0,
+ * -EINVAL (a bad list) or -EIO (a kept rank of this process has a failed
+ * device), logged. keep[g]: global rank g stays. */
 static int shrink_args(const ump_comm_t *c, int nexclude, const int *exclude,
                        ump_comm_t **newcomm_p, bool *keep)
 {
@@ -267,6 +268,18 @@ static int shrink_args(const ump_comm_t *c, int nexclude, const int *exclude,
                       "left", fn, c->nall);
         return -EINVAL;
     }
+    /* A kept rank of this process on a failed device: the new
+     * communicator could not run a call either. Said before anything is
+     * made, so that across processes every process learns it from the
+     * verdicts (world.c) and none is left with a communicator the others
+     * could not make. */
+    for (int r = 0; r < c->n; r++)
+        if (keep[c->first + r] && coll_rank_failed(c, r)) {
+            ump_log_error("%s: rank %d is kept, but its device %d has "
+                          "failed: exclude it too", fn, c->first + r,
+                          c->dev[r]);
+            return -EIO;
+        }
     return 0;
 }
 
@@ -323,7 +336,6 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
         coll_world_destroy(comm);
         return 0;
     }
-    coll_comm_reap(comm);
     if (comm->gpu)
         coll_gpu_fini(comm);
     for (int r = 0; r < comm->n; r++) {
@@ -331,6 +343,9 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
         if (e && !rc)
             rc = e;
     }
+    /* After the streams (their destroy joins the ranks): a job a rank
+     * finished meanwhile is reaped too. */
+    coll_comm_reap(comm);
     pthread_mutex_destroy(&comm->lock);
     pthread_mutex_destroy(&comm->done_lock);
     free(comm);
@@ -382,13 +397,18 @@ UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
     return 0;
 }
 
-int coll_comm_failed_rank(const ump_comm_t *c)
+bool coll_rank_failed(const ump_comm_t *c, int r)
 {
     ump_pool_t *p = c->pool;
     uint32_t bad = atomic_load_explicit(&p->failing, memory_order_relaxed) |
                    atomic_load_explicit(&p->failed, memory_order_relaxed);
-    for (int r = 0; bad && r < c->n; r++)
-        if (c->dev[r] < 32 && (bad & (1u << c->dev[r])))
+    return c->dev[r] < 32 && (bad & (1u << c->dev[r]));
+}
+
+int coll_comm_failed_rank(const ump_comm_t *c)
+{
+    for (int r = 0; r < c->n; r++)
+        if (coll_rank_failed(c, r))
             return r;
     return -1;
 }

@@ -61,6 +61,8 @@ int coll_comm_alloc(ump_pool_t *pool, int ndev, const int *devices,
  * (the backend told, the pool has not handled it yet); -1: none. Lock
  * free: two loads when no device has failed. */
 int coll_comm_failed_rank(const ump_comm_t *c);
+/* Has local rank r's device failed (or is failing: told, not handled)? */
+bool coll_rank_failed(const ump_comm_t *c, int r);
 /* -EIO, with one log line "fn: rank R's device D has failed ...", when
  * coll_comm_failed_rank finds one; else 0. */
 int coll_comm_check_failed(const ump_comm_t *c, const char *fn);

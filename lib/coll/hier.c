@@ -97,12 +97,13 @@ static int stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
     return *h ? 0 : -ENOMEM;
 }
 
-/* coll_stage_out; once the part failed, nothing is copied back. */
+/* coll_stage_out; once the part failed, nothing is copied back (h is
+ * freed, or kept if the communicator broke: a cancelled send may still
+ * read it, coll_stage_out). */
 static int stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
 {
     if (c->world->bad) {
-        if (h != p)
-            free(h);
+        coll_stage_out(c, p, h, len, false);
         return 0;
     }
     return local(c, coll_stage_out(c, p, h, len, copy));
@@ -270,11 +271,13 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
     int32_t mine = w->bad ? w->bad : coll_comm_failed_rank(c) >= 0 ? -EIO : 0;
     const void *const *send = a->send;
     const void *zero[COLL_MAX_RANKS];
+    void *z = NULL;
     if (mine) { /* the buffers may be lost: stand-in zeros, not them */
+        w->bad = mine;
+        if (!rc)
+            rc = stage_in(c, NULL, s, false, &z);
         for (int r = 0; r < c->n; r++)
-            zero[r] = part;
-        if (part)
-            memset(part, 0, s);
+            zero[r] = z;
         send = zero;
     }
     for (int p = 0; !rc && p < np; p++) {
@@ -313,6 +316,8 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
     free(m);
     free(src);
     free(verdict);
+    if (z)
+        stage_out(c, NULL, z, s, false);
     return rc;
 }
 
@@ -520,8 +525,11 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     int e = stage_out(c, S, h, all, !rc);
     rc = rc ? rc : e;
     const void *from[COLL_MAX_RANKS] = {S + (size_t)c->first * s};
-    if (!rc)
-        rc = local(c, ump_scatter(L, from, a->recv, a->count, a->dt, 0, a->streams));
+    /* Once the part failed there is nothing right to scatter (and S is
+     * freed at once below: nothing may still read it). */
+    if (!rc && !w->bad)
+        rc = local(c, ump_scatter(L, from, a->recv, a->count, a->dt, 0,
+                                  a->streams));
     /* The scatter's ranks are done reading S when local rank 0's stream
      * is past it (its last barrier). */
     if (S && a->streams && !w->bad)

@@ -522,7 +522,8 @@ int coll_world_shrink(ump_comm_t *c, int bad, int nexclude,
     /* A call on the old communicator like a collective: it counts, and
      * its transfers carry its number (world.h). */
     w->seq++;
-    in[w->me] = mine;
+    if (in)
+        in[w->me] = mine;
     for (int p = 0; !rc && p < np; p++) {
         if (p == w->me)
             continue;
@@ -535,12 +536,14 @@ int coll_world_shrink(ump_comm_t *c, int bad, int nexclude,
         rc = coll_xchg(c, m, k, fn);
     pthread_mutex_unlock(&c->lock);
     free(m);
-    /* The same verdict on every process, from the same infos. */
+    /* The same verdict on every process, from the same infos (this
+     * process's own error, -EINVAL or -EIO, is its own answer). */
+    if (!rc && bad)
+        rc = bad;
     for (int p = 0; !rc && p < np; p++) {
         if (in[p].rc) {
-            if (p != w->me)
-                ump_log_error("%s: process %d's arguments were bad: no "
-                              "communicator", fn, p);
+            ump_log_error("%s: process %d's arguments were bad (%s): no "
+                          "communicator", fn, p, ump_strerror(in[p].rc));
             rc = -EINVAL;
         } else if (in[p].nexclude != in[0].nexclude ||
                    in[p].digest != in[0].digest) {

@@ -707,6 +707,12 @@ static void devfail(const char *cfg)
         rc = ump_broadcast(c, bs, br, N, UMP_INT32, 0, NULL);
         CHECK(rc == -EIO, "broadcast with a failed device: process %d got "
               "%d, expected -EIO", me, rc);
+        /* Keeping the failed rank: no process gets a communicator (the
+         * one that has the rank says why, the others learn it). */
+        ump_comm_t *kept = NULL;
+        rc = ump_comm_shrink(c, 0, NULL, &kept);
+        CHECK(rc == (me == 1 ? -EIO : -EINVAL) && !kept,
+              "shrink keeping the failed rank: process %d got %d", me, rc);
         int ex = l.first[1] + ndev - 1;
         rc = ump_comm_shrink(c, 1, &ex, &nc);
         CHECK(rc == 0 && nc, "ump_comm_shrink: %s", ump_strerror(rc));

@@ -10,9 +10,10 @@ tools_umpool_inspect_SOURCES = tools/inspect/umpool-inspect.c \
 	tools/inspect/inspect_seg.c tools/inspect/inspect_seg.h \
 	tools/inspect/inspect_fmt.c tools/inspect/inspect_fmt.h \
 	tools/inspect/inspect_svg.c tools/inspect/inspect_topo.c \
+	tools/inspect/inspect_serve.c tools/inspect/inspect_serve.h \
 	lib/publish/snapshot.c lib/publish/snapshot.h
-tools_umpool_inspect_CFLAGS = $(AM_CFLAGS)
-tools_umpool_inspect_LDADD = lib/libumpool.la
+tools_umpool_inspect_CFLAGS = $(AM_CFLAGS) $(MICROHTTPD_CFLAGS)
+tools_umpool_inspect_LDADD = lib/libumpool.la $(MICROHTTPD_LIBS)
 
 # --- tests ---------------------------------------------------------------------
 # test_inspect_parse: the parser, on its own and through the fuzz entry on a
@@ -23,7 +24,7 @@ tools_umpool_inspect_LDADD = lib/libumpool.la
 # live program holding a pool.
 UNIT_TESTS += tests/test_inspect_parse tests/test_inspect_publish
 SCRIPT_TESTS += tests/test_inspect.sh tests/test_inspect_promtool.sh \
-	tests/test_inspect_live.sh
+	tests/test_inspect_live.sh tests/test_inspect_serve.sh
 
 INSPECT_SNAPGEN = tests/inspect/snapgen.c tests/inspect/snapgen.h
 INSPECT_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools/inspect \
@@ -65,7 +66,7 @@ AM_TESTS_ENVIRONMENT += \
 
 EXTRA_DIST += tests/inspect/common.sh tests/inspect/show.golden tests/inspect/show.json.golden \
 	tests/inspect/show.prom.golden tests/inspect/check_svg.py \
-	tests/inspect/check_live.py
+	tests/inspect/check_live.py tests/inspect/check_serve.py
 
 # --- the fuzz target (configure --enable-fuzz, clang) -----------------------
 # Run it for a bounded time, seeded with valid snapshots of several layouts

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "inspect_fmt.h"
+#include "inspect_serve.h"
 #include "inspect_seg.h"
 
 #define STALE_NS 3000000000ull /* a running writer refreshes every second */
@@ -39,6 +40,7 @@ enum {
     O_DIR = 1 << 8,
     O_COUNT = 1 << 9,
     O_INTERVAL = 1 << 10,
+    O_LISTEN = 1 << 11,
 };
 
 struct opts {
@@ -46,7 +48,7 @@ struct opts {
     unsigned given; /* O_* */
     int32_t pid;
     uint64_t pool;
-    const char *svg, *topology, *from, *dir;
+    const char *svg, *topology, *from, *dir, *listen;
     unsigned long count;
     double interval;
 };
@@ -73,6 +75,10 @@ static void usage(FILE *out)
 "  topo [--topology FILE] [--json]\n"
 "      how the devices are connected, like nvidia-smi topo -m: this\n"
 "      machine's, or a simulated machine's topology file\n"
+"  serve [--listen ADDR:PORT]\n"
+"      an HTTP exporter for Prometheus: /metrics, refreshed at every\n"
+"      scrape, with every running program's pools (show --prometheus);\n"
+"      on 127.0.0.1:9466 unless told; until SIGINT or SIGTERM\n"
 "  map PID --svg FILE [--pool ID]\n"
 "      a picture of each device's memory, coloured by state (used, cached,\n"
 "      free, on host, on NVMe); FILE - writes to stdout\n"
@@ -102,6 +108,7 @@ static const struct {
     {"watch", O_PID | O_POOL | O_COUNT | O_INTERVAL | O_DIR},
     {"topo", O_TOPOLOGY | O_JSON},
     {"map", O_PID | O_POOL | O_SVG | O_FROM | O_DIR},
+    {"serve", O_LISTEN | O_DIR},
 };
 
 static const struct {
@@ -114,7 +121,7 @@ static const struct {
     {"--pool", O_POOL, true},          {"--topology", O_TOPOLOGY, true},
     {"--from", O_FROM, true},          {"--shm-dir", O_DIR, true},
     {"--count", O_COUNT, true},        {"-n", O_COUNT, true},
-    {"--interval", O_INTERVAL, true},
+    {"--interval", O_INTERVAL, true}, {"--listen", O_LISTEN, true},
 };
 
 static bool parse_u64(const char *s, uint64_t max, uint64_t *v_p)
@@ -139,6 +146,7 @@ static int set_option(struct opts *o, unsigned bit, const char *val)
     case O_TOPOLOGY: o->topology = val; break;
     case O_FROM: o->from = val; break;
     case O_DIR: o->dir = val; break;
+    case O_LISTEN: o->listen = val; break;
     case O_POOL:
         if (!parse_u64(val, UINT64_MAX, &v) || !v)
             return usage_error("bad pool id '%s'", val);
@@ -617,6 +625,34 @@ static int cmd_map(const struct opts *o)
     return rc;
 }
 
+/* ---- serve ----------------------------------------------------------------- */
+
+/* One scrape's page: show --prometheus of every running program's pools. */
+static int render_metrics(void *arg, FILE *out)
+{
+    const struct opts *o = arg;
+    struct loaded l;
+    if (load(o, false, &l))
+        return 1;
+    struct fmt_pool *p = calloc(l.n ? l.n : 1, sizeof(*p));
+    char (*notes)[128] = calloc(l.n ? l.n : 1, sizeof(*notes));
+    int rc = l.failed;
+    if (p && notes)
+        fmt_prometheus(out, p, pick(o, &l, p, notes));
+    else
+        rc = 1;
+    free(notes);
+    free(p);
+    seg_free_all(l.segs, l.n);
+    return rc;
+}
+
+static int cmd_serve(struct opts *o)
+{
+    return serve_run(o->listen ? o->listen : "127.0.0.1:9466",
+                     render_metrics, o);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -638,6 +674,8 @@ int main(int argc, char **argv)
         return cmd_show(&o);
     if (!strcmp(o.cmd, "watch"))
         return cmd_watch(&o);
+    if (!strcmp(o.cmd, "serve"))
+        return cmd_serve(&o);
     if (!strcmp(o.cmd, "topo"))
         return fmt_topo(stdout, o.topology, o.given & O_JSON);
     return cmd_map(&o);

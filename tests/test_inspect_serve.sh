@@ -1,0 +1,153 @@
+#!/bin/sh
+# umpool-inspect serve, scraped by a real Prometheus: tests/inspect/holder
+# holds a pool; the exporter serves it on a free loopback port; promtool
+# checks the page; malformed, oversized and silent clients and 50
+# concurrent scrapes leave it serving; a Prometheus server (its
+# prometheus.yml and storage written here) scrapes it every second, and
+# its HTTP API reports the holder's live bytes as the exporter does; the
+# holder exits mid-scrape and leaves the page. Everything stops by itself
+# and uses loopback only. SKIP without libmicrohttpd (serve exits 2),
+# prometheus or python3: CI installs them (scripts/install-deps).
+set -eu
+
+inspect=${UMPOOL_INSPECT:-}
+helpers=${UMPOOL_INSPECT_HELPERS:-}
+golden=${UMPOOL_INSPECT_GOLDEN:-}
+if [ -z "$inspect" ] || [ ! -x "$inspect" ] || [ ! -x "$helpers/holder" ]; then
+    echo "SKIP: UMPOOL_INSPECT or UMPOOL_INSPECT_HELPERS unset or not built"
+    exit 77
+fi
+for tool in python3 prometheus promtool; do
+    if ! command -v "$tool" >/dev/null 2>&1; then
+        echo "SKIP: $tool is not installed (scripts/install-deps installs it)"
+        exit 77
+    fi
+done
+if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+    echo "SKIP: no writable /dev/shm: pools cannot publish here"
+    exit 77
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_inspect_serve.XXXXXX")
+hpid= spid= ppid=
+cleanup() {
+    for p in $hpid $spid $ppid; do
+        kill -KILL "$p" 2>/dev/null || true
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+# shellcheck source=inspect/common.sh
+. "$golden/common.sh"
+check() { python3 "$golden/check_serve.py" "$@"; }
+
+# waitfor FILE PATTERN PID WHAT: until FILE has a line matching PATTERN
+# (10 s), while PID lives.
+waitfor() {
+    i=0
+    until grep -q "$2" "$1" 2>/dev/null; do
+        i=$((i + 1))
+        if [ "$i" -gt 200 ] || ! kill -0 "$3" 2>/dev/null; then
+            cat "$1" 2>/dev/null || true
+            fail "$4"
+        fi
+        sleep 0.05
+    done
+}
+
+"$helpers/holder" >"$tmp/holder.out" 2>"$tmp/holder.err" &
+hpid=$!
+waitfor "$tmp/holder.out" '^READY' "$hpid" "the holder did not get ready"
+
+echo "check: serve on a free loopback port"
+"$inspect" serve --listen 127.0.0.1:0 2>"$tmp/serve.err" &
+spid=$!
+i=0
+until grep -q 'http://' "$tmp/serve.err" 2>/dev/null; do
+    i=$((i + 1))
+    if ! kill -0 "$spid" 2>/dev/null; then
+        rc=0
+        wait "$spid" || rc=$?
+        spid=
+        if [ "$rc" -eq 2 ]; then
+            cat "$tmp/serve.err"
+            echo "SKIP: umpool-inspect was built without libmicrohttpd"
+            exit 77
+        fi
+        cat "$tmp/serve.err"
+        fail "serve exited $rc"
+    fi
+    [ "$i" -lt 200 ] || fail "serve did not say where it listens"
+    sleep 0.05
+done
+cat "$tmp/serve.err"
+port=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/metrics.*|\1|p' \
+    "$tmp/serve.err")
+[ -n "$port" ] || fail "no port in: $(cat "$tmp/serve.err")"
+
+check "$port" "$hpid" >"$tmp/served.out" || { cat "$tmp/served.out"; exit 1; }
+cat "$tmp/served.out"
+want=$(tail -n 1 "$tmp/served.out")
+"$inspect" show "$hpid" --prometheus >"$tmp/show.prom" ||
+    fail "show --prometheus of the holder"
+python3 - "$tmp/show.prom" "$hpid" "$want" <<'EOF' ||
+import sys
+total = sum(int(float(l.rsplit(" ", 1)[1]))
+            for l in open(sys.argv[1])
+            if l.startswith("umpool_live_bytes{") and
+            'pid="%s"' % sys.argv[2] in l)
+sys.exit(0 if total == int(sys.argv[3]) else 1)
+EOF
+    fail "the page's live bytes differ from show --prometheus's"
+
+echo "check: promtool check metrics on the page"
+python3 -c "import sys, urllib.request as u;
+sys.stdout.write(u.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
+    >"$tmp/page.prom"
+promtool check metrics <"$tmp/page.prom" || fail "promtool refused the page"
+
+echo "check: bad clients and concurrent scrapes"
+check "$port" "$hpid" abuse || exit 1
+kill -0 "$spid" || fail "serve died"
+
+echo "check: a Prometheus server scrapes it every second"
+pport=$(python3 -c "import socket; s = socket.socket();
+s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+cat >"$tmp/prometheus.yml" <<EOF
+global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+scrape_configs:
+  - job_name: umpool
+    static_configs:
+      - targets: ['127.0.0.1:$port']
+EOF
+prometheus --config.file="$tmp/prometheus.yml" \
+    --storage.tsdb.path="$tmp/data" \
+    --web.listen-address="127.0.0.1:$pport" >"$tmp/prom.log" 2>&1 &
+ppid=$!
+check "$pport" "$hpid" query "$want" ||
+    { tail -n 20 "$tmp/prom.log"; exit 1; }
+
+echo "check: the holder exits while scrapes go on"
+check "$port" "$hpid" churn &
+cpid=$!
+sleep 0.3
+held=$hpid
+kill -USR1 "$hpid"
+wait "$hpid" || fail "the holder failed on its way out"
+hpid=
+wait "$cpid" || fail "scrapes failed while the holder exited"
+check "$port" "$held" gone || exit 1
+kill -0 "$spid" || fail "serve died"
+
+echo "check: SIGTERM stops it, exit 0"
+kill -TERM "$spid"
+rc=0
+wait "$spid" || rc=$?
+spid=
+[ "$rc" -eq 0 ] || fail "serve exited $rc on SIGTERM"
+kill -TERM "$ppid" 2>/dev/null || true
+wait "$ppid" 2>/dev/null || true
+ppid=
+echo "PASS"

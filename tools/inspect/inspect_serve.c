@@ -1,0 +1,239 @@
+/*
+ * umpool-inspect serve: the pools' statistics as a Prometheus exporter.
+ *
+ * HTTP is libmicrohttpd's (Debian's libmicrohttpd-dev), not a hand-written
+ * parser: it reads requests, bounds them and answers malformed ones. What
+ * this file adds is the policy:
+ *  - one thread per connection (at most CONN_MAX at once), so a slow or
+ *    silent client holds its own thread only, and is dropped after
+ *    CONN_TIMEOUT_S seconds of silence;
+ *  - a request, headers included, of at most REQUEST_MAX bytes: beyond it
+ *    libmicrohttpd answers an error and closes;
+ *  - GET and HEAD only (405 otherwise); /metrics, and / (a page linking
+ *    to it); 404 for anything else;
+ *  - the page is rendered afresh for every scrape, one scrape at a time
+ *    (each reads every pool's segment, a copy under its seqlock: no pool
+ *    ever waits for the exporter), and the exporter's own metrics follow
+ *    it: whether every segment could be read, how many pools, how long.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "inspect_serve.h"
+
+#ifdef HAVE_MICROHTTPD
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <microhttpd.h>
+
+#define CONN_MAX 128
+#define CONN_TIMEOUT_S 10
+#define REQUEST_MAX (16 * 1024)
+
+struct server {
+    serve_render_fn render;
+    void *arg;
+    pthread_mutex_t lock; /* one scrape at a time (the renderer's state) */
+    uint64_t scrapes;     /* (lock) */
+};
+
+static const char home[] =
+    "<!DOCTYPE html>\n<html><head><title>umpool exporter</title></head>\n"
+    "<body><h1>umpool exporter</h1>\n<p>The statistics of every umpool "
+    "pool this user may read: <a href=\"/metrics\">/metrics</a> (Prometheus "
+    "text format).</p></body></html>\n";
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* The /metrics page: the pools', then the exporter's own. NULL when out
+ * of memory. */
+static char *render_page(struct server *s, size_t *len_p)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    if (!out)
+        return NULL;
+    pthread_mutex_lock(&s->lock);
+    double t0 = now_s();
+    int failed = s->render(s->arg, out);
+    s->scrapes++;
+    fprintf(out,
+            "# HELP umpool_exporter_up 1 when every pool segment the "
+            "exporter may read was read in this scrape, 0 when one could "
+            "not be (its stderr says which).\n"
+            "# TYPE umpool_exporter_up gauge\n"
+            "umpool_exporter_up %d\n"
+            "# HELP umpool_exporter_scrape_seconds Time to read the "
+            "segments and render this page.\n"
+            "# TYPE umpool_exporter_scrape_seconds gauge\n"
+            "umpool_exporter_scrape_seconds %.6f\n"
+            "# HELP umpool_exporter_scrapes_total Pages served on "
+            "/metrics.\n"
+            "# TYPE umpool_exporter_scrapes_total counter\n"
+            "umpool_exporter_scrapes_total %llu\n",
+            failed ? 0 : 1, now_s() - t0, (unsigned long long)s->scrapes);
+    pthread_mutex_unlock(&s->lock);
+    if (fclose(out)) {
+        free(buf);
+        return NULL;
+    }
+    *len_p = len;
+    return buf;
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
+                             const char *type, void *body, size_t len,
+                             enum MHD_ResponseMemoryMode mode)
+{
+    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, mode);
+    if (!r) {
+        if (mode == MHD_RESPMEM_MUST_FREE)
+            free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    enum MHD_Result ok = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ok;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
+                                  const char *url, const char *method,
+                                  const char *version,
+                                  const char *upload_data,
+                                  size_t *upload_size, void **state)
+{
+    (void)version;
+    (void)upload_data;
+    /* The first call, on the headers: answered on the second, once any
+     * body has been read (and ignored). */
+    if (!*state) {
+        *state = c;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    static const char text[] = "text/plain; charset=utf-8";
+    if (strcmp(method, MHD_HTTP_METHOD_GET) &&
+        strcmp(method, MHD_HTTP_METHOD_HEAD)) {
+        static const char m[] = "only GET and HEAD\n";
+        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, text, (void *)m,
+                     sizeof(m) - 1, MHD_RESPMEM_PERSISTENT);
+    }
+    if (!strcmp(url, "/"))
+        return reply(c, MHD_HTTP_OK, "text/html; charset=utf-8",
+                     (void *)home, sizeof(home) - 1, MHD_RESPMEM_PERSISTENT);
+    if (strcmp(url, "/metrics")) {
+        static const char m[] = "not found: see /metrics\n";
+        return reply(c, MHD_HTTP_NOT_FOUND, text, (void *)m, sizeof(m) - 1,
+                     MHD_RESPMEM_PERSISTENT);
+    }
+    size_t len;
+    char *page = render_page(cls, &len);
+    if (!page) {
+        static const char m[] = "out of memory\n";
+        return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, text, (void *)m,
+                     sizeof(m) - 1, MHD_RESPMEM_PERSISTENT);
+    }
+    return reply(c, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+                 page, len, MHD_RESPMEM_MUST_FREE);
+}
+
+/* "ADDR:PORT" into addr; false (with a line on stderr) when it is not one. */
+static bool parse_listen(const char *listen, struct sockaddr_in *addr)
+{
+    const char *colon = strrchr(listen, ':');
+    char host[64];
+    char *end;
+    memset(addr, 0, sizeof(*addr));
+    addr->sin_family = AF_INET;
+    if (colon && (size_t)(colon - listen) < sizeof(host)) {
+        memcpy(host, listen, (size_t)(colon - listen));
+        host[colon - listen] = '\0';
+        errno = 0;
+        unsigned long port = strtoul(colon + 1, &end, 10);
+        if (colon[1] && !*end && !errno && port <= 65535 &&
+            inet_pton(AF_INET, host, &addr->sin_addr) == 1) {
+            addr->sin_port = htons((uint16_t)port);
+            return true;
+        }
+    }
+    fprintf(stderr, "umpool-inspect serve: --listen %s: want IPV4:PORT "
+            "(e.g. 127.0.0.1:9466)\n", listen);
+    return false;
+}
+
+int serve_run(const char *listen, serve_render_fn render, void *arg)
+{
+    struct sockaddr_in addr;
+    if (!parse_listen(listen, &addr))
+        return 1;
+    struct server s = {.render = render, .arg = arg};
+    pthread_mutex_init(&s.lock, NULL);
+    /* The signals that stop it go to sigwait below: blocked before
+     * libmicrohttpd's threads start, which inherit the mask. */
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    struct MHD_Daemon *d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+        NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)REQUEST_MAX,
+        MHD_OPTION_END);
+    if (!d) {
+        fprintf(stderr, "umpool-inspect serve: cannot listen on %s (in use, "
+                "or not an address of this machine)\n", listen);
+        pthread_mutex_destroy(&s.lock);
+        return 1;
+    }
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    char ip[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &addr.sin_addr, ip, sizeof(ip));
+    fprintf(stderr, "umpool-inspect serve: http://%s:%u/metrics\n", ip,
+            info ? (unsigned)info->port : (unsigned)ntohs(addr.sin_port));
+    int sig;
+    while (sigwait(&stop, &sig))
+        ;
+    MHD_stop_daemon(d);
+    pthread_mutex_destroy(&s.lock);
+    return 0;
+}
+
+#else /* built without libmicrohttpd */
+
+int serve_run(const char *listen, serve_render_fn render, void *arg)
+{
+    (void)listen;
+    (void)render;
+    (void)arg;
+    fprintf(stderr, "umpool-inspect serve: built without libmicrohttpd "
+            "(install libmicrohttpd-dev and configure again)\n");
+    return 2;
+}
+
+#endif

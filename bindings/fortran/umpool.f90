@@ -261,6 +261,18 @@ module umpool
       integer(c_int) :: ump_comm_destroy
     end function ump_comm_destroy
 
+    ! The ranks not in exclude(1:nexclude) (global ranks), renumbered in
+    ! order: the survivors of a failed device (ump_comm_shrink).
+    function ump_comm_shrink(comm, nexclude, exclude, newcomm) &
+        bind(c, name="ump_comm_shrink")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), value :: nexclude
+      integer(c_int), intent(in) :: exclude(*)
+      type(c_ptr), intent(out) :: newcomm
+      integer(c_int) :: ump_comm_shrink
+    end function ump_comm_shrink
+
     function ump_comm_size(comm, nranks) bind(c, name="ump_comm_size")
       import :: c_int, c_ptr
       type(c_ptr), value :: comm

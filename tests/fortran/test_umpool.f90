@@ -1,6 +1,7 @@
 ! The Fortran module (bindings/fortran/umpool.f90) against libumpool on
 ! sim: a pool, hinted allocations viewed as Fortran arrays, pointer
-! information, statistics, pinned host memory, suspend and resume, and
+! information, a communicator and its shrink, statistics, pinned host
+! memory, suspend and resume, and
 ! errors (a double free,
 ! a foreign pointer, a bad configuration, destroying with live memory).
 ! Prints one line per failed check; stops with status 1 on any.
@@ -8,7 +9,8 @@ program test_umpool
   use, intrinsic :: iso_c_binding
   use umpool
   implicit none
-  type(c_ptr) :: pool, p, h, bad
+  type(c_ptr) :: pool, p, h, bad, comm, small
+  integer(c_int) :: nr, ex(1)
   type(ump_hints_t) :: hints
   type(ump_ptr_info_t) :: info
   type(ump_stats_t) :: st
@@ -43,6 +45,20 @@ program test_umpool
   call check(ump_ptr_info(pool, bad, info) == 0 .and. info%device == 0, &
              'the default device')
   call check(ump_free(pool, bad) == 0, 'ump_free')
+
+  ! A communicator of both devices, shrunk to rank 0 (ump_comm_shrink).
+  call check(ump_comm_create(pool, 2_c_int, c_null_ptr, c_null_ptr, comm) &
+             == 0, 'ump_comm_create')
+  ex(1) = 1
+  call check(ump_comm_shrink(comm, 1_c_int, ex, small) == 0, &
+             'ump_comm_shrink')
+  call check(ump_comm_size(small, nr) == 0 .and. nr == 1, &
+             'the shrunk communicator has one rank')
+  ex(1) = 2
+  call check(ump_comm_shrink(comm, 1_c_int, ex, h) == -22, &
+             'shrink: a rank out of range')
+  call check(ump_comm_destroy(small) == 0 .and. ump_comm_destroy(comm) == 0, &
+             'both communicators destroyed')
 
   ! Pinned host memory.
   call check(ump_host_alloc(pool, 8000_c_size_t, h) == 0, 'ump_host_alloc')

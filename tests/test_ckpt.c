@@ -30,14 +30,6 @@
 #define NITEMS_MAX 128
 #define NDEV 4
 
-/* Fails the test unless call returns want, naming the call and both codes. */
-#define expect_rc(call, want)                                                  \
-    do {                                                                       \
-        int rc_ = (call), want_ = (want);                                      \
-        if (rc_ != want_)                                                      \
-            fail_msg("%s = %d (%s), expected %d (%s)", #call, rc_,             \
-                     ump_strerror(rc_), want_, ump_strerror(want_));          \
-    } while (0)
 
 static const char *self; /* argv[0], for the fresh process */
 static char dir[64];     /* spill directory and checkpoint files */

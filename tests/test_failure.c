@@ -34,13 +34,6 @@
 #define NDEV 4
 #define NITEMS 48
 
-#define expect_rc(call, want)                                                  \
-    do {                                                                       \
-        int rc_ = (call), want_ = (want);                                      \
-        if (rc_ != want_)                                                      \
-            fail_msg("%s = %d (%s), expected %d (%s)", #call, rc_,             \
-                     ump_strerror(rc_), want_, ump_strerror(want_));          \
-    } while (0)
 
 static char dir[64];
 /* What the random rounds met, printed: a round that never exercised a

@@ -21,6 +21,12 @@ fail() {
 
 # run WHAT CMD...: runs CMD, shows its output, fails unless it exits 0 and
 # printed heat2d's result line with a bitwise match.
+# result_line: the result line on stdin, without its timing (which
+# differs from run to run).
+result_line() {
+    grep 'vs serial' | sed 's/, [0-9.]* us\/step$//'
+}
+
 run() {
     what=$1
     shift
@@ -53,7 +59,7 @@ tmp=$(mktemp -d /tmp/umpool-heat2d-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 args="-n 192 -s 1500 -k 100 --config backend:sim,sim_devices:4"
 # shellcheck disable=SC2086 # the options are a list of words
-whole=$("$heat" $args | grep 'vs serial' | sed 's/, [0-9.]* us\/step$//')
+whole=$("$heat" $args | result_line)
 echo "check: kill -9 after a checkpoint, then --restart"
 # shellcheck disable=SC2086
 "$heat" $args --checkpoint-every 100 --checkpoint "$tmp/h.ckpt" \
@@ -81,8 +87,7 @@ printf '%s\n' "$out"
 [ "$rc" -eq 0 ] || fail "the restart exited $rc"
 printf '%s\n' "$out" | grep -q 'restarted from .* at step [3-9]00' ||
     fail "the restart did not start from the checkpoint"
-again=$(printf '%s\n' "$out" | grep 'vs serial' |
-    sed 's/, [0-9.]* us\/step$//')
+again=$(printf '%s\n' "$out" | result_line)
 [ "$again" = "$whole" ] ||
     fail "restarted: '$again'; uninterrupted: '$whole'"
 echo "  the same result as the uninterrupted run: $whole"
@@ -133,8 +138,7 @@ margs="-n 96 -s 400 -k 100 --config backend:sim,sim_devices:2"
 echo "check: 2 processes, --checkpoint-every 150, then --restart"
 # shellcheck disable=SC2086 # the options are a list of words
 whole=$(timeout 600 "$mpirun" $MPIRUN_OPTS -np 2 "$heat_mpi" $margs \
-    --checkpoint-every 150 --checkpoint "$tmp/m.ckpt" 2>&1 |
-    grep 'vs serial' | sed 's/, [0-9.]* us\/step$//')
+    --checkpoint-every 150 --checkpoint "$tmp/m.ckpt" 2>&1 | result_line)
 [ -n "$whole" ] || fail "the checkpointing MPI run did not finish"
 [ -f "$tmp/m.ckpt.0" ] && [ -f "$tmp/m.ckpt.1" ] ||
     fail "no checkpoint file per process ($(ls "$tmp"))"
@@ -145,8 +149,7 @@ out=$(timeout 600 "$mpirun" $MPIRUN_OPTS -np 2 "$heat_mpi" $margs \
 [ "$rc" -eq 0 ] || { printf '%s\n' "$out"; fail "the MPI restart exited $rc"; }
 printf '%s\n' "$out" | grep -q 'restarted from .* at step 300' ||
     fail "the MPI restart did not start from step 300: $out"
-again=$(printf '%s\n' "$out" | grep 'vs serial' |
-    sed 's/, [0-9.]* us\/step$//')
+again=$(printf '%s\n' "$out" | result_line)
 [ "$again" = "$whole" ] ||
     fail "restarted: '$again'; uninterrupted: '$whole'"
 echo "  restarted at step 300, the same result: $whole"

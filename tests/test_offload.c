@@ -49,14 +49,6 @@
 /* How long a test waits for work the pool does in the background. */
 #define WAIT_MS 2000
 
-/* Fails the test unless call returns want, naming the call and both codes. */
-#define expect_rc(call, want)                                                  \
-    do {                                                                       \
-        int rc_ = (call), want_ = (want);                                      \
-        if (rc_ != want_)                                                      \
-            fail_msg("%s = %d (%s), expected %d (%s)", #call, rc_,             \
-                     ump_strerror(rc_), want_, ump_strerror(want_));          \
-    } while (0)
 
 /* ---- helpers ------------------------------------------------------------- */
 

@@ -255,6 +255,15 @@ static inline ump_hints_t tu_hints(int device)
     return h;
 }
 
+/* Fails the test unless call returns want, naming the call and both codes. */
+#define expect_rc(call, want)                                                  \
+    do {                                                                       \
+        int rc_ = (call), want_ = (want);                                      \
+        if (rc_ != want_)                                                      \
+            fail_msg("%s = %d (%s), expected %d (%s)", #call, rc_,             \
+                     ump_strerror(rc_), want_, ump_strerror(want_));          \
+    } while (0)
+
 /* Allocates or fails the test. */
 static inline void *tu_alloc(ump_pool_t *pool, size_t size, int device)
 {

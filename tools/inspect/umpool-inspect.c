@@ -466,31 +466,55 @@ static int no_pool(const struct opts *o)
     return 1;
 }
 
+/* What show and serve print: the pools load() reads, picked. */
+struct picked {
+    struct loaded l;
+    struct fmt_pool *p;
+    char (*notes)[128];
+    size_t n;
+};
+
+/* 0, or 1 when nothing could be loaded or out of memory (said). */
+static int load_picked(const struct opts *o, struct picked *k)
+{
+    if (load(o, false, &k->l))
+        return 1;
+    size_t cap = k->l.n ? k->l.n : 1;
+    k->p = calloc(cap, sizeof(*k->p));
+    k->notes = calloc(cap, sizeof(*k->notes));
+    if (!k->p || !k->notes) {
+        fprintf(stderr, "umpool-inspect: out of memory\n");
+        free(k->notes);
+        free(k->p);
+        seg_free_all(k->l.segs, k->l.n);
+        return 1;
+    }
+    k->n = pick(o, &k->l, k->p, k->notes);
+    return 0;
+}
+
+static void picked_free(struct picked *k)
+{
+    free(k->notes);
+    free(k->p);
+    seg_free_all(k->l.segs, k->l.n);
+}
+
 static int cmd_show(const struct opts *o)
 {
     if (o->from)
         return show_from_file(o);
-    struct loaded l;
-    if (load(o, false, &l))
+    struct picked k;
+    if (load_picked(o, &k))
         return 1;
-    struct fmt_pool *p = calloc(l.n ? l.n : 1, sizeof(*p));
-    char (*notes)[128] = calloc(l.n ? l.n : 1, sizeof(*notes));
-    int rc = l.failed;
-    if (!p || !notes) {
-        fprintf(stderr, "umpool-inspect: out of memory\n");
-        rc = 1;
-    } else {
-        size_t n = pick(o, &l, p, notes);
-        if (n || !o->pid)
-            print_pools(o, p, n);
-        if (!n && o->pid && !l.failed)
-            rc = no_pool(o);
-        else if (!n && !o->pid && !(o->given & (O_JSON | O_PROM)))
-            printf("(no pools)\n");
-    }
-    free(notes);
-    free(p);
-    seg_free_all(l.segs, l.n);
+    int rc = k.l.failed;
+    if (k.n || !o->pid)
+        print_pools(o, k.p, k.n);
+    if (!k.n && o->pid && !k.l.failed)
+        rc = no_pool(o);
+    else if (!k.n && !o->pid && !(o->given & (O_JSON | O_PROM)))
+        printf("(no pools)\n");
+    picked_free(&k);
     return rc;
 }
 
@@ -630,21 +654,12 @@ static int cmd_map(const struct opts *o)
 /* One scrape's page: show --prometheus of every running program's pools. */
 static int render_metrics(void *arg, FILE *out)
 {
-    const struct opts *o = arg;
-    struct loaded l;
-    if (load(o, false, &l))
+    struct picked k;
+    if (load_picked(arg, &k))
         return 1;
-    struct fmt_pool *p = calloc(l.n ? l.n : 1, sizeof(*p));
-    char (*notes)[128] = calloc(l.n ? l.n : 1, sizeof(*notes));
-    int rc = l.failed;
-    if (p && notes)
-        fmt_prometheus(out, p, pick(o, &l, p, notes));
-    else
-        rc = 1;
-    free(notes);
-    free(p);
-    seg_free_all(l.segs, l.n);
-    return rc;
+    fmt_prometheus(out, k.p, k.n);
+    picked_free(&k);
+    return k.l.failed;
 }
 
 static int cmd_serve(struct opts *o)

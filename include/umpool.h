@@ -395,6 +395,61 @@ typedef struct ump_stats {
  * on the device that asked. */
 int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p);
 
+/*
+ * Traffic: the bytes the pool itself moved over each link direction since
+ * it was created (counters: their rate is the link's bandwidth in use).
+ * src and dst are locations: a device index, UMP_LOC_HOST (host DRAM),
+ * UMP_LOC_NVME (the NVMe tier) or UMP_LOC_NET (other processes, through a
+ * communicator's data engine). Counted:
+ *  - tier moves (spills, restores, prefetches, evictions, suspend and
+ *    resume): a chunk's bytes once per link it crossed; device to NVMe
+ *    crosses the device's host link (into bounce buffers) and then host to
+ *    NVMe, and back the same way;
+ *  - collectives and point-to-point: each transfer of the schedule that ran,
+ *    between the devices of the ranks whose buffers it read and wrote (a
+ *    rank's buffers count at its device), through host memory where a rank
+ *    cannot reach a peer, and to or from UMP_LOC_NET for bytes sent to or
+ *    received from other processes.
+ * Not counted: ump_memcpy_async and ump_memset_async (the caller's own
+ * copies), checkpoint and restore files. See README: monitoring.
+ */
+#define UMP_LOC_NVME (-4) /* ump_link_stats: the NVMe tier */
+#define UMP_LOC_NET (-5)  /* ump_link_stats: other processes */
+typedef struct ump_link_stats {
+    uint64_t tier_bytes;  /* moved by the tiers */
+    uint64_t coll_bytes;  /* moved by collectives and point-to-point */
+    double bandwidth_gbs; /* the link's bandwidth per direction from the
+                             topology, GB/s (ump_link_props between devices;
+                             a device's host link; 0: not known, as for NVMe
+                             and the network) */
+} ump_link_stats_t;
+/* 0, or -EINVAL for a bad location, src == dst or a NULL stats_p. */
+int ump_link_stats(ump_pool_t *pool, int src, int dst,
+                   ump_link_stats_t *stats_p);
+
+/* The collectives of every communicator of the pool, per UMP_COLL_* (below):
+ * calls that ran to the end, on every backend, in-process and across
+ * processes (a call that failed is not counted). */
+typedef struct ump_coll_stats {
+    uint64_t calls;
+    uint64_t bytes;           /* their data as nccl-tests' algorithm bandwidth
+                                 counts it: count * element size for
+                                 allreduce, broadcast and reduce; the whole
+                                 gathered, scattered or exchanged buffer
+                                 (nranks * count * size) for the others */
+    /* Synchronous calls (streams NULL), timed from the call to its return:
+     * with their bytes times the collective's bus factor (allreduce
+     * 2(n-1)/n; allgather, reduce-scatter, all-to-all, gather and scatter
+     * (n-1)/n; broadcast and reduce 1; n the ranks), their bus bandwidth
+     * (nccl-tests' busBw) is timed_bus_bytes / timed_ns. A call queued on
+     * streams has no time the host can take without waiting for it. */
+    uint64_t timed_calls;
+    uint64_t timed_bus_bytes;
+    uint64_t timed_ns;
+} ump_coll_stats_t;
+/* coll: UMP_COLL_*. 0, or -EINVAL. */
+int ump_coll_stats(ump_pool_t *pool, int coll, ump_coll_stats_t *stats_p);
+
 /* A live allocation, as ump_largest_allocs reports it. */
 typedef struct ump_alloc_info {
     void *ptr;

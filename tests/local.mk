@@ -29,6 +29,7 @@ UNIT_TESTS = \
 	tests/test_free_async \
 	tests/test_hostmem \
 	tests/test_stats \
+	tests/test_traffic \
 	tests/test_fork \
 	tests/test_stress \
 	tests/test_coll_model \

@@ -62,6 +62,15 @@ static struct snap_map *map_of(char *buf, uint32_t d)
            (size_t)d * h->map_cap;
 }
 
+/* The link from location i to j (devices, then host, nvme, net). */
+static struct snap_link *link_of(char *buf, uint32_t i, uint32_t j)
+{
+    struct snap_header *h = hdr(buf);
+    return (struct snap_link *)(buf + snap_off_link(h->ndev, h->max_allocs,
+                                                    h->map_cap)) +
+           (size_t)i * snap_nloc(h->ndev) + j;
+}
+
 /* Parses and expects rc with a one-line message containing want. */
 static void expect_error(const char *buf, size_t len,
                          const struct snap_expect *ex, int rc,
@@ -164,8 +173,10 @@ static void test_broken_fields(void **state)
     BROKEN("snapshot version 7", -EPROTO, hdr(buf)->version = 7);
     BROKEN("snapshot version 0", -EPROTO, hdr(buf)->version = 0);
     /* Version 1 (before reserved and driver time): refused, said so. */
-    BROKEN("snapshot version 1, this tool reads version 3", -EPROTO,
+    BROKEN("snapshot version 1, this tool reads version 4", -EPROTO,
            hdr(buf)->version = 1);
+    BROKEN("snapshot version 3, this tool reads version 4", -EPROTO,
+           hdr(buf)->version = 3);
     BROKEN("bad header size", -EINVAL, hdr(buf)->header_size = 8);
     BROKEN("truncated", -EINVAL, hdr(buf)->total_size = len + 8);
     BROKEN("size mismatch", -EINVAL, hdr(buf)->total_size = len - 8);
@@ -207,6 +218,12 @@ static void test_broken_fields(void **state)
     BROKEN("allocation 0: tier 3", -EINVAL, alloc_row(buf, 0)->tier = 3);
     BROKEN("allocation 1: bad age", -EINVAL, alloc_row(buf, 1)->age_s = -1);
     BROKEN("allocation 1: bad age", -EINVAL, alloc_row(buf, 1)->age_s = NAN);
+    BROKEN("link 1 to 6: bandwidth out of range", -EINVAL,
+           link_of(buf, 1, 6)->bandwidth_gbs = NAN);
+    BROKEN("link 0 to 5: bandwidth out of range", -EINVAL,
+           link_of(buf, 0, 5)->bandwidth_gbs = -1);
+    BROKEN("link 2 to itself carries bytes", -EINVAL,
+           link_of(buf, 2, 2)->coll_bytes = 1);
     /* Rows past nalloc are not looked at. */
     memcpy(b, good, len);
     alloc_row(b, 5)->tier = 99;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "coll/check.h"
 #include "coll/comm.h"
@@ -122,6 +123,19 @@ static void account(struct coll_job *j)
     coll_comm_set_last_us(j->comm, us);
 }
 
+/* The last rank of a job, ran to the end or not: every transfer the
+ * ranks logged (model.h: a read of a peer's memory, a store into it)
+ * crossed the link between their devices. */
+static void count_traffic(struct coll_job *j)
+{
+    const int *dev = j->comm->dev;
+    for (int r = 0; r < j->n; r++)
+        for (size_t e = 0; e < j->rank[r].nlog; e++) {
+            const struct coll_xfer *x = &j->rank[r].log[e];
+            coll_traffic(j->comm->pool, dev[x->from], dev[x->to], x->bytes);
+        }
+}
+
 /* One rank's share, on its stream. A first barrier: every rank's stream
  * has reached the call, so the work queued before it on every stream (the
  * producers of the send buffers) is done, and a call whose launch failed
@@ -147,6 +161,8 @@ static void rank_main(void *arg)
     if (last)
         pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    if (last)
+        count_traffic(j);
     if (last && ok)
         account(j);
     if (atomic_fetch_sub(&j->left, 1) == 1)
@@ -286,19 +302,15 @@ static int check_call(ump_comm_t *c, const struct coll_args *a, bool *inplace)
     return 0;
 }
 
-static int run(ump_comm_t *c, const struct coll_args *a)
+static int run_call(ump_comm_t *c, const struct coll_args *a)
 {
-    if (!c) {
-        ump_log_error("%s: comm is NULL", a->fn);
-        return -EINVAL;
-    }
     int rc = pool_check(c->pool, a->fn);
     if (rc)
         return rc;
     bool inplace;
     /* One process: the call as it is, on the communicator of its ranks. */
     if (c->world && c->world->nproc == 1)
-        return run(c->world->local, a);
+        return run_call(c->world->local, a);
     if (c->world) {
         /* Every call counts, failed or empty: the calls' transfers carry
          * their number, so that a process that left one out (its
@@ -341,6 +353,51 @@ static int run(ump_comm_t *c, const struct coll_args *a)
     if (!a->streams)
         coll_comm_reap(c);
     return rc;
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* nccl-tests' bus factor: what each rank's links carry per byte of the
+ * data, times nall / (nall - 1) where the data crosses them once. */
+static double bus_factor(int coll, int n)
+{
+    if (coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE || n < 2)
+        return 1.0;
+    double f = (double)(n - 1) / n;
+    return coll == UMP_COLL_ALLREDUCE ? 2.0 * f : f;
+}
+
+/* A call, counted in the pool's ump_coll_stats when it succeeded (queued,
+ * for a call on streams); a synchronous one with its time, taken around
+ * the whole call as nccl-tests takes it. */
+static int run(ump_comm_t *c, const struct coll_args *a)
+{
+    if (!c) {
+        ump_log_error("%s: comm is NULL", a->fn);
+        return -EINVAL;
+    }
+    uint64_t t0 = now_ns();
+    int rc = run_call(c, a);
+    if (rc || c->inner)
+        return rc;
+    struct coll_ctr *k = &c->pool->coll_ctr[a->coll];
+    size_t bytes = coll_bytes(a->coll, a->count, coll_dtype_size(a->dt),
+                              c->nall);
+    atomic_fetch_add_explicit(&k->calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->bytes, bytes, memory_order_relaxed);
+    if (a->streams)
+        return 0;
+    uint64_t bus = (uint64_t)((double)bytes * bus_factor(a->coll, c->nall));
+    atomic_fetch_add_explicit(&k->timed_calls, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->timed_bus_bytes, bus, memory_order_relaxed);
+    atomic_fetch_add_explicit(&k->timed_ns, now_ns() - t0,
+                              memory_order_relaxed);
+    return 0;
 }
 
 #define ARGS(name, coll_, count_, dt_, op_, root_)                             \

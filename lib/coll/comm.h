@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include "coll/coll.h"
+#include "mem/pool.h"
 
 struct ump_comm {
     ump_pool_t *pool;
@@ -15,6 +16,9 @@ struct ump_comm {
     int nall;  /* every process's (n on a one-process communicator) */
     int first; /* the global rank of local rank 0 */
     struct coll_world *world; /* NULL: one process (world.h) */
+    /* A world's local part (world.h): its calls are steps of the world's,
+     * which ump_coll_stats counts, so they are not counted themselves. */
+    bool inner;
     int engine_pref;   /* coll_engine: enum coll_engine_pref (world.h) */
     double timeout_s;  /* comm_timeout */
     int sched;         /* coll_schedule: enum coll_sched (world.h) */
@@ -93,5 +97,16 @@ int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p);
 /* nccl-tests' S: the bytes a collective of count elements of esz bytes
  * moves, in the sense coll_model_us takes. */
 size_t coll_bytes(int coll, size_t count, size_t esz, int n);
+
+/* Bytes a collective or point-to-point moved from location src to dst
+ * (mem/traffic.h), for ump_link_stats. */
+static inline void coll_traffic(ump_pool_t *pool, int src, int dst,
+                                size_t bytes)
+{
+    traffic_add(&pool->traffic, TRAFFIC_COLL, src, dst, bytes);
+}
+/* The location of p for those counters: the device whose memory holds it
+ * (its first byte), else the host (host-tier memory, malloc'ed staging). */
+int coll_loc(ump_pool_t *pool, const void *p);
 
 #endif

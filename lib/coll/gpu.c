@@ -185,12 +185,37 @@ struct gcall {
     int rc; /* the first failure; later steps are skipped */
 };
 
+/* Where p lies for the link counters (comm.h: coll_traffic): a staging
+ * copy is host memory, a rank's scratch is on its device, and a rank's
+ * send and receive buffers count at its device, as on sim (job.h). p lies
+ * in one of them: the one that starts nearest below it. */
+static int loc_of(const struct gcall *g, const void *p)
+{
+    const ump_comm_t *c = g->c;
+    const char *q = p, *best = NULL;
+    int at = TRAFFIC_HOST;
+    for (int k = 0; k < c->n; k++) {
+        if (c->stage[k] && q >= (char *)c->stage[k] &&
+            q < (char *)c->stage[k] + c->stage_len[k])
+            return TRAFFIC_HOST;
+        const char *b[3] = {g->a->send[k], g->a->recv[k], g->scratch[k]};
+        for (int i = 0; i < 3; i++)
+            if (b[i] && b[i] <= q && (!best || b[i] > best)) {
+                best = b[i];
+                at = c->dev[k];
+            }
+    }
+    return at;
+}
+
 static void copy(struct gcall *g, int r, void *dst, const void *src,
                  size_t bytes)
 {
     if (g->rc || dst == src || !bytes)
         return;
     g->rc = g->be->memcpy_async(g->bctx, dst, src, bytes, g->st[r]);
+    if (!g->rc)
+        coll_traffic(g->c->pool, loc_of(g, src), loc_of(g, dst), bytes);
 }
 
 /* Where rank r reads every rank's send buffer, off bytes in. */
@@ -227,6 +252,13 @@ static void reduce(struct gcall *g, int r, void *const *dst, int ndst,
     g->rc = g->be->kernel_launch(g->bctx, g->st[r], coll_kernel_image,
                                  COLL_KERNEL_REDUCE, (unsigned)blocks,
                                  COLL_KERNEL_THREADS, &k);
+    /* rank r's kernel reads every source and stores every destination */
+    for (int i = 0; !g->rc && i < nsrc; i++)
+        coll_traffic(g->c->pool, loc_of(g, src[i]), g->c->dev[r],
+                     count * g->esz);
+    for (int o = 0; !g->rc && o < ndst; o++)
+        coll_traffic(g->c->pool, g->c->dev[r], loc_of(g, dst[o]),
+                     count * g->esz);
 }
 
 /* Every rank's stream waits for what every other rank's has queued. */

@@ -288,6 +288,9 @@ static int run(struct p2p_op *op, int n)
                               NULL);
         if (!rc)
             rc = ump_stream_synchronize(o->c->pool, NULL);
+        if (!rc)
+            coll_traffic(o->c->pool, coll_loc(o->c->pool, o->buf),
+                         coll_loc(o->c->pool, op[o->match].buf), o->bytes);
     }
     for (int j = 0; !rc && j < nc; j++)
         if (cs[j]->world)

@@ -167,6 +167,7 @@ static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
      * in rank order (direct), whatever the size: the fixed order the flat
      * schedule and every process share (ring and tree fold in their own). */
     c->world->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT;
+    c->world->local->inner = true;
     c->world->id = atomic_fetch_add(&world_ids, 1);
     *c_p = c;
     return 0;
@@ -430,6 +431,7 @@ static int shrink_build(ump_comm_t *c, const bool *keep, ump_comm_t **c_p)
         return rc;
     }
     v->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT; /* local_part */
+    v->local->inner = true;
     v->id = atomic_fetch_add(&world_ids, 1);
     int np = 0;
     for (int p = 0; p < w->nproc; p++) {

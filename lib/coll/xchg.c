@@ -220,7 +220,22 @@ int coll_xchg(ump_comm_t *c, struct coll_msg *m, int nm, const char *fn)
     for (int i = 0; i < nm; i++)
         if (m[i].proc < 0 || m[i].proc >= w->nproc || m[i].proc == w->me)
             return -EINVAL; /* a schedule's bug, not the caller's */
-    return w->engine ? engine_xchg(c, m, nm, fn) : oob_xchg(c, m, nm, fn);
+    int rc = w->engine ? engine_xchg(c, m, nm, fn) : oob_xchg(c, m, nm, fn);
+    for (int i = 0; !rc && i < nm; i++) {
+        int at = coll_loc(c->pool, m[i].buf);
+        coll_traffic(c->pool, m[i].send ? at : TRAFFIC_NET,
+                     m[i].send ? TRAFFIC_NET : at, m[i].bytes);
+    }
+    return rc;
+}
+
+int coll_loc(ump_pool_t *pool, const void *p)
+{
+    ump_ptr_info_t in;
+    const char *why;
+    if (pool_ptr_info(pool, p, &in, &why) || in.tier != UMP_TIER_DEVICE)
+        return TRAFFIC_HOST;
+    return in.device;
 }
 
 bool coll_host_ok(ump_pool_t *pool, const void *p)
@@ -260,6 +275,8 @@ int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
         free(b);
         return rc;
     }
+    if (copy)
+        coll_traffic(pool, coll_loc(pool, p), TRAFFIC_HOST, len);
     *h = b;
     return 0;
 }
@@ -271,6 +288,8 @@ int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
     int rc = copy ? ump_memcpy_async(c->pool, p, h, len, NULL) : 0;
     if (!rc && copy)
         rc = ump_stream_synchronize(c->pool, NULL);
+    if (!rc && copy)
+        coll_traffic(c->pool, TRAFFIC_HOST, coll_loc(c->pool, p), len);
     if (c->world && c->world->broken) {
         lsan_ignore(h);
         return rc;

@@ -7,6 +7,7 @@ lib_libumpool_core_la_SOURCES += \
 	lib/front/pool.c \
 	lib/front/alloc.c \
 	lib/front/stats.c \
+	lib/front/traffic.c \
 	lib/front/stream.c \
 	lib/front/machine.c \
 	lib/front/registry.c \

@@ -3,7 +3,7 @@
 # slabs, size classes, deferred frees, and struct ump_pool itself.
 # May call: place, backend, topo, util.
 lib_libumpool_core_la_SOURCES += \
-	lib/mem/pool.h \
+	lib/mem/pool.h lib/mem/traffic.h \
 	lib/mem/sizeclass.c lib/mem/sizeclass.h \
 	lib/mem/vas.c lib/mem/vas.h \
 	lib/mem/chunks.c lib/mem/chunks.h \

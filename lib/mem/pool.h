@@ -26,6 +26,7 @@
 #include "util/internal.h"
 #include "util/list.h"
 #include "mem/sizeclass.h"
+#include "mem/traffic.h"
 #include "topo/topology.h"
 #include "mem/vas.h"
 #include "place/policy.h"
@@ -236,6 +237,11 @@ struct ump_pool {
     uint64_t clock_base;     /* CLOCK_MONOTONIC at creation, ns */
     _Atomic uint32_t clock;  /* tenths of a second since: ticked by the
                                 publisher and the slow path (stats.c) */
+    /* Bytes moved over each link direction, by tier moves and collectives
+     * (mem/traffic.h; no lock: relaxed atomics). */
+    struct traffic traffic;
+    /* Collectives that ran to the end (lib/coll counts them). */
+    struct coll_ctr coll_ctr[TRAFFIC_NCOLL];
 };
 
 static inline int place_host(const struct ump_pool *pool)

@@ -292,6 +292,37 @@ static size_t gather(struct publisher *pub, struct snap_data *data,
     return stats_top_end(&w.top);
 }
 
+/* The public location of the link table's location i. */
+static int traffic_loc(uint32_t ndev, uint32_t i)
+{
+    static const int extra[SNAP_LOC_EXTRA] = {UMP_LOC_HOST, UMP_LOC_NVME,
+                                              UMP_LOC_NET};
+    return i < ndev ? (int)i : extra[i - ndev];
+}
+
+/* The links' and the collectives' counters (no lock: they are atomics). */
+static void fill_traffic(ump_pool_t *pool, uint32_t ndev,
+                         struct snap_data *data, struct snap_link *link)
+{
+    uint32_t n = snap_nloc(ndev);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < n; j++) {
+            ump_link_stats_t l;
+            if (i == j ||
+                ump_link_stats(pool, traffic_loc(ndev, i),
+                               traffic_loc(ndev, j), &l))
+                continue;
+            link[i * n + j] = (struct snap_link){l.tier_bytes, l.coll_bytes,
+                                                 l.bandwidth_gbs};
+        }
+    for (int c = 0; c < SNAP_NCOLL; c++) {
+        ump_coll_stats_t s;
+        if (!ump_coll_stats(pool, c, &s))
+            data->coll[c] = (struct snap_coll){s.calls, s.bytes, s.timed_calls,
+                                               s.timed_bus_bytes, s.timed_ns};
+    }
+}
+
 /* Builds a snapshot and publishes it. Pool lock not held: taken here
  * while the figures are copied, not while the picture is drawn. Writes
  * only within the layout fixed at creation. */
@@ -308,6 +339,9 @@ static void refresh(struct publisher *pub)
         (struct snap_alloc *)(pub->body + snap_off_alloc(pub->ndev) - hs);
     struct snap_map *map = (struct snap_map *)(
         pub->body + snap_off_map(pub->ndev, pub->max_allocs) - hs);
+    struct snap_link *link = (struct snap_link *)(
+        pub->body + snap_off_link(pub->ndev, pub->max_allocs, pub->map_cap) -
+        hs);
     size_t k;
     for (int tries = 1;; tries++) {
         memset(pub->body, 0, pub->size - hs);
@@ -338,6 +372,7 @@ static void refresh(struct publisher *pub)
             .age_s = pub->top[i].age_s,
         };
     data->nalloc = (uint32_t)k;
+    fill_traffic(pool, pub->ndev, data, link);
     data->generation = ++pub->generation;
     data->updated_ns = now_ns(CLOCK_REALTIME);
     data->chunk_size = pool->chunk_size;

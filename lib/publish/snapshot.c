@@ -18,7 +18,8 @@ _Static_assert(sizeof(struct snap_header) == 200, "snap_header layout");
 _Static_assert(offsetof(struct snap_header, seq) == 24, "seq moved");
 _Static_assert(offsetof(struct snap_header, request) == 32, "request moved");
 _Static_assert(offsetof(struct snap_header, pid_ns) == 76, "pid_ns moved");
-_Static_assert(sizeof(struct snap_data) == 176, "snap_data layout");
+_Static_assert(sizeof(struct snap_data) == 496, "snap_data layout");
+_Static_assert(sizeof(struct snap_link) == 24, "snap_link layout");
 _Static_assert(sizeof(struct snap_device) == 320, "snap_device layout");
 _Static_assert(sizeof(struct snap_alloc) == 40, "snap_alloc layout");
 _Static_assert(sizeof(struct snap_map) == 8, "snap_map layout");
@@ -38,10 +39,17 @@ size_t snap_off_map(uint32_t ndev, uint32_t max_allocs)
     return snap_off_alloc(ndev) + (size_t)max_allocs * sizeof(struct snap_alloc);
 }
 
-size_t snap_size(uint32_t ndev, uint32_t max_allocs, uint32_t map_cap)
+size_t snap_off_link(uint32_t ndev, uint32_t max_allocs, uint32_t map_cap)
 {
     return snap_off_map(ndev, max_allocs) +
            (size_t)ndev * map_cap * sizeof(struct snap_map);
+}
+
+size_t snap_size(uint32_t ndev, uint32_t max_allocs, uint32_t map_cap)
+{
+    size_t nloc = snap_nloc(ndev);
+    return snap_off_link(ndev, max_allocs, map_cap) +
+           nloc * nloc * sizeof(struct snap_link);
 }
 
 size_t snap_size_max(void)
@@ -326,6 +334,25 @@ static int check_alloc(const struct snap_alloc *a, unsigned i,
     return 0;
 }
 
+/* Bandwidths a link may have, GB/s (a reader prints them). */
+static int check_links(const struct snap_link *l, uint32_t ndev, char *err,
+                       size_t errlen)
+{
+    uint32_t n = snap_nloc(ndev);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = 0; j < n; j++) {
+            const struct snap_link *x = &l[i * n + j];
+            if (!finite_in(x->bandwidth_gbs, 0.0, 1e6))
+                return fail(err, errlen, -EINVAL,
+                            "link %" PRIu32 " to %" PRIu32 ": bandwidth out "
+                            "of range", i, j);
+            if (i == j && (x->tier_bytes || x->coll_bytes))
+                return fail(err, errlen, -EINVAL,
+                            "link %" PRIu32 " to itself carries bytes", i);
+        }
+    return 0;
+}
+
 int snap_parse(const void *data, size_t len, const struct snap_expect *ex,
                struct snap_view *view_p, char *err, size_t errlen)
 {
@@ -407,8 +434,14 @@ int snap_parse(const void *data, size_t len, const struct snap_expect *ex,
         if (rc)
             goto out;
     }
+    struct snap_link *link = (struct snap_link *)(
+        (char *)buf + snap_off_link(h->ndev, h->max_allocs, h->map_cap));
+    rc = check_links(link, h->ndev, err, errlen);
+    if (rc)
+        goto out;
     *view_p = (struct snap_view){.hdr = h, .data = d, .dev = dev,
-                                 .alloc = alloc, .map = map, .buf = buf};
+                                 .alloc = alloc, .map = map, .link = link,
+                                 .buf = buf};
     return 0;
 out:
     free(buf);
@@ -505,6 +538,15 @@ int snap_proc_start(int32_t pid, uint64_t *start_p)
         return -EIO;
     *start_p = v;
     return 0;
+}
+
+const char *snap_loc_name(uint32_t ndev, uint32_t i, char *buf, size_t len)
+{
+    static const char *const names[SNAP_LOC_EXTRA] = {"host", "nvme", "net"};
+    if (i >= ndev)
+        return i - ndev < SNAP_LOC_EXTRA ? names[i - ndev] : "?";
+    snprintf(buf, len, "%" PRIu32, i);
+    return buf;
 }
 
 const char *snap_state_name(unsigned state)

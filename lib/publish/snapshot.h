@@ -13,6 +13,7 @@
  *   struct snap_device[ndev]      ...
  *   struct snap_alloc[max_allocs] ... (the first nalloc in use)
  *   struct snap_map[ndev][map_cap] ... (the first map_count of each device)
+ *   struct snap_link[nloc][nloc]  ... (nloc = snap_nloc(ndev))
  * Everything after the header is written under a seqlock (header.seq is
  * odd while a refresh is being written): a reader copies the segment and
  * keeps the copy only when seq was even and unchanged around the copy.
@@ -40,7 +41,9 @@
  * (-EPROTO otherwise): tool and library come from one build. */
 /* 3: failed, lost_count and lost_bytes at the end of snap_device (a failed
  * device, issue 17). */
-#define SNAP_VERSION 3u
+/* 4: the link traffic table after the maps and the collectives' counters
+ * at the end of snap_data (issue 18). */
+#define SNAP_VERSION 4u
 #define SNAP_BYTE_ORDER 0x01020304u
 #define SNAP_PREFIX "umpool-"
 #define SNAP_DIR "/dev/shm"
@@ -97,6 +100,12 @@ struct snap_tier {
     uint32_t reserved;
 };
 
+/* A collective's counters (ump_coll_stats_t), per UMP_COLL_*. */
+#define SNAP_NCOLL 8
+struct snap_coll {
+    uint64_t calls, bytes, timed_calls, timed_bus_bytes, timed_ns;
+};
+
 struct snap_data {
     uint64_t generation; /* refreshes written so far */
     uint64_t updated_ns; /* CLOCK_REALTIME of this refresh */
@@ -112,6 +121,8 @@ struct snap_data {
      * (as ump_stats(UMP_DEVICE_ALL) says them). */
     uint64_t peak_reserved_bytes; /* high-water mark of reserved bytes */
     uint64_t driver_ns;           /* driver time of VMM calls */
+    /* Version 4. */
+    struct snap_coll coll[SNAP_NCOLL];
 };
 
 /* One device: its ump_stats figures, and its picture. */
@@ -147,6 +158,20 @@ struct snap_alloc {
     double age_s;
 };
 
+/* The link table's locations: the devices 0..ndev-1, then these. */
+enum { SNAP_LOC_HOST = 0, SNAP_LOC_NVME = 1, SNAP_LOC_NET = 2,
+       SNAP_LOC_EXTRA = 3 };
+static inline uint32_t snap_nloc(uint32_t ndev)
+{
+    return ndev + SNAP_LOC_EXTRA;
+}
+/* One link direction, from location i to location j at [i][j]
+ * (ump_link_stats_t); all 0 on the diagonal. */
+struct snap_link {
+    uint64_t tier_bytes, coll_bytes;
+    double bandwidth_gbs; /* 0: not known */
+};
+
 /* units * map_unit bytes of one state; a device's entries go in address
  * order, then its idle chunks (cached), then what it never created (free). */
 struct snap_map {
@@ -163,6 +188,7 @@ size_t snap_size_max(void);
 size_t snap_off_dev(void);
 size_t snap_off_alloc(uint32_t ndev);
 size_t snap_off_map(uint32_t ndev, uint32_t max_allocs);
+size_t snap_off_link(uint32_t ndev, uint32_t max_allocs, uint32_t map_cap);
 
 /* Fills the header's layout fields (magic to map_cap, seq 0); the caller
  * sets who wrote it. h is a zeroed header. */
@@ -214,6 +240,7 @@ struct snap_view {
     const struct snap_device *dev;   /* hdr->ndev */
     const struct snap_alloc *alloc;  /* data->nalloc */
     const struct snap_map *map;      /* map + d * hdr->map_cap: device d */
+    const struct snap_link *link;    /* link + i * nloc + j: i to j */
     void *buf;
 };
 
@@ -251,6 +278,9 @@ int snap_pid_ns(uint32_t *ns_p);
  * after boot): 0, or a negative errno (-ENOENT: no such process). */
 int snap_proc_start(int32_t pid, uint64_t *start_p);
 
+/* A location of the link table: "0".."31" (into buf), "host", "nvme",
+ * "net". */
+const char *snap_loc_name(uint32_t ndev, uint32_t i, char *buf, size_t len);
 /* "used", "cached", "free", "host", "nvme"; "?" for anything else. */
 const char *snap_state_name(unsigned state);
 /* "device", "host", "nvme" (UMP_TIER_*); "?" for anything else. */

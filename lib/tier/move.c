@@ -76,6 +76,31 @@ static void room_ahead(ump_pool_t *pool, int dev)
         worker_wake(pool, W_EVICT);
 }
 
+/* --- traffic --------------------------------------------------------------- */
+
+/* The location (mem/traffic.h) of a tier's memory: a device, or host. */
+static int tier_loc(int tier, int dev)
+{
+    return tier == UMP_TIER_DEVICE ? dev
+           : tier == UMP_TIER_HOST ? TRAFFIC_HOST
+                                   : TRAFFIC_NVME;
+}
+
+void move_traffic(ump_pool_t *pool, int from_tier, int from_dev, int tier,
+                  int dev, size_t n)
+{
+    int a = tier_loc(from_tier, from_dev), b = tier_loc(tier, dev);
+    size_t bytes = tier_bytes(pool, n);
+    /* NVMe is read and written through host memory (xfer.c: device memory
+     * always goes through bounce buffers): a device's bytes cross its host
+     * link too. (traffic_add leaves out host to host.) */
+    if (a == TRAFFIC_NVME || b == TRAFFIC_NVME) {
+        traffic_add(&pool->traffic, TRAFFIC_TIER, a, TRAFFIC_HOST, bytes);
+        a = TRAFFIC_HOST;
+    }
+    traffic_add(&pool->traffic, TRAFFIC_TIER, a, b, bytes);
+}
+
 /* --- moves ----------------------------------------------------------------- */
 
 int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
@@ -109,6 +134,8 @@ int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
     if (copy)
         rc = copy_sync(pool, stream, vas_addr(v, st), vas_addr(v, s->g),
                        tier_bytes(pool, n));
+    if (copy && !rc) /* s is claimed: its tier and device hold still */
+        move_traffic(pool, s->tier, s->dev, tier, dev, n);
     pthread_mutex_lock(&pool->lock);
     if (!rc)
         rc = backing_of(pool, s, &src);
@@ -160,6 +187,8 @@ int move_to_nvme(ump_pool_t *pool, struct seg *s)
     if (copy && !(rc = xfer_slots_alloc(pool, s->n, &slots))) {
         rc = xfer_run(pool, vas_addr(&pool->vas, s->g), slots, s->n, true,
                       s->tier == UMP_TIER_HOST, stream);
+        if (!rc)
+            move_traffic(pool, s->tier, s->dev, UMP_TIER_NVME, -1, s->n);
         if (rc) {
             xfer_slots_free(pool, slots, s->n);
             slots = NULL;
@@ -216,6 +245,8 @@ int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
     if (s->slots)
         rc = xfer_run(pool, vas_addr(&pool->vas, s->g), s->slots, s->n, false,
                       tier == UMP_TIER_HOST, stream);
+    if (s->slots && !rc)
+        move_traffic(pool, UMP_TIER_NVME, -1, tier, dev, s->n);
     if (!rc) /* the data is in place and checked: nothing can undo it */
         xfer_slots_free(pool, s->slots, s->n);
     pthread_mutex_lock(&pool->lock);

@@ -25,6 +25,11 @@ int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev);
 /* Device d's internal stream for moves in direction dir (DIR_DOWN,
  * DIR_UP), made on first use. Pool lock held. */
 int move_stream_get(ump_pool_t *pool, int d, int dir, void **s_p);
+/* Counts the copy of n granules from (from_tier, from_dev) to (tier, dev)
+ * in the pool's link traffic (mem/traffic.h): once per link it crossed.
+ * Any lock or none. */
+void move_traffic(ump_pool_t *pool, int from_tier, int from_dev, int tier,
+                  int dev, size_t n);
 /* Destroys the devices' internal streams (pool teardown). */
 void move_streams_destroy(ump_pool_t *pool, struct offload *o);
 

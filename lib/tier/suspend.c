@@ -97,6 +97,9 @@ static int host_copy(ump_pool_t *pool, struct hpiece *p, size_t g, int dev,
                                     stream);
         int r2 = pool->be->stream_sync(pool->bctx, stream);
         rc = rc ? rc : r2;
+        if (!rc)
+            move_traffic(pool, down ? UMP_TIER_DEVICE : UMP_TIER_HOST, dev,
+                         down ? UMP_TIER_HOST : UMP_TIER_DEVICE, dev, 1);
         if (backing_unmap(pool, &h, st)) {
             ump_log_error("cannot unmap a staging range: %zu bytes of "
                           "addresses lost", pool->chunk_size);
@@ -132,6 +135,8 @@ static int slab_down(ump_pool_t *pool, struct slab *s, int tier)
         if (!rc && (rc = xfer_run(pool, vas_addr(&pool->vas, g), a.slots, 1,
                                   true, false, stream)))
             xfer_slots_free_later(pool, a.slots, 1);
+        if (!rc)
+            move_traffic(pool, UMP_TIER_DEVICE, a.dev, UMP_TIER_NVME, -1, 1);
     }
     if (rc)
         return rc;
@@ -185,6 +190,8 @@ static int slab_up(ump_pool_t *pool, struct away *a)
         if (!rc)
             rc = xfer_run(pool, vas_addr(&pool->vas, a->g), a->slots, 1,
                           false, false, stream);
+        if (!rc)
+            move_traffic(pool, UMP_TIER_NVME, -1, UMP_TIER_DEVICE, dev, 1);
     }
     if (rc) { /* the copy below stays: the chunk goes again */
         if (!chunk_backing(chunks_at(pool, a->g), &b) &&

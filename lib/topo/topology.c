@@ -10,7 +10,8 @@
  *   numa <count>           host NUMA nodes 0..count-1 (default 1, at most
  *                          UMP_MAX_NUMA)
  *   local_bw <GB/s>        a device reading its own memory (default 4000)
- *   pcie_bw <GB/s>         bandwidth of the pairs no link line names
+ *   pcie_bw <GB/s>         bandwidth of the pairs no link line names,
+ *                          and of every device's link to the host
  *                          (default 55)
  *   device <id|a-b> mem <size> numa <node> [model <word>] [pci <busid>]
  *                          one device, or a range of identical ones (no pci
@@ -458,6 +459,7 @@ static int finish(struct parser *p)
     copy_str(t->source, sizeof(t->source), p->origin, strlen(p->origin));
 
     for (int a = 0; a < t->ndev; a++) {
+        t->dev[a].host_bw_gbs = p->pcie_bw; /* every device's host link */
         for (int b = 0; b < t->ndev; b++) {
             struct topo_link *l = &t->link[a][b];
 
@@ -763,6 +765,7 @@ void topo_make_uniform(struct ump_topology *topo, int n, size_t mem)
         snprintf(topo->dev[a].model, sizeof(topo->dev[a].model), "sim");
         topo->dev[a].mem = mem;
         topo->dev[a].numa = 0;
+        topo->dev[a].host_bw_gbs = 55; /* PCIe Gen5 x16 (DESIGN.md) */
         for (int b = 0; b < n; b++)
             topo->link[a][b] = a == b
                 ? (struct topo_link){UMP_LINK_SELF, topo->local_bw_gbs, 0, true}

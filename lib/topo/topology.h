@@ -30,6 +30,7 @@ struct topo_device {
     char pci[32];    /* PCI bus id, "" when unknown */
     size_t mem;      /* bytes */
     int numa;        /* host NUMA node nearest the device */
+    double host_bw_gbs; /* its link to host memory, GB/s per direction */
 };
 
 struct ump_topology {

@@ -24,6 +24,38 @@ static const struct snap_run layouts[NDEV][6] = {
     {{SNAP_CACHED, 0}},
 };
 
+/* The links of a PCIe box (25 GB/s between devices and to the host):
+ * device 0 spilled to the host and NVMe, a ring allreduce ran over the
+ * first four devices, and device 1 sent to other processes; the
+ * collectives' counters to match. */
+static void fill_traffic(void *buf, uint32_t ndev, uint32_t rows,
+                         uint32_t map_cap, struct snap_data *d)
+{
+    uint32_t n = snap_nloc(ndev), host = ndev + SNAP_LOC_HOST,
+             nvme = ndev + SNAP_LOC_NVME, net = ndev + SNAP_LOC_NET;
+    struct snap_link *l = (struct snap_link *)(
+        (char *)buf + snap_off_link(ndev, rows, map_cap));
+    for (uint32_t i = 0; i < ndev; i++) {
+        for (uint32_t j = 0; j < ndev; j++)
+            if (i != j)
+                l[i * n + j].bandwidth_gbs = 25;
+        l[i * n + host].bandwidth_gbs = 25;
+        l[host * n + i].bandwidth_gbs = 25;
+    }
+    l[0 * n + host].tier_bytes = 3 * GIB / 2;
+    l[host * n + 0].tier_bytes = GIB / 2;
+    l[host * n + nvme].tier_bytes = 512 * MIB;
+    for (uint32_t i = 0; i < 4 && i < ndev; i++)
+        l[i * n + (i + 1) % (ndev < 4 ? ndev : 4)].coll_bytes += 96 * MIB;
+    if (ndev > 1)
+        l[1 * n + net].coll_bytes = 8 * MIB;
+    d->coll[UMP_COLL_ALLREDUCE] = (struct snap_coll){
+        .calls = 40, .bytes = 40 * 64 * MIB, .timed_calls = 32,
+        .timed_bus_bytes = 32 * 96 * MIB, .timed_ns = 250000000};
+    d->coll[UMP_COLL_BROADCAST] = (struct snap_coll){.calls = 2,
+                                                     .bytes = 2 * MIB};
+}
+
 static void fill_device(struct snap_device *d, uint32_t i, uint32_t map_cap,
                         struct snap_map *map)
 {
@@ -118,6 +150,7 @@ void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
         (char *)buf + snap_off_map(ndev, rows));
     for (uint32_t i = 0; i < ndev; i++)
         fill_device(&dev[i], i, map_cap, map + (size_t)i * map_cap);
+    fill_traffic(buf, ndev, rows, map_cap, d);
 
     /* The rows that fit, on devices that exist. */
     struct snap_alloc a[NALLOC];

@@ -345,6 +345,8 @@ void fmt_show(FILE *out, const struct fmt_pool *p)
     show_failed(out, v);
     show_spills(out, v);
     show_tiers(out, v);
+    fmt_show_links(out, v);
+    fmt_show_colls(out, v);
     show_largest(out, v);
 }
 
@@ -425,7 +427,9 @@ static void json_pool(FILE *out, const struct snap_view *v)
         fprintf(out, ", \"age_s\": %.1f}%s\n", a->age_s,
                 i + 1 < d->nalloc ? "," : "");
     }
-    fprintf(out, "      ]\n    }");
+    fprintf(out, "      ],\n");
+    fmt_json_traffic(out, v);
+    fprintf(out, "\n    }");
 }
 
 void fmt_show_json(FILE *out, const struct fmt_pool *pools, size_t n)
@@ -440,8 +444,8 @@ void fmt_show_json(FILE *out, const struct fmt_pool *pools, size_t n)
 
 /* ---- Prometheus -------------------------------------------------------- */
 
-static void prom_family(FILE *out, const char *name, const char *type,
-                        const char *help)
+void prom_family(FILE *out, const char *name, const char *type,
+                 const char *help)
 {
     fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
@@ -457,7 +461,7 @@ static void prom_value(FILE *out, const char *s)
     }
 }
 
-static void prom_pool_labels(FILE *out, const struct snap_view *v)
+void prom_pool_labels(FILE *out, const struct snap_view *v)
 {
     fprintf(out, "pid=\"%" PRId32 "\",pool=\"%" PRIu64 "\"", v->hdr->pid,
             v->hdr->pool_id);
@@ -465,7 +469,7 @@ static void prom_pool_labels(FILE *out, const struct snap_view *v)
 
 /* A sample's value and the end of its line: nanoseconds (ns) in seconds,
  * Prometheus's base unit; anything else as the integer it is. */
-static void prom_number(FILE *out, uint64_t x, bool ns)
+void prom_number(FILE *out, uint64_t x, bool ns)
 {
     if (ns)
         fprintf(out, " %.9f\n", (double)x / 1e9);
@@ -613,6 +617,7 @@ void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n)
                 fprintf(out, ",tier=\"%s\"} %" PRIu64 "\n", tier_label(t), val);
             }
     }
+    fmt_prometheus_traffic(out, pools, n);
 }
 
 static uint64_t sum_dev(const struct snap_view *v, size_t off)

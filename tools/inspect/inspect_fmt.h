@@ -50,6 +50,23 @@ struct fmt_prev {
 void fmt_rates(FILE *out, const struct snap_view *v, struct fmt_prev *prev,
                size_t *n_p, size_t cap);
 
+/* The traffic of a pool (inspect_traffic.c): its links that carried
+ * bytes, and its collectives, as tables; as the JSON members "links" and
+ * "collectives" (no trailing comma); as Prometheus families. */
+void fmt_show_links(FILE *out, const struct snap_view *v);
+void fmt_show_colls(FILE *out, const struct snap_view *v);
+void fmt_json_traffic(FILE *out, const struct snap_view *v);
+void fmt_prometheus_traffic(FILE *out, const struct fmt_pool *pools,
+                            size_t n);
+
+/* The Prometheus format's pieces: a family's HELP and TYPE lines; a
+ * sample's pid and pool labels; its value and the line's end (ns: a count
+ * of nanoseconds, written in seconds). */
+void prom_family(FILE *out, const char *name, const char *type,
+                 const char *help);
+void prom_pool_labels(FILE *out, const struct snap_view *v);
+void prom_number(FILE *out, uint64_t x, bool ns);
+
 /* Writes s as a JSON string, quotes included. */
 void fmt_json_string(FILE *out, const char *s);
 

@@ -726,6 +726,7 @@ static void pcie_links(const struct cudrv_api *api, struct discovery *ds,
                        struct ump_topology *t)
 {
     for (int a = 0; a < t->ndev; a++) {
+        t->dev[a].host_bw_gbs = ds->pcie_gbs[a]; /* its own PCIe link */
         for (int b = 0; b < t->ndev; b++) {
             struct topo_link *l = &t->link[a][b];
             int can = 0, rank = -1, kind;

@@ -69,6 +69,14 @@ EXTRA_DIST += tests/inspect/common.sh tests/inspect/show.golden tests/inspect/sh
 	tests/inspect/show.prom.golden tests/inspect/check_svg.py \
 	tests/inspect/check_live.py tests/inspect/check_serve.py
 
+# The exporter's Grafana dashboard and Prometheus configuration (contrib/):
+# test_dashboard.sh checks them with check_dashboard.py and promtool. It
+# needs nothing built, so it runs with the source checks (without cmocka
+# too); it is distributed with them.
+SOURCE_CHECKS += tests/test_dashboard.sh
+EXTRA_DIST += contrib/grafana/umpool.json contrib/prometheus.yml \
+	tests/inspect/check_dashboard.py
+
 # --- the fuzz target (configure --enable-fuzz, clang) -----------------------
 # Run it for a bounded time, seeded with valid snapshots of several layouts
 # (inputs up to the largest snapshot a reader accepts); any sanitizer

@@ -59,6 +59,8 @@ MAN3_LINKS = \
 	man/ump_release.3 \
 	man/ump_tier_stats.3 \
 	man/ump_link_props.3 \
+	man/ump_link_stats.3 \
+	man/ump_coll_stats.3 \
 	man/ump_link_kind_name.3 \
 	man/ump_backend_name.3 \
 	man/ump_stream_destroy.3 \

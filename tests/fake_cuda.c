@@ -57,6 +57,14 @@
  *   nvswitch=N    NVML: N active links from every device to an NVSwitch
  *   nvpair=N      NVML: N links between devices 2k and 2k+1
  *   nvver=N       NVML: the links' version (default 6, NVLink 4.0)
+ *
+ * NVML on its own (umpool-inspect serve's GPU gauges load this library as
+ * libnvidia-ml): nvmlInit_v2 reads UMPOOL_FAKE_CUDA when nothing has read
+ * it yet, and device d says utilization gpu 10+d %, memory 20+d %,
+ * temperature 40+d degrees, UUID GPU-00000000-0000-0000-0000-0000000000dd
+ * (d in hex), its bus id as cuDeviceGetPCIBusId's. fail=CALL:N:CODE works
+ * for nvmlDeviceGetUtilizationRates, nvmlDeviceGetTemperature and
+ * nvmlDeviceGetUUID (CODE an nvmlReturn_t: 3 is NOT_SUPPORTED).
  */
 #include "config.h"
 
@@ -95,6 +103,7 @@ static struct fake_config {
     int nvswitch, nvpair;
     unsigned nvver;
 } cfg;
+static bool cfg_loaded; /* load_config ran */
 
 static void load_config(void)
 {
@@ -102,6 +111,7 @@ static void load_config(void)
     char buf[512], *save = NULL;
 
     memset(&cfg, 0, sizeof(cfg));
+    cfg_loaded = true;
     cfg.driver = 13000;
     cfg.devices = 1;
     cfg.nopeer_i = cfg.nopeer_j = -1;
@@ -1835,8 +1845,15 @@ int nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, struct nvml_memory_v2 *m)
     return 0;
 }
 
+/* The configuration when no cuInit has read it: NVML loaded on its own.
+ * Behind the CUDA calls it is left as they set it, with its injected
+ * failures' counts. */
 int nvmlInit_v2(void)
 {
+    pthread_mutex_lock(&lock);
+    if (!cfg_loaded)
+        load_config();
+    pthread_mutex_unlock(&lock);
     return 0;
 }
 
@@ -1911,6 +1928,95 @@ int nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t h, unsigned link,
         return 2;
     *type = link_peer(*h, link) >= 0 ? 0 : 2; /* GPU : SWITCH */
     return 0;
+}
+
+/* The gauges umpool-inspect serve publishes, fixed by the device index so
+ * that its test knows every value. */
+
+struct nvml_utilization {
+    unsigned gpu, memory;
+};
+int nvmlDeviceGetCount_v2(unsigned *count);
+int nvmlDeviceGetUtilizationRates(nvmlDevice_t h, struct nvml_utilization *u);
+int nvmlDeviceGetTemperature(nvmlDevice_t h, int sensor, unsigned *temp);
+int nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned len);
+const char *nvmlErrorString(int rc);
+
+/* The failure fail=CALL:N:CODE injects into an NVML query now, or 0. */
+static int nvml_injected(const char *call)
+{
+    CUresult rc;
+
+    pthread_mutex_lock(&lock);
+    rc = injected(call);
+    pthread_mutex_unlock(&lock);
+    return (int)rc;
+}
+
+int nvmlDeviceGetCount_v2(unsigned *count)
+{
+    if (!count)
+        return 2; /* NVML_ERROR_INVALID_ARGUMENT */
+    *count = cfg.devices > 0 ? (unsigned)cfg.devices : 0;
+    return 0;
+}
+
+int nvmlDeviceGetUtilizationRates(nvmlDevice_t h, struct nvml_utilization *u)
+{
+    int rc;
+
+    if (!h || !u)
+        return 2;
+    rc = nvml_injected("nvmlDeviceGetUtilizationRates");
+    if (rc)
+        return rc;
+    u->gpu = 10 + (unsigned)*h;
+    u->memory = 20 + (unsigned)*h;
+    return 0;
+}
+
+int nvmlDeviceGetTemperature(nvmlDevice_t h, int sensor, unsigned *temp)
+{
+    int rc;
+
+    if (!h || !temp || sensor != 0) /* NVML_TEMPERATURE_GPU only */
+        return 2;
+    rc = nvml_injected("nvmlDeviceGetTemperature");
+    if (rc)
+        return rc;
+    *temp = 40 + (unsigned)*h;
+    return 0;
+}
+
+int nvmlDeviceGetUUID(nvmlDevice_t h, char *uuid, unsigned len)
+{
+    int rc;
+
+    if (!h || !uuid)
+        return 2;
+    rc = nvml_injected("nvmlDeviceGetUUID");
+    if (rc)
+        return rc;
+    if (snprintf(uuid, len, "GPU-00000000-0000-0000-0000-0000000000%02x",
+                 (unsigned)*h) >= (int)len)
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    return 0;
+}
+
+const char *nvmlErrorString(int rc)
+{
+    switch (rc) {
+    case 0:
+        return "Success";
+    case 2:
+        return "Invalid Argument";
+    case 3:
+        return "Not Supported";
+    case 7:
+        return "Insufficient Size";
+    default:
+        return "Unknown Error";
+    }
 }
 
 /* --- what the tests read ------------------------------------------------- */

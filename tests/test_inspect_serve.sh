@@ -5,9 +5,13 @@
 # concurrent scrapes leave it serving; a Prometheus server (its
 # prometheus.yml and storage written here) scrapes it every second, and
 # its HTTP API reports the holder's live bytes as the exporter does; the
-# holder exits mid-scrape and leaves the page. Everything stops by itself
-# and uses loopback only. SKIP without libmicrohttpd (serve exits 2),
-# prometheus or python3: CI installs them (scripts/install-deps).
+# holder exits mid-scrape and leaves the page. The GPU gauges: absent
+# without NVML (UMPOOL_NVML_LIBRARY=/nonexistent); on the fake NVML of
+# tests/fake_cuda.c, exact, one failed query left out, joined with a pool
+# on the fake driver by pci_bus_id (said, not failed, where the fake is not
+# built: no cuda.h). Everything stops by itself and uses loopback only.
+# SKIP without libmicrohttpd (serve exits 2), prometheus or python3: CI
+# installs them (scripts/install-deps).
 set -eu
 
 inspect=${UMPOOL_INSPECT:-}
@@ -29,9 +33,9 @@ if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_inspect_serve.XXXXXX")
-hpid= spid= ppid=
+hpid= spid= ppid= gpid= chpid=
 cleanup() {
-    for p in $hpid $spid $ppid; do
+    for p in $hpid $spid $ppid $gpid $chpid; do
         kill -KILL "$p" 2>/dev/null || true
     done
     rm -rf "$tmp"
@@ -59,8 +63,9 @@ waitfor() {
 hpid=$!
 waitfor "$tmp/holder.out" '^READY' "$hpid" "the holder did not get ready"
 
-echo "check: serve on a free loopback port"
-"$inspect" serve --listen 127.0.0.1:0 2>"$tmp/serve.err" &
+echo "check: serve on a free loopback port, without NVML"
+UMPOOL_NVML_LIBRARY=/nonexistent \
+    "$inspect" serve --listen 127.0.0.1:0 2>"$tmp/serve.err" &
 spid=$!
 i=0
 until grep -q 'http://' "$tmp/serve.err" 2>/dev/null; do
@@ -100,6 +105,10 @@ sys.exit(0 if total == int(sys.argv[3]) else 1)
 EOF
     fail "the page's live bytes differ from show --prometheus's"
 
+grep -q 'GPU gauges off: no NVML (/nonexistent' "$tmp/serve.err" ||
+    fail "serve did not say why the GPU gauges are off"
+check "$port" "$hpid" nogpus || exit 1
+
 echo "check: promtool check metrics on the page"
 python3 -c "import sys, urllib.request as u;
 sys.stdout.write(u.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
@@ -109,6 +118,50 @@ promtool check metrics <"$tmp/page.prom" || fail "promtool refused the page"
 echo "check: bad clients and concurrent scrapes"
 check "$port" "$hpid" abuse || exit 1
 kill -0 "$spid" || fail "serve died"
+
+# The GPU gauges on the fake NVML: tests/fake_cuda.c as libnvidia-ml, 4
+# devices whose gauges follow from their index, GPU 1's first temperature
+# query failing (NVML_ERROR_NOT_SUPPORTED); a second holder keeps a pool on
+# the fake driver, whose devices share the fake NVML's bus ids.
+fake=${UMPOOL_TEST_PLUGINS:-/nonexistent}/libfakecuda.so
+if [ -f "$fake" ]; then
+    echo "check: GPU gauges from the fake NVML, 4 GPUs"
+    UMPOOL_CUDA_DRIVER=$fake UMPOOL_FAKE_CUDA=devices=4,mem=256,hostmem=256 \
+        "$helpers/holder" backend:cuda >"$tmp/cholder.out" \
+        2>"$tmp/cholder.err" &
+    chpid=$!
+    waitfor "$tmp/cholder.out" '^READY' "$chpid" \
+        "the holder on the fake driver did not get ready"
+    UMPOOL_NVML_LIBRARY=$fake \
+        UMPOOL_FAKE_CUDA=devices=4,fail=nvmlDeviceGetTemperature:2:3 \
+        "$inspect" serve --listen 127.0.0.1:0 2>"$tmp/gserve.err" &
+    gpid=$!
+    waitfor "$tmp/gserve.err" 'http://' "$gpid" "serve on the fake NVML"
+    gport=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/metrics.*|\1|p' \
+        "$tmp/gserve.err")
+    check "$gport" "$chpid" gpus 4 1 "$tmp/gpus" || exit 1
+    for page in "$tmp/gpus.1" "$tmp/gpus.2"; do
+        promtool check metrics <"$page" ||
+            fail "promtool refused the page with GPU gauges ($page)"
+    done
+    cat "$tmp/gserve.err"
+    [ "$(grep -c 'nvmlDeviceGetTemperature of GPU 1 failed: Not Supported' \
+        "$tmp/gserve.err")" -eq 1 ] ||
+        fail "the failed temperature query not said once"
+    ! grep -q 'GPU gauges off' "$tmp/gserve.err" ||
+        fail "the GPU gauges are off on the fake NVML"
+    kill -TERM "$gpid"
+    rc=0
+    wait "$gpid" || rc=$?
+    gpid=
+    [ "$rc" -eq 0 ] || fail "serve on the fake NVML exited $rc on SIGTERM"
+    kill -USR1 "$chpid"
+    wait "$chpid" || fail "the holder on the fake driver failed on its way out"
+    chpid=
+else
+    echo "check: GPU gauges from the fake NVML: not run (the fake driver is" \
+        "not built: no cuda.h)"
+fi
 
 echo "check: a Prometheus server scrapes it every second"
 pport=$(python3 -c "import socket; s = socket.socket();

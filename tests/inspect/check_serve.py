@@ -6,9 +6,17 @@
     check_serve.py PORT PID churn           scrapes while the holder exits
     check_serve.py PORT PID gone            the holder has exited: it left
     check_serve.py PROMPORT PID query WANT  Prometheus reports WANT bytes
+    check_serve.py PORT PID nogpus          no NVML: no GPU gauge at all,
+                                            pid's pool metrics served
+    check_serve.py PORT PID gpus N FAIL OUT NVML is the fake (N devices,
+                                            GPU FAIL's first temperature
+                                            query fails; pid holds a pool
+                                            on the fake driver): exact
+                                            gauges; pages in OUT.1, OUT.2
 
 Prints one line per check; exits 1 on the first failure. Loopback only."""
 import json
+import re
 import socket
 import sys
 import threading
@@ -181,6 +189,97 @@ def query(port, pid, want):
     fail("Prometheus had no %s after 60 s (last answer %r)" % (q, last))
 
 
+GPU_GAUGES = {
+    "umpool_gpu_utilization_ratio":
+        "Fraction of the last sample period a kernel ran on the GPU (NVML)",
+    "umpool_gpu_memory_utilization_ratio":
+        "Fraction of the last sample period device memory was read or "
+        "written (NVML)",
+    "umpool_gpu_temperature_celsius": "GPU core temperature (NVML)",
+}
+SAMPLE = re.compile(r'^([a-z_]+)\{(.*)\} (\S+)$')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)",?')
+
+
+def samples(page, name):
+    """[(labels dict, value)] of metric name on the page."""
+    out = []
+    for line in page.decode().splitlines():
+        m = SAMPLE.match(line)
+        if m and m.group(1) == name:
+            labels = dict(LABEL.findall(m.group(2)))
+            out.append((labels, float(m.group(3))))
+    return out
+
+
+def nogpus(port, pid):
+    st, _, body = get(port)
+    if st != 200:
+        fail("/metrics: %d" % st)
+    for name in GPU_GAUGES:
+        if name.encode() in body:
+            fail("no NVML, yet the page names %s" % name)
+    if not live_bytes(body, pid):
+        fail("no NVML: /metrics has no umpool_live_bytes of pid %s" % pid)
+    print("nogpus: no GPU gauge without NVML; pid %s's pool served" % pid)
+
+
+def fake_gpu(d):
+    """The fake NVML's device d (tests/fake_cuda.c): labels, then the
+    values of the three gauges."""
+    return ({"gpu": str(d), "pci_bus_id": "0000:%02x:00.0" % (0x1a + 0x10 * d),
+             "uuid": "GPU-00000000-0000-0000-0000-0000000000%02x" % d},
+            {"umpool_gpu_utilization_ratio": (10 + d) / 100,
+             "umpool_gpu_memory_utilization_ratio": (20 + d) / 100,
+             "umpool_gpu_temperature_celsius": 40 + d})
+
+
+def gpus_page(body, n, missing):
+    """Every gauge of every GPU but missing's temperature, exactly."""
+    text = body.decode()
+    for name, help_ in GPU_GAUGES.items():
+        if "# HELP %s %s\n# TYPE %s gauge\n" % (name, help_, name) \
+                not in text:
+            fail("%s: no HELP and TYPE as expected" % name)
+        got = samples(body, name)
+        want = []
+        for d in range(n):
+            labels, values = fake_gpu(d)
+            if not (d == missing and name.endswith("_celsius")):
+                want.append((labels, values[name]))
+        if len(got) != len(want):
+            fail("%s: %d series, expected %d: %r"
+                 % (name, len(got), len(want), got))
+        for (gl, gv), (wl, wv) in zip(got, want):
+            if gl != wl or abs(gv - wv) > 1e-9:
+                fail("%s: %r %r, expected %r %r" % (name, gl, gv, wl, wv))
+
+
+def gpus(port, pid, n, failgpu, out):
+    pages = []
+    for i, missing in enumerate((failgpu, -1)):
+        st, _, body = get(port)
+        if st != 200:
+            fail("/metrics: %d" % st)
+        gpus_page(body, n, missing)
+        with open("%s.%d" % (out, i + 1), "wb") as f:
+            f.write(body)
+        pages.append(body)
+    # A PromQL join on(pci_bus_id) pairs each device of pid's pool (on the
+    # fake driver, whose bus ids the fake NVML shares) with its GPU.
+    gpu_pci = {l["pci_bus_id"]
+               for l, _ in samples(pages[1], "umpool_gpu_temperature_celsius")}
+    dev_pci = {l["pci_bus_id"]
+               for l, _ in samples(pages[1], "umpool_device_info")
+               if l.get("pid") == pid}
+    if not dev_pci or dev_pci != gpu_pci:
+        fail("pid %s's devices on %r, the GPU gauges on %r"
+             % (pid, sorted(dev_pci), sorted(gpu_pci)))
+    print("gpus: %d GPUs, 3 gauges each, exact; GPU %d's failed temperature "
+          "left out of the first page only; pid %s's devices join on "
+          "pci_bus_id %s" % (n, failgpu, pid, ",".join(sorted(gpu_pci))))
+
+
 def main():
     port, pid = int(sys.argv[1]), sys.argv[2]
     what = sys.argv[3] if len(sys.argv) > 3 else "served"
@@ -192,6 +291,10 @@ def main():
         gone(port, pid)
     elif what == "churn":
         churn(port, pid)
+    elif what == "nogpus":
+        nogpus(port, pid)
+    elif what == "gpus":
+        gpus(port, pid, int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     else:
         query(port, pid, sys.argv[4])
 

@@ -13,8 +13,9 @@
  *    to it); 404 for anything else;
  *  - the page is rendered afresh for every scrape, one scrape at a time
  *    (each reads every pool's segment, a copy under its seqlock: no pool
- *    ever waits for the exporter), and the exporter's own metrics follow
- *    it: whether every segment could be read, how many pools, how long.
+ *    ever waits for the exporter), then, where NVML loads, each GPU's
+ *    gauges (inspect_nvml.c), then the exporter's own metrics: whether
+ *    every segment could be read, how many pools, how long.
  */
 #include "config.h"
 
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "inspect_nvml.h"
 #include "inspect_serve.h"
 
 #ifdef HAVE_MICROHTTPD
@@ -43,6 +45,7 @@
 struct server {
     serve_render_fn render;
     void *arg;
+    struct nvml_gauges *gpus; /* NULL: no NVML, no GPU gauges */
     pthread_mutex_t lock; /* one scrape at a time (the renderer's state) */
     uint64_t scrapes;     /* (lock) */
 };
@@ -60,8 +63,8 @@ static double now_s(void)
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* The /metrics page: the pools', then the exporter's own. NULL when out
- * of memory. */
+/* The /metrics page: the pools', the GPUs', then the exporter's own. NULL
+ * when out of memory. */
 static char *render_page(struct server *s, size_t *len_p)
 {
     char *buf = NULL;
@@ -72,6 +75,7 @@ static char *render_page(struct server *s, size_t *len_p)
     pthread_mutex_lock(&s->lock);
     double t0 = now_s();
     int failed = s->render(s->arg, out);
+    nvml_gauges_render(s->gpus, out);
     s->scrapes++;
     fprintf(out,
             "# HELP umpool_exporter_up 1 when every pool segment the "
@@ -197,6 +201,8 @@ int serve_run(const char *listen, serve_render_fn render, void *arg)
     sigaddset(&stop, SIGINT);
     sigaddset(&stop, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
+    /* After the mask: NVML may start threads of its own. */
+    s.gpus = nvml_gauges_open();
     struct MHD_Daemon *d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
         NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
@@ -207,6 +213,7 @@ int serve_run(const char *listen, serve_render_fn render, void *arg)
     if (!d) {
         fprintf(stderr, "umpool-inspect serve: cannot listen on %s (in use, "
                 "or not an address of this machine)\n", listen);
+        nvml_gauges_close(s.gpus);
         pthread_mutex_destroy(&s.lock);
         return 1;
     }
@@ -220,6 +227,7 @@ int serve_run(const char *listen, serve_render_fn render, void *arg)
     while (sigwait(&stop, &sig))
         ;
     MHD_stop_daemon(d);
+    nvml_gauges_close(s.gpus);
     pthread_mutex_destroy(&s.lock);
     return 0;
 }

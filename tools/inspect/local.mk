@@ -12,6 +12,7 @@ tools_umpool_inspect_SOURCES = tools/inspect/umpool-inspect.c \
 	tools/inspect/inspect_svg.c tools/inspect/inspect_topo.c \
 	tools/inspect/inspect_traffic.c \
 	tools/inspect/inspect_serve.c tools/inspect/inspect_serve.h \
+	tools/inspect/inspect_nvml.c tools/inspect/inspect_nvml.h \
 	lib/publish/snapshot.c lib/publish/snapshot.h
 tools_umpool_inspect_CFLAGS = $(AM_CFLAGS) $(MICROHTTPD_CFLAGS)
 tools_umpool_inspect_LDADD = lib/libumpool.la $(MICROHTTPD_LIBS)

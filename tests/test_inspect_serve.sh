@@ -33,7 +33,7 @@ if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_inspect_serve.XXXXXX")
-hpid= spid= ppid= gpid= chpid=
+hpid= spid= ppid= gpid= chpid= gpupage=
 cleanup() {
     for p in $hpid $spid $ppid $gpid $chpid; do
         kill -KILL "$p" 2>/dev/null || true
@@ -140,6 +140,7 @@ if [ -f "$fake" ]; then
     gport=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\)/metrics.*|\1|p' \
         "$tmp/gserve.err")
     check "$gport" "$chpid" gpus 4 1 "$tmp/gpus" || exit 1
+    gpupage=$tmp/gpus.2
     for page in "$tmp/gpus.1" "$tmp/gpus.2"; do
         promtool check metrics <"$page" ||
             fail "promtool refused the page with GPU gauges ($page)"
@@ -181,6 +182,34 @@ prometheus --config.file="$tmp/prometheus.yml" \
 ppid=$!
 check "$pport" "$hpid" query "$want" ||
     { tail -n 20 "$tmp/prom.log"; exit 1; }
+
+echo "check: the link counters in Prometheus: the holder's tier move and" \
+    "allreduce, exactly"
+evicted=$(awk '$1 == "ALLOC" && $4 == 2 { print $3 }' "$tmp/holder.out")
+set -- $(awk '$1 == "ALLREDUCE" { print $2, $3 }' "$tmp/holder.out")
+[ -n "$evicted" ] && [ $# -eq 2 ] || fail "the holder did not say its moves"
+check "$pport" "$hpid" traffic "$evicted" "$1" "$2" || exit 1
+
+echo "check: every expression of the Grafana dashboard, in Prometheus"
+python3 "$golden/check_dashboard.py" "$golden/../../contrib/grafana/umpool.json" \
+    --print-exprs >"$tmp/exprs" || fail "check_dashboard.py --print-exprs"
+sleep 2 # two scrapes for rate() after the last change
+check "$pport" "$hpid" dashboard "$tmp/exprs" || exit 1
+
+if [ -n "$gpupage" ]; then
+    echo "check: the dashboard asks only for metrics served"
+    python3 -c "import sys, urllib.request as u;
+sys.stdout.write(u.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
+        >"$tmp/page2.prom"
+    cat "$tmp/page2.prom" "$gpupage" >"$tmp/all.prom"
+    python3 "$golden/check_dashboard.py" \
+        "$golden/../../contrib/grafana/umpool.json" --metrics "$tmp/all.prom" ||
+        fail "the dashboard asks for metrics the exporter does not serve"
+fi
+
+echo "check: the README lists every metric family served"
+check "$port" "$hpid" documented "$golden/../../README.md" \
+    ${gpupage:+"$gpupage"} || exit 1
 
 echo "check: the holder exits while scrapes go on"
 check "$port" "$hpid" churn &

@@ -6,6 +6,21 @@
     check_serve.py PORT PID churn           scrapes while the holder exits
     check_serve.py PORT PID gone            the holder has exited: it left
     check_serve.py PROMPORT PID query WANT  Prometheus reports WANT bytes
+    check_serve.py PROMPORT PID traffic TIER N COLL
+                                            Prometheus's link counters:
+                                            TIER bytes device 0 to host
+                                            (cause tier); COLL bytes on each
+                                            of N devices' links to each
+                                            other (cause coll), no other;
+                                            one allreduce
+    check_serve.py PROMPORT PID dashboard EXPRS
+                                            every expression of the
+                                            dashboard (EXPRS: title TAB expr
+                                            lines) evaluates; those not of
+                                            the GPU gauges have data
+    check_serve.py PORT PID documented README [PAGE...]
+                                            every family of the page (and
+                                            of the PAGE files) is in README
     check_serve.py PORT PID nogpus          no NVML: no GPU gauge at all,
                                             pid's pool metrics served
     check_serve.py PORT PID gpus N FAIL OUT NVML is the fake (N devices,
@@ -189,6 +204,96 @@ def query(port, pid, want):
     fail("Prometheus had no %s after 60 s (last answer %r)" % (q, last))
 
 
+def prom_api(port, q):
+    """Prometheus's answer to instant query q: (status, result)."""
+    url = "http://%s:%d/api/v1/query?query=%s" % (
+        HOST, port, urllib.request.quote(q))
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            ans = json.load(r)
+        return ans.get("status"), ans.get("data", {}).get("result", [])
+    except urllib.error.HTTPError as e:
+        return "error: %s" % e.read().decode(errors="replace"), []
+    except (urllib.error.URLError, ConnectionError):
+        return "unreachable", []
+
+
+def prom_wait(port, q, ok):
+    """Query q until ok(result) holds (60 s at most); the last result."""
+    res = []
+    for _ in range(120):
+        st, res = prom_api(port, q)
+        if st == "success" and ok(res):
+            return res
+        time.sleep(0.5)
+    fail("Prometheus: %s gave %r" % (q, res))
+
+
+def traffic(port, pid, tier, n, coll):
+    q = ('umpool_link_bytes_total{pid="%s",src="0",dst="host",cause="tier"}'
+         % pid)
+    res = prom_wait(port, q, lambda r: len(r) == 1)
+    got = int(float(res[0]["value"][1]))
+    if got != tier:
+        fail("%s = %d, the holder moved %d" % (q, got, tier))
+    print("prometheus: %s = %d" % (q, got))
+    q = 'umpool_link_bytes_total{pid="%s",cause="coll"} > 0' % pid
+    res = prom_wait(port, q, lambda r: len(r) > 0)
+    links = {(r["metric"]["src"], r["metric"]["dst"]):
+             int(float(r["value"][1])) for r in res}
+    want = {(str(a), str(b)): coll for a in range(n) for b in range(n)
+            if a != b}
+    if links != want:
+        fail("%s: %r, expected %r" % (q, sorted(links.items()),
+                                      sorted(want.items())))
+    print("prometheus: %s: %d links of %d bytes each" % (q, len(links), coll))
+    q = 'umpool_collective_calls_total{pid="%s",op="allreduce"}' % pid
+    res = prom_wait(port, q, lambda r: len(r) == 1)
+    if int(float(res[0]["value"][1])) != 1:
+        fail("%s = %r, the holder made one call" % (q, res))
+    print("prometheus: %s = 1" % q)
+    q = ('sum by (src, dst) (umpool_link_bytes_total{pid="%s"}) / on (src, '
+         'dst) umpool_link_bandwidth_bytes_per_second{pid="%s"}' % (pid, pid))
+    res = prom_wait(port, q, lambda r: len(r) > 0)
+    print("prometheus: bytes over bandwidth answers %d links" % len(res))
+
+
+def dashboard(port, exprs):
+    lines = [l.rstrip("\n").split("\t", 1) for l in open(exprs) if "\t" in l]
+    if not lines:
+        fail("no expressions in %s" % exprs)
+    empty = []
+    for title, q in lines:
+        st, res = prom_api(port, q)
+        if st != "success":
+            fail("dashboard panel %r: %s: %s" % (title, q, st))
+        if not res:
+            empty.append((title, q))
+    # Without NVML the GPU gauges are absent, as they should be.
+    wrong = [t for t, q in empty if "umpool_gpu_" not in q]
+    if wrong:
+        fail("dashboard panels without data: %r" % wrong)
+    print("dashboard: %d expressions evaluated, %d with data, %d without "
+          "(the GPU gauges: no NVML here)" % (len(lines), len(lines) - len(empty),
+                                              len(empty)))
+
+
+def documented(port, readme, pages):
+    st, _, body = get(port)
+    if st != 200:
+        fail("/metrics: %d" % st)
+    texts = [body.decode()] + [open(p).read() for p in pages]
+    names = set()
+    for t in texts:
+        names |= set(re.findall(r"^# HELP (umpool_\w+) ", t, re.M))
+    doc = open(readme).read()
+    missing = sorted(n for n in names if "`%s`" % n not in doc)
+    if missing:
+        fail("README.md does not list %s" % ", ".join(missing))
+    print("documented: the %d metric families served are in README.md"
+          % len(names))
+
+
 GPU_GAUGES = {
     "umpool_gpu_utilization_ratio":
         "Fraction of the last sample period a kernel ran on the GPU (NVML)",
@@ -295,6 +400,13 @@ def main():
         nogpus(port, pid)
     elif what == "gpus":
         gpus(port, pid, int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+    elif what == "traffic":
+        traffic(port, pid, int(sys.argv[4]), int(sys.argv[5]),
+                int(sys.argv[6]))
+    elif what == "dashboard":
+        dashboard(port, sys.argv[4])
+    elif what == "documented":
+        documented(port, sys.argv[4], sys.argv[5:])
     else:
         query(port, pid, sys.argv[4])
 

@@ -10,7 +10,9 @@
  * Output, one item a line: "ALLOC <device> <size> <flags>" for each
  * allocation ump_largest_allocs lists, "SLAB <device> <size>" for the
  * small one, "EVICTED <0|1>" (whether the move to the host tier worked),
- * then "READY <pid>".
+ * "ALLREDUCE <ranks> <bytes>" (a one-shot allreduce over every device, its
+ * buffers freed again: it leaves only its traffic behind), then
+ * "READY <pid>".
  */
 #include "config.h"
 
@@ -41,6 +43,41 @@ static int fail(const char *what, int rc)
 {
     fprintf(stderr, "holder: %s: %s\n", what, ump_strerror(rc));
     return 1;
+}
+
+/* One allreduce of COLL_BYTES per rank, a rank on every device, in which
+ * every rank reads each peer's whole buffer (one-shot): COLL_BYTES on every
+ * link between two devices. */
+#define COLL_BYTES MIB
+static int allreduce(ump_pool_t *pool)
+{
+    int n = ump_device_count(pool), rc = n < 0 ? n : 0;
+    void *send[UMP_MAX_DEVICES] = {0}, *recv[UMP_MAX_DEVICES] = {0};
+    ump_comm_t *comm = NULL;
+    for (int r = 0; !rc && r < n; r++) {
+        ump_hints_t h = UMP_HINTS_INIT;
+        h.device = r;
+        rc = ump_alloc(pool, COLL_BYTES, &h, &send[r]);
+        if (!rc)
+            rc = ump_alloc(pool, COLL_BYTES, &h, &recv[r]);
+        if (!rc)
+            rc = ump_memset_async(pool, send[r], 0, COLL_BYTES, NULL);
+    }
+    if (!rc)
+        rc = ump_comm_create(pool, n, NULL, "coll_algo:oneshot", &comm);
+    if (!rc)
+        rc = ump_allreduce(comm, (const void *const *)send, recv,
+                           COLL_BYTES / sizeof(float), UMP_FLOAT32, UMP_SUM,
+                           NULL);
+    if (comm)
+        ump_comm_destroy(comm);
+    for (int r = 0; r < n; r++) {
+        ump_free(pool, send[r]);
+        ump_free(pool, recv[r]);
+    }
+    if (!rc)
+        printf("ALLREDUCE %d %zu\n", n, COLL_BYTES);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -78,6 +115,8 @@ int main(int argc, char **argv)
     printf("SLAB %d %d\n", SLAB_DEVICE, SLAB_SIZE);
     printf("EVICTED %d\n",
            ump_evict(pool, p[NRUNS - 1], 0, UMP_TIER_HOST) == 0);
+    if ((rc = allreduce(pool)))
+        return fail("the allreduce", rc);
     printf("READY %d\n", (int)getpid());
     fflush(stdout);
 

@@ -178,13 +178,13 @@ static void prom_colls(FILE *out, const struct fmt_pool *pools, size_t np)
          "Collective calls that succeeded (queued, for calls on streams).",
          offsetof(struct snap_coll, calls), false},
         {"umpool_collective_bytes_total",
-         "Their data, as nccl-tests counts a collective's size.",
+         "Data of those calls, as nccl-tests counts a collective's size.",
          offsetof(struct snap_coll, bytes), false},
         {"umpool_collective_timed_calls_total",
          "Synchronous calls (streams NULL), timed from call to return.",
          offsetof(struct snap_coll, timed_calls), false},
         {"umpool_collective_timed_bus_bytes_total",
-         "Their bytes times the collective's bus factor: over "
+         "Data of the timed calls times the collective's bus factor: over "
          "umpool_collective_timed_seconds_total, nccl-tests' busBw.",
          offsetof(struct snap_coll, timed_bus_bytes), false},
         {"umpool_collective_timed_seconds_total",

@@ -17,6 +17,14 @@ module umpool
   integer(c_int), parameter :: UMP_DEVICE_CURRENT = -1
   integer(c_int), parameter :: UMP_DEVICE_ALL = -2
   integer(c_int), parameter :: UMP_LOC_HOST = -3
+  integer(c_int), parameter :: UMP_LOC_NVME = -4, UMP_LOC_NET = -5
+  ! UMP_COLL_*, for ump_coll_stats
+  integer(c_int), parameter :: UMP_COLL_ALLREDUCE = 0, &
+                               UMP_COLL_BROADCAST = 1, UMP_COLL_REDUCE = 2, &
+                               UMP_COLL_ALLGATHER = 3, &
+                               UMP_COLL_REDUCE_SCATTER = 4, &
+                               UMP_COLL_ALLTOALL = 5, UMP_COLL_GATHER = 6, &
+                               UMP_COLL_SCATTER = 7
   integer(c_int), parameter :: UMP_TIER_DEVICE = 0, UMP_TIER_HOST = 1, &
                                UMP_TIER_NVME = 2
   integer(c_int), parameter :: UMP_HINT_NO_SPILL = 1, UMP_HINT_OFFLOAD = 2
@@ -66,6 +74,15 @@ module umpool
     integer(c_int64_t) :: lost_count
     integer(c_size_t) :: lost_bytes
   end type ump_stats_t
+
+  type, bind(c) :: ump_link_stats_t
+    integer(c_int64_t) :: tier_bytes, coll_bytes
+    real(c_double) :: bandwidth_gbs
+  end type ump_link_stats_t
+
+  type, bind(c) :: ump_coll_stats_t
+    integer(c_int64_t) :: calls, bytes, timed_calls, timed_bus_bytes, timed_ns
+  end type ump_coll_stats_t
 
   interface
     subroutine umpool_hints_init(hints) bind(c, name="umpool_hints_init")
@@ -168,6 +185,23 @@ module umpool
       type(ump_stats_t), intent(out) :: stats
       integer(c_int) :: ump_stats
     end function ump_stats
+
+    function ump_link_stats(pool, src, dst, stats) &
+        bind(c, name="ump_link_stats")
+      import :: c_int, c_ptr, ump_link_stats_t
+      type(c_ptr), value :: pool
+      integer(c_int), value :: src, dst
+      type(ump_link_stats_t), intent(out) :: stats
+      integer(c_int) :: ump_link_stats
+    end function ump_link_stats
+
+    function ump_coll_stats(pool, coll, stats) bind(c, name="ump_coll_stats")
+      import :: c_int, c_ptr, ump_coll_stats_t
+      type(c_ptr), value :: pool
+      integer(c_int), value :: coll
+      type(ump_coll_stats_t), intent(out) :: stats
+      integer(c_int) :: ump_coll_stats
+    end function ump_coll_stats
 
     function ump_trim(pool) bind(c, name="ump_trim")
       import :: c_int, c_ptr

@@ -14,6 +14,8 @@ program test_umpool
   type(ump_hints_t) :: hints
   type(ump_ptr_info_t) :: info
   type(ump_stats_t) :: st
+  type(ump_link_stats_t) :: ls, ls2
+  type(ump_coll_stats_t) :: cs
   real(c_double), pointer :: a(:)
   integer(c_int64_t), pointer :: q(:)
   integer(c_size_t), parameter :: n = 100000
@@ -83,6 +85,15 @@ program test_umpool
   call check(ump_pool_resume(pool) == 0, 'ump_pool_resume')
   call check(sum(a) == real(n, c_double) * real(n + 1, c_double) / 2, &
              'data after suspend and resume')
+  ! The suspend's bytes went down device 1's host link, the resume's up.
+  call check(ump_link_stats(pool, 1_c_int, UMP_LOC_HOST, ls) == 0 .and. &
+             ump_link_stats(pool, UMP_LOC_HOST, 1_c_int, ls2) == 0 .and. &
+             ls%tier_bytes >= n * 8 .and. ls2%tier_bytes == ls%tier_bytes &
+             .and. ls%coll_bytes == 0, 'ump_link_stats of suspend, resume')
+  call check(ump_link_stats(pool, 1_c_int, 1_c_int, ls) == -22, &
+             'ump_link_stats: a link to itself')
+  call check(ump_coll_stats(pool, UMP_COLL_ALLREDUCE, cs) == 0 .and. &
+             cs%calls == 0, 'ump_coll_stats')
   call check(ump_pool_root(pool, h) == 0 .and. c_associated(h, p), &
              'ump_pool_root')
   call check(ump_pool_checkpoint(pool, c_null_char) == -22, &

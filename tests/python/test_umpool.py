@@ -104,6 +104,12 @@ class PoolTest(unittest.TestCase):
         pool.release(p)
         with self.assertRaises(umpool.Error):
             pool.release(p)  # not acquired
+        # the move down and the move up, on device 1's host link
+        self.assertEqual(pool.link_stats(1, umpool.LOC_HOST)["tier_bytes"], n)
+        self.assertEqual(pool.link_stats(umpool.LOC_HOST, 1)["tier_bytes"], n)
+        self.assertEqual(pool.link_stats(0, umpool.LOC_HOST)["tier_bytes"], 0)
+        with self.assertRaises(umpool.Error):
+            pool.link_stats(1, 1)
         pool.free(p)
 
 
@@ -203,7 +209,12 @@ class CollectiveTest(unittest.TestCase):
                 data.append(a.copy())
                 send.append(p)
                 recv.append(self.buf(d, n, dtype)[0])
+            before = self.pool.coll_stats("allreduce")
             self.comm.allreduce(send, recv, n, dtype, "sum")
+            after = self.pool.coll_stats("allreduce")
+            self.assertEqual(after["calls"], before["calls"] + 1)
+            self.assertEqual(after["bytes"] - before["bytes"],
+                             n * np.dtype(dtype).itemsize)
             want = sum(data)
             for d in range(4):
                 got = self.pool.array(recv[d], n, dtype)

@@ -17,7 +17,8 @@ import ctypes.util
 import os
 
 __all__ = ["Error", "Pool", "Comm", "lib", "process_pool",
-           "DEVICE_CURRENT", "DEVICE_ALL", "LOC_HOST",
+           "DEVICE_CURRENT", "DEVICE_ALL", "LOC_HOST", "LOC_NVME", "LOC_NET",
+           "COLLECTIVES",
            "TIER_DEVICE", "TIER_HOST", "TIER_NVME",
            "HINT_NO_SPILL", "HINT_OFFLOAD", "KIND_DEVICE", "KIND_HOST",
            "ADVISE_HOT", "ADVISE_COLD", "ADVISE_WILLNEED", "ADVISE_DONTNEED"]
@@ -26,6 +27,11 @@ __all__ = ["Error", "Pool", "Comm", "lib", "process_pool",
 DEVICE_CURRENT = -1
 DEVICE_ALL = -2
 LOC_HOST = -3
+LOC_NVME = -4
+LOC_NET = -5
+# UMP_COLL_* by name, for Pool.coll_stats.
+COLLECTIVES = {"allreduce": 0, "broadcast": 1, "reduce": 2, "allgather": 3,
+               "reduce_scatter": 4, "alltoall": 5, "gather": 6, "scatter": 7}
 TIER_DEVICE, TIER_HOST, TIER_NVME = 0, 1, 2
 HINT_NO_SPILL, HINT_OFFLOAD = 0x1, 0x2
 KIND_DEVICE, KIND_HOST = 0, 1
@@ -94,6 +100,16 @@ class Stats(ctypes.Structure):
                 ("lost_count", _U64), ("lost_bytes", _sz)]
 
 
+class LinkStats(ctypes.Structure):
+    _fields_ = [("tier_bytes", _U64), ("coll_bytes", _U64),
+                ("bandwidth_gbs", ctypes.c_double)]
+
+
+class CollStats(ctypes.Structure):
+    _fields_ = [("calls", _U64), ("bytes", _U64), ("timed_calls", _U64),
+                ("timed_bus_bytes", _U64), ("timed_ns", _U64)]
+
+
 def _as_dict(s):
     return {name: getattr(s, name) for name, _ in s._fields_}
 
@@ -109,6 +125,8 @@ _decl("ump_host_alloc", _int, _vp, _sz, ctypes.POINTER(_vp))
 _decl("ump_host_free", _int, _vp, _vp)
 _decl("ump_ptr_info", _int, _vp, _vp, ctypes.POINTER(PtrInfo))
 _decl("ump_stats", _int, _vp, _int, ctypes.POINTER(Stats))
+_decl("ump_link_stats", _int, _vp, _int, _int, ctypes.POINTER(LinkStats))
+_decl("ump_coll_stats", _int, _vp, _int, ctypes.POINTER(CollStats))
 _decl("ump_device_count", _int, _vp)
 _decl("ump_pool_checkpoint", _int, _vp, ctypes.c_char_p)
 _decl("ump_pool_restore", _int, ctypes.c_char_p, ctypes.c_char_p,
@@ -246,6 +264,24 @@ class Pool:
         s = Stats()
         _check(lib.ump_stats(self._h(), device, ctypes.byref(s)),
                "ump_stats")
+        return _as_dict(s)
+
+    def link_stats(self, src, dst):
+        """Bytes the pool moved from src to dst (a device, LOC_HOST,
+        LOC_NVME, LOC_NET): tier_bytes, coll_bytes, bandwidth_gbs."""
+        s = LinkStats()
+        _check(lib.ump_link_stats(self._h(), src, dst, ctypes.byref(s)),
+               "ump_link_stats")
+        return _as_dict(s)
+
+    def coll_stats(self, name):
+        """A collective's counters ("allreduce", ...: COLLECTIVES)."""
+        if name not in COLLECTIVES:
+            raise ValueError("unknown collective %r (one of %s)"
+                             % (name, ", ".join(COLLECTIVES)))
+        s = CollStats()
+        _check(lib.ump_coll_stats(self._h(), COLLECTIVES[name],
+                                  ctypes.byref(s)), "ump_coll_stats")
         return _as_dict(s)
 
     def set_device(self, device):

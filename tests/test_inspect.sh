@@ -134,8 +134,13 @@ other=$((ns + 1))
 "$mksnap" "$shm/umpool-$uid-$other-$$-7" --pid $$ --pool 7 --pid-ns "$other"
 : >"$shm/.umpool-$uid-$other-$dead-8"
 "$mksnap" "$shm/umpool-$uid-$dead-9" --pid "$dead" --pool 9 # the old form
+# Left by an exited process of another version (an upgrade): a note.
+"$mksnap" "$shm/umpool-$uid-$ns-$dead-10" --pid "$dead" --pool 10 \
+    --pid-ns "$ns" --break version
 run list 0 list --shm-dir "$shm"
 cat "$tmp/list.out"
+grep -q "note: .*umpool-$uid-$ns-$dead-10: snapshot version .*its process exited" \
+    "$tmp/list.err" || fail "another version's dead segment: $(cat "$tmp/list.err")"
 grep -Eq "^ *$dead +1 .* exited$" "$tmp/list.out" || fail "dead pid not exited"
 grep -Eq "^ *$$ +2 .* exited \(pid reused\)$" "$tmp/list.out" ||
     fail "reused pid not recognised"
@@ -168,7 +173,7 @@ run showdead 0 show "$dead" --shm-dir "$shm"
 grep -q "its process exited" "$tmp/showdead.out" || fail "no exited note"
 run clean 0 list --clean --shm-dir "$shm"
 for f in "umpool-$uid-$ns-$dead-1" "umpool-$uid-$ns-$$-2" \
-    ".umpool-$uid-$ns-$dead-4"; do
+    ".umpool-$uid-$ns-$dead-4" "umpool-$uid-$ns-$dead-10"; do
     [ ! -e "$shm/$f" ] || fail "--clean left $f"
 done
 [ -e "$shm/umpool-$uid-$ns-$$-3" ] || fail "--clean removed a running one"
@@ -181,6 +186,14 @@ done
 grep -q "removed .*umpool-$uid-$ns-$dead-1" "$tmp/clean.err" || fail "not said"
 run nopid 1 show 999999999 --shm-dir "$shm"
 one_line nopid
+# Another version's segment of a running process is an error.
+"$mksnap" "$shm/umpool-$uid-$ns-$$-11" --pid $$ --pool 11 --pid-start "$start" \
+    --pid-ns "$ns" --break version
+run newer 1 list --shm-dir "$shm"
+grep -q "umpool-$uid-$ns-$$-11: snapshot version" "$tmp/newer.err" ||
+    fail "a running process's other version not said"
+! grep -q "note:" "$tmp/newer.err" || fail "a running process's other version is a note"
+rm -f "$shm/umpool-$uid-$ns-$$-11"
 run map 0 map $$ --pool 3 --svg "$tmp/one.svg" --shm-dir "$shm"
 python3 "$golden/check_svg.py" "$tmp/one.svg" 4
 

@@ -362,8 +362,9 @@ static uint64_t now_ns(void)
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* nccl-tests' bus factor: what each rank's links carry per byte of the
- * data, times nall / (nall - 1) where the data crosses them once. */
+/* nccl-tests' bus factor (its PERFORMANCE.md): the bytes a rank's link
+ * carries per byte of the collective's size in the best schedule, so that
+ * busBw compares with a link's bandwidth whatever the number of ranks. */
 static double bus_factor(int coll, int n)
 {
     if (coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE || n < 2)

@@ -284,12 +284,19 @@ static int load(const struct opts *o, bool hidden, struct loaded *l)
     l->segs = all;
     l->n = k;
     l->failed = false;
-    for (size_t i = 0; i < k; i++)
-        if (all[i].rc && !all[i].hidden) {
-            fprintf(stderr, "umpool-inspect: %s: %s\n", all[i].path,
-                    all[i].err);
-            l->failed = true;
-        }
+    for (size_t i = 0; i < k; i++) {
+        if (!all[i].rc || all[i].hidden)
+            continue;
+        /* Left by an exited process of another umpool version (an
+         * upgrade): nothing running is hidden from us, so a note, not a
+         * failure. */
+        bool old = all[i].rc == -EPROTO && (all[i].status == SEG_EXITED ||
+                                            all[i].status == SEG_REUSED);
+        fprintf(stderr, "umpool-inspect: %s%s: %s%s\n",
+                old ? "note: " : "", all[i].path, all[i].err,
+                old ? "; its process exited (list --clean removes it)" : "");
+        l->failed |= !old;
+    }
     return 0;
 }
 

@@ -407,9 +407,10 @@ int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p);
  *    NVMe, and back the same way;
  *  - collectives and point-to-point: each transfer of the schedule that ran,
  *    between the devices of the ranks whose buffers it read and wrote (a
- *    rank's buffers count at its device), through host memory where a rank
- *    cannot reach a peer, and to or from UMP_LOC_NET for bytes sent to or
- *    received from other processes.
+ *    rank's buffers count at its device), on cuda through host memory
+ *    where a rank cannot reach a peer, and to or from UMP_LOC_NET for bytes
+ *    sent to or received from other processes (their small control
+ *    messages included).
  * Not counted: ump_memcpy_async and ump_memset_async (the caller's own
  * copies), checkpoint and restore files. See README: monitoring.
  */
@@ -428,8 +429,9 @@ int ump_link_stats(ump_pool_t *pool, int src, int dst,
                    ump_link_stats_t *stats_p);
 
 /* The collectives of every communicator of the pool, per UMP_COLL_* (below):
- * calls that ran to the end, on every backend, in-process and across
- * processes (a call that failed is not counted). */
+ * calls that succeeded (ran to the end; queued, for a call on streams), on
+ * every backend, in-process and across processes (a call that failed is
+ * not counted). */
 typedef struct ump_coll_stats {
     uint64_t calls;
     uint64_t bytes;           /* their data as nccl-tests' algorithm bandwidth

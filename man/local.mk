@@ -32,6 +32,7 @@ MAN3_PAGES = \
 	man/ump_evict.3 \
 	man/ump_advise.3 \
 	man/ump_stats.3 \
+	man/ump_link_stats.3 \
 	man/ump_largest_allocs.3 \
 	man/ump_device_props.3 \
 	man/ump_model_read_bw.3 \
@@ -59,7 +60,6 @@ MAN3_LINKS = \
 	man/ump_release.3 \
 	man/ump_tier_stats.3 \
 	man/ump_link_props.3 \
-	man/ump_link_stats.3 \
 	man/ump_coll_stats.3 \
 	man/ump_link_kind_name.3 \
 	man/ump_backend_name.3 \

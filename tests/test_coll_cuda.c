@@ -309,6 +309,80 @@ static void test_streams_and_holds(void **state)
     tu_pool_destroy(pool);
 }
 
+/* The executor's link counters (ump_link_stats' coll_bytes) of devices
+ * 0..3 and the host: each [a][b] must have grown by want[a][b] exactly
+ * (index 4: the host). */
+static void links_grew(ump_pool_t *pool, uint64_t before[5][5],
+                       uint64_t want[5][5], const char *what)
+{
+    for (int a = 0; a < 5; a++)
+        for (int b = 0; b < 5; b++) {
+            ump_link_stats_t l;
+            if (a == b)
+                continue;
+            assert_int_equal(ump_link_stats(pool, a < 4 ? a : UMP_LOC_HOST,
+                                            b < 4 ? b : UMP_LOC_HOST, &l), 0);
+            if (l.coll_bytes - before[a][b] != want[a][b])
+                fail_msg("%s: link %d -> %d grew by %llu bytes, want %llu",
+                         what, a, b,
+                         (unsigned long long)(l.coll_bytes - before[a][b]),
+                         (unsigned long long)want[a][b]);
+            before[a][b] = l.coll_bytes;
+        }
+}
+
+/* The GPU executor counts each copy between the ranks' devices (peers),
+ * or through pinned host memory (no peers); a broadcast's non-root send
+ * pointers are not looked at, even when they alias the root's buffer. */
+static void test_traffic(void **state)
+{
+    (void)state;
+    const size_t s = 64 * 1024;
+    for (int nopeer = 0; nopeer < 2; nopeer++) {
+        use_fake(nopeer ? "devices=4,mem=64,nopeer" : "devices=4,mem=64");
+        ump_pool_t *pool = tu_pool_create("backend:cuda");
+        ump_comm_t *comm;
+        assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
+        void *sb[4], *rb[4];
+        for (int r = 0; r < 4; r++) {
+            sb[r] = tu_alloc(pool, 4 * s, r);
+            rb[r] = tu_alloc(pool, 4 * s, r);
+        }
+        uint64_t base[5][5] = {{0}}, want[5][5] = {{0}};
+        links_grew(pool, base, want, "nothing yet");
+        assert_int_equal(ump_allgather(comm, (const void *const *)sb, rb,
+                                       s / 4, UMP_FLOAT32, NULL), 0);
+        for (int k = 0; k < 4; k++)
+            for (int r = 0; r < 4; r++)
+                if (k != r && !nopeer)
+                    want[k][r] = s;
+                else if (k != r) {
+                    want[k][4] = s;     /* k's copy into pinned memory */
+                    want[4][r] += s;    /* read by each peer from there */
+                }
+        links_grew(pool, base, want, nopeer ? "staged all-gather"
+                                            : "all-gather");
+        const void *alias[4] = {sb[2], sb[2], sb[2], sb[2]};
+        assert_int_equal(ump_broadcast(comm, alias, rb, s / 4, UMP_FLOAT32, 2,
+                                       NULL), 0);
+        memset(want, 0, sizeof(want));
+        for (int r = 0; r < 4; r++)
+            if (r != 2 && !nopeer)
+                want[2][r] = s;
+            else if (r != 2)
+                want[4][r] = s;
+        if (nopeer)
+            want[2][4] = s;
+        links_grew(pool, base, want, "broadcast from rank 2");
+        for (int r = 0; r < 4; r++) {
+            tu_free(pool, sb[r]);
+            tu_free(pool, rb[r]);
+        }
+        assert_int_equal(ump_comm_destroy(comm), 0);
+        tu_pool_destroy(pool);
+    }
+}
+
 #else /* without cuda.h there is no fake driver */
 NO_FAKE(test_virtual_devices)
 NO_FAKE(test_two_gpus)
@@ -316,6 +390,7 @@ NO_FAKE(test_no_peer_staging)
 NO_FAKE(test_peer_not_transitive)
 NO_FAKE(test_launch_failure)
 NO_FAKE(test_streams_and_holds)
+NO_FAKE(test_traffic)
 #endif
 
 int main(void)
@@ -327,6 +402,7 @@ int main(void)
         cmocka_unit_test(test_peer_not_transitive),
         cmocka_unit_test(test_launch_failure),
         cmocka_unit_test(test_streams_and_holds),
+        cmocka_unit_test(test_traffic),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

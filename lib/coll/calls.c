@@ -341,6 +341,9 @@ static int run_call(ump_comm_t *c, const struct coll_args *a)
     int algo = coll_comm_algo(c, a->coll, bytes, &us);
     if (c->gpu) {
         rc = coll_gpu_run(c, a, algo, st);
+        /* Streams NULL: the call returns when its work is done. */
+        for (int r = 0; !rc && !a->streams && r < c->n; r++)
+            rc = ump_stream_synchronize(c->pool, st[r]);
     } else {
         struct coll_job *j = job_new(c, a, algo, inplace);
         rc = j ? hold_buffers(c, a, j) : -ENOMEM;
@@ -367,9 +370,9 @@ static uint64_t now_ns(void)
  * busBw compares with a link's bandwidth whatever the number of ranks. */
 static double bus_factor(int coll, int n)
 {
-    if (coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE || n < 2)
+    if (coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE)
         return 1.0;
-    double f = (double)(n - 1) / n;
+    double f = (double)(n - 1) / n; /* 0 for one rank: no link carries it */
     return coll == UMP_COLL_ALLREDUCE ? 2.0 * f : f;
 }
 

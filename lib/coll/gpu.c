@@ -188,17 +188,26 @@ struct gcall {
 /* Where p lies for the link counters (comm.h: coll_traffic): a staging
  * copy is host memory, a rank's scratch is on its device, and a rank's
  * send and receive buffers count at its device, as on sim (job.h). p lies
- * in one of them: the one that starts nearest below it. */
+ * in one of the buffers the call uses: the one that starts nearest below
+ * it (only the root's send buffer is read in broadcast and scatter, only
+ * its receive buffer written in reduce and gather: the others' pointers
+ * are not looked at, and may be anything). */
 static int loc_of(const struct gcall *g, const void *p)
 {
     const ump_comm_t *c = g->c;
+    const struct coll_args *a = g->a;
+    bool root_sends = a->coll == UMP_COLL_BROADCAST ||
+                      a->coll == UMP_COLL_SCATTER;
+    bool root_gets = a->coll == UMP_COLL_REDUCE || a->coll == UMP_COLL_GATHER;
     const char *q = p, *best = NULL;
     int at = TRAFFIC_HOST;
     for (int k = 0; k < c->n; k++) {
         if (c->stage[k] && q >= (char *)c->stage[k] &&
             q < (char *)c->stage[k] + c->stage_len[k])
             return TRAFFIC_HOST;
-        const char *b[3] = {g->a->send[k], g->a->recv[k], g->scratch[k]};
+        const char *b[3] = {root_sends && k != a->root ? NULL : a->send[k],
+                            root_gets && k != a->root ? NULL : a->recv[k],
+                            g->scratch[k]};
         for (int i = 0; i < 3; i++)
             if (b[i] && b[i] <= q && (!best || b[i] > best)) {
                 best = b[i];

@@ -228,6 +228,8 @@ static int remote(ump_comm_t *c, struct p2p_op *op, int n)
          * destination local rank), the calls' order kept within each. */
         qsort(m, (size_t)k, sizeof(*m), cmp_msg);
         rc = coll_nccl_xchg(c, m, k, "ump_group_end");
+        if (!rc)
+            coll_xchg_traffic(c, m, k);
     } else if (!rc && k) {
         rc = coll_xchg(c, m, k, "ump_group_end");
     }

@@ -115,6 +115,10 @@ static inline int coll_call_tag(const struct coll_world *w)
  * allgather). A transfer not done within the comm's timeout, or failed,
  * breaks the comm (-ETIMEDOUT, -EIO). */
 int coll_xchg(ump_comm_t *c, struct coll_msg *m, int nm, const char *fn);
+/* Counts an exchange that went through: each message's bytes between its
+ * buffer's location and the network (comm.h: coll_traffic). coll_xchg
+ * does; a caller of another transport (NCCL) calls it itself. */
+void coll_xchg_traffic(ump_comm_t *c, const struct coll_msg *m, int nm);
 
 /* Memory the CPU may read and write directly: every sim buffer, host-tier
  * memory on cuda. */

@@ -221,12 +221,18 @@ int coll_xchg(ump_comm_t *c, struct coll_msg *m, int nm, const char *fn)
         if (m[i].proc < 0 || m[i].proc >= w->nproc || m[i].proc == w->me)
             return -EINVAL; /* a schedule's bug, not the caller's */
     int rc = w->engine ? engine_xchg(c, m, nm, fn) : oob_xchg(c, m, nm, fn);
-    for (int i = 0; !rc && i < nm; i++) {
+    if (!rc)
+        coll_xchg_traffic(c, m, nm);
+    return rc;
+}
+
+void coll_xchg_traffic(ump_comm_t *c, const struct coll_msg *m, int nm)
+{
+    for (int i = 0; i < nm; i++) {
         int at = coll_loc(c->pool, m[i].buf);
         coll_traffic(c->pool, m[i].send ? at : TRAFFIC_NET,
                      m[i].send ? TRAFFIC_NET : at, m[i].bytes);
     }
-    return rc;
 }
 
 int coll_loc(ump_pool_t *pool, const void *p)

@@ -292,6 +292,9 @@ static size_t gather(struct publisher *pub, struct snap_data *data,
     return stats_top_end(&w.top);
 }
 
+_Static_assert(SNAP_NCOLL == TRAFFIC_NCOLL,
+               "the snapshot's collectives and the pool's differ");
+
 /* The public location of the link table's location i. */
 static int traffic_loc(uint32_t ndev, uint32_t i)
 {

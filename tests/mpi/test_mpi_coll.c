@@ -328,6 +328,91 @@ static void schedules(void)
     }
 }
 
+/* Bytes of the collectives between this process and the others, to the
+ * network (out) or from it. */
+static uint64_t net_bytes(bool out)
+{
+    uint64_t sum = 0;
+    for (int d = -1; d < ndev; d++) {
+        ump_link_stats_t l;
+        int at = d < 0 ? UMP_LOC_HOST : d;
+        if (!ump_link_stats(pool, out ? at : UMP_LOC_NET,
+                            out ? UMP_LOC_NET : at, &l))
+            sum += l.coll_bytes;
+    }
+    return sum;
+}
+
+/* The counters of a call across processes (ump_coll_stats): each process
+ * counts the call once, with every process's ranks (the steps it runs on
+ * its own devices are not calls of their own), and its bytes to and from
+ * the others on the network links. */
+static void traffic(void)
+{
+    const char *cfg[] = {"coll_schedule:flat", "coll_schedule:hierarchical"};
+    const size_t count = 4096;
+    for (int i = 0; i < 2; i++) {
+        ump_comm_t *c;
+        int rc = ump_comm_create_mpi(pool, MPI_COMM_WORLD, ndev, NULL, cfg[i],
+                                     &c);
+        CHECK(rc == 0, "create %s: %s", cfg[i], ump_strerror(rc));
+        if (rc)
+            return;
+        int nall = 0;
+        ump_comm_size(c, &nall);
+        void *s[32], *r[32];
+        for (int d = 0; d < ndev; d++) {
+            s[d] = palloc(count * 4, d);
+            r[d] = palloc(count * 4, d);
+            ump_memset_async(pool, s[d], 0, count * 4, NULL);
+        }
+        ump_coll_stats_t a, b, o[8];
+        uint64_t out0 = net_bytes(true), in0 = net_bytes(false);
+        for (int k = 1; k < 8; k++)
+            ump_coll_stats(pool, k, &o[k]);
+        ump_coll_stats(pool, UMP_COLL_ALLREDUCE, &a);
+        rc = ump_allreduce(c, (const void *const *)s, r, count, UMP_FLOAT32,
+                           UMP_SUM, NULL);
+        ump_coll_stats(pool, UMP_COLL_ALLREDUCE, &b);
+        /* The hierarchical schedule's in-process reduce and broadcast are
+         * steps of this call, not calls. */
+        for (int k = 1; k < 8; k++) {
+            ump_coll_stats_t x;
+            ump_coll_stats(pool, k, &x);
+            CHECK(x.calls == o[k].calls, "%s: collective %d counted %llu "
+                  "calls during an allreduce", cfg[i], k,
+                  (unsigned long long)(x.calls - o[k].calls));
+        }
+        uint64_t bus = (uint64_t)((double)(count * 4) * 2.0 * (nall - 1) /
+                                  nall);
+        CHECK(rc == 0 && b.calls == a.calls + 1 &&
+                  b.bytes == a.bytes + count * 4 &&
+                  b.timed_calls == a.timed_calls + 1 &&
+                  b.timed_bus_bytes == a.timed_bus_bytes + bus &&
+                  b.timed_ns > a.timed_ns,
+              "%s: rc %d, calls +%llu, bytes +%llu, bus bytes +%llu (want "
+              "1, %zu, %llu)", cfg[i], rc,
+              (unsigned long long)(b.calls - a.calls),
+              (unsigned long long)(b.bytes - a.bytes),
+              (unsigned long long)(b.timed_bus_bytes - a.timed_bus_bytes),
+              count * 4, (unsigned long long)bus);
+        uint64_t out = net_bytes(true) - out0, in = net_bytes(false) - in0;
+        CHECK(np == 1 ? out == 0 && in == 0 : out >= count * 4 / np &&
+                                                 in >= count * 4 / np,
+              "%s: %llu bytes to the network, %llu from it", cfg[i],
+              (unsigned long long)out, (unsigned long long)in);
+        if (me == 0 && i == 0)
+            printf("traffic: %s allreduce of %zu B: %llu B out, %llu B in "
+                   "on process 0\n", cfg[i], count * 4,
+                   (unsigned long long)out, (unsigned long long)in);
+        for (int d = 0; d < ndev; d++) {
+            ump_free(pool, s[d]);
+            ump_free(pool, r[d]);
+        }
+        ump_comm_destroy(c);
+    }
+}
+
 /* Point-to-point: a ring, pairwise exchanges, several messages per pair in
  * order, and a process-to-process send outside a group. */
 static void p2p(ump_comm_t *c)
@@ -858,6 +943,7 @@ int main(int argc, char **argv)
     PART("matrix", matrix(c, ndev, all_devs, "matrix"));
     PART("sizes", sizes_and_streams(c));
     PART("sched", schedules());
+    PART("traffic", traffic());
     PART("p2p", p2p(c));
     PART("oob", oob_only());
     PART("uneven", uneven());

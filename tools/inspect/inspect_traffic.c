@@ -6,9 +6,11 @@
  * Prometheus gets counters, so that rate() gives a link's bandwidth in use
  * and, divided by umpool_link_bandwidth_bytes_per_second, its utilization;
  * and the collectives' bus bytes and time, whose rates' quotient is
- * nccl-tests' busBw. A link appears when the topology knows its bandwidth
- * or once it carried bytes, so that its series exist before its first
- * transfer wherever the dashboard will ask for them.
+ * nccl-tests' busBw. Every link the pool can use appears from the start,
+ * at 0 (rate() and increase() miss a series' first value): those the
+ * topology knows (devices, their host links), host and NVMe when the pool
+ * has the tier, the devices and host to and from the network; any other
+ * once it carried bytes.
  */
 #include "config.h"
 
@@ -28,9 +30,23 @@ static const struct snap_link *link_at(const struct snap_view *v, uint32_t i,
     return &v->link[(size_t)i * snap_nloc(v->hdr->ndev) + j];
 }
 
-static bool link_shown(const struct snap_link *l, bool known_too)
+static bool link_used(const struct snap_link *l)
 {
-    return l->tier_bytes || l->coll_bytes || (known_too && l->bandwidth_gbs > 0);
+    return l->tier_bytes || l->coll_bytes;
+}
+
+/* A link of the pool's machine, used or not (see above). */
+static bool link_known(const struct snap_view *v, uint32_t i, uint32_t j)
+{
+    uint32_t nd = v->hdr->ndev, host = nd + SNAP_LOC_HOST,
+             nvme = nd + SNAP_LOC_NVME, net = nd + SNAP_LOC_NET;
+    if (i == j)
+        return false;
+    if (link_used(link_at(v, i, j)) || link_at(v, i, j)->bandwidth_gbs > 0)
+        return true;
+    if ((i == host && j == nvme) || (i == nvme && j == host))
+        return v->data->tier[SNAP_TIER_NVME].present;
+    return (i == net && j != nvme) || (j == net && i != nvme);
 }
 
 /* Bus bandwidth of the timed calls, GB/s; 0 when none was timed. */
@@ -49,7 +65,7 @@ void fmt_show_links(FILE *out, const struct snap_view *v)
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < n; j++) {
             const struct snap_link *l = link_at(v, i, j);
-            if (i == j || !link_shown(l, false))
+            if (i == j || !link_used(l))
                 continue;
             char bw[24] = "-";
             if (l->bandwidth_gbs > 0)
@@ -96,7 +112,7 @@ void fmt_json_traffic(FILE *out, const struct snap_view *v)
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t j = 0; j < n; j++) {
             const struct snap_link *l = link_at(v, i, j);
-            if (i == j || !link_shown(l, true))
+            if (!link_known(v, i, j))
                 continue;
             fprintf(out, "%s\n        {\"src\": \"%s\", \"dst\": \"%s\", "
                     "\"tier_bytes\": %" PRIu64 ", \"coll_bytes\": %" PRIu64
@@ -142,7 +158,7 @@ static void prom_links(FILE *out, const struct fmt_pool *pools, size_t np)
         for (uint32_t i = 0; i < n; i++)
             for (uint32_t j = 0; j < n; j++) {
                 const struct snap_link *l = link_at(v, i, j);
-                if (i == j || !link_shown(l, true))
+                if (!link_known(v, i, j))
                     continue;
                 link_labels(out, "umpool_link_bytes_total", v, i, j);
                 fprintf(out, ",cause=\"tier\"} %" PRIu64 "\n", l->tier_bytes);

@@ -401,6 +401,7 @@ int cuda_topology_virtualize(struct ump_topology *t, int nvirt)
         memcpy(vd->pci, pd->pci, sizeof(vd->pci));
         vd->mem = pd->mem / (size_t)nvirt;
         vd->numa = pd->numa;
+        vd->host_bw_gbs = pd->host_bw_gbs; /* the GPU's one PCIe link */
         for (int w = 0; w < t->ndev; w++) {
             struct topo_link *l = &t->link[v][w];
 

@@ -324,9 +324,6 @@ int main(void)
         cmocka_unit_test(test_bandwidth_and_bad_input),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    if (system(cmd))
-        fprintf(stderr, "cannot remove %s\n", dir);
+    tu_remove_tree(dir);
     return failed;
 }

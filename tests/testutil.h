@@ -175,6 +175,16 @@ static inline const char *tu_config(const char *config, char *buf, size_t len)
     return buf;
 }
 
+/* Removes a test's scratch directory and all in it (made with mkdtemp);
+ * says so on stderr when it cannot. */
+static inline void tu_remove_tree(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    if (system(cmd))
+        fprintf(stderr, "cannot remove %s\n", dir);
+}
+
 /* Skips the test on cuda, saying why: for what only a simulated machine
  * gives (a known topology, links of equal speed). */
 static inline void tu_sim_only(const char *why)

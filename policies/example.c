@@ -9,7 +9,7 @@
  * moves on from there); with UMP_HINT_NO_SPILL only the device whose turn
  * it is. Argument: the first device, "=N" (default 0).
  *
- *     cc -std=c11 -shared -fPIC -o libroundrobin.so policy_example.c
+ *     cc -std=c11 -shared -fPIC -o libroundrobin.so example.c
  *     UMPOOL_CONF=policy:/path/libroundrobin.so=2        (the pool default)
  *     hints.policy = "/path/libroundrobin.so";           (one allocation)
  *

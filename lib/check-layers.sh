@@ -3,7 +3,12 @@
 # order is in lib/layers), naming the file, the line and the include. An
 # include, quoted or in <>, resolves next to the including file first (for
 # quotes), then from lib/ (as -I lib does); system headers, config.h and
-# include/ are not layers.
+# include/ are not layers. The top-level policies/ is the place layer's
+# plug-in home: its files are checked as files of lib/place/.
+#
+# Then, inside lib/coll/, the public calls sit on top: no file calls an
+# entry point (UMP_EXPORT) that another file of the layer defines; the
+# layer's own steps go through its internal coll_* functions (run.h).
 srcdir=${srcdir:-.}
 lib=$srcdir/lib
 [ -f "$lib/layers" ] || { echo "check-layers: no $lib/layers" >&2; exit 99; }
@@ -22,12 +27,16 @@ rank() { # rank of layer $1 (the lib/ root, "", is above all), or empty
 layer_of() { case $1 in */*) echo "${1%%/*}" ;; *) echo "" ;; esac; }
 
 bad=0 nfiles=0
-for f in $(cd "$lib" && find . -name '*.[ch]' | sed 's#^\./##' | sort); do
+for f in $(cd "$lib" && find . ../policies -name '*.[ch]' |
+          sed 's#^\./##' | sort); do
     nfiles=$((nfiles + 1))
-    own=$(layer_of "$f")
+    case $f in
+    ../policies/*) own=place name=${f#../} ;;
+    *) own=$(layer_of "$f") name=lib/$f ;;
+    esac
     r_own=$(rank "$own")
     if [ -z "$r_own" ]; then
-        echo "lib/$f: folder '$own' is not a layer in lib/layers"
+        echo "$name: folder '$own' is not a layer in lib/layers"
         bad=1
         continue
     fi
@@ -53,7 +62,7 @@ for f in $(cd "$lib" && find . -name '*.[ch]' | sed 's#^\./##' | sort); do
         t=$(layer_of "$target")
         r_t=$(rank "$t")
         if [ -z "$r_t" ] || [ "$r_t" -gt "$r_own" ]; then
-            echo "lib/$f:$n: includes \"$inc\" (layer '${t:-lib}') above its own ('${own:-lib}')"
+            echo "$name:$n: includes \"$inc\" (layer '${t:-lib}') above its own ('${own:-lib}')"
             echo x
         fi
     done
@@ -64,4 +73,28 @@ if grep -q '^x$' check-layers.out || [ "$bad" -ne 0 ]; then
     exit 1
 fi
 rm -f check-layers.out
-echo "check-layers: $nfiles files of lib/ include only their own layer and those below"
+echo "check-layers: $nfiles files of lib/ and policies/ include only their own layer and those below"
+
+# The entry points of lib/coll/ and where each is defined.
+bad=0
+grep -n '^UMP_EXPORT' "$lib"/coll/*.c /dev/null |
+    sed -n 's#^\([^:]*\):[0-9]*:.*[ *]\(ump_[a-z0-9_]*\)(.*#\1 \2#p' > check-layers.pub
+while read -r def fn; do
+    for g in "$lib"/coll/*.c; do
+        [ "$g" = "$def" ] && continue
+        # A call: the name then '(', outside comments and strings (lines
+        # that are comments, or a log line naming the call, are skipped).
+        grep -n "[^a-z0-9_\"]$fn(" "$g" |
+            grep -v '^[0-9]*:[[:space:]]*/\?\*' |
+            sed "s#^#lib/coll/${g##*/}:#; s#\$# (calls $fn, an entry point of ${def##*/})#"
+    done
+done < check-layers.pub > check-layers.out
+rm -f check-layers.pub
+if [ -s check-layers.out ]; then
+    cat check-layers.out
+    echo "check-layers: inside lib/coll/, call the internal coll_* functions, not the layer's public entry points"
+    bad=1
+fi
+rm -f check-layers.out
+[ "$bad" -eq 0 ] || exit 1
+echo "check-layers: lib/coll/ calls none of its own entry points"

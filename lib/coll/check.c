@@ -7,6 +7,7 @@
 #include "front/failure.h"
 #include "coll/reduce.h"
 #include "front/front.h"
+#include "front/stream.h"
 #include "util/log.h"
 
 /* The slice rules: allgather and gather receive n slices, reduce-scatter
@@ -183,6 +184,32 @@ int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p)
         int rc = pool_check_lost(c->pool, b[i].p, b[i].len, fn);
         if (rc)
             return rc;
+    }
+    return 0;
+}
+
+int coll_check_call(ump_comm_t *c, const struct coll_args *a, bool *inplace)
+{
+    int rc = coll_check(c, a, inplace);
+    if (rc || !a->count) /* count 0: nothing to move, nothing waited for */
+        return rc;
+    for (int r = 0; a->streams && r < c->n; r++) {
+        const ump_stream_t *st = a->streams;
+        if (!st[r]) {
+            ump_log_error("%s: streams[%d] is NULL (a stream of rank %d's "
+                          "device, or streams NULL)", a->fn, r, r);
+            return -EINVAL;
+        }
+        if ((rc = pool_stream_check(c->pool, st[r], a->fn)))
+            return rc;
+        /* Each rank's share waits for the others': two on one stream (one
+         * worker) would wait for each other forever. */
+        int d = pool_stream_device(c->pool, st[r]);
+        if (d != c->dev[r]) {
+            ump_log_error("%s: streams[%d] is a stream of device %d, not of "
+                          "rank %d's device %d", a->fn, r, d, r, c->dev[r]);
+            return -EINVAL;
+        }
     }
     return 0;
 }

@@ -41,4 +41,8 @@ int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
  * count 0 no buffer is looked at. */
 int coll_check(ump_comm_t *c, const struct coll_args *a, bool *inplace_p);
 
+/* coll_check, and the streams given: each a stream of its rank's device
+ * (two ranks on one stream would wait for each other forever). */
+int coll_check_call(ump_comm_t *c, const struct coll_args *a, bool *inplace_p);
+
 #endif

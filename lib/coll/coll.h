@@ -10,7 +10,10 @@
  *              algorithm, NCCL's form, and the choice
  *   comm.c     communicators: create, destroy, size, plan, configuration
  *   check.c    the arguments of a call, checked before anything runs
- *   calls.c    the eight collectives: check, choose, queue on the streams
+ *   calls.c    the public collective calls, on top: to run.c, or to hier.c
+ *              across processes; counted in ump_coll_stats
+ *   run.c      a call on one process's ranks: check, choose, queue on the
+ *              streams (also hier.c's in-process phases)
  *   job.c      one call in flight: its ranks' barrier (job.h)
  *   algo.c     each algorithm as one rank runs it
  */

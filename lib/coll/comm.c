@@ -175,9 +175,7 @@ int coll_comm_alloc(ump_pool_t *pool, int ndev, const int *devices,
     return 0;
 }
 
-/* ump_comm_create's work: the configuration from config, or a copy of
- * like's (ump_comm_shrink: the same keys without the string). */
-static int comm_make(ump_pool_t *pool, int ndev, const int *devices,
+int coll_comm_make(ump_pool_t *pool, int ndev, const int *devices,
                      const char *config, const ump_comm_t *like,
                      const char *fn, ump_comm_t **comm_p)
 {
@@ -226,15 +224,8 @@ UMP_EXPORT int ump_comm_create(ump_pool_t *pool, int ndev, const int *devices,
         ump_log_error("ump_comm_create: comm_p is NULL");
         return -EINVAL;
     }
-    return comm_make(pool, ndev, devices, config, NULL, "ump_comm_create",
-                     comm_p);
-}
-
-int coll_comm_create_like(ump_pool_t *pool, int ndev, const int *devices,
-                          const ump_comm_t *like, const char *fn,
-                          ump_comm_t **comm_p)
-{
-    return comm_make(pool, ndev, devices, NULL, like, fn, comm_p);
+    return coll_comm_make(pool, ndev, devices, config, NULL,
+                          "ump_comm_create", comm_p);
 }
 
 /* ump_comm_shrink's arguments, the same checks on every process: 0,
@@ -312,8 +303,8 @@ UMP_EXPORT int ump_comm_shrink(ump_comm_t *comm, int nexclude,
     if (rc)
         return rc;
     ump_comm_t *c;
-    rc = coll_comm_create_like(comm->pool, n, dev, comm, "ump_comm_shrink",
-                               &c);
+    rc = coll_comm_make(comm->pool, n, dev, NULL, comm, "ump_comm_shrink",
+                        &c);
     if (rc)
         return rc;
     ump_log_info("ump_comm_shrink: %d of %d ranks kept", n, comm->n);
@@ -327,11 +318,14 @@ UMP_EXPORT int ump_comm_destroy(ump_comm_t *comm)
         ump_log_error("ump_comm_destroy: comm is NULL");
         return -EINVAL;
     }
-    ump_pool_t *pool = comm->pool;
-    int rc = pool_check(pool, "ump_comm_destroy");
-    if (rc)
-        return rc;
-    atomic_fetch_sub(&pool->comms, 1);
+    int rc = pool_check(comm->pool, "ump_comm_destroy");
+    return rc ? rc : coll_comm_free(comm);
+}
+
+int coll_comm_free(ump_comm_t *comm)
+{
+    int rc = 0;
+    atomic_fetch_sub(&comm->pool->comms, 1);
     if (comm->world) {
         coll_world_destroy(comm);
         return 0;
@@ -380,13 +374,21 @@ UMP_EXPORT int ump_comm_plan(ump_comm_t *c, int coll, size_t count,
         ump_log_error("ump_comm_plan: count %zu overflows", count);
         return -EINVAL;
     }
-    double us;
     if (c->world) {
+        double us;
         plan_p->algorithm = coll_world_plan(c, coll, count, dt, &us);
         plan_p->modeled_us = us;
         return 0;
     }
-    int a = coll_comm_algo(c, coll, coll_bytes(coll, count, esz, c->n), &us);
+    return coll_comm_plan_local(c, coll, count, dt, plan_p);
+}
+
+int coll_comm_plan_local(const ump_comm_t *c, int coll, size_t count, int dt,
+                         ump_coll_plan_t *plan_p)
+{
+    double us;
+    size_t bytes = coll_bytes(coll, count, coll_dtype_size(dt), c->n);
+    int a = coll_comm_algo(c, coll, bytes, &us);
     if (a == COLL_NALGO) {
         ump_log_error("ump_comm_plan: the reductions need the GPU kernel, "
                       "and this library was built without nvcc");

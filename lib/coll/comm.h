@@ -16,9 +16,6 @@ struct ump_comm {
     int nall;  /* every process's (n on a one-process communicator) */
     int first; /* the global rank of local rank 0 */
     struct coll_world *world; /* NULL: one process (world.h) */
-    /* A world's local part (world.h): its calls are steps of the world's,
-     * which ump_coll_stats counts, so they are not counted themselves. */
-    bool inner;
     int engine_pref;   /* coll_engine: enum coll_engine_pref (world.h) */
     double timeout_s;  /* comm_timeout */
     int sched;         /* coll_schedule: enum coll_sched (world.h) */
@@ -71,11 +68,17 @@ bool coll_rank_failed(const ump_comm_t *c, int r);
  * coll_comm_failed_rank finds one; else 0. */
 int coll_comm_check_failed(const ump_comm_t *c, const char *fn);
 
-/* A communicator like ump_comm_create's, with like's configuration (the
- * keys, not the string: ump_comm_shrink). */
-int coll_comm_create_like(ump_pool_t *pool, int ndev, const int *devices,
-                          const ump_comm_t *like, const char *fn,
-                          ump_comm_t **comm_p);
+/* ump_comm_create's work, for the public calls and a world's local part:
+ * a one-process communicator with the configuration from config, or a
+ * copy of like's (ump_comm_shrink: the same keys without the string);
+ * errors are logged under fn. */
+int coll_comm_make(ump_pool_t *pool, int ndev, const int *devices,
+                   const char *config, const ump_comm_t *like, const char *fn,
+                   ump_comm_t **comm_p);
+
+/* ump_comm_destroy's work once the pool is checked: the communicator and
+ * everything it holds freed (a world's through coll_world_destroy). */
+int coll_comm_free(ump_comm_t *comm);
 
 /* Records us as the last call's executed modeled time (calls.c, from the
  * job's last rank). */
@@ -85,7 +88,7 @@ void coll_comm_set_last_us(ump_comm_t *c, double us);
 int coll_comm_last_us(ump_comm_t *c, double *us_p);
 
 /* Releases the buffers of the communicator's finished jobs and frees
- * them (calls.c). */
+ * them (run.c). */
 void coll_comm_reap(ump_comm_t *c);
 
 /* The algorithm for coll of bytes (nccl-tests' S): the forced one where it
@@ -93,6 +96,12 @@ void coll_comm_reap(ump_comm_t *c);
  * choice among c->algos[coll]; its modeled time. COLL_NALGO (and INFINITY)
  * when the executor runs no algorithm for coll. */
 int coll_comm_algo(const ump_comm_t *c, int coll, size_t bytes, double *us_p);
+
+/* ump_comm_plan of a one-process communicator (or a world's local part):
+ * the algorithm and its modeled time; -ENOTSUP for a reduction the build
+ * cannot run (no GPU kernel). The arguments are checked. */
+int coll_comm_plan_local(const ump_comm_t *c, int coll, size_t count, int dt,
+                         ump_coll_plan_t *plan_p);
 
 /* nccl-tests' S: the bytes a collective of count elements of esz bytes
  * moves, in the sense coll_model_us takes. */

@@ -33,6 +33,7 @@
 
 #include "coll/model.h"
 #include "coll/reduce.h"
+#include "coll/run.h"
 #include "coll/world.h"
 #include "front/front.h"
 #include "util/log.h"
@@ -83,6 +84,19 @@ static int local(ump_comm_t *c, int rc)
         return 0;
     }
     return rc;
+}
+
+/* An in-process phase of the call a: the collective coll on this
+ * process's ranks (world->local, run.c) with a's element type and streams,
+ * under local(). Its log lines name the caller's collective. */
+static int phase(ump_comm_t *c, const struct coll_args *a, int coll,
+                 const void *const *send, void *const *recv, size_t count,
+                 int op, int root)
+{
+    return local(c, coll_run_local(c->world->local,
+                                   &(const struct coll_args){
+                                       a->fn, coll, send, recv, count, a->dt,
+                                       op, root, a->streams}));
 }
 
 /* coll_stage_in, or once this process's part failed, a zeroed stand-in of
@@ -195,11 +209,9 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
  * the processes, broadcast from local rank 0. */
 static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
 {
-    ump_comm_t *L = c->world->local;
     size_t s = a->count * esz_of(a);
     int op = reduce_op(a->op);
-    int rc = local(c, ump_reduce(L, a->send, a->recv, a->count, a->dt, op, 0,
-                        a->streams));
+    int rc = phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op, 0);
     if (!rc)
         rc = sync_rank(c, a, 0);
     void *h = NULL;
@@ -213,8 +225,8 @@ static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
     int e = stage_out(c, a->recv[0], h, s, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
-        rc = local(c, ump_broadcast(L, (const void *const *)a->recv, a->recv, a->count,
-                           a->dt, 0, a->streams));
+        rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
+                   a->recv, a->count, 0, 0);
     return rc;
 }
 
@@ -326,7 +338,6 @@ static int flat_allreduce(ump_comm_t *c, const struct coll_args *a)
 static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a);
     int q = proc_of(w, a->root), lr = a->root - w->first[q], rc, k = 0;
     void *h = NULL;
@@ -334,8 +345,7 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
     if (!m)
         return -ENOMEM;
     if (w->me == q) {
-        rc = local(c, ump_broadcast(L, a->send, a->recv, a->count, a->dt, lr,
-                           a->streams));
+        rc = phase(c, a, UMP_COLL_BROADCAST, a->send, a->recv, a->count, 0, lr);
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
@@ -357,8 +367,8 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
             rc = rc ? rc : e;
         }
         if (!rc && c->n > 1)
-            rc = local(c, ump_broadcast(L, (const void *const *)a->recv, a->recv,
-                               a->count, a->dt, 0, a->streams));
+            rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
+                       a->recv, a->count, 0, 0);
     }
     free(m);
     return rc;
@@ -380,7 +390,6 @@ static void *scratch(ump_comm_t *c, size_t bytes, int *rc)
 static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a);
     int np = w->nproc, q = proc_of(w, a->root), lr = a->root - w->first[q];
     int op = reduce_op(a->op), rc, k = 0;
@@ -393,8 +402,8 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         const void **src = calloc((size_t)np, sizeof(*src));
         rc = tmp && src ? 0 : -ENOMEM;
         if (!rc)
-            rc = local(c, ump_reduce(L, a->send, a->recv, a->count, a->dt, op, lr,
-                            a->streams));
+            rc = phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op,
+                       lr);
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
@@ -419,7 +428,7 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         void *S = scratch(c, s, &rc);
         void *R[COLL_MAX_RANKS] = {S};
         if (!rc)
-            rc = local(c, ump_reduce(L, a->send, R, a->count, a->dt, op, 0, a->streams));
+            rc = phase(c, a, UMP_COLL_REDUCE, a->send, R, a->count, op, 0);
         if (!rc)
             rc = sync_rank(c, a, 0);
         if (!rc)
@@ -442,12 +451,11 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
 static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a), all = s * (size_t)c->nall;
     void *R[COLL_MAX_RANKS];
     for (int r = 0; r < c->n; r++)
         R[r] = (char *)a->recv[r] + (size_t)c->first * s;
-    int rc = local(c, ump_allgather(L, a->send, R, a->count, a->dt, a->streams)), k = 0;
+    int rc = phase(c, a, UMP_COLL_ALLGATHER, a->send, R, a->count, 0, 0), k = 0;
     if (!rc)
         rc = sync_rank(c, a, 0);
     char *h = NULL;
@@ -470,8 +478,8 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     int e = stage_out(c, a->recv[0], h, all, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
-        rc = local(c, ump_broadcast(L, (const void *const *)a->recv, a->recv,
-                           a->count * (size_t)c->nall, a->dt, 0, a->streams));
+        rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
+                   a->recv, a->count * (size_t)c->nall, 0, 0);
     return rc;
 }
 
@@ -481,15 +489,14 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
 static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a), all = s * (size_t)c->nall;
     size_t mine = s * (size_t)c->n;
     int np = w->nproc, op = reduce_op(a->op), rc, k = 0;
     char *S = scratch(c, all, &rc), *h = NULL;
     void *R[COLL_MAX_RANKS] = {S};
     if (!rc)
-        rc = local(c, ump_reduce(L, a->send, R, a->count * (size_t)c->nall, a->dt, op,
-                        0, a->streams));
+        rc = phase(c, a, UMP_COLL_REDUCE, a->send, R,
+                   a->count * (size_t)c->nall, op, 0);
     if (!rc)
         rc = sync_rank(c, a, 0);
     if (!rc)
@@ -528,8 +535,7 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     /* Once the part failed there is nothing right to scatter (and S is
      * freed at once below: nothing may still read it). */
     if (!rc && !w->bad)
-        rc = local(c, ump_scatter(L, from, a->recv, a->count, a->dt, 0,
-                                  a->streams));
+        rc = phase(c, a, UMP_COLL_SCATTER, from, a->recv, a->count, 0, 0);
     /* The scatter's ranks are done reading S when local rank 0's stream
      * is past it (its last barrier). */
     if (S && a->streams && !w->bad)
@@ -580,7 +586,6 @@ static int views_end(ump_comm_t *c, void *const *buf, size_t len, bool copy,
 static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a), all = s * (size_t)c->nall;
     const void *S[COLL_MAX_RANKS];
     void *R[COLL_MAX_RANKS];
@@ -596,7 +601,7 @@ static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
     int rc = views(c, (void *const *)a->send, all, true, inplace, hs);
     if (rc)
         return rc;
-    rc = local(c, ump_alltoall(L, S, R, a->count, a->dt, a->streams));
+    rc = phase(c, a, UMP_COLL_ALLTOALL, S, R, a->count, 0, 0);
     if (!rc)
         rc = sync_all(c, a);
     if (!rc)
@@ -634,7 +639,6 @@ static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
 static int hier_gather(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a), all = s * (size_t)c->nall;
     int q = proc_of(w, a->root), lr = a->root - w->first[q], rc;
     size_t k = 0;
@@ -645,7 +649,7 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
         void *R[COLL_MAX_RANKS] = {0};
         R[lr] = (char *)a->recv[lr] + (size_t)c->first * s;
         char *h = NULL;
-        rc = local(c, ump_gather(L, a->send, R, a->count, a->dt, lr, a->streams));
+        rc = phase(c, a, UMP_COLL_GATHER, a->send, R, a->count, 0, lr);
         if (!rc)
             rc = sync_rank(c, a, lr);
         if (!rc)
@@ -678,7 +682,6 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
 static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
-    ump_comm_t *L = w->local;
     size_t s = a->count * esz_of(a), all = s * (size_t)c->nall;
     int q = proc_of(w, a->root), lr = a->root - w->first[q], rc;
     size_t k = 0;
@@ -689,7 +692,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         const void *S[COLL_MAX_RANKS] = {0};
         S[lr] = (const char *)a->send[lr] + (size_t)c->first * s;
         char *h = NULL;
-        rc = local(c, ump_scatter(L, S, a->recv, a->count, a->dt, lr, a->streams));
+        rc = phase(c, a, UMP_COLL_SCATTER, S, a->recv, a->count, 0, lr);
         if (!rc)
             rc = stage_in(c, (void *)a->send[lr], all, true,
                                (void **)&h);
@@ -757,10 +760,10 @@ static bool want_flat(ump_comm_t *c, size_t bytes, double *us_p)
 const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
                             double *us_p)
 {
-    ump_comm_t *L = c->world->local;
+    const ump_comm_t *L = c->world->local;
     if (c->world->nproc == 1) {
         ump_coll_plan_t plan;
-        int rc = ump_comm_plan(L, coll, count, dt, &plan);
+        int rc = coll_comm_plan_local(L, coll, count, dt, &plan);
         *us_p = rc ? INFINITY : plan.modeled_us;
         return rc ? "none" : plan.algorithm;
     }

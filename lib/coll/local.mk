@@ -11,6 +11,7 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/comm.c lib/coll/comm.h \
 	lib/coll/check.c lib/coll/check.h \
 	lib/coll/calls.c \
+	lib/coll/run.c lib/coll/run.h \
 	lib/coll/job.c lib/coll/job.h \
 	lib/coll/algo.c \
 	lib/coll/gpu.c lib/coll/gpu.h \

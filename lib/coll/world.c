@@ -157,7 +157,8 @@ static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
         free(c);
         return -ENOMEM;
     }
-    rc = ump_comm_create(pool, nlocal, devices, config, &c->world->local);
+    rc = coll_comm_make(pool, nlocal, devices, config, NULL, fn,
+                        &c->world->local);
     if (rc) {
         free(c->world);
         free(c);
@@ -167,7 +168,6 @@ static int local_part(ump_pool_t *pool, int nlocal, const int *devices,
      * in rank order (direct), whatever the size: the fixed order the flat
      * schedule and every process share (ring and tree fold in their own). */
     c->world->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT;
-    c->world->local->inner = true;
     c->world->id = atomic_fetch_add(&world_ids, 1);
     *c_p = c;
     return 0;
@@ -177,7 +177,7 @@ static void local_free(ump_comm_t *c)
 {
     if (!c)
         return;
-    ump_comm_destroy(c->world->local);
+    coll_comm_free(c->world->local);
     world_free(c->world);
     free(c);
 }
@@ -424,14 +424,13 @@ static int shrink_build(ump_comm_t *c, const bool *keep, ump_comm_t **c_p)
         free(nc);
         return -ENOMEM;
     }
-    rc = coll_comm_create_like(c->pool, n, dev, c, fn, &v->local);
+    rc = coll_comm_make(c->pool, n, dev, NULL, c, fn, &v->local);
     if (rc) {
         free(v);
         free(nc);
         return rc;
     }
     v->local->algos[UMP_COLL_REDUCE] = 1u << COLL_DIRECT; /* local_part */
-    v->local->inner = true;
     v->id = atomic_fetch_add(&world_ids, 1);
     int np = 0;
     for (int p = 0; p < w->nproc; p++) {

@@ -1,0 +1,313 @@
+/*
+ * A collective on the ranks of one process: the call checked, its
+ * algorithm chosen, and each rank's share queued on its stream. On sim a
+ * rank's share is a host function reading and writing pool memory from the
+ * stream's worker thread (job.h); on a backend that runs kernels (cuda),
+ * copies and kernel launches between event barriers (gpu.h). The public
+ * calls (calls.c) and the hierarchical schedules between processes
+ * (hier.c, for their in-process phases) both run here.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "coll/check.h"
+#include "coll/comm.h"
+#include "coll/gpu.h"
+#include "coll/job.h"
+#include "coll/reduce.h"
+#include "coll/run.h"
+#include "front/check.h"
+#include "front/front.h"
+#include "front/stream.h"
+#include "util/log.h"
+
+static void job_free(struct coll_job *j)
+{
+    for (int r = 0; r < j->n; r++)
+        free(j->scratch[r]);
+    free(j->logs);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+/* A job whose ranks are all done: freed, or handed to its communicator
+ * when it holds acquired buffers (released by the next call, or by
+ * ump_comm_destroy). */
+static void job_finish(struct coll_job *j)
+{
+    if (!j->nhold) {
+        job_free(j);
+        return;
+    }
+    ump_comm_t *c = j->comm;
+    pthread_mutex_lock(&c->done_lock);
+    j->next = c->done;
+    c->done = j;
+    pthread_mutex_unlock(&c->done_lock);
+}
+
+static void release_holds(ump_comm_t *c, struct coll_job *j)
+{
+    for (int i = 0; i < j->nhold; i++)
+        ump_release(c->pool, j->hold[i].p, j->hold[i].len);
+    j->nhold = 0;
+}
+
+void coll_comm_reap(ump_comm_t *c)
+{
+    if (c->gpu) {
+        coll_gpu_reap(c, false);
+        return;
+    }
+    pthread_mutex_lock(&c->done_lock);
+    struct coll_job *j = c->done;
+    c->done = NULL;
+    pthread_mutex_unlock(&c->done_lock);
+    while (j) {
+        struct coll_job *next = j->next;
+        release_holds(c, j);
+        job_free(j);
+        j = next;
+    }
+}
+
+/* Acquires every buffer of the call whose allocation may move, so that no
+ * tier moves it while a rank reads or writes it. */
+static int hold_buffers(ump_comm_t *c, const struct coll_args *a,
+                        struct coll_job *j)
+{
+    size_t s = a->count * j->esz;
+    for (int r = 0; r < c->n; r++) {
+        struct coll_buf b[2];
+        int k = coll_buffers(c, a, r, s, b);
+        for (int i = 0; i < k; i++) {
+            if (!pool_ptr_movable(c->pool, b[i].p))
+                continue;
+            void *p = (void *)(uintptr_t)b[i].p;
+            int rc = ump_acquire(c->pool, p, b[i].len, c->dev[r], NULL);
+            if (rc) {
+                release_holds(c, j);
+                return rc;
+            }
+            j->hold[j->nhold].p = p;
+            j->hold[j->nhold++].len = b[i].len;
+        }
+    }
+    return 0;
+}
+
+/* The last rank of a job that ran to the end: the sim's virtual-time link
+ * model reads every rank's log (the other ranks are done with them: the
+ * job's `left` count orders their writes before this) and gives the
+ * communicator the executed schedule's modeled time. */
+static void account(struct coll_job *j)
+{
+    const struct coll_xfer *log[COLL_MAX_RANKS];
+    size_t nlog[COLL_MAX_RANKS];
+    bool full = false;
+    for (int r = 0; r < j->n; r++) {
+        log[r] = j->rank[r].log;
+        nlog[r] = j->rank[r].nlog;
+        full |= j->rank[r].log_full;
+    }
+    /* Every rank passed the same barriers: each waits for all the others. */
+    double us = full ? NAN
+                     : coll_model_exec_us(&j->comm->topo, j->algo, log, nlog,
+                                          j->rank[0].step);
+    coll_comm_set_last_us(j->comm, us);
+}
+
+/* The last rank of a job, ran to the end or not: every transfer the
+ * ranks logged (model.h: a read of a peer's memory, a store into it)
+ * crossed the link between their devices. */
+static void count_traffic(struct coll_job *j)
+{
+    const int *dev = j->comm->dev;
+    for (int r = 0; r < j->n; r++)
+        for (size_t e = 0; e < j->rank[r].nlog; e++) {
+            const struct coll_xfer *x = &j->rank[r].log[e];
+            coll_traffic(j->comm->pool, dev[x->from], dev[x->to], x->bytes);
+        }
+}
+
+/* One rank's share, on its stream. A first barrier: every rank's stream
+ * has reached the call, so the work queued before it on every stream (the
+ * producers of the send buffers) is done, and a call whose launch failed
+ * half way stops here having written nothing. A last barrier: no rank's
+ * stream runs on while a peer still reads its buffers. A device that fails
+ * meanwhile aborts the job at the next barrier (coll_barrier): every rank
+ * stops there, none waits for a rank that will not come, and the call is
+ * -EIO. The sim runs a failed device's queued host functions all the same
+ * (only new work is refused), so every rank does reach its barriers. */
+static void rank_main(void *arg)
+{
+    struct coll_rank *cr = arg;
+    struct coll_job *j = cr->job;
+    if (coll_barrier(j, cr->r))
+        coll_algo_run(j, cr->r);
+    coll_barrier(j, cr->r);
+    pthread_mutex_lock(&j->mu);
+    bool last = ++j->done == j->n;
+    /* A failure during the last step: no barrier after it saw it. */
+    if (last && coll_job_dev_failed(j))
+        j->abort = true;
+    bool ok = !j->abort;
+    if (last)
+        pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (last)
+        count_traffic(j);
+    if (last && ok)
+        account(j);
+    if (atomic_fetch_sub(&j->left, 1) == 1)
+        job_finish(j);
+}
+
+static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
+                                int algo, bool inplace)
+{
+    struct coll_job *j = calloc(1, sizeof(*j));
+    if (!j)
+        return NULL;
+    j->coll = a->coll;
+    j->algo = algo;
+    j->n = c->n;
+    j->dt = a->dt;
+    j->op = a->op;
+    j->root = a->root;
+    j->count = a->count;
+    j->esz = coll_dtype_size(a->dt);
+    j->inplace = inplace;
+    j->comm = c;
+    for (int r = 0; r < c->n; r++) {
+        j->send[r] = a->send[r];
+        j->recv[r] = a->recv[r];
+        j->rank[r] = (struct coll_rank){.job = j, .r = r};
+    }
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->left, c->n + 1); /* + the caller's (launch) */
+    j->failing = &c->pool->failing;
+    j->failed = &c->pool->failed;
+    for (int r = 0; r < c->n; r++)
+        if (c->dev[r] < 32)
+            j->devmask |= 1u << c->dev[r];
+    j->log_cap = coll_algo_log_cap(j);
+    j->logs = calloc((size_t)c->n * j->log_cap, sizeof(*j->logs));
+    for (int r = 0; j->logs && r < c->n; r++)
+        j->rank[r].log = j->logs + (size_t)r * j->log_cap;
+    j->scratch_bytes = coll_algo_scratch(j);
+    if (!j->logs) {
+        job_free(j);
+        return NULL;
+    }
+    for (int r = 0; r < c->n && j->scratch_bytes; r++)
+        if (!(j->scratch[r] = malloc(j->scratch_bytes))) {
+            job_free(j);
+            return NULL;
+        }
+    return j;
+}
+
+/* Queues every rank's share; on a failure half way, the ranks queued are
+ * told to stop at their first barrier and the error comes back. wait: the
+ * caller's own streams, so the call is synchronous: waits for every rank
+ * to be done and says -EIO when a device failed meanwhile. Streams that
+ * drained mean every rank is past its last barrier (the fast path, one
+ * wake-up per stream); only when one refuses (its device failed: sim
+ * refuses at once, while its rank may still run) is the job itself
+ * waited for, since it must outlive its ranks. */
+static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
+                  const char *fn, bool wait)
+{
+    int r = 0, rc = 0;
+    for (; r < c->n; r++) {
+        rc = ump_launch_host_func(c->pool, st[r], rank_main, &j->rank[r]);
+        if (rc)
+            break;
+    }
+    if (!rc) {
+        bool aborted = false;
+        if (wait) {
+            bool drained = true;
+            for (int q = 0; q < c->n && drained; q++)
+                drained = ump_stream_synchronize(c->pool, st[q]) == 0;
+            pthread_mutex_lock(&j->mu);
+            while (!drained && j->done < j->n)
+                pthread_cond_wait(&j->cv, &j->mu);
+            /* A device that failed before the call returns took its
+             * rank's result with it. */
+            aborted = j->abort || coll_job_dev_failed(j);
+            pthread_mutex_unlock(&j->mu);
+        }
+        if (atomic_fetch_sub(&j->left, 1) == 1)
+            job_finish(j);
+        if (!aborted)
+            return 0;
+        /* The failure is handled (pool_check) before the caller sees it. */
+        pool_check(c->pool, fn);
+        int f = coll_comm_failed_rank(c);
+        ump_log_error("%s: rank %d's device %d failed during the call: -EIO "
+                      "(what the call wrote is undefined)", fn,
+                      c->first + (f < 0 ? 0 : f), c->dev[f < 0 ? 0 : f]);
+        return -EIO;
+    }
+    pthread_mutex_lock(&j->mu);
+    j->abort = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (rc == -EIO) {
+        int f = coll_comm_failed_rank(c);
+        ump_log_error("%s: rank %d's device %d failed while the call was "
+                      "queued: -EIO", fn, c->first + (f < 0 ? r : f),
+                      c->dev[f < 0 ? r : f]);
+    }
+    /* The ranks never queued, and the caller's reference. */
+    if (atomic_fetch_sub(&j->left, c->n - r + 1) == c->n - r + 1)
+        job_finish(j);
+    return rc;
+}
+
+int coll_run_local(ump_comm_t *c, const struct coll_args *a)
+{
+    int rc = pool_check(c->pool, a->fn);
+    if (rc)
+        return rc;
+    /* A rank whose device failed: no collective can be right (it reads
+     * and writes its peers' buffers, they read its). */
+    bool inplace;
+    rc = coll_comm_check_failed(c, a->fn);
+    if (!rc)
+        rc = coll_check_call(c, a, &inplace);
+    if (rc || !a->count)
+        return rc;
+    const ump_stream_t *st = a->streams ? a->streams : c->own;
+    coll_comm_reap(c);
+    double us;
+    size_t bytes = coll_bytes(a->coll, a->count, coll_dtype_size(a->dt), c->n);
+    pthread_mutex_lock(&c->lock);
+    int algo = coll_comm_algo(c, a->coll, bytes, &us);
+    if (c->gpu) {
+        rc = coll_gpu_run(c, a, algo, st);
+        /* Streams NULL: the call returns when its work is done. */
+        for (int r = 0; !rc && !a->streams && r < c->n; r++)
+            rc = ump_stream_synchronize(c->pool, st[r]);
+    } else {
+        struct coll_job *j = job_new(c, a, algo, inplace);
+        rc = j ? hold_buffers(c, a, j) : -ENOMEM;
+        if (rc && j)
+            job_free(j);
+        else if (!rc)
+            rc = launch(c, j, st, a->fn, !a->streams);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (!a->streams)
+        coll_comm_reap(c);
+    return rc;
+}

@@ -1,0 +1,19 @@
+/*
+ * A collective on the ranks of one process (run.c): what the public calls
+ * (calls.c) and the hierarchical schedules between processes (hier.c) run
+ * for an in-process step. Neither calls the other's entry points: the
+ * public calls sit on top of both.
+ */
+#ifndef UMP_COLL_RUN_H
+#define UMP_COLL_RUN_H
+
+#include "coll/check.h"
+
+/* Checks the call (the pool, failed devices, the arguments), chooses its
+ * algorithm and queues every rank's share on its stream; with streams NULL
+ * it returns when the work is done. c is a one-process communicator (its
+ * world NULL, or a world's local part). Not counted in ump_coll_stats:
+ * the caller counts its own call. */
+int coll_run_local(ump_comm_t *c, const struct coll_args *a);
+
+#endif

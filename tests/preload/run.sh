@@ -17,7 +17,7 @@ ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libcuda.so.1"
 ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libcuda.so"
 # The fake answers for NVML too.
 ln -s "$(cd "$(dirname "$fake")" && pwd)/libcuda.so" "$tmp/libnvidia-ml.so.1"
-libs="$tmp:$build/lib/.libs:$build/preload/.libs"
+libs="$tmp:$build/lib/.libs:$build/preload/.libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 supp=$(cd "$(dirname "$0")" && pwd)/lsan.supp
 fail=0
 # run PROGRAM MODE [CONF]: under the preload (after the sanitizer's runtime, which

@@ -1,6 +1,7 @@
 /*
  * umpool-bench resilience: checkpoint, restore, suspend and resume of a
- * pool holding --size bytes (2 GiB by default) spread over 4 sim devices,
+ * pool holding --size bytes (2 GiB by default) spread over 4 devices (sim
+ * by default; --config backend:cuda,cuda_virtual_devices:4 on one GPU),
  * each next to its baseline timed in the same run: medians over --reps
  * rounds, and over RES_CYCLES alternated cycles per round for suspend,
  * resume and their baselines (see round_once):
@@ -23,8 +24,9 @@
  * The same moves once more with that memory kept (warm: the offload
  * scenario's case) are shown beside them, for information.
  *
- * The raw memcpy rate (offload_base.c's device<->host baseline on sim) is
- * printed too, as the physical limit of both moves. Targets (issue 17):
+ * The device<->host copy rate (offload_base.c's baseline: memcpy on sim,
+ * pinned cuMemcpy on cuda) is printed too, as the physical limit of both
+ * moves. Targets (issue 17):
  * checkpoint and restore at least 0.8 of the raw disk, suspend and resume
  * at least 0.9 of the pool's moves. Every round checks the data.
  */
@@ -299,11 +301,14 @@ int bench_resilience(const struct bench_offload_opts *o)
     char raw_path[PATH_MAX + 32];
     snprintf(raw_path, sizeof(raw_path), "%s/umpool-bench-%ld.raw",
              dir.path, (long)getpid());
-    struct copy_base copy;
-    copy_setup(&copy, false, 64 * MiB);
     static double t[R_COUNT][BENCH_OFFLOAD_MAX_REPS * RES_CYCLES];
     double mem_ns[2];
     int rc = setup(&x);
+    /* The link the moves cross, on the backend that ran (the config may
+     * name another than sim). */
+    const char *backend = x.pool ? ump_backend_name(x.pool) : "none";
+    struct copy_base copy;
+    copy_setup(&copy, !strcmp(backend, "cuda"), 64 * MiB);
     for (int r = 0; r < reps && !rc; r++) {
         double one[R_COUNT * RES_CYCLES];
         rc = round_once(&x, raw_path, size, r, one);
@@ -321,11 +326,11 @@ int bench_resilience(const struct bench_offload_opts *o)
         double gbs[R_COUNT];
         for (int k = 0; k < R_COUNT; k++)
             gbs[k] = (double)size / median(t[k], samples_of(k, reps)) / 1e9;
-        printf("umpool-bench resilience: %s over %d sim devices, files in "
-               "%s; medians of %d rounds (checkpoint, restore and the disk) "
-               "and of %d alternated cycles (suspend, resume and the "
-               "moves)\n",
-               fmt_size(size, sz, sizeof(sz)), NDEV, dir.path, reps,
+        printf("umpool-bench resilience: %s over %d devices of the %s "
+               "backend, files in %s; medians of %d rounds (checkpoint, "
+               "restore and the disk) and of %d alternated cycles (suspend, "
+               "resume and the moves)\n",
+               fmt_size(size, sz, sizeof(sz)), NDEV, backend, dir.path, reps,
                reps * RES_CYCLES);
         printf("%-22s %9s %9s %-22s %9s %7s %7s\n", "operation", "s", "GB/s",
                "baseline", "GB/s", "ratio", "target");
@@ -336,10 +341,15 @@ int bench_resilience(const struct bench_offload_opts *o)
                    gbs[b], gbs[k] / gbs[b], table[i].target);
         }
         if (copy.ok)
-            printf("raw memcpy, 64 MiB: %.2f GB/s down, %.2f GB/s up (the "
-                   "sim's device<->host limit)\n",
+            printf("%s, 64 MiB: %.2f GB/s down, %.2f GB/s up (%s)\n",
+                   copy.cuda ? "pinned cuMemcpy" : "raw memcpy",
                    (double)(64 * MiB) / mem_ns[0],
-                   (double)(64 * MiB) / mem_ns[1]);
+                   (double)(64 * MiB) / mem_ns[1],
+                   copy.cuda ? "the GPU's device<->host link"
+                             : "the sim's device<->host limit");
+        else
+            printf("device<->host copy baseline: not measured (%s)\n",
+                   copy.why);
     }
     for (int d = 0; x.pool && d < NDEV; d++)
         if (x.p[d])

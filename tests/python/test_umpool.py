@@ -288,6 +288,228 @@ class CollectiveTest(unittest.TestCase):
             self.comm.allreduce([addr] * 4, [addr] * 4, 10)  # not the pool's
 
 
+# --- integer arguments: checked against their C type, never wrapped -------
+
+U64, U32 = 1 << 64, 1 << 32
+INT_MIN, INT_MAX = -(1 << 31), (1 << 31) - 1
+EINVAL, EOVERFLOW = -errno.EINVAL, -errno.EOVERFLOW
+umpool.lib.ump_get_device.restype = ctypes.c_int
+umpool.lib.ump_get_device.argtypes = [ctypes.c_void_p,
+                                      ctypes.POINTER(ctypes.c_int)]
+
+
+class IntegerRangeTest(unittest.TestCase):
+    """ctypes reduces an int modulo 2**64 or 2**32 to fit its C type: the
+    bad values here mostly wrap to valid ones (2**64 + 4096 to 4096,
+    p + 2**64 to p, 2**32 + 1 to device 1), so a binding that let them
+    through would act on the wrong thing. The rule: no integer is
+    TypeError; negative for an unsigned C type is -EINVAL; past the C
+    type's range is -EOVERFLOW; and the pool is left exactly as it was
+    (the C call is not made)."""
+
+    def setUp(self):
+        """A pool with something of everything: device memory (p, the
+        collectives' buffers), host memory (h), a stream, a communicator,
+        a root."""
+        pool = self.pool = umpool.Pool(SIM4)
+        self.p = pool.alloc(1 << 20, device=1, flags=umpool.HINT_OFFLOAD)
+        self.h = pool.host_alloc(4096)
+        self.s = pool.stream(0)
+        self.send = [pool.alloc(4096, device=d) for d in range(4)]
+        self.recv = [pool.alloc(4096, device=d) for d in range(4)]
+        pool.root = self.send[0]
+        self.comm = umpool.Comm(pool)
+
+    def tearDown(self):
+        """Best effort: where a wrapped call went through (a binding without
+        the checks) the pool may not close; the test has failed already."""
+        pool = self.pool
+        undo = [self.comm.close,
+                lambda: pool.stream_destroy(self.s),
+                lambda: pool.host_free(self.h)]
+        undo += [lambda q=q: pool.free(q)
+                 for q in [self.p] + self.send + self.recv]
+        for fn in undo + [pool.close]:
+            try:
+                fn()
+            except umpool.Error:
+                pass
+
+    def device(self):
+        d = ctypes.c_int()
+        self.assertEqual(umpool.lib.ump_get_device(self.pool.handle,
+                                                   ctypes.byref(d)), 0)
+        return d.value
+
+    def state(self):
+        """All the pool shows of itself."""
+        pool = self.pool
+        return (pool.stats(), [pool.stats(d) for d in range(4)],
+                pool.stats(umpool.LOC_HOST),
+                [pool.ptr_info(q) for q in [self.p, self.h] + self.send +
+                 self.recv],
+                pool.root, self.device(),
+                [pool.link_stats(d, umpool.LOC_HOST) for d in range(4)],
+                [pool.link_stats(umpool.LOC_HOST, d) for d in range(4)],
+                [pool.coll_stats(c) for c in umpool.COLLECTIVES])
+
+    def refused(self, fn, value, err):
+        """fn(value) raises Error err from the binding's check, and the
+        pool is unchanged."""
+        before = self.state()
+        with self.assertRaises(umpool.Error) as cm:
+            fn(value)
+        self.assertEqual(cm.exception.errno, err)
+        self.assertIn(" outside ", cm.exception.call)  # not the C call's
+        self.assertEqual(self.state(), before)
+
+    def test_reported_cases(self):
+        pool, p = self.pool, self.p
+        live = pool.stats()["live_count"]
+        self.refused(pool.alloc, U64 + 4096, EOVERFLOW)
+        self.refused(pool.free, p + U64, EOVERFLOW)
+        self.assertEqual(pool.ptr_info(p)["size"], 1 << 20)  # still live
+        self.refused(pool.free, U64, EOVERFLOW)  # not NULL
+        self.refused(pool.set_device, U32 + 1, EOVERFLOW)
+        self.assertEqual(self.device(), 0)
+        self.refused(pool.stats, U32 + 1, EOVERFLOW)
+        self.refused(pool.alloc, -1, EINVAL)
+        self.refused(pool.alloc, -4096, EINVAL)
+        self.refused(pool.host_alloc, -1, EINVAL)
+        self.refused(pool.free, -1, EINVAL)
+        self.refused(lambda x: pool.array(p, (x, x), "uint8"), U32,
+                     EOVERFLOW)  # 2**64 bytes: np.prod would make it 0
+        self.assertEqual(pool.stats()["live_count"], live)
+
+    def test_limits_reach_c(self):
+        """The largest and smallest values that fit go to the C call (whose
+        refusal it is), and NumPy integers count as integers."""
+        pool = self.pool
+        for fn, value in ((pool.alloc, U64 - 1), (pool.free, U64 - 1),
+                          (pool.set_device, INT_MAX),
+                          (pool.set_device, INT_MIN),
+                          (pool.stats, INT_MAX),
+                          (lambda x: pool.alloc(4096, flags=x), U32 - 1)):
+            before = self.state()
+            with self.assertRaises(umpool.Error) as cm:
+                fn(value)
+            self.assertNotIn(" outside ", cm.exception.call)
+            self.assertEqual(self.state(), before)
+        q = pool.alloc(np.uint64(4096), device=np.int32(2))
+        self.assertEqual(pool.ptr_info(q)["device"], 2)
+        self.assertEqual(pool.stats(np.int64(2))["live_count"], 3)
+        self.assertEqual(pool.array(q, np.int64(8), "uint8").shape, (8,))
+        pool.free(np.uint64(q))
+
+    def test_not_integers(self):
+        pool, p = self.pool, self.p
+        for fn in (pool.alloc, pool.free, pool.host_alloc, pool.stats,
+                   pool.set_device, pool.stream, pool.synchronize,
+                   lambda x: pool.alloc(4096, device=x),
+                   lambda x: pool.evict(p, x),
+                   lambda x: self.comm.shrink([x]),
+                   lambda x: self.comm.allreduce(self.send, self.recv, x)):
+            for bad in (4096.0, 1.5, "1", b"1", [1]):
+                before = self.state()
+                with self.assertRaises(TypeError):
+                    fn(bad)
+                self.assertEqual(self.state(), before)
+
+    def cases(self):
+        """(name, fn, C type, k): fn(k) would be a valid call, and ctypes
+        would make fn(k + 2**64) (and fn(k + 2**32) for int and unsigned)
+        into it."""
+        pool, p, h, s = self.pool, self.p, self.h, self.s
+        comm, send, recv = self.comm, self.send, self.recv
+        H, T = umpool.LOC_HOST, umpool.TIER_HOST
+        yield "alloc size", lambda x: pool.alloc(x), "size_t", 4096
+        yield "alloc device", lambda x: pool.alloc(4096, device=x), "int", 1
+        yield "alloc flags", lambda x: pool.alloc(4096, flags=x), \
+            "unsigned", umpool.HINT_OFFLOAD
+        yield "alloc group", lambda x: pool.alloc(4096, group=x), \
+            "unsigned", 0
+        yield "free ptr", lambda x: pool.free(x), "ptr", p
+        yield "free_async ptr", lambda x: pool.free(x, s), "ptr", p
+        yield "free_async stream", lambda x: pool.free(p, x), "ptr", s
+        yield "host_alloc size", pool.host_alloc, "size_t", 4096
+        yield "host_free ptr", pool.host_free, "ptr", h
+        yield "ptr_info ptr", pool.ptr_info, "ptr", p
+        yield "stats device", pool.stats, "int", 1
+        yield "link_stats src", lambda x: pool.link_stats(x, H), "int", 1
+        yield "link_stats dst", lambda x: pool.link_stats(1, x), "int", H
+        yield "set_device device", pool.set_device, "int", 1
+        yield "root ptr", lambda x: setattr(pool, "root", x), "ptr", recv[0]
+        yield "suspend tier", pool.suspend, "int", T
+        yield "acquire ptr", lambda x: pool.acquire(x, 0, 1), "ptr", p
+        yield "acquire size", lambda x: pool.acquire(p, x, 1), "size_t", 0
+        yield "acquire device", lambda x: pool.acquire(p, 0, x), "int", 1
+        yield "acquire stream", lambda x: pool.acquire(p, 0, 1, x), "ptr", s
+        yield "release ptr", lambda x: pool.release(x), "ptr", p
+        yield "release size", lambda x: pool.release(p, x), "size_t", 0
+        yield "prefetch ptr", lambda x: pool.prefetch(x, 0, 0), "ptr", p
+        yield "prefetch size", lambda x: pool.prefetch(p, x, 0), "size_t", 0
+        yield "prefetch device", lambda x: pool.prefetch(p, 0, x), "int", 0
+        yield "prefetch stream", lambda x: pool.prefetch(p, 0, 0, x), \
+            "ptr", s
+        yield "evict ptr", lambda x: pool.evict(x, 0, T), "ptr", p
+        yield "evict size", lambda x: pool.evict(p, x, T), "size_t", 0
+        yield "evict tier", lambda x: pool.evict(p, 0, x), "int", T
+        yield "advise ptr", lambda x: pool.advise(x, 0, umpool.ADVISE_COLD), \
+            "ptr", p
+        yield "advise size", lambda x: pool.advise(p, x, umpool.ADVISE_COLD), \
+            "size_t", 0
+        yield "advise advice", lambda x: pool.advise(p, 0, x), "int", \
+            umpool.ADVISE_COLD
+        yield "stream device", pool.stream, "int", 0
+        yield "stream_destroy stream", pool.stream_destroy, "ptr", s
+        yield "synchronize stream", pool.synchronize, "ptr", s
+        yield "array ptr", lambda x: pool.array(x, 16), "ptr", p
+        yield "array shape", lambda x: pool.array(p, (x,)), "size_t", 16
+        yield "strerror err", umpool.strerror, "int", EINVAL
+        yield "Comm devices", lambda x: umpool.Comm(pool, [0, x]).close(), \
+            "int", 1
+        yield "shrink exclude", lambda x: comm.shrink([x]).close(), "int", 3
+        for name in ("allreduce", "reduce_scatter", "reduce", "broadcast",
+                     "allgather", "alltoall", "gather", "scatter"):
+            fn = getattr(comm, name)
+            yield name + " count", lambda x, fn=fn: fn(send, recv, x), \
+                "size_t", 16
+            yield name + " send", lambda x, fn=fn: fn(
+                send[:2] + [x] + send[3:], recv, 16), "ptr", send[2]
+            yield name + " recv", lambda x, fn=fn: fn(
+                send, [x] + recv[1:], 16), "ptr", recv[0]
+            if name in ("reduce", "broadcast", "gather", "scatter"):
+                yield name + " root", lambda x, fn=fn: fn(
+                    send, recv, 16, root=x), "int", 1
+
+    @staticmethod
+    def bad_values(ctype, k):
+        """(value, errno): k wrapped both ways, and the type's edges."""
+        bad = [(k + U64, EOVERFLOW)]
+        if ctype in ("int", "unsigned"):
+            bad.append((k + U32, EOVERFLOW))
+        if ctype == "int":
+            return bad + [(INT_MAX + 1, EOVERFLOW), (INT_MIN - 1, EOVERFLOW),
+                          (k - U32, EOVERFLOW), (k - U64, EOVERFLOW)]
+        return bad + [(-1, EINVAL), (k - U64, EINVAL)]
+
+    def test_every_method(self):
+        """Every integer argument of every public call, past its C type at
+        both ends; a fresh pool for each (one that a wrapped call changed
+        must not fail the cases after it)."""
+        n = 0
+        for i, (name, _, ctype, k) in enumerate(list(self.cases())):
+            for j in range(len(self.bad_values(ctype, k))):
+                self.tearDown()
+                self.setUp()
+                _, fn, _, k = list(self.cases())[i]  # this pool's pointers
+                value, err = self.bad_values(ctype, k)[j]
+                with self.subTest(name, value=value):
+                    self.refused(fn, value, err)
+                n += 1
+        self.assertGreater(n, 250)
+
+
 # --- the PyTorch and CuPy entry points, with their callers' exact types -----
 
 lib = umpool.lib

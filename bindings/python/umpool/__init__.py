@@ -8,12 +8,20 @@
 
 Pointers are ints (addresses). Every failing call raises umpool.Error,
 which carries the errno (negative, as the C API returns it) and
-ump_strerror's text. The library is found through UMPOOL_LIBRARY, else the
+ump_strerror's text. Integer arguments are checked against their C type
+before they reach ctypes (which would wrap them modulo 2**bits): not an
+integer (a float, a str) is TypeError; a negative size, count, flag word
+or address is Error -EINVAL; a value past the C type's range (2**64 + 4096
+as a size, 2**32 + 1 as a device) is Error -EOVERFLOW. Addresses may be
+None (NULL). The library is found through UMPOOL_LIBRARY, else the
 libdir it was installed to, else the system's search path. torch and cupy
 plug the process's pool into PyTorch and CuPy: umpool.torch, umpool.cupy.
 """
 import ctypes
 import ctypes.util
+import errno as _errno
+import math
+import operator
 import os
 
 __all__ = ["Error", "Pool", "Comm", "lib", "process_pool",
@@ -163,7 +171,7 @@ for _name in ("ump_broadcast", "ump_gather", "ump_scatter"):
 
 
 def strerror(err):
-    return lib.ump_strerror(err).decode()
+    return lib.ump_strerror(_cint(err, "err", "ump_strerror")).decode()
 
 
 class Error(OSError):
@@ -179,6 +187,57 @@ def _check(rc, call):
     if rc < 0:
         raise Error(rc, call)
     return rc
+
+
+# Integer arguments. ctypes reduces an int that does not fit its C type
+# modulo 2**bits without a word (2**64 + 4096 becomes a 4096-byte size,
+# p + 2**64 frees p, 2**32 + 1 is device 1), so every integer a public
+# function takes goes through one of these before it reaches C. The rule:
+# no __index__ (a float, a str) is TypeError, as in Python itself; a
+# negative value for an unsigned C type is -EINVAL (a negative size or
+# address is no size or address at all); a value past the C type's range
+# is -EOVERFLOW. what names the argument, call the C function, for the
+# message.
+def _ranged(ctype, name, signed):
+    bits = 8 * ctypes.sizeof(ctype)
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed \
+        else (0, (1 << bits) - 1)
+
+    def check(value, what, call):
+        try:
+            v = operator.index(value)
+        except TypeError:
+            raise TypeError("%s: %s must be an integer (%s), not %s" %
+                            (call, what, name, type(value).__name__)) \
+                from None
+        if lo <= v <= hi:
+            return v
+        err = -_errno.EINVAL if v < 0 and lo == 0 else -_errno.EOVERFLOW
+        raise Error(err, "%s (%s %d outside %s: %d..%d)" %
+                    (call, what, v, name, lo, hi))
+    return check
+
+
+_size = _ranged(ctypes.c_size_t, "size_t", False)
+_cint = _ranged(ctypes.c_int, "int", True)
+_cuint = _ranged(ctypes.c_uint, "unsigned int", False)
+_uintptr = _ranged(ctypes.c_void_p, "uintptr_t", False)
+
+
+def _ptr(value, what, call):
+    """An address: None (NULL) or an int that fits a pointer."""
+    return None if value is None else _uintptr(value, what, call)
+
+
+def _ptrs(ps, what, call):
+    ps = list(ps)
+    return (_vp * len(ps))(*[_ptr(p, "%s[%d]" % (what, i), call)
+                             for i, p in enumerate(ps)])
+
+
+def _ints(vs, what, call):
+    vs = [_cint(v, "%s[%d]" % (what, i), call) for i, v in enumerate(vs)]
+    return (_int * len(vs))(*vs) if vs else None, len(vs)
 
 
 def process_pool(config=None):
@@ -229,9 +288,11 @@ class Pool:
 
     def alloc(self, size, device=DEVICE_CURRENT, policy=None, flags=0,
               group=0):
-        if not -(1 << 31) <= device < (1 << 31) or size < 0:
-            raise Error(-22, "ump_alloc (device or size out of range)")
-        h = Hints(device, policy.encode() if policy else None, flags, group,
+        c = "ump_alloc"
+        size = _size(size, "size", c)
+        h = Hints(_cint(device, "device", c),
+                  policy.encode() if policy else None,
+                  _cuint(flags, "flags", c), _cuint(group, "group", c),
                   ACCESS_PRIVATE)
         p = _vp()
         _check(lib.ump_alloc(self._h(), size, ctypes.byref(h),
@@ -240,28 +301,34 @@ class Pool:
 
     def free(self, ptr, stream=None):
         if stream is None:
+            ptr = _ptr(ptr, "ptr", "ump_free")
             _check(lib.ump_free(self._h(), ptr), "ump_free")
         else:
-            _check(lib.ump_free_async(self._h(), ptr, stream),
-                   "ump_free_async")
+            c = "ump_free_async"
+            ptr, stream = _ptr(ptr, "ptr", c), _ptr(stream, "stream", c)
+            _check(lib.ump_free_async(self._h(), ptr, stream), c)
 
     def host_alloc(self, size):
         p = _vp()
+        size = _size(size, "size", "ump_host_alloc")
         _check(lib.ump_host_alloc(self._h(), size, ctypes.byref(p)),
                "ump_host_alloc")
         return p.value
 
     def host_free(self, ptr):
+        ptr = _ptr(ptr, "ptr", "ump_host_free")
         _check(lib.ump_host_free(self._h(), ptr), "ump_host_free")
 
     def ptr_info(self, ptr):
         info = PtrInfo()
+        ptr = _ptr(ptr, "ptr", "ump_ptr_info")
         _check(lib.ump_ptr_info(self._h(), ptr, ctypes.byref(info)),
                "ump_ptr_info")
         return _as_dict(info)
 
     def stats(self, device=DEVICE_ALL):
         s = Stats()
+        device = _cint(device, "device", "ump_stats")
         _check(lib.ump_stats(self._h(), device, ctypes.byref(s)),
                "ump_stats")
         return _as_dict(s)
@@ -270,6 +337,8 @@ class Pool:
         """Bytes the pool moved from src to dst (a device, LOC_HOST,
         LOC_NVME, LOC_NET): tier_bytes, coll_bytes, bandwidth_gbs."""
         s = LinkStats()
+        src = _cint(src, "src", "ump_link_stats")
+        dst = _cint(dst, "dst", "ump_link_stats")
         _check(lib.ump_link_stats(self._h(), src, dst, ctypes.byref(s)),
                "ump_link_stats")
         return _as_dict(s)
@@ -285,6 +354,7 @@ class Pool:
         return _as_dict(s)
 
     def set_device(self, device):
+        device = _cint(device, "device", "ump_set_device")
         _check(lib.ump_set_device(self._h(), device), "ump_set_device")
 
     def trim(self):
@@ -314,9 +384,11 @@ class Pool:
 
     @root.setter
     def root(self, ptr):
+        ptr = _ptr(ptr, "ptr", "ump_pool_set_root")
         _check(lib.ump_pool_set_root(self._h(), ptr), "ump_pool_set_root")
 
     def suspend(self, tier=TIER_HOST):
+        tier = _cint(tier, "tier", "ump_pool_suspend")
         _check(lib.ump_pool_suspend(self._h(), tier), "ump_pool_suspend")
 
     def resume(self):
@@ -324,34 +396,51 @@ class Pool:
 
     # tiers
     def acquire(self, ptr, size=0, device=DEVICE_CURRENT, stream=None):
-        _check(lib.ump_acquire(self._h(), ptr, size, device, stream),
-               "ump_acquire")
+        c = "ump_acquire"
+        _check(lib.ump_acquire(self._h(), _ptr(ptr, "ptr", c),
+                               _size(size, "size", c),
+                               _cint(device, "device", c),
+                               _ptr(stream, "stream", c)), c)
 
     def release(self, ptr, size=0):
-        _check(lib.ump_release(self._h(), ptr, size), "ump_release")
+        c = "ump_release"
+        _check(lib.ump_release(self._h(), _ptr(ptr, "ptr", c),
+                               _size(size, "size", c)), c)
 
     def prefetch(self, ptr, size=0, device=DEVICE_CURRENT, stream=None):
-        _check(lib.ump_prefetch(self._h(), ptr, size, device, stream),
-               "ump_prefetch")
+        c = "ump_prefetch"
+        _check(lib.ump_prefetch(self._h(), _ptr(ptr, "ptr", c),
+                                _size(size, "size", c),
+                                _cint(device, "device", c),
+                                _ptr(stream, "stream", c)), c)
 
     def evict(self, ptr, size=0, tier=TIER_HOST):
-        _check(lib.ump_evict(self._h(), ptr, size, tier), "ump_evict")
+        c = "ump_evict"
+        _check(lib.ump_evict(self._h(), _ptr(ptr, "ptr", c),
+                             _size(size, "size", c),
+                             _cint(tier, "tier", c)), c)
 
     def advise(self, ptr, size, advice):
-        _check(lib.ump_advise(self._h(), ptr, size, advice), "ump_advise")
+        c = "ump_advise"
+        _check(lib.ump_advise(self._h(), _ptr(ptr, "ptr", c),
+                              _size(size, "size", c),
+                              _cint(advice, "advice", c)), c)
 
     # streams
     def stream(self, device):
         s = _vp()
+        device = _cint(device, "device", "ump_stream_create")
         _check(lib.ump_stream_create(self._h(), device, ctypes.byref(s)),
                "ump_stream_create")
         return s.value
 
     def stream_destroy(self, stream):
+        stream = _ptr(stream, "stream", "ump_stream_destroy")
         _check(lib.ump_stream_destroy(self._h(), stream),
                "ump_stream_destroy")
 
     def synchronize(self, stream=None):
+        stream = _ptr(stream, "stream", "ump_stream_synchronize")
         _check(lib.ump_stream_synchronize(self._h(), stream),
                "ump_stream_synchronize")
 
@@ -364,17 +453,18 @@ class Pool:
         if self.backend != "sim":
             raise Error(-95, "umpool.Pool.array (pool memory is the GPU's)")
         dt = np.dtype(dtype)
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        n = int(np.prod(shape)) * dt.itemsize
+        c = "umpool.Pool.array"
+        shape = (shape,) if hasattr(shape, "__index__") else tuple(shape)
+        shape = tuple(_size(d, "shape[%d]" % i, c)
+                      for i, d in enumerate(shape))
+        # Python ints: np.prod would wrap at 2**63 too.
+        n = _size(math.prod(shape) * dt.itemsize, "byte count", c)
+        ptr = _ptr(ptr, "ptr", c)
         info = self.ptr_info(ptr)  # raises for a pointer not in the pool
         if ptr + n > info["base"] + info["size"]:
             raise Error(-22, "umpool.Pool.array (past the allocation)")
         buf = (ctypes.c_char * n).from_address(ptr)
         return np.frombuffer(buf, dtype=dt).reshape(shape)
-
-
-def _ptrs(ps):
-    return (_vp * len(ps))(*ps)
 
 
 class Comm:
@@ -383,8 +473,10 @@ class Comm:
 
     def __init__(self, pool, devices=None, config=None):
         self.pool = pool
-        n = len(devices) if devices is not None else pool.device_count
-        devs = (_int * n)(*devices) if devices is not None else None
+        if devices is not None:
+            devs, n = _ints(devices, "devices", "ump_comm_create")
+        else:
+            devs, n = None, pool.device_count
         c = _vp()
         _check(lib.ump_comm_create(pool._h(), n, devs,
                                    config.encode() if config else None,
@@ -403,11 +495,10 @@ class Comm:
         config; this one stays valid until closed."""
         if not self.handle:
             raise Error(-9, "ump_comm_shrink (the communicator is closed)")
-        ex = [int(r) for r in exclude]
+        ex, n = _ints(exclude, "exclude", "ump_comm_shrink")
         c = _vp()
-        _check(lib.ump_comm_shrink(self.handle, len(ex),
-                                   (_int * len(ex))(*ex) if ex else None,
-                                   ctypes.byref(c)), "ump_comm_shrink")
+        _check(lib.ump_comm_shrink(self.handle, n, ex, ctypes.byref(c)),
+               "ump_comm_shrink")
         new = Comm.__new__(Comm)
         new.pool = self.pool
         new.handle = c.value
@@ -424,15 +515,18 @@ class Comm:
         self.close()
 
     def _call(self, name, send, recv, count, dtype, *rest):
+        """rest: the op and root, checked already (_op, _root)."""
         if not self.handle:
             raise Error(-9, name + " (the communicator is closed)")
+        send, recv = _ptrs(send, "send", name), _ptrs(recv, "recv", name)
         if len(send) != self.size or len(recv) != self.size:
             raise Error(-22, name + " (one buffer per rank)")
-        if dtype not in DTYPES or count < 0:
-            raise Error(-22, "%s (dtype %r or count %r)" % (name, dtype, count))
+        count = _size(count, "count", name)
+        if dtype not in DTYPES:
+            raise Error(-22, "%s (dtype %r)" % (name, dtype))
         fn = getattr(lib, name)
-        _check(fn(self.handle, _ptrs(send), _ptrs(recv), count,
-                  DTYPES[dtype], *rest, None), name)
+        _check(fn(self.handle, send, recv, count, DTYPES[dtype], *rest,
+                  None), name)
 
     @staticmethod
     def _op(op):
@@ -440,6 +534,10 @@ class Comm:
             raise Error(-22, "unknown reduction %r (one of %s)" %
                         (op, ", ".join(OPS)))
         return OPS[op]
+
+    @staticmethod
+    def _root(root, name):
+        return _cint(root, "root", name)
 
     def allreduce(self, send, recv, count, dtype="float64", op="sum"):
         self._call("ump_allreduce", send, recv, count, dtype, self._op(op))
@@ -449,10 +547,12 @@ class Comm:
                    self._op(op))
 
     def reduce(self, send, recv, count, dtype="float64", op="sum", root=0):
-        self._call("ump_reduce", send, recv, count, dtype, self._op(op), root)
+        self._call("ump_reduce", send, recv, count, dtype, self._op(op),
+                   self._root(root, "ump_reduce"))
 
     def broadcast(self, send, recv, count, dtype="float64", root=0):
-        self._call("ump_broadcast", send, recv, count, dtype, root)
+        self._call("ump_broadcast", send, recv, count, dtype,
+                   self._root(root, "ump_broadcast"))
 
     def allgather(self, send, recv, count, dtype="float64"):
         self._call("ump_allgather", send, recv, count, dtype)
@@ -461,7 +561,9 @@ class Comm:
         self._call("ump_alltoall", send, recv, count, dtype)
 
     def gather(self, send, recv, count, dtype="float64", root=0):
-        self._call("ump_gather", send, recv, count, dtype, root)
+        self._call("ump_gather", send, recv, count, dtype,
+                   self._root(root, "ump_gather"))
 
     def scatter(self, send, recv, count, dtype="float64", root=0):
-        self._call("ump_scatter", send, recv, count, dtype, root)
+        self._call("ump_scatter", send, recv, count, dtype,
+                   self._root(root, "ump_scatter"))

@@ -48,6 +48,14 @@
  *                 (host chunks without a node)
  *   hostnuma=N    devices say N to HOST_NUMA_ID (by default the attribute
  *                 is unknown, as to drivers before 12.2)
+ *   nocpu         device memory stays PROT_NONE to the CPU after
+ *                 cuMemSetAccess, as on a GPU: a program that loads or
+ *                 stores it gets SIGSEGV. The fake's own copies, memsets
+ *                 and kernels open the device mappings they touch for the
+ *                 length of the call (under the lock). Host allocations
+ *                 stay accessible. Off by default: some tests (and the
+ *                 stand-in NCCL of tests/mpi/fake_nccl.c) read device
+ *                 memory directly.
  *
  * As a real driver, the fake answers CUDA_ERROR_INVALID_VALUE to an
  * attribute newer than its driver version (see attr_since).
@@ -93,7 +101,7 @@
 static struct fake_config {
     int driver, devices;
     size_t mem, hostmem, hostgran;
-    bool novmm, nofd, nopeer, cpuhost, nohostvmm;
+    bool novmm, nofd, nopeer, cpuhost, nohostvmm, nocpu;
     int nopeer_i, nopeer_j; /* nopeer=I-J; -1: none */
     int nohostnuma; /* -2: none; -1: every device; else that device */
     int hostnuma; /* -2: HOST_NUMA_ID unknown */
@@ -163,6 +171,8 @@ static void load_config(void)
             cfg.nohostnuma = -1;
         } else if (strcmp(w, "nohostvmm") == 0) {
             cfg.nohostvmm = true;
+        } else if (strcmp(w, "nocpu") == 0) {
+            cfg.nocpu = true;
         } else {
             fprintf(stderr, "fake_cuda: unknown setting '%s'\n", w);
         }
@@ -342,6 +352,20 @@ static bool range_usable(uintptr_t p, size_t n)
         if (lo < hi && !range_mapped(lo, hi - lo, true))
             return false;
     }
+    return true;
+}
+
+/* nocpu: gives the CPU prot on the device mappings (with access) that
+ * [p, p + n) touches, whole mappings; false when mprotect fails. Nothing
+ * without nocpu (device memory is read-write then). Lock held. */
+static bool cpu_window(uintptr_t p, size_t n, int prot)
+{
+    if (!cfg.nocpu || !n)
+        return true;
+    for (struct fake_map *m = maps; m; m = m->next)
+        if (!m->a->host && m->access && p < m->va + m->size &&
+            m->va < p + n && mprotect((void *)m->va, m->size, prot) != 0)
+            return false;
     return true;
 }
 
@@ -1020,8 +1044,17 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
             p = m->va + m->size;
         }
     }
-    if (mprotect((void *)va, size, PROT_READ | PROT_WRITE) != 0)
-        return end(CUDA_ERROR_UNKNOWN);
+    /* nocpu: device memory stays PROT_NONE (see cpu_window). */
+    for (uintptr_t p = va; p < va + size;) {
+        struct fake_map *m = map_at(p);
+        uintptr_t hi = m->va + m->size < va + size ? m->va + m->size
+                                                   : va + size;
+
+        if ((!cfg.nocpu || m->a->host) &&
+            mprotect((void *)p, hi - p, PROT_READ | PROT_WRITE) != 0)
+            return end(CUDA_ERROR_UNKNOWN);
+        p = hi;
+    }
     last_access_devs = 0;
     for (size_t i = 0; i < count; i++) {
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
@@ -1099,7 +1132,12 @@ static CUresult fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src,
         return end(res);
     if (!range_usable((uintptr_t)dst, n) || !range_usable((uintptr_t)src, n))
         return end(CUDA_ERROR_INVALID_VALUE);
+    if (!cpu_window(dst, n, PROT_READ | PROT_WRITE) ||
+        !cpu_window(src, n, PROT_READ | PROT_WRITE))
+        return end(CUDA_ERROR_UNKNOWN);
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    if (!cpu_window(dst, n, PROT_NONE) || !cpu_window(src, n, PROT_NONE))
+        return end(CUDA_ERROR_UNKNOWN);
     return end(CUDA_SUCCESS);
 }
 
@@ -1166,7 +1204,11 @@ static CUresult fake_cuMemsetD8Async(CUdeviceptr dst, unsigned char v,
         return end(res);
     if (!range_usable((uintptr_t)dst, n))
         return end(CUDA_ERROR_INVALID_VALUE);
+    if (!cpu_window(dst, n, PROT_READ | PROT_WRITE))
+        return end(CUDA_ERROR_UNKNOWN);
     memset((void *)(uintptr_t)dst, v, n);
+    if (!cpu_window(dst, n, PROT_NONE))
+        return end(CUDA_ERROR_UNKNOWN);
     return end(CUDA_SUCCESS);
 }
 
@@ -1383,8 +1425,19 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
             return end(CUDA_ERROR_ILLEGAL_ADDRESS);
         else if ((uintptr_t)a->dst[o] % esz)
             return end(CUDA_ERROR_MISALIGNED_ADDRESS);
-    coll_reduce_multi(a->dt, a->op, a->dst, a->ndst, a->src, a->n,
-                      (size_t)a->count);
+    int prot = PROT_READ | PROT_WRITE;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int k = 0; k < a->n; k++)
+            if (!cpu_window((uintptr_t)a->src[k], bytes, prot))
+                return end(CUDA_ERROR_UNKNOWN);
+        for (int o = 0; o < a->ndst; o++)
+            if (!cpu_window((uintptr_t)a->dst[o], bytes, prot))
+                return end(CUDA_ERROR_UNKNOWN);
+        if (!pass)
+            coll_reduce_multi(a->dt, a->op, a->dst, a->ndst, a->src, a->n,
+                              (size_t)a->count);
+        prot = PROT_NONE;
+    }
     n_launches++;
     return end(CUDA_SUCCESS);
 }

@@ -30,18 +30,22 @@ timeout 900 "$mpirun" $opts \
 # The same on the cuda backend over the fake driver (tests/fake_cuda.c,
 # built where cuda.h is): device buffers staged through host memory
 # between processes, and NCCL's loading and fallback where libnccl loads.
+# nocpu: device memory is not the CPU's, as on a GPU (a load or store of
+# it by the test or the library is SIGSEGV here, not only on a GPU).
 fake=${UMPOOL_TEST_PLUGINS:-}/libfakecuda.so
 if [ $# -eq 0 ] && [ -f "$fake" ]; then
-    UMPOOL_CUDA_DRIVER=$fake UMPOOL_FAKE_CUDA=devices=2
+    UMPOOL_CUDA_DRIVER=$fake UMPOOL_FAKE_CUDA=devices=2,nocpu
     export UMPOOL_CUDA_DRIVER UMPOOL_FAKE_CUDA
     # shellcheck disable=SC2086
     timeout 900 "$mpirun" $opts \
         -x UMPOOL_CUDA_DRIVER -x UMPOOL_FAKE_CUDA -np "$np" "$prog" \
         backend:cuda
-    # NCCL's data path, on a stand-in libnccl over MPI (fake_nccl.c).
+    # NCCL's data path, on a stand-in libnccl over MPI (fake_nccl.c): it
+    # sends device memory as host memory, so without nocpu.
     nccl=$build/tests/mpi/.libs/libfakenccl.so
     if [ -f "$nccl" ]; then
         UMPOOL_NCCL_LIBRARY=$nccl UMPOOL_MPI_TEST=ncclp2p
+        UMPOOL_FAKE_CUDA=devices=2
         export UMPOOL_NCCL_LIBRARY UMPOOL_MPI_TEST
         # shellcheck disable=SC2086
         timeout 900 "$mpirun" $opts -x UMPOOL_NCCL_LIBRARY \

@@ -10,6 +10,11 @@
  * config differs, one whose device is bad, counts that differ, a process
  * that leaves (bounded time). A plain MPI program, not cmocka: every
  * process counts its failures, and rank 0 reports the sum.
+ *
+ * Pool memory is its device's: on cuda the CPU cannot load or store it
+ * (on sim and the fake driver it happens to be able to). The test reaches
+ * it only through to_pool, from_pool and pool_set: inputs are made in host
+ * arrays and copied in, results copied out before they are compared.
  */
 #include "config.h"
 
@@ -164,6 +169,46 @@ static void *palloc(size_t bytes, int dev)
     return p;
 }
 
+/* The test's only ways into pool memory (see the top): copies and memsets
+ * on the default stream, waited for (NULL is valid to ump_stream_
+ * synchronize: on sim the work ran already, on cuda it is the legacy
+ * default stream of the calling thread's context, which the copy used). */
+static int pool_copy(void *dst, const void *src, size_t n)
+{
+    int rc = ump_memcpy_async(pool, dst, src, n, NULL);
+    return rc ? rc : ump_stream_synchronize(pool, NULL);
+}
+
+/* A copy that failed: what the test would check next is garbage. */
+static void pool_must(int rc, const char *what, const void *p, size_t n)
+{
+    if (rc) {
+        fail("%s of %zu bytes at %p: %s", what, n, p, ump_strerror(rc));
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+/* n bytes of host memory src into pool memory dst. */
+static void to_pool(void *dst, const void *src, size_t n)
+{
+    pool_must(pool_copy(dst, src, n), "to_pool", dst, n);
+}
+
+/* n bytes of pool memory src into host memory dst. */
+static void from_pool(void *dst, const void *src, size_t n)
+{
+    pool_must(pool_copy(dst, src, n), "from_pool", src, n);
+}
+
+/* n bytes of pool memory p set to byte. */
+static void pool_set(void *p, int byte, size_t n)
+{
+    int rc = ump_memset_async(pool, p, byte, n, NULL);
+    if (!rc)
+        rc = ump_stream_synchronize(pool, NULL);
+    pool_must(rc, "pool_set", p, n);
+}
+
 /* One call on comm c of this process's nlocal ranks on devs, checked. */
 static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
                      const int *devs, int coll, int dt, int op, int root,
@@ -190,7 +235,7 @@ static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
         bool ip = inplace && recvs &&
                   (!coll_rooted(coll) || g == root || coll == UMP_COLL_BROADCAST);
         buf[r] = palloc(big, devs[r]);
-        memset(buf[r], 0x5a, big);
+        pool_set(buf[r], 0x5a, big);
         sbuf[r] = ip ? NULL : palloc(sn * esz, devs[r]);
         recv[r] = buf[r];
         send[r] = sbuf[r];
@@ -206,16 +251,19 @@ static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
             }
         }
         if (coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_GATHER)
-            memcpy((void *)send[r], all[g], count * esz);
+            to_pool((void *)send[r], all[g], count * esz);
         else
-            memcpy((void *)send[r], all[g], sn * esz);
+            to_pool((void *)send[r], all[g], sn * esz);
     }
     int rc = coll_case_call(c, coll, send, recv, count, dt, op, root, st);
-    for (int r = 0; st && r < nlocal; r++)
-        ump_stream_synchronize(pool, st[r]);
+    for (int r = 0; st && r < nlocal; r++) {
+        int sync_rc = ump_stream_synchronize(pool, st[r]);
+        CHECK(sync_rc == 0, "%s: synchronize rank %d's stream: %s", what,
+              first + r, ump_strerror(sync_rc));
+    }
     CHECK(rc == 0, "%s: coll %d dt %d op %d count %zu: %s", what, coll, dt,
           op, count, ump_strerror(rc));
-    char *want = malloc(big + 1);
+    char *want = malloc(big + 1), *res = malloc(big + 1);
     size_t got = coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_SCATTER
                      ? count * esz
                      : rn * esz;
@@ -224,19 +272,20 @@ static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
         int g = first + r;
         if (!reference(l, coll, dt, op, root, g, count, all, want))
             continue;
-        if (memcmp(recv[r], want, got)) {
+        from_pool(res, recv[r], got);
+        if (memcmp(res, want, got)) {
             size_t i = 0;
-            while (((char *)recv[r])[i] == want[i])
+            while (res[i] == want[i])
                 i++;
             fail("%s: coll %d dt %d op %d count %zu root %d %s: rank %d "
                  "differs from the reference at byte %zu", what, coll, dt, op,
                  count, root, inplace ? "in place" : "out of place", g, i);
         }
         if (r == 0)
-            h = fnv(recv[r], got);
+            h = fnv(res, got);
         else if (coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_ALLGATHER ||
                  coll == UMP_COLL_BROADCAST)
-            CHECK(fnv(recv[r], got) == h, "%s: rank %d's bits differ from "
+            CHECK(fnv(res, got) == h, "%s: rank %d's bits differ from "
                   "local rank 0's", what, g);
     }
     /* Every rank of every process the same bits, where all receive the
@@ -252,6 +301,7 @@ static void one_case(ump_comm_t *c, const struct layout *l, int nlocal,
                   p);
     }
     free(want);
+    free(res);
     for (int r = 0; r < nlocal; r++) {
         ump_free(pool, buf[r]);
         if (sbuf[r])
@@ -364,7 +414,7 @@ static void traffic(void)
         for (int d = 0; d < ndev; d++) {
             s[d] = palloc(count * 4, d);
             r[d] = palloc(count * 4, d);
-            ump_memset_async(pool, s[d], 0, count * 4, NULL);
+            pool_set(s[d], 0, count * 4);
         }
         ump_coll_stats_t a, b, o[8];
         uint64_t out0 = net_bytes(true), in0 = net_bytes(false);
@@ -420,13 +470,15 @@ static void p2p(ump_comm_t *c)
     struct layout l;
     layout_of(c, ndev, &l);
     int n = l.nall, first = l.first[me];
-    size_t cnt = 513;
-    int *sb[32], *rb[32];
+    size_t cnt = 513, total = (size_t)n * 3 * cnt;
+    int *sb[32], *rb[32]; /* pool memory */
+    int *hb = malloc(total * 4); /* host: what goes in, what came out */
     for (int r = 0; r < ndev; r++) {
-        sb[r] = palloc((size_t)n * 3 * cnt * 4, r);
-        rb[r] = palloc((size_t)n * 3 * cnt * 4, r);
-        for (size_t j = 0; j < (size_t)n * 3 * cnt; j++)
-            sb[r][j] = (first + r) * 1000003 + (int)j;
+        sb[r] = palloc(total * 4, r);
+        rb[r] = palloc(total * 4, r);
+        for (size_t j = 0; j < total; j++)
+            hb[j] = (first + r) * 1000003 + (int)j;
+        to_pool(sb[r], hb, total * 4);
     }
     /* Ring: each rank sends to the next, receives from the one before. */
     int rc = ump_group_start();
@@ -439,17 +491,17 @@ static void p2p(ump_comm_t *c)
     CHECK(rc == 0, "ring: %d", rc);
     for (int r = 0; !rc && r < ndev; r++) {
         int from = (first + r + n - 1) % n;
+        from_pool(hb, rb[r], cnt * 4);
         for (size_t j = 0; j < cnt; j++)
-            if (rb[r][j] != from * 1000003 + (int)j) {
-                fail("ring: rank %d element %zu: %d", first + r, j,
-                     rb[r][j]);
+            if (hb[j] != from * 1000003 + (int)j) {
+                fail("ring: rank %d element %zu: %d", first + r, j, hb[j]);
                 break;
             }
     }
     /* Every pair, three messages each way, in order: message m from g to h
      * is block (h * 3 + m) of g's send buffer, into block (g * 3 + m) of
      * h's recv buffer. */
-    memset(rb[0], 0, 4);
+    pool_set(rb[0], 0, 4);
     rc = ump_group_start();
     for (int r = 0; r < ndev; r++)
         for (int h = 0; h < n; h++)
@@ -463,16 +515,18 @@ static void p2p(ump_comm_t *c)
             }
     rc |= ump_group_end();
     CHECK(rc == 0, "pairwise: %d", rc);
-    for (int r = 0; !rc && r < ndev; r++)
+    for (int r = 0; !rc && r < ndev; r++) {
+        from_pool(hb, rb[r], total * 4);
         for (int h = 0; h < n; h++)
             for (int m = 0; m < 3; m++) {
                 int g = first + r;
                 int want = h * 1000003 + (int)(((size_t)g * 3 + m) * cnt);
-                int got = rb[r][((size_t)h * 3 + m) * cnt];
+                int got = hb[((size_t)h * 3 + m) * cnt];
                 if (got != want)
                     fail("pairwise: rank %d, message %d from %d: %d, "
                          "expected %d", g, m, h, got, want);
             }
+    }
     /* Outside a group, between processes: even processes send first. */
     int peer = l.first[me ^ 1];
     if ((me ^ 1) < np) {
@@ -483,8 +537,9 @@ static void p2p(ump_comm_t *c)
             rc = ump_recv(c, 0, rb[0], cnt, UMP_INT32, peer, NULL);
             rc |= ump_send(c, 0, sb[0], cnt, UMP_INT32, peer, NULL);
         }
-        CHECK(rc == 0 && rb[0][5] == peer * 1000003 + 5,
-              "blocking pair with %d: rc %d, %d", peer, rc, rb[0][5]);
+        from_pool(hb, rb[0], cnt * 4);
+        CHECK(rc == 0 && hb[5] == peer * 1000003 + 5,
+              "blocking pair with %d: rc %d, %d", peer, rc, hb[5]);
     }
     /* Two communicators in one group: each process's transfers with its
      * neighbour on both, completed in an order all agree on. */
@@ -493,17 +548,18 @@ static void p2p(ump_comm_t *c)
     CHECK(rc == 0, "second comm: %s", ump_strerror(rc));
     if (!rc && np > 1) {
         int next = l.first[(me + 1) % np], prev = l.first[(me + np - 1) % np];
-        memset(rb[0], 0, cnt * 8);
+        pool_set(rb[0], 0, cnt * 8);
         rc = ump_group_start();
         rc |= ump_send(c2, 0, sb[0], cnt, UMP_INT32, next, NULL);
         rc |= ump_recv(c2, 0, rb[0], cnt, UMP_INT32, prev, NULL);
         rc |= ump_send(c, 0, sb[0] + cnt, cnt, UMP_INT32, prev, NULL);
         rc |= ump_recv(c, 0, rb[0] + cnt, cnt, UMP_INT32, next, NULL);
         rc |= ump_group_end();
-        CHECK(rc == 0 && rb[0][0] == prev * 1000003 &&
-                  rb[0][cnt] == next * 1000003 + (int)cnt,
-              "two comms in a group: rc %d, got %d and %d", rc, rb[0][0],
-              rb[0][cnt]);
+        from_pool(hb, rb[0], cnt * 8);
+        CHECK(rc == 0 && hb[0] == prev * 1000003 &&
+                  hb[cnt] == next * 1000003 + (int)cnt,
+              "two comms in a group: rc %d, got %d and %d", rc, hb[0],
+              hb[cnt]);
     }
     if (c2)
         ump_comm_destroy(c2);
@@ -530,6 +586,7 @@ static void p2p(ump_comm_t *c)
         ump_free(pool, sb[r]);
         ump_free(pool, rb[r]);
     }
+    free(hb);
 }
 
 /* An oob over MPI without an engine: the collectives through its
@@ -642,7 +699,7 @@ static void faults(void)
     void *r[32];
     for (int i = 0; i < ndev; i++) {
         b[i] = palloc(4096 * 4, i);
-        memset(b[i], 0, 4096 * 4);
+        pool_set(b[i], 0, 4096 * 4);
         s[i] = r[i] = b[i];
     }
     double t0 = now();
@@ -707,30 +764,45 @@ static int32_t rank_sum(int nall, size_t j)
     return (int32_t)((size_t)nall * j + (size_t)nall * (size_t)(nall - 1) / 2);
 }
 
-/* Fills this process's buffers with their global rank + index on c,
- * allreduces them and checks every element; the call's result. */
+/* Fills this process's buffers (pool memory) with their global rank +
+ * index on c, allreduces them and checks every element; the call's result.
+ * Local rank lost (-1: none) is on the failed device: its fill must be
+ * -EIO (its memory is gone), and it is not read back. */
 static int rank_allreduce(ump_comm_t *c, int nlocal, int32_t **b, size_t n,
-                          const char *what)
+                          int lost, const char *what)
 {
     const void *s[32];
     void *r[32];
+    int32_t *h = malloc(n * sizeof(*h));
     for (int i = 0; i < nlocal; i++) {
         int g = 0;
         ump_comm_rank(c, i, &g);
         for (size_t j = 0; j < n; j++)
-            b[i][j] = (int32_t)(g + (int)j);
+            h[j] = (int32_t)(g + (int)j);
+        if (i == lost) {
+            int rc = pool_copy(b[i], h, n * sizeof(*h));
+            CHECK(rc == -EIO, "%s: filling local rank %d on the failed "
+                  "device: %d, expected -EIO", what, i, rc);
+        } else {
+            to_pool(b[i], h, n * sizeof(*h));
+        }
         s[i] = r[i] = b[i];
     }
     int nall = 0;
     MPI_Allreduce(&nlocal, &nall, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     int rc = ump_allreduce(c, s, r, n, UMP_INT32, UMP_SUM, NULL);
-    for (int i = 0; !rc && i < nlocal; i++)
+    for (int i = 0; !rc && i < nlocal; i++) {
+        if (i == lost)
+            continue; /* rc 0 is wrong already (checked by the caller) */
+        from_pool(h, b[i], n * sizeof(*h));
         for (size_t j = 0; j < n; j++)
-            if (b[i][j] != rank_sum(nall, j)) {
+            if (h[j] != rank_sum(nall, j)) {
                 fail("%s: local rank %d element %zu is %d, expected %d", what,
-                     i, j, (int)b[i][j], (int)rank_sum(nall, j));
+                     i, j, (int)h[j], (int)rank_sum(nall, j));
                 break;
             }
+    }
+    free(h);
     return rc;
 }
 
@@ -764,7 +836,7 @@ static void devfail(const char *cfg)
     for (int i = 0; i < ndev; i++)
         b[i] = palloc(N * sizeof(int32_t), i);
     if (!rc) {
-        rc = rank_allreduce(c, ndev, b, N, "before the failure");
+        rc = rank_allreduce(c, ndev, b, N, -1, "before the failure");
         CHECK(rc == 0, "allreduce before the failure: %s", ump_strerror(rc));
         struct layout l;
         layout_of(c, ndev, &l);
@@ -778,7 +850,8 @@ static void devfail(const char *cfg)
         }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = now();
-        rc = rank_allreduce(c, ndev, b, N, "with a failed device");
+        rc = rank_allreduce(c, ndev, b, N, me == 1 ? ndev - 1 : -1,
+                            "with a failed device");
         double t = now() - t0;
         CHECK(rc == -EIO, "a rank's device failed: process %d got %d (%s), "
               "expected -EIO", me, rc, ump_strerror(rc));
@@ -807,7 +880,7 @@ static void devfail(const char *cfg)
         CHECK(nr == np * ndev - 1, "shrunk: %d ranks, expected %d", nr,
               np * ndev - 1);
         if (nc) {
-            rc = rank_allreduce(nc, me == 1 ? ndev - 1 : ndev, b, N,
+            rc = rank_allreduce(nc, me == 1 ? ndev - 1 : ndev, b, N, -1,
                                 "after ump_comm_shrink");
             CHECK(rc == 0, "allreduce of the survivors: %s",
                   ump_strerror(rc));

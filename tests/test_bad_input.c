@@ -181,6 +181,89 @@ static void test_ptr_info_interior_ok(void **state)
 }
 
 /* A second free of a small and of a big allocation. */
+/* The tier calls on a range that leaves its allocation: -EINVAL and one
+ * log line, nothing changed, for a slab object (small) as for a run (big),
+ * and for a pool pointer that is no live allocation's. Ranges inside pass
+ * (a slab object never moves: 0, nothing done). */
+static void expect_bad_range(struct fixture *f, const char *what, int rc,
+                             const char *log, const ump_stats_t *before)
+{
+    if (rc != -EINVAL)
+        fail_msg("%s: rc %d, expected -EINVAL", what, rc);
+    if (tu_count_log_lines(log) != 1)
+        fail_msg("%s: %d log lines, expected 1:\n%s", what,
+                 tu_count_log_lines(log), log);
+    ump_stats_t after = tu_stats(f->pool, UMP_DEVICE_ALL);
+    tu_assert_stats_equal(before, &after);
+    check_intact(f);
+}
+
+static void test_tier_ranges(void **state)
+{
+    struct fixture *f = *state;
+    struct {
+        char *p;
+        size_t size;
+    } a[] = {{f->small, small_size}, {f->big, big_size}};
+    for (size_t i = 0; i < sizeof(a) / sizeof(a[0]); i++) {
+        struct {
+            size_t off, len;
+        } bad[] = {{0, a[i].size + 1}, {0, SIZE_MAX}, {a[i].size - 1, 2},
+                   {1, a[i].size}, {a[i].size - 8, SIZE_MAX - 4}};
+        for (size_t k = 0; k < sizeof(bad) / sizeof(bad[0]); k++) {
+            char *p = a[i].p + bad[k].off;
+            size_t n = bad[k].len;
+            for (int op = 0; op < 5; op++) {
+                ump_stats_t before = tu_stats(f->pool, UMP_DEVICE_ALL);
+                char buf[4096], what[128];
+                struct tu_capture cap;
+                int rc = 0;
+                tu_capture_start(&cap);
+                switch (op) {
+                case 0:
+                    rc = ump_acquire(f->pool, p, n, UMP_DEVICE_CURRENT, NULL);
+                    break;
+                case 1:
+                    rc = ump_release(f->pool, p, n);
+                    break;
+                case 2:
+                    rc = ump_advise(f->pool, p, n, UMP_ADVISE_COLD);
+                    break;
+                case 3:
+                    rc = ump_prefetch(f->pool, p, n, UMP_DEVICE_CURRENT, NULL);
+                    break;
+                default:
+                    rc = ump_evict(f->pool, p, n, UMP_TIER_HOST);
+                    break;
+                }
+                tu_capture_stop(&cap, buf, sizeof(buf));
+                snprintf(what, sizeof(what), "%s op %d at +%zu, %zu bytes",
+                         i ? "run" : "slab object", op, bad[k].off, n);
+                expect_bad_range(f, what, rc, buf, &before);
+            }
+        }
+        /* Inside: the whole allocation, and its last byte. */
+        assert_int_equal(ump_acquire(f->pool, a[i].p, a[i].size,
+                                     UMP_DEVICE_CURRENT, NULL), 0);
+        assert_int_equal(ump_release(f->pool, a[i].p, a[i].size), 0);
+        assert_int_equal(ump_acquire(f->pool, a[i].p + a[i].size - 1, 1,
+                                     UMP_DEVICE_CURRENT, NULL), 0);
+        assert_int_equal(ump_release(f->pool, a[i].p + a[i].size - 1, 1), 0);
+        check_intact(f);
+    }
+    /* A slab object freed: its range is no allocation's. */
+    void *x;
+    assert_int_equal(ump_alloc(f->pool, 300, NULL, &x), 0);
+    assert_int_equal(ump_free(f->pool, x), 0);
+    ump_stats_t before = tu_stats(f->pool, UMP_DEVICE_ALL);
+    char buf[4096];
+    struct tu_capture cap;
+    tu_capture_start(&cap);
+    int rc = ump_acquire(f->pool, x, 1, UMP_DEVICE_CURRENT, NULL);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    expect_bad_range(f, "a freed slab object", rc, buf, &before);
+}
+
 static void test_double_free(void **state)
 {
     struct fixture *f = *state;
@@ -594,6 +677,7 @@ int main(void)
         T(test_ptr_info_bad_pointers),
         T(test_ptr_info_interior_ok),
         T(test_double_free),
+        T(test_tier_ranges),
         T(test_double_free_after_reuse),
         T(test_alloc_bad_args),
         T(test_alloc_bad_hints),

@@ -12,6 +12,7 @@
 
 #include "mem/chunks.h"
 #include "mem/runs.h"
+#include "mem/slab.h"
 #include "tier/backing.h"
 #include "tier/residency.h"
 #include "tier/xfer.h"
@@ -41,6 +42,26 @@ static int bad_range(const void *ptr, const char *fn, const char *why)
     return -EINVAL;
 }
 
+/* A slab object never moves (-ENOTSUP: nothing to do), but its range is
+ * checked as a run's is: inside one live object, of its requested size. A
+ * slab struct outlives its chunk: a stale tag names one whose granule
+ * moved on. */
+static int slab_range(const char *fn, const void *ptr, size_t size,
+                      const struct slab *s, size_t g)
+{
+    if (s->granule != g)
+        return bad_range(ptr, fn, "not inside a live allocation");
+    size_t idx = (size_t)((const char *)ptr - s->base) / s->size;
+    uint32_t w = idx < s->nobj ? atomic_load(&s->word[idx]) : 0;
+    if (obj_state(w) != OBJ_LIVE)
+        return bad_range(ptr, fn, "not inside a live allocation");
+    size_t off = (size_t)((const char *)ptr - s->base) - idx * s->size;
+    size_t osize = obj_req(w);
+    if (size && (off >= osize || size > osize - off))
+        return bad_range(ptr, fn, "the start of a range that leaves its allocation");
+    return -ENOTSUP;
+}
+
 int res_find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
                    struct run **r_p, size_t *g0_p, size_t *g1_p)
 {
@@ -49,7 +70,7 @@ int res_find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
     size_t g = vas_index(&pool->vas, ptr);
     uintptr_t tag = vas_tag(&pool->vas, g);
     if (vas_tag_kind(tag) == VAS_SLAB)
-        return -ENOTSUP;
+        return slab_range(fn, ptr, size, vas_tag_owner(tag), g);
     struct run *r = vas_tag_kind(tag) == VAS_RUN ? vas_tag_owner(tag) : NULL;
     if (!r || obj_state(atomic_load(&r->word)) != OBJ_LIVE)
         return bad_range(ptr, fn, "not inside a live allocation");
@@ -61,7 +82,7 @@ int res_find_range(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
         size = rsize;
     }
     if (off >= rsize || size > rsize - off)
-        return bad_range(ptr, fn, "the range leaves its allocation");
+        return bad_range(ptr, fn, "the start of a range that leaves its allocation");
     if (place_is_host(pool, r->device))
         return -ENOTSUP;
     *r_p = r;

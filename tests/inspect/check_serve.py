@@ -3,6 +3,9 @@
     check_serve.py PORT PID                 the holder's metrics are served
     check_serve.py PORT PID abuse           malformed, oversized and silent
                                             clients, 50 concurrent scrapes
+    check_serve.py PORT PID nearlimit SPID  127 silent connections (SPID:
+                                            serve's pid), then 10 scrapes
+                                            in a row, every one answered
     check_serve.py PORT PID churn           scrapes while the holder exits
     check_serve.py PORT PID gone            the holder has exited: it left
     check_serve.py PROMPORT PID query WANT  Prometheus reports WANT bytes
@@ -31,6 +34,7 @@
 
 Prints one line per check; exits 1 on the first failure. Loopback only."""
 import json
+import os
 import re
 import socket
 import sys
@@ -156,6 +160,100 @@ def abuse(port, pid):
              % (results.count(True), [r for r in results if r is not True]))
     print("abuse: garbage, a 100 KB request, a silent client and 50 "
           "concurrent scrapes left it serving")
+
+
+# The exporter's limit (tools/inspect/inspect_serve.c): CONN_MAX
+# connections.
+CONN_MAX = 128
+
+
+def scrape_ok(port, timeout):
+    """None when /metrics answers a whole page within timeout, else why."""
+    t0 = time.time()
+    try:
+        req = urllib.request.Request("http://%s:%d/metrics" % (HOST, port))
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            st, body = r.status, r.read()
+    except Exception as e:  # noqa: BLE001 - any failure is the answer
+        return "%r after %.1f s" % (e, time.time() - t0)
+    if st != 200 or b"umpool_exporter_up" not in body:
+        return "%d, %d bytes" % (st, len(body))
+    return None
+
+
+def server_sockets(spid):
+    """How many sockets the process spid has open."""
+    count = 0
+    for fd in os.listdir("/proc/%d/fd" % spid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (spid, fd)).startswith(
+                    "socket:"):
+                count += 1
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+def wait_sockets(spid, want, what):
+    """Until the process spid has want sockets open (5 s)."""
+    for _ in range(100):
+        got = server_sockets(spid)
+        if got == want:
+            return
+        time.sleep(0.05)
+    fail("%s: serve has %d sockets open, expected %d" % (what, got, want))
+
+
+def keepalive_scrape(port):
+    """None when an HTTP/1.1 request that does not ask to close (as
+    Prometheus sends) is answered, and the server then closes the
+    connection by itself, releasing its slot; else why."""
+    s = socket.create_connection((HOST, port), timeout=3)
+    out = b""
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                  % (HOST.encode(), port))
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except socket.timeout:
+        return "the connection still open 3 s after %d bytes" % len(out)
+    except OSError as e:
+        return "%r after %d bytes" % (e, len(out))
+    finally:
+        s.close()
+    if not out.startswith(b"HTTP/1.1 200") or b"umpool_exporter_up" not in out:
+        return "%r... (%d bytes)" % (out[:40], len(out))
+    return None
+
+
+def nearlimit(port, pid, spid):
+    """127 silent connections, one short of the exporter's 128, then 10
+    scrapes in a row, alternately by a client that closes at once and by
+    one that waits for the server to close: every one is answered (the
+    scrape before it no longer counts)."""
+    wait_sockets(spid, 1, "nearlimit, before")  # only the listening one
+    silent = [socket.create_connection((HOST, port), timeout=5)
+              for _ in range(CONN_MAX - 1)]
+    t0 = time.time()
+    try:
+        wait_sockets(spid, CONN_MAX, "nearlimit, 127 silent clients")
+        failed = []
+        for i in range(10):
+            why = keepalive_scrape(port) if i % 2 else scrape_ok(port, 5)
+            if why:
+                failed.append("scrape %d: %s" % (i + 1, why))
+        took = time.time() - t0
+    finally:
+        for s in silent:
+            s.close()
+    if failed:
+        fail("nearlimit: %d of 10 scrapes next to 127 silent connections "
+             "failed: %s" % (len(failed), "; ".join(failed)))
+    print("nearlimit: 10 scrapes in a row answered next to 127 silent "
+          "connections (%.1f s)" % took)
 
 
 def churn(port, pid):
@@ -396,6 +494,8 @@ def main():
         gone(port, pid)
     elif what == "churn":
         churn(port, pid)
+    elif what == "nearlimit":
+        nearlimit(port, pid, int(sys.argv[4]))
     elif what == "nogpus":
         nogpus(port, pid)
     elif what == "gpus":

@@ -112,6 +112,10 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status,
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    /* One request per connection: its slot is free once the answer is
+     * sent, not held by a client that keeps it open for its next scrape
+     * (Prometheus does) until CONN_TIMEOUT_S. */
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
     enum MHD_Result ok = MHD_queue_response(c, status, r);
@@ -203,8 +207,17 @@ int serve_run(const char *listen, serve_render_fn render, void *arg)
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     /* After the mask: NVML may start threads of its own. */
     s.gpus = nvml_gauges_open();
+    /* MHD_USE_ITC: without it (libmicrohttpd on Linux adds it only for
+     * some options) a connection's thread ends unseen by the thread that
+     * accepts, which still counts it until its next wakeup, an accept: at
+     * CONN_MAX that accept is refused, closed at once, and only then the
+     * finished connection is collected (127 silent clients: every other
+     * scrape reset). With it, an ending thread wakes the accepting one,
+     * which collects it at once and, at CONN_MAX, leaves new connections
+     * in the listen backlog instead of accepting and closing them. */
     struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION |
+            MHD_USE_ITC, 0,
         NULL, NULL, on_request, &s, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_MAX,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)CONN_TIMEOUT_S,

@@ -2,8 +2,10 @@
 # umpool-inspect serve, scraped by a real Prometheus: tests/inspect/holder
 # holds a pool; the exporter serves it on a free loopback port; promtool
 # checks the page; malformed, oversized and silent clients and 50
-# concurrent scrapes leave it serving; a Prometheus server (its
-# prometheus.yml and storage written here) scrapes it every second, and
+# concurrent scrapes leave it serving; next to 127 silent connections
+# (one short of its limit) every scrape is answered, and next to 130
+# clients trickling their headers a byte at a time; a Prometheus server
+# (its prometheus.yml and storage written here) scrapes it every second, and
 # its HTTP API reports the holder's live bytes as the exporter does; the
 # holder exits mid-scrape and leaves the page. The GPU gauges: absent
 # without NVML (UMPOOL_NVML_LIBRARY=/nonexistent); on the fake NVML of
@@ -117,6 +119,12 @@ promtool check metrics <"$tmp/page.prom" || fail "promtool refused the page"
 
 echo "check: bad clients and concurrent scrapes"
 check "$port" "$hpid" abuse || exit 1
+kill -0 "$spid" || fail "serve died"
+
+echo "check: one short of the connection limit, every scrape answered"
+check "$port" "$hpid" nearlimit "$spid" || exit 1
+echo "check: 130 clients trickling their headers, scrapes answered"
+check "$port" "$hpid" trickle || exit 1
 kill -0 "$spid" || fail "serve died"
 
 # The GPU gauges on the fake NVML: tests/fake_cuda.c as libnvidia-ml, 4

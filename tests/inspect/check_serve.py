@@ -3,6 +3,15 @@
     check_serve.py PORT PID                 the holder's metrics are served
     check_serve.py PORT PID abuse           malformed, oversized and silent
                                             clients, 50 concurrent scrapes
+    check_serve.py PORT PID trickle         130 clients trickling their
+                                            headers (a byte every 4 s,
+                                            reconnecting when dropped):
+                                            every scrape answered within
+                                            3 s, each trickler dropped
+                                            by the request deadline
+    check_serve.py PORT PID nearlimit SPID  127 silent connections (SPID:
+                                            serve's pid), then 10 scrapes
+                                            in a row, every one answered
     check_serve.py PORT PID churn           scrapes while the holder exits
     check_serve.py PORT PID gone            the holder has exited: it left
     check_serve.py PROMPORT PID query WANT  Prometheus reports WANT bytes
@@ -31,6 +40,7 @@
 
 Prints one line per check; exits 1 on the first failure. Loopback only."""
 import json
+import os
 import re
 import socket
 import sys
@@ -156,6 +166,193 @@ def abuse(port, pid):
              % (results.count(True), [r for r in results if r is not True]))
     print("abuse: garbage, a 100 KB request, a silent client and 50 "
           "concurrent scrapes left it serving")
+
+
+# The exporter's limits (tools/inspect/inspect_serve.c): CONN_MAX
+# connections; a request must be read whole within REQUEST_TIMEOUT_S of
+# its connection's accept.
+CONN_MAX = 128
+REQUEST_TIMEOUT_S = 5
+
+
+def scrape_ok(port, timeout, took=None):
+    """None when /metrics answers a whole page within timeout, else why;
+    the seconds it took appended to the list took."""
+    t0 = time.time()
+    try:
+        req = urllib.request.Request("http://%s:%d/metrics" % (HOST, port))
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            st, body = r.status, r.read()
+    except Exception as e:  # noqa: BLE001 - any failure is the answer
+        return "%r after %.1f s" % (e, time.time() - t0)
+    if took is not None:
+        took.append(time.time() - t0)
+    if st != 200 or b"umpool_exporter_up" not in body:
+        return "%d, %d bytes" % (st, len(body))
+    return None
+
+
+def trickle(port, pid):
+    """130 clients, 2 more than the exporter's connections, each sending
+    "GET /metrics HTTP/1.1\r\nX-a: " and then one byte every 4 s (about
+    33 bytes/s in all: never silent for the 10 s that MHD's timeout
+    waits), and reconnecting at once when dropped, as an attacker would.
+    For 10 s a scrape every 0.5 s must be answered within 3 s (less than
+    the request deadline: a slot is kept for it, it does not wait for a
+    trickler's deadline), and no trickling connection may live much past
+    the request deadline."""
+    n, every, run, tick = 130, 4.0, 10.0, 0.2
+    head = b"GET /metrics HTTP/1.1\r\nX-a: "
+    stop = threading.Event()
+    stats = {"dropped": 0, "longest": 0.0, "error": None}
+    conns = []  # [socket, opened at, next byte at]
+
+    def connect(now, phase):
+        s = socket.create_connection((HOST, port), timeout=5)
+        s.sendall(head)
+        s.setblocking(False)
+        return [s, now, now + phase]
+
+    def closed(s):
+        """True when the server closed s (what it sent is dropped)."""
+        try:
+            while True:
+                if not s.recv(65536):
+                    return True
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def trickler():
+        try:
+            for i in range(n):
+                conns.append(connect(time.time(), every * i / n))
+            while not stop.is_set():
+                now = time.time()
+                for c in conns:
+                    gone = closed(c[0])
+                    if not gone and now >= c[2]:
+                        c[2] += every
+                        try:
+                            c[0].send(b"a")
+                        except OSError:
+                            gone = True
+                    if gone:
+                        c[0].close()
+                        stats["dropped"] += 1
+                        stats["longest"] = max(stats["longest"], now - c[1])
+                        c[:] = connect(now, every)
+                stop.wait(tick)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            stats["error"] = e
+
+    t = threading.Thread(target=trickler)
+    t.start()
+    failed, n_scrapes, took = [], 0, []
+    t0 = time.time()
+    time.sleep(0.5)
+    while time.time() - t0 < run:
+        why = scrape_ok(port, 3, took)
+        n_scrapes += 1
+        if why:
+            failed.append("at %.1f s: %s" % (time.time() - t0, why))
+        time.sleep(0.5)
+    stop.set()
+    t.join()
+    now = time.time()
+    for c in conns:
+        stats["longest"] = max(stats["longest"], now - c[1])
+        c[0].close()
+    if stats["error"]:
+        fail("trickle: the trickling clients failed: %r" % stats["error"])
+    if failed:
+        fail("trickle: %d of %d scrapes failed next to 130 trickling "
+             "clients; first %s" % (len(failed), n_scrapes, failed[0]))
+    if stats["longest"] > REQUEST_TIMEOUT_S + 2.5:
+        fail("trickle: a trickling connection lived %.1f s (request "
+             "deadline %d s)" % (stats["longest"], REQUEST_TIMEOUT_S))
+    print("trickle: %d scrapes answered in %.0f s next to 130 trickling "
+          "clients (the slowest in %.2f s); the tricklers dropped %d times, "
+          "none connected more than %.1f s"
+          % (n_scrapes, run, max(took), stats["dropped"], stats["longest"]))
+
+
+def server_sockets(spid):
+    """How many sockets the process spid has open."""
+    count = 0
+    for fd in os.listdir("/proc/%d/fd" % spid):
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (spid, fd)).startswith(
+                    "socket:"):
+                count += 1
+        except OSError:
+            pass  # closed meanwhile
+    return count
+
+
+def wait_sockets(spid, want, what):
+    """Until the process spid has want sockets open (5 s)."""
+    for _ in range(100):
+        got = server_sockets(spid)
+        if got == want:
+            return
+        time.sleep(0.05)
+    fail("%s: serve has %d sockets open, expected %d" % (what, got, want))
+
+
+def keepalive_scrape(port):
+    """None when an HTTP/1.1 request that does not ask to close (as
+    Prometheus sends) is answered, and the server then closes the
+    connection by itself, releasing its slot; else why."""
+    s = socket.create_connection((HOST, port), timeout=3)
+    out = b""
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: %s:%d\r\n\r\n"
+                  % (HOST.encode(), port))
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+    except socket.timeout:
+        return "the connection still open 3 s after %d bytes" % len(out)
+    except OSError as e:
+        return "%r after %d bytes" % (e, len(out))
+    finally:
+        s.close()
+    if not out.startswith(b"HTTP/1.1 200") or b"umpool_exporter_up" not in out:
+        return "%r... (%d bytes)" % (out[:40], len(out))
+    return None
+
+
+def nearlimit(port, pid, spid):
+    """127 silent connections, one short of the exporter's 128, then 10
+    scrapes in a row, alternately by a client that closes at once and by
+    one that waits for the server to close: every one is answered (the
+    scrape before it no longer counts)."""
+    wait_sockets(spid, 1, "nearlimit, before")  # only the listening one
+    silent = [socket.create_connection((HOST, port), timeout=5)
+              for _ in range(CONN_MAX - 1)]
+    t0 = time.time()
+    try:
+        wait_sockets(spid, CONN_MAX, "nearlimit, 127 silent clients")
+        failed = []
+        for i in range(10):
+            why = keepalive_scrape(port) if i % 2 else scrape_ok(port, 5)
+            if why:
+                failed.append("scrape %d: %s" % (i + 1, why))
+        took = time.time() - t0
+    finally:
+        for s in silent:
+            s.close()
+    if failed:
+        fail("nearlimit: %d of 10 scrapes next to 127 silent connections "
+             "failed: %s" % (len(failed), "; ".join(failed)))
+    print("nearlimit: 10 scrapes in a row answered next to 127 silent "
+          "connections (%.1f s%s)" % (took, "" if took < REQUEST_TIMEOUT_S
+                                      else ", slower than the request "
+                                      "deadline: not a test of the limit"))
 
 
 def churn(port, pid):
@@ -396,6 +593,10 @@ def main():
         gone(port, pid)
     elif what == "churn":
         churn(port, pid)
+    elif what == "trickle":
+        trickle(port, pid)
+    elif what == "nearlimit":
+        nearlimit(port, pid, int(sys.argv[4]))
     elif what == "nogpus":
         nogpus(port, pid)
     elif what == "gpus":

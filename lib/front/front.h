@@ -23,10 +23,12 @@ void pool_poll_pending(ump_pool_t *pool, bool wait);
 /* Everything parked (thread caches, parked runs) goes back to the pool's
  * slabs and cached blocks. */
 void pool_flush_tcaches(ump_pool_t *pool);
-/* Memory kept for reuse on device outside its cached blocks (runs parked
- * whole or in thread caches) becomes cached blocks: the tier's hook before
- * it moves live data down for room. Nothing (no membarrier, no flush) when
- * there is none. */
+/* Memory threads keep for reuse on device outside its cached blocks (runs
+ * parked whole or in thread caches, slab objects in thread caches) goes
+ * back: runs become cached blocks, objects go back to their slabs (which
+ * the tier then releases when wholly free: slab_trim_place). The tier's
+ * hook before it moves live data down for room. Nothing (no membarrier,
+ * no flush) when there is none. */
 void pool_reclaim_device(ump_pool_t *pool, int device);
 /* Gives cached physical memory back (ump_trim); thread caches flushed. */
 void pool_trim_locked(ump_pool_t *pool);

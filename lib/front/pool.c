@@ -51,9 +51,21 @@ static bool runs_kept(ump_pool_t *pool, int device)
     return kept;
 }
 
+/* Does any thread cache hold slab objects of device? Such a slab is not
+ * wholly free while they sit there, and so not released by slab_put nor
+ * by slab_trim_place. */
+static bool objects_kept(ump_pool_t *pool, int device)
+{
+    for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
+        if (atomic_load_explicit(&tc->obj_bytes[device],
+                                 memory_order_relaxed))
+            return true;
+    return false;
+}
+
 void pool_reclaim_device(ump_pool_t *pool, int device)
 {
-    if (runs_kept(pool, device))
+    if (runs_kept(pool, device) || objects_kept(pool, device))
         pool_flush_tcaches(pool);
 }
 

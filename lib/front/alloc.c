@@ -195,6 +195,9 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
         pool_flush_tcaches(pool);
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     }
+    /* Free slabs of other classes: their chunks make this one's. */
+    if (rc == -ENOMEM && pool_release_free_slabs(pool, dev))
+        rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     pthread_mutex_unlock(&pool->lock);
     /* Moving offloadable memory down makes room: only when it would fail,
      * and a few rounds at most (each frees a chunk's worth or more). A new

@@ -18,6 +18,7 @@ UNIT_TESTS = \
 	tests/test_tcache \
 	tests/test_nvme \
 	tests/test_offload \
+	tests/test_acquire_race \
 	tests/test_ckpt \
 	tests/test_failure \
 	tests/test_alloc \

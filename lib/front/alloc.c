@@ -195,6 +195,9 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
         pool_flush_tcaches(pool);
         rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     }
+    /* Free slabs of other classes: their chunks make this one's. */
+    if (rc == -ENOMEM && pool_release_free_slabs(pool, dev))
+        rc = slab_take(pool, dev, cls, req->flags, batch, items, &n, &got);
     pthread_mutex_unlock(&pool->lock);
     /* Moving offloadable memory down makes room: only when it would fail,
      * and a few rounds at most (each frees a chunk's worth or more). A new
@@ -219,6 +222,8 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
                                                   : tcache_bin(tc, got, cls);
     for (; b && i < n && b->count < b->cap; i++)
         b->items[b->count++] = items[i];
+    if (i > 1)
+        tc_add_bytes(&tc->obj_bytes[got], (int64_t)((i - 1) * sc_size(cls)));
     count_bin(tc, got, cls, sc_size(cls), COUNT_ALLOC);
     tc_exit(tc);
     if (i < n) {
@@ -240,6 +245,7 @@ static int alloc_small(ump_pool_t *pool, struct tcache *tc,
     if (ump_likely(bin && bin->count)) {
         struct obj_ref it = bin->items[--bin->count];
         ctr_add_u(&bin->allocs, 1);
+        tc_add_bytes(&tc->obj_bytes[req->device], -(int64_t)sc_size(cls));
         tc_exit(tc);
         give_object(&it, req->size, ptr_p);
         return 0;
@@ -264,13 +270,6 @@ static void give_run(ump_pool_t *pool, struct run *r, size_t size,
 }
 
 
-static void add_run_bytes(struct tcache *tc, int dev, int64_t delta)
-{
-    size_t v = atomic_load_explicit(&tc->run_bytes[dev], memory_order_relaxed);
-    atomic_store_explicit(&tc->run_bytes[dev], v + (size_t)delta,
-                          memory_order_relaxed);
-}
-
 static int alloc_run(ump_pool_t *pool, struct tcache *tc,
                      const struct place_req *pr, void **ptr_p)
 {
@@ -287,7 +286,8 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
         if (bin && bin->count) {
             struct obj_ref it = bin->items[--bin->count];
             ctr_add_u(&bin->allocs, 1);
-            add_run_bytes(tc, dev, -(int64_t)(n << pool->chunk_shift));
+            tc_add_bytes(&tc->run_bytes[dev],
+                         -(int64_t)(n << pool->chunk_shift));
             tc_exit(tc);
             /* Statistics read it under the lock (stats.c): relaxed. */
             atomic_store_explicit(&((struct run *)it.meta)->flags,
@@ -562,6 +562,7 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
         back[k++] = (struct obj_ref){ptr, s, idx};
     } else if (ump_likely(bin && bin->count < bin->cap)) {
         bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
+        tc_add_bytes(&tc->obj_bytes[s->device], s->size);
         tc_exit(tc);
         return;
     } else if (bin && bin->cap) { /* full: half goes back to the slabs */
@@ -569,6 +570,8 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
         bin->count -= k;
         memcpy(back, bin->items + bin->count, k * sizeof(*back));
         bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
+        tc_add_bytes(&tc->obj_bytes[s->device],
+                     (1 - (int64_t)k) * (int64_t)s->size);
     } else {
         back[k++] = (struct obj_ref){ptr, s, idx};
     }
@@ -594,7 +597,8 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
             !pool_any_failed(pool)) {
             bin->items[bin->count++] = (struct obj_ref){
                 vas_addr(&pool->vas, r->start), r, 0};
-            add_run_bytes(tc, r->device, (int64_t)(r->n << pool->chunk_shift));
+            tc_add_bytes(&tc->run_bytes[r->device],
+                         (int64_t)(r->n << pool->chunk_shift));
             tc_exit(tc);
             return;
         }

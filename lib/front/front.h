@@ -12,7 +12,8 @@
 #include "mem/pool.h"
 
 /* A run for pr: deferred frees collected first; when it does not fit, what
- * threads park is flushed and it is tried once more. */
+ * threads park is flushed and it is tried once more, and then once more
+ * after pool_release_free_slabs. */
 int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
                    struct run **run_p);
 /* A freed run: to the tiers when they track it (it may have moved), else
@@ -23,11 +24,22 @@ void pool_poll_pending(ump_pool_t *pool, bool wait);
 /* Everything parked (thread caches, parked runs) goes back to the pool's
  * slabs and cached blocks. */
 void pool_flush_tcaches(ump_pool_t *pool);
-/* Memory kept for reuse on device outside its cached blocks (runs parked
- * whole or in thread caches) becomes cached blocks: the tier's hook before
- * it moves live data down for room. Nothing (no membarrier, no flush) when
- * there is none. */
+/* Memory threads keep for reuse on device outside its cached blocks (runs
+ * parked whole or in thread caches, slab objects in thread caches) goes
+ * back: runs become cached blocks, objects go back to their slabs (which
+ * the tier then releases when wholly free: slab_trim_place). The tier's
+ * hook before it moves live data down for room. Nothing (no membarrier,
+ * no flush) when there is none. */
 void pool_reclaim_device(ump_pool_t *pool, int device);
+/* Slabs with no live object (mem/slab.h: each size class keeps one per
+ * place, SLAB_EMPTY_KEEP, and a flush of the thread caches may empty
+ * more) hold chunks that neither the placement view (chunks_available)
+ * nor chunks_get counts: with many classes in use they fill a device
+ * while little is live. An allocation about to fail releases them to the
+ * cached blocks of their places and tries once more: those of the devices
+ * for a device place, of both host places (one budget) for a host place.
+ * true when any was released. */
+bool pool_release_free_slabs(ump_pool_t *pool, int place);
 /* Gives cached physical memory back (ump_trim); thread caches flushed. */
 void pool_trim_locked(ump_pool_t *pool);
 /* ump_ptr_info without its log line, for callers that log their own:

@@ -51,9 +51,21 @@ static bool runs_kept(ump_pool_t *pool, int device)
     return kept;
 }
 
+/* Does any thread cache hold slab objects of device? Such a slab is not
+ * wholly free while they sit there, and so not released by slab_put nor
+ * by slab_trim_place. */
+static bool objects_kept(ump_pool_t *pool, int device)
+{
+    for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
+        if (atomic_load_explicit(&tc->obj_bytes[device],
+                                 memory_order_relaxed))
+            return true;
+    return false;
+}
+
 void pool_reclaim_device(ump_pool_t *pool, int device)
 {
-    if (runs_kept(pool, device))
+    if (runs_kept(pool, device) || objects_kept(pool, device))
         pool_flush_tcaches(pool);
 }
 
@@ -80,14 +92,27 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
         if (rc != -EAGAIN && rc != -ENOMEM)
             return rc;
         pool_flush_tcaches(pool);
-        return runs_alloc(pool, pr, run_p);
-    }
-    rc = runs_alloc(pool, pr, run_p);
-    if (rc == -ENOMEM) { /* what threads park may make it fit */
-        pool_flush_tcaches(pool);
         rc = runs_alloc(pool, pr, run_p);
+    } else {
+        rc = runs_alloc(pool, pr, run_p);
+        if (rc == -ENOMEM) { /* what threads park may make it fit */
+            pool_flush_tcaches(pool);
+            rc = runs_alloc(pool, pr, run_p);
+        }
     }
+    if (rc == -ENOMEM && pool_release_free_slabs(pool, pr->req.device))
+        rc = runs_alloc(pool, pr, run_p);
     return rc;
+}
+
+bool pool_release_free_slabs(ump_pool_t *pool, int place)
+{
+    size_t n = 0;
+    bool host = place_is_host(pool, place);
+    for (int d = host ? pool->ndev : 0; d < (host ? pool->nplace : pool->ndev);
+         d++)
+        n += slab_trim_place(pool, d);
+    return n != 0;
 }
 
 void pool_run_free(ump_pool_t *pool, struct run *r)

@@ -144,6 +144,7 @@ void tcache_flush(struct tcache *tc)
             bins[b].count = 0;
         }
         atomic_store_explicit(&tc->run_bytes[d], 0, memory_order_relaxed);
+        atomic_store_explicit(&tc->obj_bytes[d], 0, memory_order_relaxed);
     }
     tc_release(tc);
 }
@@ -210,15 +211,17 @@ int tcache_global_init(void)
 
 static struct tcache *tcache_new(ump_pool_t *pool)
 {
-    /* The cache, its counters and its parked-run bytes in one block of
-     * whole cache lines: the owner writes them on every call, and no other
-     * thread's data may share those lines. */
+    /* The cache, its counters and its parked-run and object bytes in one
+     * block of whole cache lines: the owner writes them on every call, and
+     * no other thread's data may share those lines. */
     size_t nplace = (size_t)pool->nplace;
     size_t off_cnt = UMP_ALIGN_UP(sizeof(struct tcache), UMP_CACHELINE);
     size_t off_run = off_cnt + UMP_ALIGN_UP(nplace * sizeof(struct counters),
                                             UMP_CACHELINE);
-    size_t bytes =
+    size_t off_obj =
         off_run + UMP_ALIGN_UP(nplace * sizeof(size_t), UMP_CACHELINE);
+    size_t bytes =
+        off_obj + UMP_ALIGN_UP(nplace * sizeof(size_t), UMP_CACHELINE);
     struct tcache *tc = aligned_alloc(UMP_CACHELINE, bytes);
     if (!tc)
         return NULL;
@@ -227,6 +230,7 @@ static struct tcache *tcache_new(ump_pool_t *pool)
     tc->owner = pthread_self();
     tc->cnt = (struct counters *)((char *)tc + off_cnt);
     tc->run_bytes = (_Atomic size_t *)((char *)tc + off_run);
+    tc->obj_bytes = (_Atomic size_t *)((char *)tc + off_obj);
     pthread_mutex_lock(&pool->lock);
     tc->next = pool->tcaches;
     if (pool->tcaches)

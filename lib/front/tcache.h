@@ -50,6 +50,9 @@ struct tcache {
     _Atomic(struct tc_bin *) bins[UMP_MAX_PLACES];
     struct counters *cnt;              /* per place: what no bin counts */
     _Atomic size_t *run_bytes;         /* per place: runs parked here */
+    /* per place: bytes of the slab objects in its bins, which keep their
+     * slabs from being wholly free (room making reads it, front/pool.c) */
+    _Atomic size_t *obj_bytes;
     struct tcache *prev, *next;        /* the pool's list (pool->lock) */
 };
 
@@ -124,6 +127,15 @@ static inline struct tc_bin *tcache_bin(struct tcache *tc, int device,
     if (ump_likely(b != NULL))
         return &b[bin];
     return tcache_bin_slow(tc, device, bin);
+}
+
+/* Adds delta to one of the owner's per-place byte counts (run_bytes,
+ * obj_bytes): only the owner, or a thread that seized the cache, writes
+ * them; others read them with no lock. */
+static inline void tc_add_bytes(_Atomic size_t *c, int64_t delta)
+{
+    size_t v = atomic_load_explicit(c, memory_order_relaxed);
+    atomic_store_explicit(c, v + (size_t)delta, memory_order_relaxed);
 }
 
 /* Bytes one allocation of bin b stands for. */

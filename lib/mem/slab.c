@@ -280,14 +280,23 @@ bool slab_lost(const ump_pool_t *pool, const struct slab *s)
     return !s->away && pool_dev_failed(pool, s->device);
 }
 
+size_t slab_trim_place(ump_pool_t *pool, int d)
+{
+    size_t n = 0;
+    for (unsigned c = 0; c < pool->nsmall; c++)
+        ump_list_for_each_safe(s, nx, &pool->dev[d].empty[c].l, struct slab,
+                               link)
+            if (!s->away) { /* its chunk is gone: kept until resumed */
+                slab_release(pool, s);
+                n++;
+            }
+    return n;
+}
+
 void slab_trim(ump_pool_t *pool)
 {
     for (int d = 0; d < pool->nplace; d++)
-        for (unsigned c = 0; c < pool->nsmall; c++)
-            ump_list_for_each_safe(s, nx, &pool->dev[d].empty[c].l,
-                                   struct slab, link)
-                if (!s->away) /* its chunk is gone: kept until resumed */
-                    slab_release(pool, s);
+        slab_trim_place(pool, d);
 }
 
 void slab_free_all(ump_pool_t *pool)

@@ -73,6 +73,10 @@ void slab_move_device(ump_pool_t *pool, struct slab *s, int d);
 bool slab_lost(const ump_pool_t *pool, const struct slab *s);
 /* Releases every wholly free slab's chunk to the cached blocks. */
 void slab_trim(ump_pool_t *pool);
+/* The same for place d only (room making on a full device: the slab kept
+ * free per class, SLAB_EMPTY_KEEP, is memory chunks_available does not
+ * count); returns how many chunks went to the cached blocks. */
+size_t slab_trim_place(ump_pool_t *pool, int d);
 /* Frees every slab's metadata (pool teardown). */
 void slab_free_all(ump_pool_t *pool);
 

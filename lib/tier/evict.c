@@ -19,6 +19,7 @@
 
 #include "mem/chunks.h"
 #include "mem/runs.h"
+#include "mem/slab.h"
 #include "place/policy.h"
 #include "tier/evict.h"
 #include "tier/host.h"
@@ -258,20 +259,37 @@ int evict_down(ump_pool_t *pool, struct seg *s)
     return rc;
 }
 
-/* Memory kept for reuse on dev but not in its cached blocks (runs parked
- * whole, runs in threads' caches) becomes cached blocks, which
- * chunks_available counts and chunks_get takes back. */
-static void reclaim_parked(ump_pool_t *pool, int dev)
+/* Memory kept for reuse on dev but not in its cached blocks becomes
+ * cached blocks, which chunks_available counts and chunks_get takes back:
+ * runs parked whole or in threads' caches, and slabs with no live object.
+ * Each size class keeps one wholly free slab per device (SLAB_EMPTY_KEEP),
+ * and a slab whose taken objects all sit in a thread cache is not even
+ * wholly free: with small sizes of many classes in use, such slabs fill a
+ * device while little is live. Two threads showed it (defect 6, filed
+ * again; tests/test_acquire_race.c): A evicts its run, B's small
+ * allocation of a class new to device 0 makes its slab of a chunk A's run
+ * just gave back, and B frees it; the slab stays, kept free or held by
+ * B's cache. Slab by slab device 0 filled (12 to 14 of its 16 chunks),
+ * and A's ump_acquire, with nothing movable left there (B's run acquired
+ * or not offloadable), was -ENOMEM with 10 MiB live on 2 x 32 MiB. Free
+ * slabs go first (no driver call, no flush); thread caches are flushed
+ * only when that is not enough, and the slabs their objects emptied go
+ * too. */
+static void reclaim_kept(ump_pool_t *pool, int dev, size_t n)
 {
+    slab_trim_place(pool, dev);
+    if (chunks_available(pool, dev) >= n)
+        return;
     if (pool->off->reclaim)
         pool->off->reclaim(pool, dev); /* the front end's: thread caches */
     else if (pool->dev[dev].parked)
         runs_unpark_all(pool);
+    slab_trim_place(pool, dev);
 }
 
 /* Evicts from device dev until n granules could be allocated there (0).
- * Memory threads keep cached is taken back before any live data moves,
- * and room on its way (moves down from dev under way, the eviction
+ * Memory kept for reuse (reclaim_kept) is taken back before any live data
+ * moves, and room on its way (moves down from dev under way, the eviction
  * worker's or another thread's ump_evict) is waited for: only when neither
  * is left and nothing may move is it -ENOMEM. */
 static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
@@ -283,7 +301,7 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
             return 0;
         if (!reclaimed) {
             reclaimed = true;
-            reclaim_parked(pool, dev);
+            reclaim_kept(pool, dev, n);
             continue;
         }
         /* Enough is on its way down already: wait for it rather than

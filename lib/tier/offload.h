@@ -31,11 +31,12 @@ size_t offload_host_limit(const ump_pool_t *pool);
 /* Sets up the tiers from the configuration (no thread, no file yet). */
 int offload_init(ump_pool_t *pool);
 /* The front end's hook for memory kept for reuse on a device outside its
- * cached blocks (runs in thread caches, parked runs): room making for a
- * move up calls it for that device, pool lock held, before it moves live
- * data down. It never runs in a thread inside its own cache (tc_enter):
- * the tier runs no code there. Set once after offload_init; without it
- * only parked runs are taken back. */
+ * cached blocks (runs in thread caches, parked runs, slab objects in thread
+ * caches): room making for a move up calls it for that device, pool lock
+ * held, when releasing the device's wholly free slabs was not enough, and
+ * before it moves live data down. It never runs in a thread inside its own
+ * cache (tc_enter): the tier runs no code there. Set once after
+ * offload_init; without it only parked runs are taken back. */
 void offload_set_reclaim(ump_pool_t *pool, void (*fn)(ump_pool_t *pool,
                                                    int device));
 /* Stops the background thread; the pool lock is not held. */

@@ -1141,6 +1141,19 @@ static CUresult fake_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src,
     return end(CUDA_SUCCESS);
 }
 
+/* The synchronous copies (umpool-bench's device<->host baseline): the
+ * same as cuMemcpyAsync on the legacy stream, which the fake runs before
+ * the call returns. */
+static CUresult fake_cuMemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    return fake_cuMemcpyAsync((CUdeviceptr)(uintptr_t)dst, src, n, NULL);
+}
+
+static CUresult fake_cuMemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+    return fake_cuMemcpyAsync(dst, (CUdeviceptr)(uintptr_t)src, n, NULL);
+}
+
 /* Page-locked ranges of ordinary host memory (cuMemHostRegister). */
 #define FAKE_MAX_HOSTREG 16
 static struct {
@@ -1704,6 +1717,8 @@ static const struct {
     FAKE_ENTRY(cuStreamSynchronize),
     FAKE_ENTRY(cuStreamGetCtx),
     FAKE_ENTRY(cuMemcpyAsync),
+    FAKE_ENTRY(cuMemcpyDtoH),
+    FAKE_ENTRY(cuMemcpyHtoD),
     FAKE_ENTRY(cuMemHostRegister),
     FAKE_ENTRY(cuMemHostUnregister),
     FAKE_ENTRY(cuMemsetD8Async),

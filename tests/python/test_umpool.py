@@ -6,6 +6,7 @@ import errno
 import os
 import tempfile
 import threading
+import time
 import unittest
 
 import numpy as np
@@ -385,15 +386,51 @@ class TorchEntryTest(unittest.TestCase):
         self.assertNotEqual(q, p)
         self.assertEqual(torch_alloc(4096, 0, s), p)
         torch_free(p, 4096, 0, s)
-        torch_reset()  # back to the pool, behind s's work: still held
-        r = torch_alloc(4096, 0, other)
-        self.assertNotEqual(r, p)
+        # empty_cache waits for s's work, as PyTorch's own does (it
+        # synchronizes outstanding events first): it returns once the gate
+        # opens, and p is the pool's again, not live.
+        opener = threading.Timer(0.3, gate.event.set)
+        t0 = time.monotonic()
+        opener.start()
+        torch_reset()
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        opener.join()
+        with self.assertRaises(umpool.Error):
+            self.pool.ptr_info(p)
         gate.open()
-        for b in (q, r):
-            torch_free(b, 4096, 0, other)
+        torch_free(q, 4096, 0, other)
         self.assertEqual(self.live(), 0)
         for st in (s, other):
             self.pool.stream_destroy(st)
+
+    def test_reset_takes_every_threads_blocks(self):
+        """empty_cache gives back the blocks other threads keep (PyTorch
+        frees on its autograd threads), while those threads live on."""
+        kept, done = threading.Event(), threading.Event()
+        got = []
+
+        def worker():
+            p = torch_alloc(16 << 20, 0, None)
+            torch_free(p, 16 << 20, 0, None)  # kept by this thread
+            kept.set()
+            done.wait(10)
+            q = torch_alloc(16 << 20, 0, None)  # its list, emptied, works
+            got.append(q)
+            torch_free(q, 16 << 20, 0, None)
+
+        t = threading.Thread(target=worker)
+        t.start()
+        self.assertTrue(kept.wait(10))
+        st0 = self.pool.stats(0)
+        torch_reset()
+        st1 = self.pool.stats(0)
+        done.set()
+        t.join()
+        self.assertEqual(st0["live_count"] - st1["live_count"], 1)
+        for key in ("reserved_bytes", "mapped_bytes"):
+            self.assertGreaterEqual(st0[key] - st1[key], 16 << 20, key)
+        self.assertTrue(got and got[0])
+        self.assertEqual(self.live(), 0)  # the thread's exit gave q back
 
     def test_record_stream(self):
         s1, s2 = self.pool.stream(0), self.pool.stream(0)

@@ -18,13 +18,17 @@
 #include "config.h"
 
 #include <errno.h>
+#include <linux/membarrier.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "umpool.h"
 #include "umpool_bindings.h"
@@ -215,9 +219,24 @@ static void free_after(ump_pool_t *pool, void *ptr, ump_stream_t stream,
  * work queued on S afterwards runs after everything queued before the
  * free (PyTorch's own caching allocator reuses blocks the same way). Each
  * thread keeps its last few such blocks, checked when freed; a block
- * pushed out, and every block at thread exit or empty_cache, takes the
- * stream-ordered way back to the pool (ump_free_async on its stream). A
- * kept block counts as live in the pool's statistics. */
+ * pushed out, and every block at thread exit, takes the stream-ordered
+ * way back to the pool (ump_free_async on its stream). A kept block counts
+ * as live in the pool's statistics.
+ *
+ * empty_cache (umpool_torch_reset) takes every thread's kept blocks, not
+ * only its caller's: PyTorch frees on its autograd threads too. The lists
+ * are chained, under keeps_lock, from a thread's first kept block to its
+ * exit. Taking another thread's list is the asymmetric Dekker handshake of
+ * the pool's thread caches (lib/front/tcache.h), so that the owner's side
+ * stays as cheap as an unshared list (a spinlock per list, one exchange in
+ * each call, made umpool-bench plugin's pair 1.5x slower on sim; this
+ * keeps it as it was): the owner stores busy = 1 and then reads
+ * `stealing`; empty_cache, under keeps_lock, sets stealing, issues
+ * membarrier(2) (a full barrier on every CPU running the process)
+ * and waits for busy == 0, so that either it sees the owner busy or the
+ * owner sees it stealing (and waits for keeps_lock, then tries again).
+ * Without membarrier the owner's store is sequentially consistent instead
+ * (one xchg). */
 #define KEEP 8
 
 struct kept {
@@ -226,13 +245,66 @@ struct kept {
     int device;
 };
 struct keep {
+    _Atomic int busy; /* its owner is working on it */
     int n;
-    bool registered;
+    bool registered; /* in the chain (its owner's view) */
+    bool exited; /* its thread is exiting: frees keep nothing more */
     struct kept k[KEEP]; /* oldest first */
+    struct keep *prev, *next; /* the chain, under keeps_lock */
 };
 static _Thread_local struct keep keep;
 static pthread_key_t keep_key;
 static pthread_once_t keep_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t keeps_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct keep *keeps; /* every thread's list that keeps or kept */
+static _Atomic int stealing; /* an empty_cache takes lists: owners wait */
+/* membarrier(2) registered: owners store busy with no fence. Set once
+ * (keep_once, or a forked child's handler) before any list is chained:
+ * every owner of a chained list, and every empty_cache, sees one value. */
+static _Atomic bool keep_asym;
+
+/* This thread's list, its address computed once per entry point: the
+ * barriers below would otherwise have the compiler ask for the
+ * thread-local address again (a call, in a shared library) after each. */
+static inline struct keep *my_keep(void)
+{
+    struct keep *kp = &keep;
+    __asm__("" : "+r"(kp));
+    return kp;
+}
+
+static long membarrier(int cmd)
+{
+    return syscall(__NR_membarrier, cmd, 0, 0);
+}
+
+/* The owner's side, around any use of its own list kp (this thread's). */
+static void keep_enter_slow(struct keep *kp)
+{
+    do {
+        atomic_store_explicit(&kp->busy, 0, memory_order_release);
+        pthread_mutex_lock(&keeps_lock); /* until the empty_cache is done */
+        pthread_mutex_unlock(&keeps_lock);
+        atomic_store_explicit(&kp->busy, 1, memory_order_seq_cst);
+    } while (atomic_load(&stealing));
+}
+
+static inline void keep_enter(struct keep *kp)
+{
+    if (likely(atomic_load_explicit(&keep_asym, memory_order_relaxed))) {
+        atomic_store_explicit(&kp->busy, 1, memory_order_relaxed);
+        atomic_signal_fence(memory_order_seq_cst); /* the compiler's only */
+    } else {
+        atomic_store_explicit(&kp->busy, 1, memory_order_seq_cst);
+    }
+    if (unlikely(atomic_load(&stealing)))
+        keep_enter_slow(kp);
+}
+
+static inline void keep_leave(struct keep *kp)
+{
+    atomic_store_explicit(&kp->busy, 0, memory_order_release);
+}
 
 /* Back to the pool behind its stream's work (the stream gone: at once,
  * its work is done or dropped). */
@@ -242,64 +314,168 @@ static void give_back(ump_pool_t *pool, const struct kept *k)
         ump_free(pool, k->ptr);
 }
 
+/* Takes the blocks of kp (this thread's) out into out (room for KEEP):
+ * how many. */
+static int keep_take_all(struct keep *kp, struct kept *out)
+{
+    keep_enter(kp);
+    int n = kp->n;
+    memcpy(out, kp->k, (size_t)n * sizeof(*out));
+    kp->n = 0;
+    keep_leave(kp);
+    return n;
+}
+
+/* The blocks of kp (this thread's) back to the pool, stream-ordered. */
 static void keep_flush(struct keep *kp)
 {
-    ump_pool_t *pool = pool_of_process();
-    for (int i = 0; pool && i < kp->n; i++)
-        give_back(pool, &kp->k[i]);
-    kp->n = 0;
+    struct kept out[KEEP];
+    int n = keep_take_all(kp, out);
+    ump_pool_t *pool = n ? pool_of_process() : NULL;
+    for (int i = 0; pool && i < n; i++)
+        give_back(pool, &out[i]);
 }
 
 static void keep_exit(void *arg)
 {
-    keep_flush(arg);
+    struct keep *kp = arg;
+    /* A free from a later destructor gives its block back at once: kept,
+     * it would chain a list whose memory is about to go. */
+    kp->exited = true;
+    if (kp->registered) { /* out of the chain before its memory goes */
+        pthread_mutex_lock(&keeps_lock);
+        if (kp->prev)
+            kp->prev->next = kp->next;
+        else
+            keeps = kp->next;
+        if (kp->next)
+            kp->next->prev = kp->prev;
+        pthread_mutex_unlock(&keeps_lock);
+        kp->registered = false;
+    }
+    keep_flush(kp); /* destructors run on the exiting thread */
 }
 
 static void keep_key_make(void)
 {
     pthread_key_create(&keep_key, keep_exit);
+    atomic_store(&keep_asym,
+                 !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED));
 }
 
-/* A block of size for stream on device kept by this thread, or NULL. */
-static void *keep_take(size_t size, int device, void *stream)
+/* This thread's list into the chain; its exit takes it out. */
+static void keep_register(void)
 {
-    for (int i = keep.n - 1; i >= 0; i--) {
-        struct kept *k = &keep.k[i];
+    pthread_once(&keep_once, keep_key_make);
+    pthread_setspecific(keep_key, &keep);
+    pthread_mutex_lock(&keeps_lock);
+    keep.prev = NULL;
+    keep.next = keeps;
+    if (keeps)
+        keeps->prev = &keep;
+    keeps = &keep;
+    pthread_mutex_unlock(&keeps_lock);
+    keep.registered = true;
+}
+
+/* A block of size for stream on device kept in kp (this thread's list),
+ * or NULL. */
+static void *keep_take(struct keep *kp, size_t size, int device,
+                       void *stream)
+{
+    void *p = NULL;
+    keep_enter(kp);
+    for (int i = kp->n - 1; i >= 0; i--) {
+        struct kept *k = &kp->k[i];
         if (k->size == size && k->stream == stream && k->device == device) {
-            void *p = k->ptr;
-            memmove(k, k + 1, (size_t)(keep.n - 1 - i) * sizeof(*k));
-            keep.n--;
-            return p;
+            p = k->ptr;
+            memmove(k, k + 1, (size_t)(kp->n - 1 - i) * sizeof(*k));
+            kp->n--;
+            break;
         }
     }
-    return NULL;
+    keep_leave(kp);
+    return p;
 }
 
-/* Keeps a freed block; the oldest kept one goes back to the pool when
- * there is no room. */
-static void keep_put(ump_pool_t *pool, void *ptr, size_t size, int device,
-                     void *stream)
+/* Keeps a freed block in kp (this thread's list); the oldest kept one goes
+ * back to the pool when there is no room. */
+static void keep_put(struct keep *kp, ump_pool_t *pool, void *ptr,
+                     size_t size, int device, void *stream)
 {
-    if (!keep.registered) { /* its thread's exit gives them back */
-        pthread_once(&keep_once, keep_key_make);
-        pthread_setspecific(keep_key, &keep);
-        keep.registered = true;
+    if (unlikely(!kp->registered)) {
+        if (kp->exited) {
+            give_back(pool, &(struct kept){ptr, stream, size, device});
+            return;
+        }
+        keep_register();
     }
-    if (keep.n == KEEP) {
-        give_back(pool, &keep.k[0]);
-        memmove(&keep.k[0], &keep.k[1], (KEEP - 1) * sizeof(keep.k[0]));
-        keep.n--;
+    struct kept out = {0};
+    keep_enter(kp);
+    if (kp->n == KEEP) {
+        out = kp->k[0];
+        memmove(&kp->k[0], &kp->k[1], (KEEP - 1) * sizeof(kp->k[0]));
+        kp->n--;
     }
-    keep.k[keep.n++] = (struct kept){ptr, stream, size, device};
+    kp->k[kp->n++] = (struct kept){ptr, stream, size, device};
+    keep_leave(kp);
+    if (out.ptr)
+        give_back(pool, &out);
 }
 
-/* Is ptr a block this thread keeps (freed already)? */
-static bool kept_already(const void *ptr)
+/* Is ptr a block kept in kp (this thread's list: freed already)? */
+static bool kept_already(struct keep *kp, const void *ptr)
 {
-    for (int i = 0; i < keep.n; i++)
-        if (keep.k[i].ptr == ptr)
-            return true;
-    return false;
+    bool found = false;
+    keep_enter(kp);
+    for (int i = 0; i < kp->n && !found; i++)
+        found = kp->k[i].ptr == ptr;
+    keep_leave(kp);
+    return found;
+}
+
+/* Every thread's kept blocks, taken out of their lists into a new array:
+ * *n_p of them. NULL when there is no memory for it. */
+static struct kept *keep_take_every(size_t *n_p)
+{
+    *n_p = 0;
+    pthread_mutex_lock(&keeps_lock);
+    size_t cap = KEEP, n = 0; /* this thread's, in the chain or not */
+    bool others = false;
+    for (struct keep *kp = keeps; kp; kp = kp->next) {
+        cap += KEEP;
+        others |= kp != &keep;
+    }
+    struct kept *all = malloc(cap * sizeof(*all));
+    if (!all) {
+        pthread_mutex_unlock(&keeps_lock);
+        return NULL;
+    }
+    /* This thread's own list first: only this thread ever works on it. */
+    memcpy(all, keep.k, (size_t)keep.n * sizeof(*all));
+    n = (size_t)keep.n;
+    keep.n = 0;
+    if (others) {
+        atomic_store(&stealing, 1);
+        /* Registered, so it cannot fail; if it did, an owner's plain store
+         * could be missed: leave the others' lists alone. */
+        if (atomic_load(&keep_asym) &&
+            membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED))
+            others = false;
+    }
+    for (struct keep *kp = keeps; others && kp; kp = kp->next) {
+        if (kp == &keep)
+            continue;
+        while (atomic_load(&kp->busy))
+            sched_yield(); /* its owner finishes what it does */
+        memcpy(all + n, kp->k, (size_t)kp->n * sizeof(*all));
+        n += (size_t)kp->n;
+        kp->n = 0;
+    }
+    atomic_store_explicit(&stealing, 0, memory_order_release);
+    pthread_mutex_unlock(&keeps_lock);
+    *n_p = n;
+    return all;
 }
 
 /* --- blocks handed out ---------------------------------------------------- */
@@ -393,7 +569,7 @@ static void *alloc_limited(ump_pool_t *pool, size_t size, int device)
         ump_stats_t st;
         if (ump_stats(pool, device, &st) || st.live_bytes > limit[device] ||
             size > limit[device] - st.live_bytes) {
-            keep_flush(&keep); /* what this thread keeps counts as live */
+            keep_flush(my_keep()); /* this thread's count as live */
             continue;
         }
         if (ump_alloc(pool, size, &h, &p))
@@ -412,7 +588,7 @@ EXPORT void *umpool_torch_alloc(size_t size, int device, void *stream)
     free_ready(pool);
     /* The pool hands out only memory no stream still uses; a block kept
      * for this stream is free for it (same-stream order). */
-    void *p = keep_take(size, device, stream);
+    void *p = keep_take(my_keep(), size, device, stream);
     /* A zero-byte tensor still gets a distinct pointer, as from cudaMalloc. */
     size_t want = size ? size : 1;
     if (!p) {
@@ -439,8 +615,10 @@ EXPORT void umpool_torch_free(void *ptr, size_t size, int device,
     /* A pointer that is no live block's start, or one freed already, is
      * refused here (logged), before it could be handed out again. */
     ump_ptr_info_t in;
+    struct keep *kp = my_keep();
     bool live = own_take(ptr) ||
-                (!kept_already(ptr) && !ump_ptr_lookup(pool, ptr, &in) &&
+                (!kept_already(kp, ptr) &&
+                 !ump_ptr_lookup(pool, ptr, &in) &&
                  in.base == ptr && in.kind == UMP_KIND_DEVICE);
     if (!live || device < 0 || device >= UMP_MAX_DEVICES) {
         fprintf(stderr, "umpool: umpool_torch_free: %p is not a live "
@@ -451,13 +629,15 @@ EXPORT void umpool_torch_free(void *ptr, size_t size, int device,
     if (r)
         free_after(pool, ptr, stream, r);
     else
-        keep_put(pool, ptr, size, device, stream);
+        keep_put(kp, pool, ptr, size, device, stream);
     rec_free(r);
     free_ready(pool);
 }
 
-/* Optional hooks (CUDAPluggableAllocator's set_init_fn and kin, for C++
- * users; the Python class takes alloc and free only). */
+/* Optional hooks: CUDAPluggableAllocator's set_init_fn and kin. The Python
+ * class takes alloc and free only, but the object its allocator() returns
+ * (torch._C._CUDAPluggableAllocator, torch/csrc/cuda/Module.cpp) has the
+ * setters too; umpool.torch sets the reset function. */
 
 EXPORT void umpool_torch_init(int device_count)
 {
@@ -468,14 +648,41 @@ EXPORT void umpool_torch_init(int device_count)
                 device_count, n);
 }
 
+/* torch.cuda.empty_cache(): PyTorch calls it through set_reset_fn (its
+ * CUDAPluggableAllocator::emptyCache calls reset_fn_, and nothing else;
+ * umpool.torch sets it). Like PyTorch's own empty_cache, which first waits
+ * for the events of blocks freed while other streams still used them
+ * (DeviceCachingAllocator::release_cached_blocks, then
+ * synchronize_and_free_events), it waits: each kept block's stream is
+ * synchronized once, and the block goes straight back to the pool, so
+ * that ump_trim can give its memory to the driver. A stream the pool
+ * cannot synchronize (not one it knows, a capture under way) lets its
+ * blocks go back behind its work instead. Blocks waiting for the streams
+ * record_stream named come back once those are done (not waited for). */
 EXPORT void umpool_torch_reset(void)
 {
     ump_pool_t *pool = pool_of_process();
-    if (pool) {
-        keep_flush(&keep); /* this thread's; others keep a few blocks */
-        free_ready(pool);
-        ump_trim(pool);
+    if (!pool)
+        return;
+    size_t n;
+    struct kept *all = keep_take_every(&n);
+    if (!all)
+        keep_flush(my_keep()); /* no memory: this thread's list only */
+    for (size_t i = 0; i < n; i++) {
+        if (!all[i].ptr)
+            continue;
+        void *s = all[i].stream;
+        bool done = !ump_stream_synchronize(pool, s);
+        for (size_t j = i; j < n; j++)
+            if (all[j].ptr && all[j].stream == s) {
+                if (!done || ump_free(pool, all[j].ptr))
+                    give_back(pool, &all[j]);
+                all[j].ptr = NULL;
+            }
     }
+    free(all);
+    free_ready(pool);
+    ump_trim(pool);
 }
 
 EXPORT void umpool_torch_memory_fraction(double fraction, int device)
@@ -521,6 +728,15 @@ static void forget_all(void)
     atomic_store(&own, NULL);
     atomic_store(&ready, NULL);
     keep.n = 0;
+    atomic_store(&keep.busy, 0);
+    keep.registered = false; /* the chain starts again with this thread */
+    keep.exited = false;
+    keeps = NULL;
+    atomic_store(&stealing, 0);
+    /* The child's process is another: registered anew (or not at all). */
+    atomic_store(&keep_asym,
+                 !membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED));
+    pthread_mutex_init(&keeps_lock, NULL);
     memset(rec_table, 0, sizeof(rec_table));
     atomic_store(&rec_count, 0);
     pthread_mutex_init(&rec_lock, NULL);

@@ -29,7 +29,9 @@ extern "C" {
 void *umpool_torch_alloc(size_t size, int device, void *stream);
 void umpool_torch_free(void *ptr, size_t size, int device, void *stream);
 void umpool_torch_init(int device_count);
-/* torch.cuda.empty_cache(): ump_trim. */
+/* torch.cuda.empty_cache() (set_reset_fn: PyTorch's emptyCache calls it):
+ * every thread's blocks kept for same-stream reuse back to the pool once
+ * their stream's work is done (waited for), then ump_trim. */
 void umpool_torch_reset(void);
 /* Allocations through these entry points on device stop at fraction of
  * its capacity (1: no limit). */

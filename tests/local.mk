@@ -33,6 +33,7 @@ UNIT_TESTS = \
 	tests/test_traffic \
 	tests/test_fork \
 	tests/test_stress \
+	tests/test_torch_keep \
 	tests/test_coll_model \
 	tests/test_coll_vtime \
 	tests/test_coll_reduce \

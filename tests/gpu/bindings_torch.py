@@ -9,8 +9,10 @@ Both runs train the same small model (the losses must be equal bit for
 bit) and time torch.empty + free of 1 MiB from Python (median of 5 batches
 of 20000: the plug-in's target is at most 1.1x PyTorch's caching
 allocator). The umpool run also checks that umpool.torch.stats() shows the
-tensors, that torch.cuda.empty_cache() gives cached memory back, and that
-a torch.cuda.MemPool over the plug-in serves allocations made inside it.
+tensors, that torch.cuda.empty_cache() gives a freed 256 MiB tensor back
+to the driver (the pool's reserved and mapped bytes drop by at least
+that; an AssertionError once the results are written), and that a
+torch.cuda.MemPool over the plug-in serves allocations made inside it.
 CuPy, if installed, allocates through umpool.cupy.use().
 """
 import json
@@ -21,6 +23,7 @@ import torch
 
 mode, out = sys.argv[1], sys.argv[2]
 res = {}
+failures = []  # raised at the end, once every result is written
 if mode == "umpool":
     import umpool
     import umpool.torch
@@ -46,12 +49,25 @@ res["losses"] = losses
 if mode == "umpool":
     st = umpool.torch.stats()
     res["live_bytes"] = st["live_bytes"]
+    # torch.cuda.empty_cache() must reach the pool (umpool_torch_reset,
+    # through set_reset_fn or use()'s wrapper) and give the freed tensor's
+    # memory to the driver: reserved and mapped bytes drop by its size.
     big = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
     del big
     torch.cuda.synchronize()
-    before = umpool.torch.stats()["reserved_bytes"]
+    st0 = umpool.torch.stats()
     torch.cuda.empty_cache()
-    res["empty_cache"] = [before, umpool.torch.stats()["reserved_bytes"]]
+    st1 = umpool.torch.stats()
+    res["empty_cache"] = [st0["reserved_bytes"], st1["reserved_bytes"]]
+    res["empty_cache_mapped"] = [st0["mapped_bytes"], st1["mapped_bytes"]]
+    res["empty_cache_via"] = umpool.torch.EMPTY_CACHE
+    for key in ("reserved_bytes", "mapped_bytes"):
+        if st0[key] - st1[key] < 256 << 20:
+            failures.append(
+                "torch.cuda.empty_cache() (via %s) gave back %d of a freed "
+                "256 MiB tensor's %d bytes (%s %d -> %d)" % (
+                    umpool.torch.EMPTY_CACHE, st0[key] - st1[key],
+                    256 << 20, key, st0[key], st1[key]))
     try:
         pool = torch.cuda.MemPool(umpool.torch.allocator().allocator())
         with torch.cuda.use_mem_pool(pool):
@@ -81,3 +97,4 @@ for _ in range(5):
 times.sort()
 res["empty_free_us"] = times[2] * 1e6
 json.dump(res, open(out, "w"))
+assert not failures, "; ".join(failures)

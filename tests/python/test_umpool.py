@@ -4,8 +4,11 @@ entry points of libumpool, on the sim backend. Run by tests/python/run.sh
 import ctypes
 import errno
 import os
+import sys
 import tempfile
 import threading
+import time
+import types
 import unittest
 
 import numpy as np
@@ -607,15 +610,51 @@ class TorchEntryTest(unittest.TestCase):
         self.assertNotEqual(q, p)
         self.assertEqual(torch_alloc(4096, 0, s), p)
         torch_free(p, 4096, 0, s)
-        torch_reset()  # back to the pool, behind s's work: still held
-        r = torch_alloc(4096, 0, other)
-        self.assertNotEqual(r, p)
+        # empty_cache waits for s's work, as PyTorch's own does (it
+        # synchronizes outstanding events first): it returns once the gate
+        # opens, and p is the pool's again, not live.
+        opener = threading.Timer(0.3, gate.event.set)
+        t0 = time.monotonic()
+        opener.start()
+        torch_reset()
+        self.assertGreaterEqual(time.monotonic() - t0, 0.25)
+        opener.join()
+        with self.assertRaises(umpool.Error):
+            self.pool.ptr_info(p)
         gate.open()
-        for b in (q, r):
-            torch_free(b, 4096, 0, other)
+        torch_free(q, 4096, 0, other)
         self.assertEqual(self.live(), 0)
         for st in (s, other):
             self.pool.stream_destroy(st)
+
+    def test_reset_takes_every_threads_blocks(self):
+        """empty_cache gives back the blocks other threads keep (PyTorch
+        frees on its autograd threads), while those threads live on."""
+        kept, done = threading.Event(), threading.Event()
+        got = []
+
+        def worker():
+            p = torch_alloc(16 << 20, 0, None)
+            torch_free(p, 16 << 20, 0, None)  # kept by this thread
+            kept.set()
+            done.wait(10)
+            q = torch_alloc(16 << 20, 0, None)  # its list, emptied, works
+            got.append(q)
+            torch_free(q, 16 << 20, 0, None)
+
+        t = threading.Thread(target=worker)
+        t.start()
+        self.assertTrue(kept.wait(10))
+        st0 = self.pool.stats(0)
+        torch_reset()
+        st1 = self.pool.stats(0)
+        done.set()
+        t.join()
+        self.assertEqual(st0["live_count"] - st1["live_count"], 1)
+        for key in ("reserved_bytes", "mapped_bytes"):
+            self.assertGreaterEqual(st0[key] - st1[key], 16 << 20, key)
+        self.assertTrue(got and got[0])
+        self.assertEqual(self.live(), 0)  # the thread's exit gave q back
 
     def test_record_stream(self):
         s1, s2 = self.pool.stream(0), self.pool.stream(0)
@@ -747,7 +786,154 @@ class TorchEntryTest(unittest.TestCase):
                          self.pool.handle)
 
 
+class FakeTorch:
+    """A stand-in torch (torch, torch.cuda, torch.cuda.memory in
+    sys.modules) with what umpool.torch calls, acting as PyTorch 2.x does
+    (torch/cuda/memory.py, torch/csrc/cuda/CUDAPluggableAllocator.cpp):
+    CUDAPluggableAllocator looks the two functions up in the library; its
+    allocator() object has set_reset_fn where reset_fn is true; and
+    torch.cuda.empty_cache() calls the current allocator's emptyCache,
+    which calls the reset function if one is set and else does nothing.
+    alloc and free call the plug-in's entry points through their
+    addresses, as PyTorch's tensors do."""
+    ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
+                             ctypes.c_void_p)
+    FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_size_t,
+                            ctypes.c_int, ctypes.c_void_p)
+    RESET = ctypes.CFUNCTYPE(None)
+
+    def __init__(self, reset_fn=True):
+        fake = self
+        self.current = None  # the allocator object PyTorch uses
+        self.empty_cache_calls = 0
+
+        class Raw:  # torch._C._CUDAPluggableAllocator
+            def __init__(self, alloc_fn, free_fn):
+                self.alloc_fn, self.free_fn = alloc_fn, free_fn
+                self.reset_fn = None
+
+            def emptyCache(self):
+                if self.reset_fn:
+                    fake.RESET(self.reset_fn)()
+
+        if reset_fn:
+            def set_reset_fn(raw, ptr):
+                raw.reset_fn = ptr
+            Raw.set_reset_fn = set_reset_fn
+
+        class CUDAPluggableAllocator:
+            def __init__(self, path, alloc_name, free_name):
+                so = ctypes.CDLL(path)
+                addr = [ctypes.cast(getattr(so, n), ctypes.c_void_p).value
+                        for n in (alloc_name, free_name)]
+                self._allocator = Raw(*addr)
+
+            def allocator(self):
+                return self._allocator
+
+        def change_current_allocator(a):
+            fake.current = a.allocator()
+
+        def empty_cache():
+            fake.empty_cache_calls += 1
+            if fake.current:
+                fake.current.emptyCache()
+
+        self.torch = types.ModuleType("torch")
+        cuda = self.torch.cuda = types.ModuleType("torch.cuda")
+        memory = cuda.memory = types.ModuleType("torch.cuda.memory")
+        memory.CUDAPluggableAllocator = CUDAPluggableAllocator
+        memory.change_current_allocator = change_current_allocator
+        memory.empty_cache = cuda.empty_cache = empty_cache
+        cuda.is_available = lambda: True
+        cuda.is_initialized = lambda: False
+        cuda.memory_reserved = lambda: 0
+
+    def alloc(self, size, device=0, stream=None):
+        return self.ALLOC(self.current.alloc_fn)(size, device, stream)
+
+    def free(self, ptr, size, device=0, stream=None):
+        self.FREE(self.current.free_fn)(ptr, size, device, stream)
+
+    def __enter__(self):
+        names = ("torch", "torch.cuda", "torch.cuda.memory")
+        self.saved = {n: sys.modules.get(n) for n in names}
+        sys.modules.update(zip(names, (self.torch, self.torch.cuda,
+                                       self.torch.cuda.memory)))
+        return self
+
+    def __exit__(self, *exc):
+        for n, m in self.saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
+
+
 class TorchUseTest(unittest.TestCase):
+    BIG = 16 << 20
+
+    def gave_back(self, fake, call):
+        """Frees a BIG tensor through the plug-in (kept for its stream),
+        then call(): the bytes reserved and mapped on device 0 that went
+        back, and how many allocations stopped being live."""
+        pool = umpool.process_pool()
+        fake.free(fake.alloc(self.BIG), self.BIG)
+        st0 = pool.stats(0)
+        call()
+        st1 = pool.stats(0)
+        return (st0["reserved_bytes"] - st1["reserved_bytes"],
+                st0["mapped_bytes"] - st1["mapped_bytes"],
+                st0["live_count"] - st1["live_count"])
+
+    def test_empty_cache_through_reset_fn(self):
+        """PyTorch's torch.cuda.empty_cache() reaches the pool: use() sets
+        the allocator's reset function to umpool_torch_reset."""
+        import umpool.torch as ut
+        with FakeTorch() as fake:
+            own = fake.torch.cuda.empty_cache
+            ut.use()
+            self.assertEqual(ut.EMPTY_CACHE, "reset_fn")
+            self.assertEqual(fake.current.reset_fn, ctypes.cast(
+                lib.umpool_torch_reset, ctypes.c_void_p).value)
+            self.assertIs(fake.torch.cuda.empty_cache, own)  # not wrapped
+            reserved, mapped, live = self.gave_back(
+                fake, fake.torch.cuda.empty_cache)
+            self.assertEqual(fake.empty_cache_calls, 1)
+            self.assertGreaterEqual(reserved, self.BIG)
+            self.assertGreaterEqual(mapped, self.BIG)
+            self.assertEqual(live, 1)
+            # And umpool.torch.empty_cache() by itself.
+            reserved, mapped, live = self.gave_back(fake, ut.empty_cache)
+            self.assertGreaterEqual(reserved, self.BIG)
+            self.assertEqual(live, 1)
+
+    def test_empty_cache_wrapped_without_reset_fn(self):
+        """A PyTorch whose allocator object has no set_reset_fn: its
+        empty_cache gives nothing back (the defect), so use() wraps it."""
+        import umpool.torch as ut
+        with FakeTorch(reset_fn=False) as fake:
+            own = fake.torch.cuda.empty_cache
+            fake.current = ut.allocator().allocator()  # not use()'s yet
+            reserved, mapped, live = self.gave_back(
+                fake, fake.torch.cuda.empty_cache)
+            self.assertEqual((reserved, live), (0, 0))  # kept: nothing back
+            ut.empty_cache()
+            ut.use()
+            self.assertEqual(ut.EMPTY_CACHE, "wrapped")
+            for mod in (fake.torch.cuda, fake.torch.cuda.memory):
+                self.assertIs(mod.empty_cache.__wrapped__, own)
+            calls = fake.empty_cache_calls
+            reserved, mapped, live = self.gave_back(
+                fake, fake.torch.cuda.empty_cache)
+            self.assertEqual(fake.empty_cache_calls, calls + 1)  # PyTorch's
+            self.assertGreaterEqual(reserved, self.BIG)
+            self.assertGreaterEqual(mapped, self.BIG)
+            self.assertEqual(live, 1)
+            wrapped = fake.torch.cuda.empty_cache
+            ut.use()  # again: not wrapped twice
+            self.assertIs(fake.torch.cuda.empty_cache, wrapped)
+
     def test_use_fails_clearly_without_cuda_pytorch(self):
         """No PyTorch, or Debian's CPU-only python3-torch (no pluggable
         allocator): umpool.Error, not a crash."""

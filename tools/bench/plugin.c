@@ -89,7 +89,7 @@ int bench_plugin(const struct bench_opts *o)
                t / d, c / d);
     }
     printf("# target: torch/dir <= 1.2\n");
-    umpool_torch_reset(); /* this thread's kept blocks back to the pool */
+    umpool_torch_reset(); /* the kept blocks back to the pool */
     ump_stream_synchronize(pool, s);
     ump_stream_destroy(pool, s);
     return 0;

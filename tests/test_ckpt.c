@@ -700,6 +700,127 @@ static void test_crafted_files(void **state)
     unlink(bad);
 }
 
+/* ---- records whose size does not need all their granules ------------- */
+
+/* Lines of /proc/self/maps: a mapping left behind shows here. */
+static int count_maps(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    assert_non_null(f);
+    int n = 0;
+    for (int c; (c = fgetc(f)) != EOF;)
+        n += c == '\n';
+    fclose(f);
+    return n;
+}
+
+/* A restore of path refused with -EINVAL, one log line containing `why`
+ * (NULL: any), and nothing left behind: no pool, no descriptor, no
+ * mapping. */
+static void expect_refused(const char *path, const char *why)
+{
+    int fds = count_fds(), maps = count_maps();
+    ump_pool_t *pool = (ump_pool_t *)0x1;
+    struct tu_capture cap;
+    char log[4096];
+    tu_capture_start(&cap);
+    int rc = ump_pool_restore(path, NULL, &pool);
+    tu_capture_stop(&cap, log, sizeof(log));
+    if (rc != -EINVAL)
+        fail_msg("restore = %d (%s), expected -EINVAL (%s); log: %s", rc,
+                 ump_strerror(rc), why ? why : "any", log);
+    assert_ptr_equal(pool, (ump_pool_t *)0x1);
+    if (tu_count_log_lines(log) != 1 || (why && !strstr(log, why)))
+        fail_msg("expected one log line saying \"%s\"; got: %s",
+                 why ? why : "why", log);
+    assert_int_equal(count_fds(), fds);
+    assert_int_equal(count_maps(), maps);
+}
+
+/* The n-granule record of kind (at least min_n granules) its size is set
+ * on, and how: the header's live bytes follow, so that only the record is
+ * wrong. */
+static uint32_t resize_kind;
+static uint64_t resize_min_n;
+static uint64_t (*resize_to)(uint64_t n, uint64_t granule);
+
+static bool resize_record(struct ckpt_header *h, char *index)
+{
+    size_t off = 0;
+    for (uint64_t i = 0; i < h->nrec; i++) {
+        struct ckpt_rec *r = (struct ckpt_rec *)(void *)(index + off);
+        if (r->kind == resize_kind && r->n >= resize_min_n) {
+            uint64_t size = resize_to(r->n, h->granule);
+            h->live_bytes = h->live_bytes - r->size + size;
+            r->size = size;
+            return true;
+        }
+        size_t each = r->kind == CKPT_RUN       ? sizeof(struct ckpt_part)
+                      : r->kind == CKPT_TRACKED ? sizeof(struct ckpt_tseg)
+                                                : sizeof(struct ckpt_obj);
+        off += sizeof(*r) + r->nsub * each;
+    }
+    return false;
+}
+
+static uint64_t one_byte(uint64_t n, uint64_t granule)
+{
+    (void)n, (void)granule;
+    return 1;
+}
+
+/* Exactly n - 1 granules: the last one is not needed. */
+static uint64_t one_granule_less(uint64_t n, uint64_t granule)
+{
+    return (n - 1) * granule;
+}
+
+static uint64_t half_a_granule(uint64_t n, uint64_t granule)
+{
+    (void)n;
+    return granule / 2;
+}
+
+/* A record of n granules whose size needs fewer (the report: 3 granules,
+ * size 1, restored with its last chunks out of reach): -EINVAL with a log
+ * line that says so, nothing held, and the good file still restores. */
+static void test_size_needs_fewer_granules(void **state)
+{
+    (void)state;
+    static struct load l;
+    char ck[128], bad[128];
+    size_t live = saved_workload(&l, "fewer.ckpt", ck, sizeof(ck));
+    path_of(bad, sizeof(bad), "fewer-bad.ckpt");
+    ump_pool_t *pool = NULL;
+    /* A first restore, so that what the process sets up once (the sim's
+     * threads, the log) is there before the counts are taken. */
+    expect_rc(ump_pool_restore(ck, NULL, &pool), 0);
+    free_all(pool, &l);
+    tu_pool_destroy(pool);
+    const struct {
+        uint32_t kind;
+        uint64_t min_n;
+        uint64_t (*to)(uint64_t, uint64_t);
+    } cases[] = {
+        {CKPT_RUN, 3, one_byte},          /* the report's record */
+        {CKPT_RUN, 2, one_granule_less},  /* the boundary */
+        {CKPT_RUN, 2, half_a_granule},
+        {CKPT_TRACKED, 2, one_granule_less},
+        {CKPT_TRACKED, 2, one_byte},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        resize_kind = cases[i].kind;
+        resize_min_n = cases[i].min_n;
+        resize_to = cases[i].to;
+        assert_true(craft(ck, bad, resize_record));
+        expect_refused(bad, "granule");
+    }
+    expect_rc(ump_pool_restore(ck, NULL, &pool), 0);
+    check_restored(pool, &l, live);
+    unlink(ck);
+    unlink(bad);
+}
+
 /* A run partly discarded (DONTNEED, then NVMe) restored into a pool
  * without NVMe: the discarded part gets memory but no data, and every
  * other byte is right (the blocks are not shifted). overflow:host saved
@@ -855,6 +976,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_suspend_cycles),
         cmocka_unit_test(test_suspend_errors),
         cmocka_unit_test(test_crafted_files),
+        cmocka_unit_test(test_size_needs_fewer_granules),
         cmocka_unit_test(test_restore_elsewhere),
         cmocka_unit_test(test_races),
     };

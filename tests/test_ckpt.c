@@ -671,6 +671,14 @@ static bool host_part_in_device_run(struct ckpt_header *h, char *index)
     return true;
 }
 
+/* The configuration's NUL, the index's last byte, overwritten: a reader
+ * that looks for its end must not run past the index. */
+static bool config_unterminated(struct ckpt_header *h, char *index)
+{
+    index[h->index_len - 1] = 'x';
+    return true;
+}
+
 static bool data_before_index(struct ckpt_header *h, char *index)
 {
     (void)index;
@@ -689,7 +697,7 @@ static void test_crafted_files(void **state)
     ump_pool_t *pool;
     bool (*mutate[])(struct ckpt_header *, char *) = {
         dup_slab_object, overlap_runs, host_part_in_device_run,
-        data_before_index};
+        data_before_index, config_unterminated};
     for (size_t i = 0; i < sizeof(mutate) / sizeof(mutate[0]); i++) {
         assert_true(craft(ck, bad, mutate[i]));
         pool = (ump_pool_t *)0x1;

@@ -415,7 +415,8 @@ static int check_index(const char *path, const struct ckpt_header *h,
         why = "the records' sizes do not add up to the header's live bytes";
     else if (h->index_len - off < crc_bytes + 1)
         why = "no room for the blocks' crcs and the configuration";
-    else if (strlen(p + off + crc_bytes) != h->index_len - off - crc_bytes - 1)
+    else if (strnlen(p + off + crc_bytes, h->index_len - off - crc_bytes) !=
+             h->index_len - off - crc_bytes - 1) /* no NUL: strnlen stops */
         why = "the configuration is not one string ending the index";
     if (why) {
         ump_log_error("%s: %s: the index is inconsistent: %s", fn, path, why);

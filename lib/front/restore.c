@@ -16,6 +16,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -28,12 +30,16 @@
 #include "front/tcache.h"
 #include "mem/chunks.h"
 #include "mem/runs.h"
+#include "mem/sizeclass.h"
 #include "mem/slab.h"
 #include "tier/ckpt.h"
 #include "tier/nvme.h"
 #include "util/crc32c.h"
 
 static const char fn[] = "ump_pool_restore";
+
+/* The largest granule: chunk_size's largest (util/conf.c). */
+#define CKPT_GRANULE_MAX ((uint64_t)1 << 31)
 
 /* The index, parsed and checked against the header. */
 struct index {
@@ -66,7 +72,9 @@ static int read_all(int fd, void *p, size_t n, off_t off)
 }
 
 /* The header: a checkpoint this library reads, whole, its parts inside a
- * file of `size` bytes. */
+ * file of `size` bytes, its figures those of a pool (front/pool.c makes
+ * them so: a chunk_size conf.c accepts, at least two granules of
+ * addresses, one device or more). */
 static int check_header(const char *path, const char *block,
                         const struct ckpt_header *h, uint64_t size)
 {
@@ -86,92 +94,301 @@ static int check_header(const char *path, const char *block,
         crc32c(0, copy, sizeof(copy)) != h->header_crc)
         return bad(path, -EINVAL, "the header is corrupt");
     uint64_t g = h->granule;
-    if (!g || (g & (g - 1)) || g % ((uint64_t)1 << 20) || !h->va_size ||
-        h->va_size % g || h->va_base % g || h->ndev > UMP_MAX_DEVICES ||
-        h->index_off != CKPT_HEADER_BLOCK || h->data_off % CKPT_HEADER_BLOCK ||
-        h->data_off < h->index_off ||
-        h->index_len > h->data_off - h->index_off ||
-        h->nblocks > (UINT64_MAX - h->data_off) / g ||
-        h->nrec > h->index_len / sizeof(struct ckpt_rec) ||
-        h->nblocks > h->index_len / sizeof(uint32_t) ||
-        (h->root && (h->root < h->va_base ||
-                     h->root - h->va_base >= h->va_size)))
-        return bad(path, -EINVAL, "the header's figures are inconsistent");
-    if (size < h->data_off + h->nblocks * g) {
+    const char *why = NULL;
+    if (!g || (g & (g - 1)) || g % ((uint64_t)1 << 20) ||
+        g > CKPT_GRANULE_MAX)
+        why = "the granule is not a power of two from 1 MiB to 2 GiB";
+    else if (!h->va_base || h->va_base % g || h->va_size % g ||
+             h->va_size < 2 * g || h->va_size > UINT64_MAX - h->va_base)
+        why = "the address range is not one a pool has";
+    else if (!h->ndev || h->ndev > UMP_MAX_DEVICES)
+        why = "the device count is out of range";
+    else if (h->flags)
+        why = "flags are set (version 1 has none)";
+    else if (h->index_off != CKPT_HEADER_BLOCK ||
+             h->index_len > UINT64_MAX - CKPT_HEADER_BLOCK - h->index_off ||
+             h->data_off != UMP_ALIGN_UP(h->index_off + h->index_len,
+                                         (uint64_t)CKPT_HEADER_BLOCK))
+        why = "the index and the data are not where the header says";
+    else if (h->nblocks > (UINT64_MAX - h->data_off) / g ||
+             h->nrec > h->index_len / sizeof(struct ckpt_rec) ||
+             h->nblocks > h->index_len / sizeof(uint32_t) ||
+             h->nblocks > h->va_size / g || h->nrec > h->va_size / g)
+        why = "more records or data blocks than the index or the range "
+              "holds";
+    else if (h->root && (h->root < h->va_base ||
+                         h->root - h->va_base >= h->va_size))
+        why = "the root is outside the address range";
+    if (why) {
+        ump_log_error("%s: %s: the header's figures are inconsistent: %s", fn,
+                      path, why);
+        return -EINVAL;
+    }
+    uint64_t end = h->data_off + h->nblocks * g;
+    if (size < end) {
         ump_log_error("%s: %s is truncated: %llu bytes, %llu expected", fn,
                       path, (unsigned long long)size,
-                      (unsigned long long)(h->data_off + h->nblocks * g));
+                      (unsigned long long)end);
         return -EIO;
+    }
+    if (size > end) {
+        ump_log_error("%s: %s has %llu bytes past the end of its data", fn,
+                      path, (unsigned long long)(size - end));
+        return -EINVAL;
     }
     return 0;
 }
 
-/* The entries of the record at *off, checked: the granules inside the
- * range, the entries inside the index and adding up to the record, the
- * blocks counted in *blocks_p. */
-static int check_record(const struct ckpt_header *h, const char *p,
-                        size_t len, size_t *off, uint64_t *blocks_p)
+/*
+ * The rules an index follows, from how the pool makes allocations: what a
+ * record says must be an allocation the pool could have made itself, so
+ * that the one the restore builds is exactly that (every granule of it
+ * reachable, counted and freed as the pool's own).
+ */
+struct rules {
+    const char *path;
+    const struct ckpt_header *h;
+    uint64_t ngran;    /* granules of the address range */
+    unsigned nsmall;   /* size classes of the granule (pool.c) */
+    uint64_t small_max; /* the largest size served from slabs */
+    uint64_t next_g;   /* the first granule past the record before */
+    uint64_t live;     /* bytes asked for, summed */
+    uint64_t blocks;   /* data blocks, summed */
+};
+
+/* Logs one line naming record i and why it is refused: -EINVAL. */
+__attribute__((format(printf, 4, 5))) static int
+refuse(const struct rules *c, uint64_t i, const struct ckpt_rec *r,
+       const char *fmt, ...)
+{
+    char why[200];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof(why), fmt, ap);
+    va_end(ap);
+    ump_log_error("%s: %s: the index is inconsistent: record %llu (granule "
+                  "%llu, kind %u): %s", fn, c->path, (unsigned long long)i,
+                  (unsigned long long)r->g, r->kind, why);
+    return -EINVAL;
+}
+
+/* A place as records name them: a device of the pool that wrote the file,
+ * or a host place. */
+static bool valid_place(const struct rules *c, int32_t place)
+{
+    return (place >= 0 && (uint32_t)place < c->h->ndev) ||
+           place == CKPT_PLACE_HOST || place == CKPT_PLACE_OVERFLOW;
+}
+
+/* Pinned host memory (ump_host_alloc) comes in whole pages, and pages are
+ * 4 KiB or a multiple. */
+#define HOST_PAGE_MIN 4096u
+
+/* A run of whole chunks (RUN or TRACKED): its size and flags as ump_alloc
+ * or ump_host_alloc make them (front/alloc.c). */
+static int check_run(const struct rules *c, uint64_t i,
+                     const struct ckpt_rec *r)
+{
+    uint64_t g = c->h->granule;
+    uint64_t need = r->size / g + (r->size % g != 0);
+    if (r->size > c->h->va_size - g) /* alloc_at: -ENOMEM */
+        return refuse(c, i, r, "size %llu is more than a range of %llu "
+                      "bytes holds", (unsigned long long)r->size,
+                      (unsigned long long)c->h->va_size);
+    if (need != r->n)
+        return refuse(c, i, r, "size %llu needs %llu granule(s) of %llu "
+                      "bytes; the record has %llu",
+                      (unsigned long long)r->size, (unsigned long long)need,
+                      (unsigned long long)g, (unsigned long long)r->n);
+    if (r->flags & ~(UMP_HINT_NO_SPILL | UMP_HINT_OFFLOAD))
+        return refuse(c, i, r, "unknown hint flags 0x%x", r->flags);
+    bool offload = r->flags & UMP_HINT_OFFLOAD;
+    if (r->size <= c->small_max && !offload)
+        return refuse(c, i, r, "size %llu is a slab object's (up to %llu), "
+                      "not a run's", (unsigned long long)r->size,
+                      (unsigned long long)c->small_max);
+    if (offload && r->kind != CKPT_TRACKED)
+        return refuse(c, i, r, "an offloadable run is tracked by the tiers "
+                      "from its allocation (kind %u)", CKPT_TRACKED);
+    if (r->kind == CKPT_TRACKED && r->place < 0)
+        return refuse(c, i, r, "tracked memory is device memory, not host "
+                      "place %d", (int)r->place);
+    if (r->place == CKPT_PLACE_HOST && r->flags)
+        return refuse(c, i, r, "pinned host memory takes no hints (flags "
+                      "0x%x)", r->flags);
+    if (r->place == CKPT_PLACE_HOST && r->size % HOST_PAGE_MIN)
+        return refuse(c, i, r, "pinned host memory of %llu bytes is not "
+                      "whole pages", (unsigned long long)r->size);
+    return 0;
+}
+
+/* RUN: the chunks of each place in address order, one entry per stretch
+ * of one place (the writer merges them); a device run's parts on devices,
+ * a host place's run in one part. */
+static int check_parts(const struct rules *c, uint64_t i,
+                       const struct ckpt_rec *r, const char *subs,
+                       uint64_t *sum)
+{
+    int32_t prev = 0;
+    for (uint32_t k = 0; k < r->nsub; k++) {
+        struct ckpt_part x;
+        memcpy(&x, subs + k * sizeof(x), sizeof(x));
+        if (!x.n || x.n > r->n - *sum)
+            return refuse(c, i, r, "part %u: %llu granules; the parts "
+                          "must add up to the record's %llu", k,
+                          (unsigned long long)x.n, (unsigned long long)r->n);
+        if (!valid_place(c, x.place) || x.zero)
+            return refuse(c, i, r, "part %u: place %d, padding %u: no "
+                          "place of a pool of %u devices", k, (int)x.place,
+                          x.zero, c->h->ndev);
+        if (k == 0 && x.place != r->place)
+            return refuse(c, i, r, "the first part is on place %d, the "
+                          "record says %d", (int)x.place, (int)r->place);
+        if (k > 0 && x.place == prev)
+            return refuse(c, i, r, "parts %u and %u are both on place %d",
+                          k - 1, k, (int)x.place);
+        if ((x.place < 0 || r->place < 0) && x.place != r->place)
+            return refuse(c, i, r, "part %u on place %d: a run is on "
+                          "devices or all on one host place", k,
+                          (int)x.place);
+        prev = x.place;
+        *sum += x.n;
+    }
+    return 0;
+}
+
+/* TRACKED: its segments in address order, each where the tiers keep it. */
+static int check_segs(const struct rules *c, uint64_t i,
+                      const struct ckpt_rec *r, const char *subs,
+                      uint64_t *sum, uint64_t *blocks)
+{
+    int32_t ndev = (int32_t)c->h->ndev;
+    for (uint32_t k = 0; k < r->nsub; k++) {
+        struct ckpt_tseg x;
+        memcpy(&x, subs + k * sizeof(x), sizeof(x));
+        if (!x.n || x.n > r->n - *sum)
+            return refuse(c, i, r, "segment %u: %llu granules; the "
+                          "segments must add up to the record's %llu", k,
+                          (unsigned long long)x.n, (unsigned long long)r->n);
+        if (x.home < 0 || x.home >= ndev)
+            return refuse(c, i, r, "segment %u: home %d is no device of "
+                          "%d", k, (int)x.home, (int)ndev);
+        if (k == 0 && x.home != r->place)
+            return refuse(c, i, r, "the first segment's home is device %d, "
+                          "the record says %d", (int)x.home, (int)r->place);
+        if (x.tier < UMP_TIER_DEVICE || x.tier > UMP_TIER_NVME)
+            return refuse(c, i, r, "segment %u: tier %d", k, (int)x.tier);
+        if (x.tier == UMP_TIER_DEVICE ? x.dev < 0 || x.dev >= ndev
+                                      : x.dev != -1)
+            return refuse(c, i, r, "segment %u: device %d on tier %d (a "
+                          "device of %d on the device tier, else -1)", k,
+                          (int)x.dev, (int)x.tier, (int)ndev);
+        if (x.nodata > 1 || (x.nodata && x.tier != UMP_TIER_NVME))
+            return refuse(c, i, r, "segment %u: nodata %u on tier %d (only "
+                          "NVMe segments are discarded)", k, x.nodata,
+                          (int)x.tier);
+        *sum += x.n;
+        *blocks += x.nodata ? 0 : x.n;
+    }
+    return 0;
+}
+
+/* SLAB: one granule of one size class of the granule, its live objects in
+ * index order, each of a size its class serves (alloc_small: sc_index). */
+static int check_slab(struct rules *c, uint64_t i, const struct ckpt_rec *r,
+                      const char *subs)
+{
+    if (r->n != 1)
+        return refuse(c, i, r, "a slab is one granule, not %llu",
+                      (unsigned long long)r->n);
+    if (r->flags >= c->nsmall)
+        return refuse(c, i, r, "size class %u: granules of %llu bytes have "
+                      "%u", r->flags, (unsigned long long)c->h->granule,
+                      c->nsmall);
+    uint64_t size = sc_size(r->flags);
+    if (r->size != size)
+        return refuse(c, i, r, "object size %llu is not size class %u's "
+                      "(%llu)", (unsigned long long)r->size, r->flags,
+                      (unsigned long long)size);
+    uint64_t nobj = c->h->granule / size, lo = r->flags ?
+                                                 sc_size(r->flags - 1) : 0;
+    int64_t prev = -1;
+    for (uint32_t k = 0; k < r->nsub; k++) {
+        struct ckpt_obj x;
+        memcpy(&x, subs + k * sizeof(x), sizeof(x));
+        if (x.idx >= nobj || (int64_t)x.idx <= prev)
+            return refuse(c, i, r, "object %u: index %u (the slab has %llu "
+                          "objects, listed once each in index order)", k,
+                          x.idx, (unsigned long long)nobj);
+        if (x.req <= lo || x.req > size)
+            return refuse(c, i, r, "object %u: %u bytes are not of size "
+                          "class %u (%llu to %llu)", k, x.req, r->flags,
+                          (unsigned long long)lo + 1,
+                          (unsigned long long)size);
+        if (r->place == CKPT_PLACE_HOST && x.req % HOST_PAGE_MIN)
+            return refuse(c, i, r, "object %u: pinned host memory of %u "
+                          "bytes is not whole pages", k, x.req);
+        prev = x.idx;
+        c->live += x.req;
+    }
+    c->blocks += 1;
+    return 0;
+}
+
+/* The record i at *off, checked against the rules; *off moves past its
+ * entries, and its bytes and data blocks are added up in c. */
+static int check_record(struct rules *c, uint64_t i, const char *p,
+                        size_t len, size_t *off)
 {
     struct ckpt_rec r;
-    if (len - *off < sizeof(r))
+    if (len - *off < sizeof(r)) {
+        ump_log_error("%s: %s: the index is inconsistent: record %llu runs "
+                      "past its end", fn, c->path, (unsigned long long)i);
         return -EINVAL;
+    }
     memcpy(&r, p + *off, sizeof(r));
     *off += sizeof(r);
-    uint64_t ngran = h->va_size / h->granule, sum = 0, blocks = 0;
-    if (!r.n || r.g >= ngran || r.n > ngran - r.g)
-        return -EINVAL;
     size_t each = r.kind == CKPT_RUN      ? sizeof(struct ckpt_part)
                   : r.kind == CKPT_TRACKED ? sizeof(struct ckpt_tseg)
                   : r.kind == CKPT_SLAB    ? sizeof(struct ckpt_obj)
                                            : 0;
-    if (!each || !r.nsub || r.nsub > (len - *off) / each || !r.size)
-        return -EINVAL;
-    /* A slab's live objects are distinct: one bit each. */
-    uint64_t nobj = r.kind == CKPT_SLAB ? h->granule / r.size : 0;
-    uint8_t *seen = nobj ? calloc((nobj + 7) / 8, 1) : NULL;
-    if (nobj && !seen)
-        return -ENOMEM;
-    int rc = 0;
-    for (uint32_t i = 0; i < r.nsub && !rc; i++, *off += each) {
-        if (r.kind == CKPT_RUN) {
-            struct ckpt_part x;
-            memcpy(&x, p + *off, sizeof(x));
-            /* A run is on devices, or all on one host place. */
-            if (!x.n || x.n > r.n || x.place < CKPT_PLACE_OVERFLOW ||
-                (i == 0 && x.place != r.place) ||
-                ((x.place < 0 || r.place < 0) && x.place != r.place))
-                rc = -EINVAL;
-            sum += x.n;
-            blocks += x.n;
-        } else if (r.kind == CKPT_TRACKED) {
-            struct ckpt_tseg x;
-            memcpy(&x, p + *off, sizeof(x));
-            if (!x.n || x.n > r.n || x.home < 0 ||
-                x.home >= UMP_MAX_DEVICES || x.tier < UMP_TIER_DEVICE ||
-                x.tier > UMP_TIER_NVME || x.nodata > 1 ||
-                (x.nodata && x.tier != UMP_TIER_NVME) ||
-                (x.tier == UMP_TIER_DEVICE &&
-                 (x.dev < 0 || x.dev >= UMP_MAX_DEVICES)))
-                rc = -EINVAL;
-            sum += x.n;
-            blocks += x.nodata ? 0 : x.n;
-        } else {
-            struct ckpt_obj x;
-            memcpy(&x, p + *off, sizeof(x));
-            if (r.n != 1 || r.place < CKPT_PLACE_OVERFLOW || x.idx >= nobj ||
-                !x.req || x.req > r.size || (seen[x.idx / 8] >> (x.idx % 8)) & 1)
-                rc = -EINVAL;
-            else
-                seen[x.idx / 8] |= (uint8_t)(1u << (x.idx % 8));
-            sum = blocks = 1;
-        }
-    }
-    free(seen);
+    if (!each)
+        return refuse(c, i, &r, "no such kind (RUN %u, TRACKED %u, SLAB "
+                      "%u)", CKPT_RUN, CKPT_TRACKED, CKPT_SLAB);
+    if (!r.nsub || r.nsub > (len - *off) / each)
+        return refuse(c, i, &r, "%u entries: none, or past the index's end",
+                      r.nsub);
+    const char *subs = p + *off;
+    *off += r.nsub * each;
+    if (!r.n || r.g >= c->ngran || r.n > c->ngran - r.g)
+        return refuse(c, i, &r, "granules [%llu, +%llu) leave the range of "
+                      "%llu", (unsigned long long)r.g,
+                      (unsigned long long)r.n, (unsigned long long)c->ngran);
+    if (r.g < c->next_g)
+        return refuse(c, i, &r, "it overlaps the record before, or comes "
+                      "before it (records are in address order)");
+    if (!r.size)
+        return refuse(c, i, &r, "size 0");
+    if (!valid_place(c, r.place))
+        return refuse(c, i, &r, "place %d: no place of a pool of %u devices",
+                      (int)r.place, c->h->ndev);
+    c->next_g = r.g + r.n;
+    if (r.kind == CKPT_SLAB)
+        return check_slab(c, i, &r, subs);
+    int rc = check_run(c, i, &r);
+    uint64_t sum = 0, blocks = 0;
+    if (!rc)
+        rc = r.kind == CKPT_RUN
+                 ? check_parts(c, i, &r, subs, &sum)
+                 : check_segs(c, i, &r, subs, &sum, &blocks);
     if (rc)
         return rc;
-    if (sum != r.n || (r.kind != CKPT_SLAB && r.size > r.n * h->granule))
-        return -EINVAL;
-    *blocks_p += blocks;
+    if (sum != r.n)
+        return refuse(c, i, &r, "the entries add up to %llu granules, the "
+                      "record has %llu", (unsigned long long)sum,
+                      (unsigned long long)r.n);
+    c->blocks += r.kind == CKPT_RUN ? r.n : blocks;
+    c->live += r.size;
     return 0;
 }
 
@@ -180,19 +397,59 @@ static int check_index(const char *path, const struct ckpt_header *h,
 {
     if (crc32c(0, p, h->index_len) != h->index_crc)
         return bad(path, -EIO, "the index is corrupt (crc32c)");
+    unsigned nsmall = sc_count_for_chunk(h->granule);
+    struct rules c = {.path = path, .h = h, .ngran = h->va_size / h->granule,
+                      .nsmall = nsmall,
+                      .small_max = nsmall ? sc_size(nsmall - 1) : 0};
     size_t off = 0;
-    uint64_t blocks = 0;
-    for (uint64_t i = 0; i < h->nrec; i++)
-        if (check_record(h, p, h->index_len, &off, &blocks))
-            return bad(path, -EINVAL, "the index is inconsistent");
+    for (uint64_t i = 0; i < h->nrec; i++) {
+        int rc = check_record(&c, i, p, h->index_len, &off);
+        if (rc)
+            return rc;
+    }
     size_t crc_bytes = h->nblocks * sizeof(uint32_t);
-    if (blocks != h->nblocks || h->index_len - off < crc_bytes + 1 ||
-        p[h->index_len - 1] != '\0')
-        return bad(path, -EINVAL, "the index is inconsistent");
+    const char *why = NULL;
+    if (c.blocks != h->nblocks)
+        why = "the records' data blocks are not the header's";
+    else if (c.live != h->live_bytes)
+        why = "the records' sizes do not add up to the header's live bytes";
+    else if (h->index_len - off < crc_bytes + 1)
+        why = "no room for the blocks' crcs and the configuration";
+    else if (strnlen(p + off + crc_bytes, h->index_len - off - crc_bytes) !=
+             h->index_len - off - crc_bytes - 1) /* no NUL: strnlen stops */
+        why = "the configuration is not one string ending the index";
+    if (why) {
+        ump_log_error("%s: %s: the index is inconsistent: %s", fn, path, why);
+        return -EINVAL;
+    }
     *ix = (struct index){.h = h, .p = p, .recs_len = off,
                          .crcs = (const uint32_t *)(const void *)(p + off),
                          .config = p + off + crc_bytes};
     return 0;
+}
+
+/* The record at *off of a checked index and its entries; *off moves past
+ * them, its data blocks are added to *blocks_p. */
+static void next_record(const char *p, size_t *off, struct ckpt_rec *r,
+                        const char **subs_p, uint64_t *blocks_p)
+{
+    memcpy(r, p + *off, sizeof(*r));
+    *off += sizeof(*r);
+    *subs_p = p + *off;
+    if (r->kind == CKPT_SLAB) {
+        *off += r->nsub * sizeof(struct ckpt_obj);
+        *blocks_p += 1;
+    } else if (r->kind == CKPT_RUN) {
+        *off += r->nsub * sizeof(struct ckpt_part);
+        *blocks_p += r->n;
+    } else {
+        for (uint32_t k = 0; k < r->nsub; k++) {
+            struct ckpt_tseg x;
+            memcpy(&x, p + *off, sizeof(x));
+            *off += sizeof(x);
+            *blocks_p += x.nodata ? 0 : x.n;
+        }
+    }
 }
 
 /* --- rebuilding ------------------------------------------------------- */
@@ -407,10 +664,9 @@ static int rebuild(ump_pool_t *pool, struct tcache *tc,
     int rc = 0;
     for (uint64_t i = 0; i < ix->h->nrec && !rc; i++) {
         struct ckpt_rec r;
-        memcpy(&r, ix->p + off, sizeof(r));
-        const char *subs = ix->p + off + sizeof(r);
+        const char *subs;
         uint64_t blocks = 0;
-        check_record(ix->h, ix->p, ix->recs_len, &off, &blocks);
+        next_record(ix->p, &off, &r, &subs, &blocks);
         if (r.kind == CKPT_SLAB) {
             struct slab *s;
             rc = restore_slab(pool, tc, &r, subs, &s);
@@ -454,10 +710,10 @@ static size_t count_allocs(const struct index *ix)
     size_t off = 0, n = 0;
     for (uint64_t i = 0; i < ix->h->nrec; i++) {
         struct ckpt_rec r;
+        const char *subs;
         uint64_t blocks = 0;
-        memcpy(&r, ix->p + off, sizeof(r));
+        next_record(ix->p, &off, &r, &subs, &blocks);
         n += r.kind == CKPT_SLAB ? r.nsub : 1;
-        check_record(ix->h, ix->p, ix->recs_len, &off, &blocks);
     }
     return n;
 }

@@ -9,7 +9,7 @@
  * moves on from there); with UMP_HINT_NO_SPILL only the device whose turn
  * it is. Argument: the first device, "=N" (default 0).
  *
- *     cc -std=c11 -shared -fPIC -o libroundrobin.so example.c
+ *     cc -std=c11 -shared -fPIC -I include -o libroundrobin.so policies/example.c
  *     UMPOOL_CONF=policy:/path/libroundrobin.so=2        (the pool default)
  *     hints.policy = "/path/libroundrobin.so";           (one allocation)
  *
@@ -20,7 +20,9 @@
  * of its own, and it must not call back into the pool. It returns a plan
  * only; the pool checks it (devices, counts, room) before using it.
  */
-#include "config.h" /* umpool's own build; a plugin of yours can drop it */
+#ifdef HAVE_CONFIG_H /* umpool's own build; a plugin of yours needs none */
+#include "config.h"
+#endif
 
 #include <errno.h>
 #include <stdlib.h>

@@ -180,7 +180,6 @@ static void test_ptr_info_interior_ok(void **state)
     assert_int_equal(info.size, big_size);
 }
 
-/* A second free of a small and of a big allocation. */
 /* The tier calls on a range that leaves its allocation: -EINVAL and one
  * log line, nothing changed, for a slab object (small) as for a run (big),
  * and for a pool pointer that is no live allocation's. Ranges inside pass
@@ -264,6 +263,7 @@ static void test_tier_ranges(void **state)
     expect_bad_range(f, "a freed slab object", rc, buf, &before);
 }
 
+/* A second free of a small and of a big allocation. */
 static void test_double_free(void **state)
 {
     struct fixture *f = *state;

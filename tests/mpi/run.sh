@@ -55,7 +55,7 @@ if [ $# -eq 0 ] && [ -f "$fake" ]; then
         UMPOOL_MPI_TEST=
     fi
     unset UMPOOL_CUDA_DRIVER UMPOOL_FAKE_CUDA
-else
+elif [ $# -eq 0 ]; then
     echo "(the fake CUDA driver is not built: the cuda run is left out)"
 fi
 # More ranks per process than the 2 above (the in-process phases' order

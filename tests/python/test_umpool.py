@@ -412,7 +412,7 @@ class IntegerRangeTest(unittest.TestCase):
                    lambda x: pool.evict(p, x),
                    lambda x: self.comm.shrink([x]),
                    lambda x: self.comm.allreduce(self.send, self.recv, x)):
-            for bad in (4096.0, 1.5, "1", b"1", [1]):
+            for bad in (4096.0, 1.5, "1", b"1", [1], True, False):
                 before = self.state()
                 with self.assertRaises(TypeError):
                     fn(bad)

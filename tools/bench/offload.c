@@ -130,15 +130,24 @@ static int make_configs(struct off *x)
                 "with --dir, not nvme_dir in --config\n");
         return 1;
     }
+    /* The sim's machine unless --config names another backend: the
+     * config shown is then the one that ran, without sim keys. */
+    bool sim = !user || !conf_value(user, "backend", val, sizeof(val)) ||
+               !strcmp(val, "sim");
+    char dev[96] = "";
+    if (sim)
+        snprintf(dev, sizeof(dev),
+                 "backend:sim,sim_devices:1,sim_device_mem:%zu,", 2 * x->size);
     /* log_level info: the NVMe store says so when it cannot use io_uring. */
-    snprintf(own, sizeof(own), "backend:sim,sim_devices:1,sim_device_mem:%zu,"
-             "host_limit:%zu,nvme_dir:%s,log_level:info", 2 * x->size,
-             2 * x->size, x->dir.path);
+    snprintf(own, sizeof(own), "%shost_limit:%zu,nvme_dir:%s,log_level:info",
+             dev, 2 * x->size, x->dir.path);
     x->config = join_config(own, user);
+    if (sim)
+        snprintf(dev, sizeof(dev),
+                 "backend:sim,sim_devices:1,sim_device_mem:%zu,", x->budget);
     /* Room on the host for every tensor: the loop measures device<->host. */
-    snprintf(own, sizeof(own), "backend:sim,sim_devices:1,sim_device_mem:%zu,"
-             "device_mem:%zu,host_limit:%zu,nvme_dir:%s", x->budget,
-             x->budget, 4 * x->budget, x->dir.path);
+    snprintf(own, sizeof(own), "%sdevice_mem:%zu,host_limit:%zu,nvme_dir:%s",
+             dev, x->budget, 4 * x->budget, x->dir.path);
     x->loop_config = join_config(own, user);
     if (!x->config || !x->loop_config)
         return fail("config", -ENOMEM);

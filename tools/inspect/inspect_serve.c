@@ -170,8 +170,8 @@ static void conns_sweep(struct server *s)
     pthread_mutex_unlock(&s->conns_lock);
 }
 
-/* libmicrohttpd's notify-connection callback, on the accepting thread:
- * a slot from accept (STARTED) to just before the socket's close
+/* libmicrohttpd's notify-connection callback (STARTED on the accepting
+ * thread, CLOSED on the connection's own, libmicrohttpd 0.9.75): a slot from accept (STARTED) to just before the socket's close
  * (CLOSED). */
 static void on_connection(void *cls, struct MHD_Connection *c,
                           void **socket_context,

@@ -10,7 +10,7 @@ Pointers are ints (addresses). Every failing call raises umpool.Error,
 which carries the errno (negative, as the C API returns it) and
 ump_strerror's text. Integer arguments are checked against their C type
 before they reach ctypes (which would wrap them modulo 2**bits): not an
-integer (a float, a str) is TypeError; a negative size, count, flag word
+integer (a float, a str, a bool) is TypeError; a negative size, count, flag word
 or address is Error -EINVAL; a value past the C type's range (2**64 + 4096
 as a size, 2**32 + 1 as a device) is Error -EOVERFLOW. Addresses may be
 None (NULL). The library is found through UMPOOL_LIBRARY, else the
@@ -193,7 +193,8 @@ def _check(rc, call):
 # modulo 2**bits without a word (2**64 + 4096 becomes a 4096-byte size,
 # p + 2**64 frees p, 2**32 + 1 is device 1), so every integer a public
 # function takes goes through one of these before it reaches C. The rule:
-# no __index__ (a float, a str) is TypeError, as in Python itself; a
+# no __index__ (a float, a str) is TypeError, as in Python itself, and so
+# is a bool (an int to Python, a mistake as a size or device); a
 # negative value for an unsigned C type is -EINVAL (a negative size or
 # address is no size or address at all); a value past the C type's range
 # is -EOVERFLOW. what names the argument, call the C function, for the
@@ -204,6 +205,11 @@ def _ranged(ctype, name, signed):
         else (0, (1 << bits) - 1)
 
     def check(value, what, call):
+        # bool is an int to Python, but True as a size, a device or an
+        # address is a caller's mistake, not a 1.
+        if isinstance(value, bool):
+            raise TypeError("%s: %s must be an integer (%s), not bool" %
+                            (call, what, name))
         try:
             v = operator.index(value)
         except TypeError:

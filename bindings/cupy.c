@@ -62,8 +62,9 @@ EXPORT void umpool_cupy_free(void *param, void *ptr, int device)
     /* CuPy frees without synchronizing (cudaFree used to do it): the
      * memory is reused once the work queued on the legacy default stream
      * is done, which waits for every blocking stream's (CuPy's streams
-     * are blocking unless made otherwise). A bad pointer: logged, nothing
-     * changes. */
+     * are blocking unless made otherwise). CFunctionAllocator passes no
+     * stream, so a non-blocking stream's work cannot be waited for here
+     * (README: bindings). A bad pointer: logged, nothing changes. */
     if (pool)
         ump_free_async(pool, ptr, NULL);
 }

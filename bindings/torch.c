@@ -13,6 +13,13 @@
  * these entry points returns to the pool (a host function may not call
  * the driver, which a free may do).
  *
+ * The streams are PyTorch's own (its default stream is NULL; the side
+ * streams of torch.cuda.Stream() are non-blocking streams of its stream
+ * pool, ExternalStream's the caller's): each is wrapped (ump_stream_wrap)
+ * the first time a block of it goes back to the pool, so that the pool
+ * orders on it. A block whose stream the pool cannot order on is never
+ * handed back while that stream may still use it (unordered()).
+ *
  * Above the public API only, like the tools.
  */
 #include "config.h"
@@ -60,6 +67,120 @@ static ump_pool_t *pool_of_process(void)
     return p;
 }
 
+/* --- PyTorch's streams --------------------------------------------------- */
+
+/* The streams this file wrapped (ump_stream_wrap), so that the pool
+ * accepts them: a lock-free open-addressing set of handles, looked up with
+ * one acquire load in the common case, added to under seen_lock (a
+ * stream's first give-back; PyTorch's pool streams are a few per device
+ * and live as long as the process). Slots go from 0 to a handle and stay
+ * (until a fork's child drops them all). A stream the pool knew already
+ * (made by ump_stream_create, or wrapped by the application: -EEXIST) is
+ * not remembered: its registration is its owner's, who may end it, so the
+ * pool is asked again each time. Past SEEN_MAX streams nothing more is
+ * remembered: those are asked about each time too (-EEXIST), which costs a
+ * lookup in the pool, not correctness. */
+#define SEEN_BITS 12
+#define SEEN_MAX (3 << (SEEN_BITS - 2)) /* three quarters full at most */
+static _Atomic uintptr_t seen[1 << SEEN_BITS];
+static int seen_n; /* under seen_lock */
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t seen_slot(uintptr_t s, size_t i)
+{
+    uint64_t h = (uint64_t)(s >> 4) * 0x9E3779B97F4A7C15ull;
+    return (size_t)((h >> (64 - SEEN_BITS)) + i) &
+           (((size_t)1 << SEEN_BITS) - 1);
+}
+
+static bool seen_has(void *stream)
+{
+    uintptr_t s = (uintptr_t)stream;
+    for (size_t i = 0;; i++) {
+        uintptr_t v = atomic_load_explicit(&seen[seen_slot(s, i)],
+                                           memory_order_acquire);
+        if (v == s)
+            return true;
+        if (!v)
+            return false;
+    }
+}
+
+/* seen_lock held; stream not in the set. */
+static void seen_add(void *stream)
+{
+    uintptr_t s = (uintptr_t)stream;
+    if (seen_n >= SEEN_MAX)
+        return;
+    for (size_t i = 0;; i++) {
+        _Atomic uintptr_t *slot = &seen[seen_slot(s, i)];
+        if (!atomic_load_explicit(slot, memory_order_relaxed)) {
+            atomic_store_explicit(slot, s, memory_order_release);
+            seen_n++;
+            return;
+        }
+    }
+}
+
+/* The stream to hand the pool for PyTorch's stream s. cudaStreamLegacy
+ * (CU_STREAM_LEGACY, 0x1) is the legacy default stream, NULL to the pool;
+ * so is cudaStreamPerThread (0x2) here, which ump_stream_wrap refuses (it
+ * names each thread's own): the legacy default stream waits for every
+ * blocking stream's work, per-thread default streams' included, so this
+ * orders more, never less. */
+static inline void *pool_stream(void *s)
+{
+    return (uintptr_t)s <= 2 ? NULL : s;
+}
+
+/* 0 when the pool orders work on pool_stream(stream) (on device): the
+ * default stream, a stream this file wrapped, or one the pool knew
+ * already; else ump_stream_wrap's error (it logged why). Lock-free for a
+ * stream wrapped here before. */
+static int stream_ready(ump_pool_t *pool, int device, void *stream)
+{
+    stream = pool_stream(stream);
+    if (!stream || likely(seen_has(stream)))
+        return 0;
+    pthread_mutex_lock(&seen_lock);
+    int rc = 0;
+    if (!seen_has(stream)) {
+        ump_stream_t wrapped;
+        rc = ump_stream_wrap(pool, device, stream, &wrapped);
+        if (!rc)
+            seen_add(stream);
+        else if (rc == -EEXIST)
+            rc = 0;
+    }
+    pthread_mutex_unlock(&seen_lock);
+    return rc;
+}
+
+/* Blocks kept out of the pool for good (unordered). */
+static _Atomic unsigned long unordered_count;
+
+/* A block freed on a stream the pool cannot order on (rc: why): it goes
+ * back at once only where nothing can still run on that stream: on a
+ * backend without native streams (-ENOTSUP: sim, where the handle names
+ * none), or on a failed device (-EIO: its work is dropped). Anywhere else
+ * (a handle the driver says is not a stream of the device, a stream gone,
+ * no memory to order the free) the GPU may still use the block: it is
+ * never handed out again, as reusing it could corrupt another stream's
+ * data. Logged the first time. */
+static void unordered(ump_pool_t *pool, void *ptr, void *stream, int rc)
+{
+    if (rc == -ENOTSUP || rc == -EIO) {
+        ump_free(pool, ptr);
+        return;
+    }
+    if (atomic_fetch_add(&unordered_count, 1) == 0)
+        fprintf(stderr, "umpool: umpool_torch: the pool cannot order the "
+                "free of %p on stream %p (%s): the block is kept out of the "
+                "pool, not reused while that stream may use it (this and "
+                "later ones are not logged again)\n", ptr, stream,
+                ump_strerror(rc));
+}
+
 /* --- record_stream ------------------------------------------------------ */
 
 /* The streams record_stream named for a live block, by the block's
@@ -71,7 +192,9 @@ struct rec {
     void *ptr;
     int n, cap;
     ump_stream_t *streams;
-    bool overflowed; /* no memory to note a stream: the free syncs all */
+    /* 0, or why a stream cannot be waited for (the pool cannot order on
+     * it, or no memory to note it): the block then never goes back. */
+    int unorderable;
     struct rec *next;
 };
 
@@ -115,6 +238,9 @@ EXPORT void umpool_torch_record_stream(void *ptr, void *stream)
     ump_ptr_info_t in;
     if (!pool || !ptr || ump_ptr_lookup(pool, ptr, &in) || in.base != ptr)
         return; /* not ours: nothing to order */
+    /* Wrapped now, while PyTorch surely holds the stream (the block's
+     * device: PyTorch records streams of the tensor's device). */
+    int ready = stream_ready(pool, in.device, stream);
     pthread_mutex_lock(&rec_lock);
     struct rec **pp = rec_slot(ptr), *r = NULL;
     for (struct rec *e = *pp; e && !r; e = e->next)
@@ -129,7 +255,7 @@ EXPORT void umpool_torch_record_stream(void *ptr, void *stream)
     if (r) {
         bool known = false;
         for (int i = 0; i < r->n; i++)
-            known |= r->streams[i] == stream;
+            known |= r->streams[i] == pool_stream(stream);
         if (!known && r->n == r->cap) {
             int cap = r->cap ? 2 * r->cap : 4;
             ump_stream_t *grown = realloc(r->streams, cap * sizeof(*grown));
@@ -139,9 +265,11 @@ EXPORT void umpool_torch_record_stream(void *ptr, void *stream)
             }
         }
         if (!known && r->n < r->cap)
-            r->streams[r->n++] = stream;
-        else if (!known)
-            r->overflowed = true;
+            r->streams[r->n++] = pool_stream(stream);
+        else if (!known && !r->unorderable)
+            r->unorderable = -ENOMEM;
+        if (ready && !r->unorderable)
+            r->unorderable = ready;
     }
     pthread_mutex_unlock(&rec_lock);
 }
@@ -151,6 +279,8 @@ EXPORT void umpool_torch_record_stream(void *ptr, void *stream)
 struct waiting {
     void *ptr;
     _Atomic int left; /* streams not there yet */
+    int lost; /* 0, or why lost_on could not be waited for: never freed */
+    void *lost_on;
     struct waiting *next;
 };
 static struct waiting *_Atomic ready; /* every stream there: to free */
@@ -174,39 +304,56 @@ static void free_ready(ump_pool_t *pool)
     struct waiting *w = atomic_exchange(&ready, NULL);
     while (w) {
         struct waiting *next = w->next;
-        ump_free(pool, w->ptr);
+        if (w->lost)
+            unordered(pool, w->ptr, w->lost_on, w->lost);
+        else
+            ump_free(pool, w->ptr);
         free(w);
         w = next;
     }
 }
 
-/* A free that waits for the freeing stream and the recorded ones. */
-static void free_after(ump_pool_t *pool, void *ptr, ump_stream_t stream,
-                       struct rec *r)
+/* A free that waits for the freeing stream (of device) and the recorded
+ * ones. Every stream is one the pool orders on (stream_ready), or the
+ * block never goes back. */
+static void free_after(ump_pool_t *pool, void *ptr, int device,
+                       ump_stream_t stream, struct rec *r)
 {
+    int rc = r->unorderable ? r->unorderable
+                            : stream_ready(pool, device, stream);
+    if (rc) {
+        unordered(pool, ptr, stream, rc);
+        return;
+    }
+    stream = pool_stream(stream);
     struct waiting *w = malloc(sizeof(*w));
-    if (!w || r->overflowed) {
-        /* The safe way: every noted stream's work done now. A stream not
-         * noted for want of memory is waited for through the legacy
-         * default stream, which waits for every blocking stream's work,
-         * not a non-blocking one's (there is no device-wide wait in the
-         * public API): out of memory makes this weaker. */
-        for (int i = 0; i < r->n; i++)
-            ump_stream_synchronize(pool, r->streams[i]);
-        if (r->overflowed)
-            ump_stream_synchronize(pool, NULL);
-        ump_free_async(pool, ptr, stream);
-        free(w);
+    if (!w) {
+        /* No memory to wait in the background: every stream's work done
+         * now, then the block is free. */
+        for (int i = -1; !rc && i < r->n; i++)
+            rc = ump_stream_synchronize(pool, i < 0 ? stream : r->streams[i]);
+        if (rc)
+            unordered(pool, ptr, stream, rc);
+        else
+            ump_free(pool, ptr);
         return;
     }
     w->ptr = ptr;
+    w->lost = 0;
+    w->lost_on = NULL;
     atomic_init(&w->left, r->n + 2); /* the streams, and this call */
     for (int i = -1; i < r->n; i++) {
         ump_stream_t s = i < 0 ? stream : r->streams[i];
-        /* A stream that takes no host function (destroyed meanwhile?):
-         * waited for here. */
+        /* A stream that takes no host function is waited for here; one
+         * that cannot be waited for either (gone, unwrapped meanwhile)
+         * may still run: the block stays out. Set before this call's own
+         * count below, which publishes it to the last stream's. */
         if (ump_launch_host_func(pool, s, stream_reached, w)) {
-            ump_stream_synchronize(pool, s);
+            int e = ump_stream_synchronize(pool, s);
+            if (e && !w->lost) {
+                w->lost = e;
+                w->lost_on = s;
+            }
             stream_reached(w);
         }
     }
@@ -306,12 +453,19 @@ static inline void keep_leave(struct keep *kp)
     atomic_store_explicit(&kp->busy, 0, memory_order_release);
 }
 
-/* Back to the pool behind its stream's work (the stream gone: at once,
- * its work is done or dropped). */
+/* Back to the pool behind its stream's work: the stream wrapped first,
+ * where the pool does not know it yet. A free the pool cannot queue (no
+ * memory for it) waits for the stream's work here instead. */
 static void give_back(ump_pool_t *pool, const struct kept *k)
 {
-    if (ump_free_async(pool, k->ptr, k->stream))
-        ump_free(pool, k->ptr);
+    void *s = pool_stream(k->stream);
+    int rc = stream_ready(pool, k->device, s);
+    if (!rc && !ump_free_async(pool, k->ptr, s))
+        return;
+    if (!rc && !(rc = ump_stream_synchronize(pool, s)) &&
+        !(rc = ump_free(pool, k->ptr)))
+        return;
+    unordered(pool, k->ptr, k->stream, rc);
 }
 
 /* Takes the blocks of kp (this thread's) out into out (room for KEEP):
@@ -627,7 +781,7 @@ EXPORT void umpool_torch_free(void *ptr, size_t size, int device,
     }
     struct rec *r = rec_take(ptr);
     if (r)
-        free_after(pool, ptr, stream, r);
+        free_after(pool, ptr, device, stream, r);
     else
         keep_put(kp, pool, ptr, size, device, stream);
     rec_free(r);
@@ -654,11 +808,13 @@ EXPORT void umpool_torch_init(int device_count)
  * for the events of blocks freed while other streams still used them
  * (DeviceCachingAllocator::release_cached_blocks, then
  * synchronize_and_free_events), it waits: each kept block's stream is
- * synchronized once, and the block goes straight back to the pool, so
- * that ump_trim can give its memory to the driver. A stream the pool
- * cannot synchronize (not one it knows, a capture under way) lets its
- * blocks go back behind its work instead. Blocks waiting for the streams
- * record_stream named come back once those are done (not waited for). */
+ * synchronized once (wrapped first where the pool does not know it yet:
+ * PyTorch's side streams), and the block goes straight back to the pool,
+ * so that ump_trim can give its memory to the driver. A stream the pool
+ * cannot synchronize (a capture under way) lets its blocks go back behind
+ * its work instead; one it cannot order on at all keeps them out
+ * (unordered). Blocks waiting for the streams record_stream named come
+ * back once those are done (not waited for). */
 EXPORT void umpool_torch_reset(void)
 {
     ump_pool_t *pool = pool_of_process();
@@ -672,10 +828,13 @@ EXPORT void umpool_torch_reset(void)
         if (!all[i].ptr)
             continue;
         void *s = all[i].stream;
-        bool done = !ump_stream_synchronize(pool, s);
+        int rc = stream_ready(pool, all[i].device, s);
+        bool done = !rc && !ump_stream_synchronize(pool, pool_stream(s));
         for (size_t j = i; j < n; j++)
             if (all[j].ptr && all[j].stream == s) {
-                if (!done || ump_free(pool, all[j].ptr))
+                if (rc)
+                    unordered(pool, all[j].ptr, s, rc);
+                else if (!done || ump_free(pool, all[j].ptr))
                     give_back(pool, &all[j]);
                 all[j].ptr = NULL;
             }
@@ -740,5 +899,10 @@ static void forget_all(void)
     memset(rec_table, 0, sizeof(rec_table));
     atomic_store(&rec_count, 0);
     pthread_mutex_init(&rec_lock, NULL);
+    /* The parent's pool wrapped those streams, not the child's. */
+    for (size_t i = 0; i < sizeof(seen) / sizeof(seen[0]); i++)
+        atomic_store_explicit(&seen[i], 0, memory_order_relaxed);
+    seen_n = 0;
+    pthread_mutex_init(&seen_lock, NULL);
     pthread_mutex_init(&limit_lock, NULL);
 }

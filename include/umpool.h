@@ -29,8 +29,10 @@ unsigned ump_version(void);
 const char *ump_version_string(void);
 
 typedef struct ump_pool ump_pool_t;
-/* A CUstream on the cuda backend; on sim, a stream made by ump_stream_create.
- * NULL is the default stream (on sim: work runs before the call returns). */
+/* A CUstream on the cuda backend (made by ump_stream_create, or the
+ * application's own registered with ump_stream_wrap); on sim, a stream made
+ * by ump_stream_create. NULL is the default stream (on sim: work runs
+ * before the call returns). */
 typedef void *ump_stream_t;
 
 /* Most devices one pool spans. */
@@ -483,9 +485,24 @@ int ump_tier_stats(ump_pool_t *pool, int tier, ump_tier_stats_t *stats_p);
 /*
  * Streams and copies, for code that runs on either backend. On cuda a stream
  * is a CUstream of the device's primary context; on sim a worker thread runs
- * each stream's work in order.
+ * each stream's work in order. Every call that takes a stream accepts NULL
+ * and the pool's streams: those ump_stream_create made and those
+ * ump_stream_wrap registered; any other is -EINVAL.
  */
 int ump_stream_create(ump_pool_t *pool, int device, ump_stream_t *stream_p);
+/* Makes native, a stream the application made (on cuda a CUstream of
+ * device's primary context: a framework's, such as PyTorch's side streams),
+ * a stream of the pool, usable by every call that takes one; *stream_p is
+ * native itself. The pool never destroys it: ump_stream_destroy only
+ * unregisters it, and the caller keeps the native stream alive while it is
+ * wrapped. -EINVAL when native is NULL or not a stream of that context
+ * (the driver is asked: cuStreamGetCtx); -EEXIST, nothing changed, when it
+ * is a stream of the pool already (made or wrapped: usable as it is);
+ * -ENOTSUP on sim, which has no native streams. */
+int ump_stream_wrap(ump_pool_t *pool, int device, void *native,
+                    ump_stream_t *stream_p);
+/* Destroys a stream ump_stream_create made (after its queued work), or
+ * unregisters one ump_stream_wrap registered (the native stream lives on). */
 int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream);
 int ump_stream_synchronize(ump_pool_t *pool, ump_stream_t stream);
 int ump_memcpy_async(ump_pool_t *pool, void *dst, const void *src,

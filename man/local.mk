@@ -38,6 +38,7 @@ MAN3_PAGES = \
 	man/ump_model_read_bw.3 \
 	man/ump_policy.3 \
 	man/ump_stream_create.3 \
+	man/ump_stream_wrap.3 \
 	man/ump_memcpy_async.3 \
 	man/ump_comm_create.3 \
 	man/ump_comm_create_oob.3 \

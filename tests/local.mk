@@ -34,6 +34,7 @@ UNIT_TESTS = \
 	tests/test_fork \
 	tests/test_stress \
 	tests/test_torch_keep \
+	tests/test_torch_streams \
 	tests/test_coll_model \
 	tests/test_coll_vtime \
 	tests/test_coll_reduce \
@@ -46,6 +47,7 @@ tests_test_offload_SOURCES = tests/test_offload.c tools/bench/offload_opt.c
 # The fake driver's cuda.h.
 tests_test_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_coll_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_torch_streams_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 
 # The collectives' kernel on the host (coll_kernel_host.cu includes
 # lib/coll/kernels.cu): built by nvcc as host code, linked with the static

@@ -416,6 +416,9 @@ static void test_null_pool(void **state)
     assert_int_equal(dev, 12345);
     assert_int_equal(ump_device_count(NULL), -EINVAL);
     assert_int_equal(ump_trim(NULL), -EINVAL);
+    ump_stream_t s = SENTINEL;
+    assert_int_equal(ump_stream_wrap(NULL, 0, &x, &s), -EINVAL);
+    assert_ptr_equal(s, SENTINEL);
     assert_int_equal(ump_pool_destroy(NULL), -EINVAL);
 }
 
@@ -618,6 +621,74 @@ static void test_stream_made_up(void **state)
     expect_bad_stream(f, S_DESTROY, NULL);
 }
 
+/* ump_stream_wrap with what it refuses: rc, log lines, *stream_p and both
+ * pools untouched, and the handle still not a stream of the pool. */
+static void expect_wrap(struct fixture *f, int device, void *native, int want,
+                        int lines)
+{
+    ump_stats_t before = tu_stats(f->pool, UMP_DEVICE_ALL);
+    ump_stats_t obefore = tu_stats(f->other, UMP_DEVICE_ALL);
+    ump_stream_t w = SENTINEL;
+    char buf[4096];
+    struct tu_capture cap;
+
+    tu_capture_start(&cap);
+    int rc = ump_stream_wrap(f->pool, device, native, &w);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    if (rc != want)
+        fail_msg("ump_stream_wrap(device %d, %p) = %d, expected %d", device,
+                 native, rc, want);
+    if (tu_count_log_lines(buf) != lines)
+        fail_msg("ump_stream_wrap(device %d, %p): %d log lines, expected "
+                 "%d:\n%s", device, native, tu_count_log_lines(buf), lines,
+                 buf);
+    assert_ptr_equal(w, SENTINEL);
+    ump_stats_t after = tu_stats(f->pool, UMP_DEVICE_ALL);
+    ump_stats_t oafter = tu_stats(f->other, UMP_DEVICE_ALL);
+    tu_assert_stats_equal(&before, &after);
+    tu_assert_stats_equal(&obefore, &oafter);
+    check_intact(f);
+}
+
+/* Wrapping: NULL (the default stream already), a bad device, no stream_p:
+ * -EINVAL; a stream of the pool: -EEXIST, told at debug level only; on sim
+ * (no native streams) anything else is -ENOTSUP, and stays refused. */
+static void test_stream_wrap_bad(void **state)
+{
+    struct fixture *f = *state;
+    int ndev = ump_device_count(f->pool);
+    ump_stream_t s = NULL, o = NULL;
+    char junk[64];
+
+    memset(junk, 0, sizeof(junk));
+    assert_int_equal(ump_stream_create(f->pool, 0, &s), 0);
+    assert_int_equal(ump_stream_create(f->other, 0, &o), 0);
+    expect_wrap(f, 0, NULL, -EINVAL, 1);
+    expect_wrap(f, ndev, s, -EINVAL, 1);
+    expect_wrap(f, -1, s, -EINVAL, 1);
+    expect_wrap(f, 0, s, -EEXIST, 0);
+    expect_wrap(f, 1, s, -EEXIST, 0);
+    if (!tu_on_cuda()) { /* the driver is never handed junk */
+        expect_wrap(f, 0, junk, -ENOTSUP, 1);
+        expect_wrap(f, 0, o, -ENOTSUP, 1); /* another pool's */
+        expect_bad_stream_everywhere(f, junk);
+        expect_bad_stream(f, S_SYNC, o);
+    }
+    char buf[4096];
+    struct tu_capture cap;
+    tu_capture_start(&cap);
+    int rc = ump_stream_wrap(f->pool, 0, s, NULL);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    /* The pool's stream works on, once destroyed it is gone. */
+    assert_int_equal(ump_stream_synchronize(f->pool, s), 0);
+    assert_int_equal(ump_stream_destroy(f->pool, s), 0);
+    expect_bad_stream(f, S_SYNC, s);
+    assert_int_equal(ump_stream_synchronize(f->other, o), 0);
+    assert_int_equal(ump_stream_destroy(f->other, o), 0);
+}
+
 static void test_pool_create_bad(void **state)
 {
     (void)state;
@@ -692,6 +763,7 @@ int main(void)
         T(test_stream_destroyed),
         T(test_stream_stale_handle_reused),
         T(test_stream_made_up),
+        T(test_stream_wrap_bad),
         cmocka_unit_test(test_null_pool),
         cmocka_unit_test(test_pool_create_bad),
         cmocka_unit_test(test_destroy_busy),

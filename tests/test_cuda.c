@@ -1136,6 +1136,200 @@ static void test_fake_stream_left(void **state)
     assert_fake_clean();
 }
 
+/* ump_stream_wrap of a bad handle: rc, one log line (or none: -EEXIST),
+ * *stream_p untouched, and the handle still not one of the pool's. */
+static void expect_wrap_refused(ump_pool_t *pool, int device, void *native,
+                                int rc_want, const char *text)
+{
+    char buf[4096];
+    struct tu_capture cap;
+    ump_stream_t w = (ump_stream_t)0x5a5a5a5a;
+
+    tu_capture_start(&cap);
+    int rc = ump_stream_wrap(pool, device, native, &w);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    if (rc != rc_want)
+        fail_msg("ump_stream_wrap(device %d, %p) = %d, expected %d", device,
+                 native, rc, rc_want);
+    assert_ptr_equal(w, (ump_stream_t)0x5a5a5a5a);
+    int lines = tu_count_log_lines(buf);
+    if (lines != (text ? 1 : 0) || (text && !strstr(buf, text)))
+        fail_msg("ump_stream_wrap(device %d, %p): want %s, got:\n%s",
+                 device, native, text ? text : "no log line", buf);
+}
+
+/* Bad handles for ump_stream_wrap, and what the pool then says of them. */
+static void expect_not_pools(ump_pool_t *pool, void *stream)
+{
+    char buf[4096];
+    struct tu_capture cap;
+
+    tu_capture_start(&cap);
+    int rc = ump_stream_synchronize(pool, stream);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(count_lines_with(buf, "not created by this pool"), 1);
+}
+
+/* A stream the application made with the driver (PyTorch's side streams),
+ * wrapped: every call that takes a stream accepts it; twice is -EEXIST;
+ * handles that are no stream of the device's primary context are refused;
+ * destroying it only unregisters it, and the native stream lives on, also
+ * past the pool. */
+static void test_fake_stream_wrap(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=32,evdelay=2");
+    ump_pool_t *pool = tu_pool_create("backend:cuda");
+    ump_pool_t *other = tu_pool_create("backend:cuda");
+    CUstream n0 = fake_native_stream(0), n1 = fake_native_stream(1);
+    ump_stream_t w = NULL, made = NULL;
+    size_t size = 3 * TU_MIB;
+    int calls = 0;
+
+    expect_not_pools(pool, n0); /* as before: not the pool's */
+    assert_int_equal(ump_stream_wrap(pool, 0, n0, &w), 0);
+    assert_ptr_equal(w, n0);
+    assert_int_equal(fake_count("streams"), 2); /* the pool made none */
+    assert_int_equal(fake_count("current"), 0);
+
+    /* Copies, sets, host functions, synchronize, deferred frees. */
+    char *a = tu_alloc(pool, size, 0), *b = tu_alloc(pool, size, 0);
+    char *host = malloc(size);
+    assert_non_null(host);
+    tu_fill(host, size, 31);
+    assert_int_equal(ump_memcpy_async(pool, a, host, size, w), 0);
+    assert_int_equal(ump_memset_async(pool, b, 0x6b, size, w), 0);
+    assert_int_equal(ump_memcpy_async(pool, b + 100, a, 1000, w), 0);
+    assert_int_equal(ump_launch_host_func(pool, w, count_up, &calls), 0);
+    assert_int_equal(ump_stream_synchronize(pool, w), 0);
+    assert_int_equal(calls, 1);
+    tu_assert_pattern(a, size, 31);
+    assert_int_equal(memcmp(b + 100, a, 1000), 0);
+    assert_int_equal((unsigned char)b[99], 0x6b);
+    long events = fake_count("events");
+    assert_int_equal(ump_free_async(pool, a, w), 0);
+    assert_true(fake_count("events") > events); /* recorded on n0 */
+    /* Not yet done (evdelay): the memory is not handed out again. */
+    char *c = tu_alloc(pool, size, 0);
+    assert_ptr_not_equal(c, a);
+    tu_free(pool, c);
+    assert_int_equal(ump_free_async(pool, b, w), 0);
+    assert_int_equal(fake_count("current"), 0);
+
+    /* Twice, and a stream the pool made: -EEXIST, nothing logged. */
+    expect_wrap_refused(pool, 0, n0, -EEXIST, NULL);
+    expect_wrap_refused(pool, 1, n0, -EEXIST, NULL);
+    assert_int_equal(ump_stream_create(pool, 0, &made), 0);
+    expect_wrap_refused(pool, 0, made, -EEXIST, NULL);
+    /* Another pool does not know it until it wraps it too. */
+    expect_not_pools(other, n0);
+
+    /* Handles that are not a stream of the device's primary context. */
+    expect_wrap_refused(pool, 0, n1, -EINVAL, "not a stream of device 0");
+    char junk[64] = {0};
+    expect_wrap_refused(pool, 0, junk, -EINVAL, "cuStreamGetCtx");
+    CUstream dead = fake_native_stream(0);
+    assert_int_equal(fake_native_destroy(dead), CUDA_SUCCESS);
+    expect_wrap_refused(pool, 0, dead, -EINVAL, "cuStreamGetCtx");
+    expect_wrap_refused(pool, 0, CU_STREAM_LEGACY, -EINVAL,
+                        "default stream's handle");
+    expect_wrap_refused(pool, 0, CU_STREAM_PER_THREAD, -EINVAL,
+                        "default stream's handle");
+    expect_wrap_refused(pool, 0, NULL, -EINVAL, "native is NULL");
+    expect_wrap_refused(pool, 2, n1, -EINVAL, "device 2 out of range");
+    expect_wrap_refused(pool, -1, n1, -EINVAL, "device -1 out of range");
+    for (size_t i = 0; i < 3; i++) {
+        void *bad[] = {n1, junk, dead};
+        expect_not_pools(pool, bad[i]);
+    }
+    assert_int_equal(ump_stream_wrap(pool, 0, n0, NULL), -EINVAL);
+    assert_int_equal(ump_stream_wrap(NULL, 0, n0, &w), -EINVAL);
+    /* Its own device's: accepted, and a collective runs on the two
+     * wrapped streams, each its rank's device's (checked). */
+    ump_stream_t w1 = NULL;
+    assert_int_equal(ump_stream_wrap(pool, 1, n1, &w1), 0);
+    assert_ptr_equal(w1, n1);
+    ump_comm_t *comm = NULL;
+    assert_int_equal(ump_comm_create(pool, 2, NULL, NULL, &comm), 0);
+    int32_t *root = tu_alloc(pool, 64 * sizeof(int32_t), 0);
+    void *rb[2] = {tu_alloc(pool, 64 * sizeof(int32_t), 0),
+                   tu_alloc(pool, 64 * sizeof(int32_t), 1)};
+    for (int i = 0; i < 64; i++)
+        root[i] = 1000 + i;
+    const void *send[2] = {root, rb[1]};
+    const ump_stream_t st[2] = {n0, n1}, swapped[2] = {n1, n0};
+    assert_int_equal(ump_broadcast(comm, send, rb, 64, UMP_INT32, 0, st), 0);
+    assert_int_equal(ump_stream_synchronize(pool, n0), 0);
+    assert_int_equal(ump_stream_synchronize(pool, n1), 0);
+    assert_int_equal(memcmp(rb[1], root, 64 * sizeof(int32_t)), 0);
+    char cbuf[4096];
+    struct tu_capture ccap;
+    tu_capture_start(&ccap);
+    int crc = ump_broadcast(comm, send, rb, 64, UMP_INT32, 0, swapped);
+    tu_capture_stop(&ccap, cbuf, sizeof(cbuf));
+    assert_int_equal(crc, -EINVAL);
+    assert_int_equal(tu_count_log_lines(cbuf), 1);
+    assert_int_equal(count_lines_with(cbuf, "is a stream of device 1"), 1);
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_free(pool, root);
+    tu_free(pool, rb[0]);
+    tu_free(pool, rb[1]);
+
+    /* Destroy unregisters: the driver's stream lives on, usable by the
+     * application and wrappable again; the pool refuses it meanwhile. */
+    assert_int_equal(ump_stream_synchronize(pool, w), 0);
+    assert_int_equal(ump_stream_destroy(pool, w), 0);
+    assert_int_equal(fake_count("streams"), 3); /* n0, n1, made */
+    assert_int_equal(fake_native_sync(0, n0), CUDA_SUCCESS);
+    expect_not_pools(pool, n0);
+    char buf[4096];
+    struct tu_capture cap;
+    tu_capture_start(&cap);
+    int rc = ump_stream_destroy(pool, n0);
+    tu_capture_stop(&cap, buf, sizeof(buf));
+    assert_int_equal(rc, -EINVAL);
+    assert_int_equal(tu_count_log_lines(buf), 1);
+    assert_int_equal(ump_stream_wrap(pool, 0, n0, &w), 0);
+    assert_int_equal(ump_stream_wrap(other, 0, n0, &w), 0);
+    assert_int_equal(ump_stream_synchronize(other, n0), 0);
+
+    /* Left wrapped at the pools' end: they leave the native streams. */
+    assert_int_equal(ump_stream_destroy(pool, made), 0);
+    free(host);
+    tu_pool_destroy(pool);
+    tu_pool_destroy(other);
+    assert_int_equal(fake_count("streams"), 2);
+    assert_int_equal(fake_native_sync(0, n0), CUDA_SUCCESS);
+    assert_int_equal(fake_native_sync(1, n1), CUDA_SUCCESS);
+    assert_int_equal(fake_native_destroy(n0), CUDA_SUCCESS);
+    assert_int_equal(fake_native_destroy(n1), CUDA_SUCCESS);
+    assert_fake_clean();
+}
+
+/* Virtual devices share their GPU's context: a stream of it wraps as any
+ * of them. */
+static void test_fake_stream_wrap_virtual(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:2");
+    assert_int_equal(ump_device_count(pool), 4);
+    CUstream n0 = fake_native_stream(0), n1 = fake_native_stream(1);
+    ump_stream_t w = NULL;
+
+    assert_int_equal(ump_stream_wrap(pool, 1, n0, &w), 0);
+    expect_wrap_refused(pool, 1, n1, -EINVAL, "not a stream of device 1");
+    assert_int_equal(ump_stream_wrap(pool, 3, n1, &w), 0);
+    assert_int_equal(ump_stream_synchronize(pool, n0), 0);
+    assert_int_equal(ump_stream_synchronize(pool, n1), 0);
+    assert_int_equal(ump_stream_destroy(pool, n0), 0);
+    tu_pool_destroy(pool); /* n1 still wrapped: left to its owner */
+    assert_int_equal(fake_native_destroy(n0), CUDA_SUCCESS);
+    assert_int_equal(fake_native_destroy(n1), CUDA_SUCCESS);
+    assert_fake_clean();
+}
+
 /* An event follows its stream's context: recorded on a stream of device 1,
  * then on the default stream (device 0's context here), then back. */
 static void test_fake_event_contexts(void **state)
@@ -1973,6 +2167,8 @@ NO_FAKE(test_fake_no_fd)
 NO_FAKE(test_fake_no_peer)
 NO_FAKE(test_fake_streams)
 NO_FAKE(test_fake_stream_left)
+NO_FAKE(test_fake_stream_wrap)
+NO_FAKE(test_fake_stream_wrap_virtual)
 NO_FAKE(test_fake_event_contexts)
 NO_FAKE(test_fake_threads)
 NO_FAKE(test_fake_auto)
@@ -2025,6 +2221,8 @@ int main(void)
         cmocka_unit_test_setup(test_fake_virtual_one, test_setup),
         cmocka_unit_test_setup(test_fake_streams, test_setup),
         cmocka_unit_test_setup(test_fake_stream_left, test_setup),
+        cmocka_unit_test_setup(test_fake_stream_wrap, test_setup),
+        cmocka_unit_test_setup(test_fake_stream_wrap_virtual, test_setup),
         cmocka_unit_test_setup(test_fake_event_contexts, test_setup),
         cmocka_unit_test_setup(test_fake_threads, test_setup),
         cmocka_unit_test_setup(test_fake_auto, test_setup),

@@ -80,7 +80,15 @@ struct backend_ops {
                            const int *devices, int ndevices);
 
     int (*stream_create)(void *ctx, int device, void **stream_p);
+    /* Only streams stream_create made. */
     int (*stream_destroy)(void *ctx, void *stream);
+    /* Optional (NULL on sim, which has no native streams: -ENOTSUP by the
+     * caller). Checks that native, a stream the backend did not make, is
+     * one device's work can be queued on (on cuda: a CUstream of the
+     * device's primary context, asked with cuStreamGetCtx); -EINVAL, logged,
+     * when it is not. Takes nothing: every stream op then accepts native,
+     * and nothing here ever destroys it. */
+    int (*stream_adopt)(void *ctx, int device, void *native);
     int (*stream_sync)(void *ctx, void *stream);
     int (*memcpy_async)(void *ctx, void *dst, const void *src, size_t size,
                         void *stream);

@@ -293,8 +293,8 @@ static void pool_free_meta(ump_pool_t *pool)
     vas_fini(&pool->vas);
     free(pool->dev);
     free(pool->folded);
-    free(pool->streams); /* the backend closes the streams themselves */
-    free(pool->stream_devs);
+    free(pool->streams); /* the backend closes the streams it made */
+    free(pool->stream_info);
     pthread_mutex_destroy(&pool->streams_lock);
     pthread_mutex_destroy(&pool->ckpt_lock);
     pthread_mutex_destroy(&pool->lock);

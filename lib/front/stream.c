@@ -8,6 +8,13 @@
  * table of handles, under a lock of its own held only for the lookup, so
  * that stream calls of different pools never meet and none waits for the
  * pool lock.
+ *
+ * The set holds the streams ump_stream_create made and the native streams
+ * ump_stream_wrap registered (a framework's: PyTorch's side streams). A
+ * wrapped stream is the native handle itself, so that the backends need
+ * nothing more than a check of it at wrap time (backend stream_adopt):
+ * every call that takes a stream then works on it unchanged. Destroying a
+ * wrapped stream only takes it out of the set.
  */
 #include "config.h"
 
@@ -21,7 +28,8 @@
 #include "front/stream.h"
 
 /* The pool's set (pool->streams: stream_cap slots, a power of two, NULL
- * marks a free one), under pool->streams_lock. */
+ * marks a free one; pool->stream_info beside it), under
+ * pool->streams_lock. */
 
 static size_t live_hash(const void *handle)
 {
@@ -49,37 +57,37 @@ static bool live_has(const ump_pool_t *pool, const void *handle)
     return pool->stream_cap && pool->streams[live_slot(pool, handle)];
 }
 
-/* Adds a handle of device not in the set; grows it to keep it at most
- * half full. -ENOMEM (not logged) when it cannot grow. Lock held. */
-static int live_add(ump_pool_t *pool, void *handle, int device)
+/* Adds a handle not in the set; grows it to keep it at most half full.
+ * -ENOMEM (not logged) when it cannot grow. Lock held. */
+static int live_add(ump_pool_t *pool, void *handle, struct live_stream info)
 {
     if ((pool->stream_n + 1) * 2 > pool->stream_cap) {
         size_t old_cap = pool->stream_cap;
         size_t cap = old_cap ? old_cap * 2 : 16;
         void **old = pool->streams, **bigger = calloc(cap, sizeof(*bigger));
-        int *old_devs = pool->stream_devs;
-        int *devs = calloc(cap, sizeof(*devs));
+        struct live_stream *old_info = pool->stream_info;
+        struct live_stream *infos = calloc(cap, sizeof(*infos));
 
-        if (!bigger || !devs) {
+        if (!bigger || !infos) {
             free(bigger);
-            free(devs);
+            free(infos);
             return -ENOMEM;
         }
         pool->streams = bigger;
-        pool->stream_devs = devs;
+        pool->stream_info = infos;
         pool->stream_cap = cap;
         for (size_t i = 0; i < old_cap; i++)
             if (old[i]) {
                 size_t j = live_slot(pool, old[i]);
                 pool->streams[j] = old[i];
-                pool->stream_devs[j] = old_devs[i];
+                pool->stream_info[j] = old_info[i];
             }
         free(old);
-        free(old_devs);
+        free(old_info);
     }
     size_t i = live_slot(pool, handle);
     pool->streams[i] = handle;
-    pool->stream_devs[i] = device;
+    pool->stream_info[i] = info;
     pool->stream_n++;
     return 0;
 }
@@ -103,15 +111,17 @@ static void live_remove_at(ump_pool_t *pool, size_t i)
         if ((j > i && (home <= i || home > j)) ||
             (j < i && home <= i && home > j)) {
             slot[i] = slot[j];
-            pool->stream_devs[i] = pool->stream_devs[j];
+            pool->stream_info[i] = pool->stream_info[j];
             slot[j] = NULL;
             i = j;
         }
     }
 }
 
-/* Takes handle out of the set: true when it was there. */
-static bool live_take(ump_pool_t *pool, const void *handle)
+/* Takes handle out of the set: true when it was there, with what the set
+ * knew of it in *info_p. */
+static bool live_take(ump_pool_t *pool, const void *handle,
+                      struct live_stream *info_p)
 {
     bool found = false;
 
@@ -119,6 +129,7 @@ static bool live_take(ump_pool_t *pool, const void *handle)
     if (pool->stream_cap) {
         size_t i = live_slot(pool, handle);
         if (pool->streams[i]) {
+            *info_p = pool->stream_info[i];
             live_remove_at(pool, i);
             found = true;
         }
@@ -129,8 +140,8 @@ static bool live_take(ump_pool_t *pool, const void *handle)
 
 static int not_a_stream(ump_stream_t stream, const char *fn)
 {
-    ump_log_error("%s: stream %p was not created by this pool, or was "
-                  "destroyed", fn, stream);
+    ump_log_error("%s: stream %p was not created by this pool (nor wrapped "
+                  "by ump_stream_wrap), or was destroyed", fn, stream);
     return -EINVAL;
 }
 
@@ -185,7 +196,7 @@ UMP_EXPORT int ump_stream_create(ump_pool_t *pool, int device,
     if (rc)
         return rc;
     pthread_mutex_lock(&pool->streams_lock);
-    rc = live_add(pool, s, device);
+    rc = live_add(pool, s, (struct live_stream){device, false});
     pthread_mutex_unlock(&pool->streams_lock);
     if (rc) {
         pool->be->stream_destroy(pool->bctx, s);
@@ -196,6 +207,63 @@ UMP_EXPORT int ump_stream_create(ump_pool_t *pool, int device,
     return 0;
 }
 
+UMP_EXPORT int ump_stream_wrap(ump_pool_t *pool, int device, void *native,
+                               ump_stream_t *stream_p)
+{
+    static const char fn[] = "ump_stream_wrap";
+    int rc = need(pool, stream_p != NULL, fn, "stream_p is NULL");
+    if (rc)
+        return rc;
+    if (device < 0 || device >= pool->ndev) {
+        ump_log_error("%s: device %d out of range", fn, device);
+        return -EINVAL;
+    }
+    if (!native) {
+        ump_log_error("%s: native is NULL, the default stream (usable as it "
+                      "is: nothing to wrap)", fn);
+        return -EINVAL;
+    }
+    rc = pool_check_device(pool, device, fn);
+    if (rc)
+        return rc;
+    /* Known already (made here, or wrapped): the caller may use it as it
+     * is, and the registration is not the caller's to undo. An answer,
+     * not a fault: told at debug level only. */
+    pthread_mutex_lock(&pool->streams_lock);
+    bool known = live_has(pool, native);
+    pthread_mutex_unlock(&pool->streams_lock);
+    if (known) {
+        ump_log_debug("%s: stream %p is a stream of this pool already", fn,
+                      native);
+        return -EEXIST;
+    }
+    if (!pool->be->stream_adopt) {
+        ump_log_error("%s: the %s backend has no native streams: %p is not "
+                      "one of its streams", fn, pool->be->name, native);
+        return -ENOTSUP;
+    }
+    rc = pool_io_result(pool, pool->be->stream_adopt(pool->bctx, device,
+                                                     native));
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&pool->streams_lock);
+    known = live_has(pool, native); /* a racing wrap came first */
+    if (!known)
+        rc = live_add(pool, native, (struct live_stream){device, true});
+    pthread_mutex_unlock(&pool->streams_lock);
+    if (known) {
+        ump_log_debug("%s: stream %p is a stream of this pool already", fn,
+                      native);
+        return -EEXIST;
+    }
+    if (rc) {
+        ump_log_error("%s: out of host memory", fn);
+        return rc;
+    }
+    *stream_p = native;
+    return 0;
+}
+
 UMP_EXPORT int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream)
 {
     int rc = need(pool, stream != NULL, "ump_stream_destroy",
@@ -203,15 +271,17 @@ UMP_EXPORT int ump_stream_destroy(ump_pool_t *pool, ump_stream_t stream)
     if (rc)
         return rc;
     /* Taken out first: a second destroy, even a racing one, finds nothing. */
-    int dev = pool_stream_device(pool, stream);
-    if (!live_take(pool, stream))
+    struct live_stream info;
+    if (!live_take(pool, stream, &info))
         return not_a_stream(stream, "ump_stream_destroy");
+    if (info.wrapped) /* the caller's: the pool only forgets it */
+        return 0;
     rc = pool->be->stream_destroy(pool->bctx, stream);
     if (rc) {
         /* Still alive (say, destroyed from a host function): keep it. The
          * slot it left is free again, so this cannot need memory. */
         pthread_mutex_lock(&pool->streams_lock);
-        live_add(pool, stream, dev);
+        live_add(pool, stream, info);
         pthread_mutex_unlock(&pool->streams_lock);
     }
     return rc;
@@ -224,7 +294,7 @@ int pool_stream_device(ump_pool_t *pool, ump_stream_t stream)
     if (stream && pool->stream_cap) {
         size_t i = live_slot(pool, stream);
         if (pool->streams[i])
-            dev = pool->stream_devs[i];
+            dev = pool->stream_info[i].device;
     }
     pthread_mutex_unlock(&pool->streams_lock);
     return dev;

@@ -156,6 +156,12 @@ struct counters {
     _Atomic uint64_t allocs, frees;
 };
 
+/* What the pool knows of one of its live streams (pool->stream_info). */
+struct live_stream {
+    int device;
+    bool wrapped; /* ump_stream_wrap's: destroy only forgets it */
+};
+
 /* A deferred free (ump_free_async): reused once the event has completed. */
 struct pending {
     void *meta;      /* the slab or the run */
@@ -225,11 +231,13 @@ struct ump_pool {
      * so that it never names a layer above itself. */
     const struct pool_observer *observer;
     void *observer_state;               /* the observer's, or NULL */
-    /* Live streams made by ump_stream_create (front/stream.c): a hash set
-     * of handles, under its own lock. */
+    /* Live streams (front/stream.c): a hash set of handles, under its own
+     * lock, of those ump_stream_create made and those ump_stream_wrap
+     * registered (wrapped: the caller's native streams, never destroyed
+     * by the pool). */
     pthread_mutex_t streams_lock;
     void **streams;
-    int *stream_devs; /* the device of streams[i] */
+    struct live_stream *stream_info; /* of streams[i] */
     size_t stream_cap, stream_n;
     /* Communicators made on the pool (lib/coll counts them): the pool is
      * not destroyed under them. */

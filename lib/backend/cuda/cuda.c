@@ -386,6 +386,7 @@ const struct backend_ops cuda_backend_ops = {
     .set_access_host = cuvmm_set_access_host,
     .stream_create = custream_create,
     .stream_destroy = custream_destroy,
+    .stream_adopt = custream_adopt,
     .stream_sync = custream_sync,
     .memcpy_async = custream_memcpy_async,
     .memset_async = custream_memset_async,

@@ -215,6 +215,9 @@ void cukernel_free(struct cuda_ctx *c);
 
 int custream_create(void *ctx, int device, void **stream_p);
 int custream_destroy(void *ctx, void *stream);
+/* A CUstream the caller made: 0 when it is one of device's primary
+ * context, else -EINVAL (logged). */
+int custream_adopt(void *ctx, int device, void *native);
 int custream_sync(void *ctx, void *stream);
 int custream_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
                           void *stream);

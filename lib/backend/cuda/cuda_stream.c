@@ -5,6 +5,9 @@
  *  - Streams are the driver's CUstreams, created non-blocking in their
  *    device's primary context; the pool keeps a list of them so that one it
  *    did not create is refused, and close destroys what the caller left.
+ *    A stream the application made (ump_stream_wrap: PyTorch's, CuPy's)
+ *    is adopted after a check of its context, and is in no list: nothing
+ *    here destroys it, and every other call treats it as its own.
  *    A virtual device's (cuda_virtual_devices) is its GPU's context: its
  *    streams are the GPU's streams, and nothing below tells them apart
  *    (events, copies, host functions work per context, unchanged).
@@ -116,6 +119,42 @@ int custream_create(void *ctx, int device, void **stream_p)
 err_free:
     free(node);
     return err;
+}
+
+int custream_adopt(void *ctx, int device, void *native)
+{
+    struct cuda_ctx *c = ctx;
+    CUstream s = native;
+    CUcontext sctx = NULL;
+    CUresult res;
+
+    if (!cuda_device_ok(c, device, "stream_adopt"))
+        return -EINVAL;
+    /* The special handles name the calling thread's default stream, not a
+     * stream object: the one CU_STREAM_PER_THREAD names changes with the
+     * thread, and NULL (CU_STREAM_LEGACY) is the pool's default already. */
+    if (default_stream(s)) {
+        ump_log_error("cuda: stream_adopt: %p is a default stream's handle "
+                      "(NULL, CU_STREAM_LEGACY or CU_STREAM_PER_THREAD), not "
+                      "a stream", native);
+        return -EINVAL;
+    }
+    /* The driver checks the handle: no context is needed to ask, and the
+     * caller's current one is not touched. */
+    res = c->api.cuStreamGetCtx(s, &sctx);
+    if (res != CUDA_SUCCESS) {
+        cuda_note_result(c, cuda_phys(c, device), NULL, res);
+        return cudrv_fail(&c->api, res, UMP_LOG_ERROR,
+                          "stream_adopt: cuStreamGetCtx of %p (not a live "
+                          "stream?)", native);
+    }
+    if (sctx != c->pctx[cuda_phys(c, device)]) {
+        ump_log_error("cuda: stream_adopt: stream %p is not a stream of "
+                      "device %d's primary context (another device's, or a "
+                      "context of its own)", native, device);
+        return -EINVAL;
+    }
+    return 0;
 }
 
 int custream_destroy(void *ctx, void *stream)

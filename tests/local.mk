@@ -8,6 +8,7 @@ UNIT_TESTS = \
 	tests/test_topology \
 	tests/test_drivercost \
 	tests/test_sim \
+	tests/test_timed_sim \
 	tests/test_cuda \
 	tests/test_policies \
 	tests/test_sizeclass \

@@ -125,7 +125,7 @@ static void test_table_complete(void **state)
     (void)state;
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
-        "sim_driver_costs", "sim_fail_device", "sim_fail_after", "device_mem", "cuda_virtual_devices", "policy", "log_level",
+        "sim_driver_costs", "sim_time_scale", "sim_fail_device", "sim_fail_after", "device_mem", "cuda_virtual_devices", "policy", "log_level",
         "chunk_size", "max_chunk", "va_size", "release_threshold",
         "release_window", "tcache",
         "host_limit",
@@ -168,6 +168,7 @@ static void test_defaults_match_table(void **state)
     assert_string_equal(cfg.sim_topology, d.sim_topology);
     assert_int_equal(cfg.sim_device_mem, d.sim_device_mem);
     assert_int_equal(cfg.sim_driver_costs, d.sim_driver_costs);
+    assert_int_equal(cfg.sim_time_scale, d.sim_time_scale);
     assert_int_equal(cfg.device_mem, d.device_mem);
     assert_int_equal(cfg.cuda_virtual_devices, d.cuda_virtual_devices);
     assert_string_equal(cfg.policy, d.policy);
@@ -183,6 +184,7 @@ static void test_defaults_match_table(void **state)
     assert_string_equal(d.sim_topology, "");
     assert_int_equal(d.sim_device_mem, 0);
     assert_int_equal(d.sim_driver_costs, UMP_SIM_COSTS_OFF);
+    assert_int_equal(d.sim_time_scale, 1);
     assert_int_equal(d.device_mem, 0);
     assert_string_equal(d.policy, "local");
     assert_int_equal(d.log_level, UMP_LOG_WARN);
@@ -256,7 +258,9 @@ static void test_enums(void **state)
         const char *str;
         int costs;
     } costs[] = {{"off", UMP_SIM_COSTS_OFF}, {"h200", UMP_SIM_COSTS_H200},
-                 {"H200", UMP_SIM_COSTS_H200}, {"OFF", UMP_SIM_COSTS_OFF}};
+                 {"H200", UMP_SIM_COSTS_H200}, {"OFF", UMP_SIM_COSTS_OFF},
+                 {"h200-timed", UMP_SIM_COSTS_H200_TIMED},
+                 {"H200-Timed", UMP_SIM_COSTS_H200_TIMED}};
     for (size_t i = 0; i < sizeof(costs) / sizeof(costs[0]); i++) {
         cfg.sim_driver_costs = -1;
         snprintf(item, sizeof(item), "sim_driver_costs:%s", costs[i].str);
@@ -427,11 +431,16 @@ static void test_bad_values(void **state)
     expect_bad_value("backend", "sim:x"); /* only the first ':' splits */
     expect_bad_value("backend", "autox");
     expect_bad_value("backend", "au");
-    /* One log line naming the key, the value and "off|h200". */
+    /* One log line naming the key, the value and "off|h200|h200-timed". */
     expect_bad_value("sim_driver_costs", "a100");
     expect_bad_value("sim_driver_costs", "on");
     expect_bad_value("sim_driver_costs", "");
     expect_bad_value("sim_driver_costs", "h200x");
+    expect_bad_value("sim_driver_costs", "h200-");
+    expect_bad_value("sim_driver_costs", "timed");
+    expect_bad_value("sim_time_scale", "0");
+    expect_bad_value("sim_time_scale", "1001");
+    expect_bad_value("sim_time_scale", "2.5");
     expect_bad_value("log_level", "verbose");
     expect_bad_value("log_level", "2");
     expect_bad_value("sim_devices", "abc");

@@ -46,12 +46,22 @@ const struct ump_conf_entry conf_table[] = {
      "memory of each simulated device (0: the topology's capacity, or 16G "
      "for sim_devices)",
      offsetof(struct ump_config, sim_device_mem), 0, 0},
-    {"sim_driver_costs", "off", UMP_CONF_ENUM, "off|h200",
+    {"sim_driver_costs", "off", UMP_CONF_ENUM, "off|h200|h200-timed",
      "driver time the sim backend accounts for its virtual-memory calls "
-     "(statistics' driver_ns): off, or h200, the per-handle costs of "
-     "create, map, set-access, unmap and release measured on an H200; "
-     "accounted only, never waited for",
+     "(statistics' driver_ns): off; h200, the per-handle costs of create, "
+     "map, set-access, unmap and release of device chunks measured on an "
+     "H200, accounted only, never waited for; h200-timed, the same "
+     "accounted, and every call waits for what it costs on an H200: "
+     "virtual-memory calls on device and host chunks one at a time in the "
+     "calling thread, copies and memsets on their stream at the H200's "
+     "link rates, stream syncs (lib/topo/drivercost.c)",
      offsetof(struct ump_config, sim_driver_costs), 0, 0},
+    {"sim_time_scale", "1", UMP_CONF_INT, "an integer 1..1000",
+     "with sim_driver_costs:h200-timed, every wait is this many times the "
+     "H200's cost: for a machine whose memcpy is slower than the modeled "
+     "links (54 GB/s to host), so that the sim's own work fits inside the "
+     "modeled time and the ratios between modeled times hold",
+     offsetof(struct ump_config, sim_time_scale), 1, 1000},
     {"sim_fail_device", "-1", UMP_CONF_INT,
      "a simulated device's index, or -1",
      "fault injection: this simulated device fails, as a lost GPU or an "

@@ -25,6 +25,9 @@ enum ump_nvme_engine {
 enum ump_sim_driver_costs {
     UMP_SIM_COSTS_OFF,  /* nothing: driver_ns stays 0 on sim */
     UMP_SIM_COSTS_H200, /* the H200's per-handle costs (topo/drivercost.h) */
+    /* the same, and every call waits for its H200 cost (host handles,
+     * copies and syncs too): sim_vmm.c, sim_stream.c */
+    UMP_SIM_COSTS_H200_TIMED,
 };
 
 /* Where an allocation goes that fits on no device (overflow). */
@@ -41,6 +44,7 @@ struct ump_config {
     char sim_topology[UMP_CONF_PATH_MAX]; /* "": not set */
     size_t sim_device_mem;               /* 0: not set */
     int sim_driver_costs;                /* enum ump_sim_driver_costs */
+    int sim_time_scale;                  /* h200-timed waits this many x */
     int sim_fail_device;                 /* -1: none (sim_fail.c) */
     int sim_fail_after;                  /* its operations before it fails */
     size_t device_mem;                   /* cap per device, 0: none */

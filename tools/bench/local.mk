@@ -21,9 +21,11 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/coll_mpi.c tools/bench/coll_mpi.h \
 	tools/bench/cuda_loader.c tools/bench/cuda_loader.h \
 	lib/topo/drivercost.c
-# lib/topo/drivercost.c: the H200's measured per-handle driver costs, a pure
-# table (no pool internals), compiled in as the baseline of alloc's modeled
-# cold column: the physical cost of the raw sequence, not umpool's figure.
+# lib/topo/drivercost.c: the H200's measured driver costs, a pure table (no
+# pool internals), compiled in as the baseline of alloc's modeled cold
+# column (the physical cost of the raw sequence, not umpool's figure) and
+# of offload's device<->host copies on the timed sim (the model's pinned
+# cuMemcpy).
 tools_umpool_bench_LDADD = lib/libumpool.la $(URING_LIBS)
 tools_umpool_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(URING_CFLAGS)
 if HAVE_MPI

@@ -14,8 +14,10 @@
  *     Baselines, each run next to the move it is compared with (before it
  *     in even repetitions, after it in odd ones):
  *     device<->host, memcpy between two prefaulted buffers on sim (the sim
- *     backend's copies are memcpy), cuMemcpyDtoH/HtoD with pinned memory
- *     (cuMemAllocHost) on cuda; host<->NVMe, fio (io_uring, O_DIRECT, 1 MiB
+ *     backend's copies are memcpy; with sim_driver_costs:h200-timed paced
+ *     to the model's pinned cuMemcpy, as the sim's copies are paced to its
+ *     links), cuMemcpyDtoH/HtoD with pinned memory (cuMemAllocHost) on
+ *     cuda; host<->NVMe, fio (io_uring, O_DIRECT, 1 MiB
  *     blocks, queue depth 32) when it is in PATH, else the same pattern
  *     through liburing on an O_DIRECT file in the spill directory.
  *     device<->NVMe compares with the slower of its two legs: what a
@@ -54,6 +56,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "bench.h"
@@ -107,6 +110,26 @@ static bool conf_value(const char *config, const char *key, char *buf,
             p++;
     }
     return found;
+}
+
+unsigned offload_pace(const char *config, const char *backend)
+{
+    char val[32];
+    long scale = 1;
+
+    if (!backend || strcmp(backend, "sim"))
+        return 0;
+    if (!conf_value(config, "sim_driver_costs", val, sizeof(val)) &&
+        !conf_value(getenv("UMPOOL_CONF"), "sim_driver_costs", val,
+                    sizeof(val)))
+        return 0;
+    if (strcasecmp(val, "h200-timed"))
+        return 0;
+    if (conf_value(config, "sim_time_scale", val, sizeof(val)) ||
+        conf_value(getenv("UMPOOL_CONF"), "sim_time_scale", val, sizeof(val)))
+        scale = strtol(val, NULL, 10);
+    /* The pool took the value, so it is 1..1000. */
+    return scale > 0 ? (unsigned)scale : 1;
 }
 
 /* The scenario's keys, then the user's: theirs win, key by key. */
@@ -362,7 +385,8 @@ static int xfer_run(struct off *x)
         return 1;
     }
     x->backend = ump_backend_name(x->pool);
-    copy_setup(&x->copy, !strcmp(x->backend, "cuda"), x->size);
+    copy_setup(&x->copy, !strcmp(x->backend, "cuda"), x->size,
+               offload_pace(x->config, x->backend));
     disk_setup(&x->disk, &x->dir, x->size);
     rc = ump_stream_create(x->pool, 0, &x->stream);
     if (rc) {
@@ -616,7 +640,7 @@ static int loop_run(struct off *x)
             goto out_free;
     if (loop_touch_rate(x, pool, s, t[LOOP_TENSORS - 1], &res->touch_gbs))
         goto out_free;
-    copy_setup(&base, x->copy.cuda, res->tensor);
+    copy_setup(&base, x->copy.cuda, res->tensor, x->copy.pace);
     loop_base(res, &base, 0, LOOP_BASE_REPS / 2);
     if (loop_rounds(x, pool, s, cs, t))
         goto out_free;

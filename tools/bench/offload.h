@@ -66,10 +66,14 @@ void spill_dir_probe(struct spill_dir *d, const char *dir);
 
 /* ---- device<->host baseline --------------------------------------------- */
 
-/* memcpy between two buffers on sim, pinned cuMemcpy on cuda. */
+/* memcpy between two buffers on sim, pinned cuMemcpy on cuda. On the sim
+ * with sim_driver_costs:h200-timed, the memcpy paced to the model's pinned
+ * cuMemcpy (lib/topo/drivercost.c: latency, rate, sync), times the sim's
+ * time scale: the physical limit the model says, as cuMemcpy is on a GPU. */
 struct copy_base {
     bool ok;
     bool cuda;
+    unsigned pace; /* the sim's time scale when paced, else 0 */
     const char *name; /* short, for the table */
     char why[300];
     size_t size;
@@ -80,11 +84,20 @@ struct copy_base {
 #endif
 };
 
-void copy_setup(struct copy_base *c, bool cuda, size_t size);
+/* pace: offload_pace's. */
+void copy_setup(struct copy_base *c, bool cuda, size_t size, unsigned pace);
 void copy_cleanup(struct copy_base *c);
+/* The model's rate of a paced copy of c->size bytes (GB/s), times the
+ * scale; 0 when not paced. */
+double copy_model_gbs(const struct copy_base *c);
 /* One copy of c->size bytes, timed into *ns_p; on failure c->ok goes
  * false with why set. */
 void copy_run(struct copy_base *c, bool to_host, double *ns_p);
+
+/* The sim's time scale when the pools made with config (UMPOOL_CONF, then
+ * config key by key, as the library reads them) run the sim backend (the
+ * one ump_backend_name said) with sim_driver_costs:h200-timed; else 0. */
+unsigned offload_pace(const char *config, const char *backend);
 
 /* ---- host<->NVMe baseline ----------------------------------------------- */
 

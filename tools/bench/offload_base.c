@@ -1,8 +1,10 @@
 /*
  * umpool-bench offload: the raw baselines its moves are compared with, and
  * the spill directory they share. device<->host: memcpy between two
- * prefaulted buffers on sim (the sim backend's copies are memcpy), pinned
- * cuMemcpyDtoH/HtoD on cuda (the driver from cuda_loader.c). host<->NVMe:
+ * prefaulted buffers on sim (the sim backend's copies are memcpy), paced
+ * to the model's pinned cuMemcpy when the sim waits for the H200's costs
+ * (sim_driver_costs:h200-timed), pinned cuMemcpyDtoH/HtoD on cuda (the
+ * driver from cuda_loader.c). host<->NVMe:
  * fio (io_uring, O_DIRECT, 1 MiB blocks, queue depth 32) when it is in
  * PATH, else the same pattern through liburing on an O_DIRECT file in the
  * spill directory (this file holds the tools' one io_uring loop).
@@ -21,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/vfs.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef HAVE_LIBURING
@@ -30,6 +33,7 @@
 #include "bench.h"
 #include "cuda_loader.h"
 #include "offload.h"
+#include "topo/drivercost.h"
 
 #define TMPFS_MAGIC_NR 0x01021994 /* statfs f_type of tmpfs */
 
@@ -164,11 +168,48 @@ static void cuda_copy_setup(struct copy_base *c)
 }
 #endif
 
-void copy_setup(struct copy_base *c, bool cuda, size_t size)
+/* A synchronous pinned cuMemcpy of bytes on the H200 of the model: its
+ * latency and time on the link, then the sync (what the sim's timed
+ * copies on a stream cost, at the pinned rate). */
+static uint64_t pinned_copy_ns(size_t bytes)
+{
+    const struct drvcost_misc *m = &drvcost_h200;
+
+    return m->copy_lat_ns + m->copy_gap_ns +
+           drvcost_bytes_ns(bytes, m->pinned_gbs) + m->sync_ns;
+}
+
+/* Returns at deadline (now_ns), sleeping until the last 50 us, then
+ * spinning: a sleep overshoots by the timer slack. */
+static void pace_until(uint64_t deadline)
+{
+    uint64_t now = now_ns();
+
+    if (now + 50000 < deadline) {
+        uint64_t wake = deadline - 50000;
+        struct timespec ts = {(time_t)(wake / 1000000000ull),
+                              (long)(wake % 1000000000ull)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) ==
+               EINTR)
+            ;
+    }
+    while (now_ns() < deadline)
+        ;
+}
+
+double copy_model_gbs(const struct copy_base *c)
+{
+    return c->pace ? (double)c->size / (double)(c->pace *
+                                                pinned_copy_ns(c->size))
+                   : 0;
+}
+
+void copy_setup(struct copy_base *c, bool cuda, size_t size, unsigned pace)
 {
     memset(c, 0, sizeof(*c));
     c->size = size;
     c->cuda = cuda;
+    c->pace = cuda ? 0 : pace;
     if (cuda) {
         c->name = "cuMemcpy";
 #ifdef BENCH_CUDA
@@ -179,7 +220,7 @@ void copy_setup(struct copy_base *c, bool cuda, size_t size)
 #endif
         return;
     }
-    c->name = "memcpy";
+    c->name = c->pace ? "H200 copy" : "memcpy";
     c->dev = malloc(size);
     c->host = malloc(size);
     if (!c->dev || !c->host) {
@@ -232,6 +273,8 @@ void copy_run(struct copy_base *c, bool to_host, double *ns_p)
         memcpy(c->host, c->dev, c->size);
     else
         memcpy(c->dev, c->host, c->size);
+    if (c->pace)
+        pace_until(t0 + c->pace * pinned_copy_ns(c->size));
     *ns_p = (double)(now_ns() - t0);
 }
 

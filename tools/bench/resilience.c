@@ -25,7 +25,8 @@
  * scenario's case) are shown beside them, for information.
  *
  * The device<->host copy rate (offload_base.c's baseline: memcpy on sim,
- * pinned cuMemcpy on cuda) is printed too, as the physical limit of both
+ * paced to the H200 model with sim_driver_costs:h200-timed, pinned
+ * cuMemcpy on cuda) is printed too, as the physical limit of both
  * moves. Targets (issue 17):
  * checkpoint and restore at least 0.8 of the raw disk, suspend and resume
  * at least 0.9 of the pool's moves. Every round checks the data.
@@ -308,7 +309,8 @@ int bench_resilience(const struct bench_offload_opts *o)
      * name another than sim). */
     const char *backend = x.pool ? ump_backend_name(x.pool) : "none";
     struct copy_base copy;
-    copy_setup(&copy, !strcmp(backend, "cuda"), 64 * MiB);
+    copy_setup(&copy, !strcmp(backend, "cuda"), 64 * MiB,
+               offload_pace(x.config, backend));
     for (int r = 0; r < reps && !rc; r++) {
         double one[R_COUNT * RES_CYCLES];
         rc = round_once(&x, raw_path, size, r, one);

@@ -23,6 +23,10 @@
  * so a stale or made-up handle is recognised without dereferencing it. Slots
  * are reused oldest-freed first, which keeps a stale handle invalid as long
  * as possible. One mutex guards everything: these are slow-path calls.
+ *
+ * With sim_driver_costs:h200-timed the calls also take as long as they do
+ * on an H200 (sim_timed.c): a virtual-memory call in its caller, one at a
+ * time as on the driver, a copy on its stream at its link's rate.
  */
 #include "config.h"
 
@@ -285,7 +289,8 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
         for (int i = 0; i < c->topo.ndev; i++)
             c->topo.dev[i].mem = cfg->sim_device_mem;
     c->ndev = c->topo.ndev;
-    c->drv_costs = cfg->sim_driver_costs == UMP_SIM_COSTS_H200;
+    c->drv_costs = cfg->sim_driver_costs == UMP_SIM_COSTS_H200 ||
+                   cfg->sim_driver_costs == UMP_SIM_COSTS_H200_TIMED;
     /* A zeroed configuration (sim_fail_after 0) schedules no failure. */
     c->fail_dev = cfg->sim_fail_after > 0 ? cfg->sim_fail_device : -1;
     c->fail_left = cfg->sim_fail_after;
@@ -310,14 +315,19 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
         ump_log_error("sim: pthread_mutex_init: %s", strerror(-err));
         goto err_release;
     }
-    err = sim_streams_init(&c->streams, c->ndev);
+    err = sim_timed_init(c, cfg);
     if (err)
         goto err_mutex;
+    err = sim_streams_init(&c->streams, c->ndev);
+    if (err)
+        goto err_timed;
 
     *topo = c->topo;
     *ctx_p = c;
     return 0;
 
+err_timed:
+    sim_timed_fini(c);
 err_mutex:
     pthread_mutex_destroy(&c->lock);
 err_release:
@@ -336,6 +346,7 @@ static void sim_close(void *ctx)
     /* Streams first: their queued copies may touch mapped memory. */
     sim_streams_fini(&c->streams);
     release_all(c);
+    sim_timed_fini(c);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }

@@ -1,6 +1,7 @@
 /*
- * Internal to the sim backend: what sim.c (memory) and sim_stream.c (streams
- * and events) share. Nothing outside lib/backend/sim*.c includes this.
+ * Internal to the sim backend: what sim.c (memory), sim_stream.c (streams
+ * and events) and sim_timed.c (the H200's timing) share. Nothing outside
+ * lib/backend/sim*.c includes this, but the sim's own tests.
  */
 #ifndef UMP_SIM_H
 #define UMP_SIM_H
@@ -10,6 +11,7 @@
 #include "util/list.h"
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct sim_stream;
@@ -50,6 +52,20 @@ int sim_device_op(void *ctx, int device);
  * counting one operation of each device whose memory it touches (a copy
  * or memset on the default stream). Takes the context's lock. */
 int sim_range_op(void *ctx, const void *p, size_t size);
+/* sim_driver_costs:h200-timed (sim_timed.c): whether it is on, and when
+ * work started at `start` (ump_clock_ns) ends on an H200: a copy or memset
+ * queued at `queued`, whose links it reserves, or a stream sync. 0 when
+ * the mode is off. Take the context's locks. */
+bool sim_timed(void *ctx);
+uint64_t sim_copy_end(void *ctx, void *dst, const void *src, size_t size,
+                      uint64_t queued, uint64_t start);
+uint64_t sim_set_end(void *ctx, void *dst, size_t size, uint64_t queued,
+                     uint64_t start);
+uint64_t sim_sync_end(void *ctx, uint64_t start);
+/* The H200's cost (ns, unscaled) of every virtual-memory call the timed
+ * mode has waited for so far, device and host handles alike (for tests:
+ * driver_ns counts device handles only). 0 when the mode is off. */
+uint64_t sim_timed_vmm_ns(void *ctx);
 int sim_streams_init(struct sim_streams *ss, int ndev);
 /* Drains and joins every stream still alive, frees every event. */
 void sim_streams_fini(struct sim_streams *ss);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "backend/sim/sim_vmm.h"
+#include "topo/drivercost.h"
 #include "util/internal.h"
 #include "util/log.h"
 /* --- reservations ------------------------------------------------------ */
@@ -158,12 +159,14 @@ static int reserve_range(struct sim_ctx *c, const char *op, bool fixed,
 {
     size_t page = (size_t)sysconf(_SC_PAGESIZE), al;
     struct sim_resv *r;
+    struct sim_call k;
     char *va;
     int err;
 
     err = sim_check_caller(op);
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_fault_hit(c, FAULT_RESERVE);
     if (err)
@@ -235,6 +238,8 @@ static int reserve_range(struct sim_ctx *c, const char *op, bool fixed,
     r->next = c->resv;
     c->resv = r;
     *va_p = va;
+    /* Any size (1 TiB measured), and not a device's memory: no driver_ns. */
+    k.ns = drvcost_h200.reserve_ns;
     err = 0;
     goto out;
 
@@ -244,6 +249,7 @@ err_free:
     free(r);
 out:
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 

@@ -27,6 +27,11 @@
  *  - a copy or memset is checked when queued: bytes inside a reservation
  *    must be mapped with access, and copy ranges must not overlap.
  *
+ * With sim_driver_costs:h200-timed (sim_timed.c), a copy or memset ends
+ * no sooner than it would on an H200, counted from when it was queued and
+ * when the worker (or, on the default stream, the caller) starts it, and a
+ * stream sync no sooner than an empty one would.
+ *
  * Lock order: registry lock alone; event lock, then stream lock.
  */
 #include "config.h"
@@ -41,6 +46,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "util/clock.h"
 #include "util/internal.h"
 #include "util/log.h"
 #include "backend/sim/sim.h"
@@ -58,6 +64,7 @@ struct sim_op {
     int value;
     void (*fn)(void *);
     void *arg;
+    uint64_t queued; /* h200-timed: when it was queued (ump_clock_ns) */
     struct sim_op *next;
 };
 
@@ -130,14 +137,30 @@ static void set_run(void *ctx, char *dst, int value, size_t size)
     }
 }
 
+/* Runs op; with h200-timed, a copy or memset then waits for its end on
+ * an H200, its links reserved before the CPU's work starts, so that this
+ * work counts towards the modeled time and other streams see the links
+ * taken from the start. */
 static void op_run(const struct sim_op *op)
 {
+    uint64_t end;
+
     switch (op->kind) {
     case OP_COPY:
+        end = op->queued ? sim_copy_end(op->ctx, op->dst, op->src, op->size,
+                                        op->queued, ump_clock_ns())
+                         : 0;
         copy_run(op->ctx, op->dst, op->src, op->size);
+        if (end)
+            ump_clock_wait_until(end);
         break;
     case OP_SET:
+        end = op->queued ? sim_set_end(op->ctx, op->dst, op->size, op->queued,
+                                       ump_clock_ns())
+                         : 0;
         set_run(op->ctx, op->dst, op->value, op->size);
+        if (end)
+            ump_clock_wait_until(end);
         break;
     case OP_FUNC:
         in_host_func = true;
@@ -395,6 +418,7 @@ int sim_stream_destroy(void *ctx, void *stream)
 
 int sim_stream_sync(void *ctx, void *stream)
 {
+    uint64_t t0 = sim_timed(ctx) ? ump_clock_ns() : 0;
     struct sim_stream *s;
     uint64_t target;
     int err;
@@ -402,8 +426,12 @@ int sim_stream_sync(void *ctx, void *stream)
     err = sim_check_caller("stream_sync");
     if (err)
         return err;
-    if (!stream)
+    /* The default stream has nothing pending: the cost of an empty sync. */
+    if (!stream) {
+        if (t0)
+            ump_clock_wait_until(sim_sync_end(ctx, t0));
         return 0;
+    }
     s = stream_get(sim_streams_of(ctx), stream, "stream_sync");
     if (!s)
         return -EINVAL;
@@ -418,6 +446,8 @@ int sim_stream_sync(void *ctx, void *stream)
         pthread_cond_wait(&s->done, &s->lock);
     pthread_mutex_unlock(&s->lock);
     stream_unref(s);
+    if (t0)
+        ump_clock_wait_until(sim_sync_end(ctx, t0));
     return 0;
 }
 
@@ -462,7 +492,8 @@ int sim_memcpy_async(void *ctx, void *dst, const void *src, size_t size,
                      void *stream)
 {
     struct sim_op op = {.kind = OP_COPY, .ctx = ctx, .dst = dst, .src = src,
-                        .size = size};
+                        .size = size,
+                        .queued = sim_timed(ctx) ? ump_clock_ns() : 0};
     uintptr_t d = (uintptr_t)dst, s = (uintptr_t)src;
     struct sim_stream *st = NULL;
     int err;
@@ -510,7 +541,8 @@ int sim_memset_async(void *ctx, void *dst, int value, size_t size,
                      void *stream)
 {
     struct sim_op op = {.kind = OP_SET, .ctx = ctx, .dst = dst, .value = value,
-                        .size = size};
+                        .size = size,
+                        .queued = sim_timed(ctx) ? ump_clock_ns() : 0};
     struct sim_stream *st = NULL;
     int err;
 

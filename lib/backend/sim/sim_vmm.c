@@ -1,7 +1,10 @@
 /*
  * The sim backend's virtual memory management (see sim.c for the model):
  * chunk slots and extents of the memfds, reservations, chunks, mappings and
- * access, each as strict as the driver. Everything runs under c->lock.
+ * access, each as strict as the driver. Everything runs under c->lock; with
+ * sim_driver_costs:h200-timed each call also runs between sim_call_begin
+ * and sim_call_end (sim_timed.c), outside that lock, which make it take
+ * what it takes on an H200.
  */
 #include "config.h"
 
@@ -22,18 +25,22 @@
 
 /* Accounts op on chunk ch as the H200 would have charged it: per handle,
  * by the handle's size (topo/drivercost.h, the table the allocator's
- * choices read too), to the device owning the handle. Successful calls
- * only: the model has no figure for a refused one. Host chunks are left
- * out: the table is of device handles, and pinning host memory (about
- * 4 GB/s) is no per-handle cost; the host tier keeps its chunks created
- * ahead of need for that reason. Lock held. */
+ * choices read too). Successful calls only: the model has no figure for a
+ * refused one. The call k waits for every handle's cost (h200-timed);
+ * driver_ns counts device handles only, to the device owning the handle,
+ * as the cuda backend times them: pinning host memory is no cost of the
+ * device's memory management (the host tier keeps its chunks created
+ * ahead of need for that reason). Lock held. */
 static void drv_account(struct sim_ctx *c, const struct sim_chunk *ch,
-                        enum drv_op op)
+                        enum drv_op op, struct sim_call *k)
 {
-    if (!c->drv_costs || ch->host)
-        return;
-    atomic_fetch_add_explicit(&c->drv_ns[ch->device],
-                              drvcost_ns(op, ch->size), memory_order_relaxed);
+    uint64_t ns = ch->host ? drvcost_host_ns(op, ch->size)
+                           : drvcost_ns(op, ch->size);
+
+    k->ns += ns;
+    if (c->drv_costs && !ch->host)
+        atomic_fetch_add_explicit(&c->drv_ns[ch->device], ns,
+                                  memory_order_relaxed);
 }
 
 uint64_t sim_driver_ns(void *ctx, int device)
@@ -278,11 +285,13 @@ int sim_chunk_create(void *ctx, int device, size_t size,
                             ump_handle_t *h_p)
 {
     struct sim_ctx *c = ctx;
+    struct sim_call k;
     int err;
 
     err = sim_check_caller("chunk_create");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_fault_hit(c, FAULT_CHUNK_CREATE);
     if (err)
@@ -297,9 +306,10 @@ int sim_chunk_create(void *ctx, int device, size_t size,
     if (!err)
         err = chunk_new(c, &c->dev[device], false, device, size, h_p);
     if (!err)
-        drv_account(c, chunk_of(c, *h_p), DRV_CREATE);
+        drv_account(c, chunk_of(c, *h_p), DRV_CREATE, &k);
 out:
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -307,11 +317,13 @@ int sim_host_chunk_create(void *ctx, int numa_node, size_t size,
                                  ump_handle_t *h_p)
 {
     struct sim_ctx *c = ctx;
+    struct sim_call k;
     int err;
 
     err = sim_check_caller("host_chunk_create");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_fault_hit(c, FAULT_HOST_CHUNK_CREATE);
     if (err)
@@ -329,23 +341,27 @@ int sim_host_chunk_create(void *ctx, int numa_node, size_t size,
         struct sim_chunk *ch = chunk_of(c, *h_p);
         char *at = c->host[numa_node].win + ch->off;
 
+        drv_account(c, ch, DRV_CREATE, &k);
         pthread_mutex_unlock(&c->lock);
         /* Pinning allocates every page, as cuMemCreate on HOST_NUMA does:
          * the cost lands here (the pool keeps a reserve made ahead), not
          * on the first copy. A granule at a time: populating holds the
          * process's mmap lock, and a whole chunk at once would stall every
          * map and unmap of the other threads for tens of milliseconds.
-         * Only a hint: kernels before 5.14 lack it. */
+         * Only a hint: kernels before 5.14 lack it. With h200-timed this
+         * work counts towards the modeled pinning time. */
 #ifdef MADV_POPULATE_WRITE
         for (size_t done = 0; done < size; done += SIM_GRAN)
             (void)madvise(at + done, SIM_GRAN, MADV_POPULATE_WRITE);
 #else
         (void)at;
 #endif
+        sim_call_end(c, &k);
         return 0;
     }
 out:
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -361,11 +377,13 @@ int sim_chunk_release(void *ctx, ump_handle_t h)
 {
     struct sim_ctx *c = ctx;
     struct sim_chunk *ch;
+    struct sim_call k;
     int err;
 
     err = sim_check_caller("chunk_release");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     ch = chunk_of(c, h);
     if (!ch) {
@@ -374,13 +392,14 @@ int sim_chunk_release(void *ctx, ump_handle_t h)
         err = -EINVAL;
         goto out;
     }
-    drv_account(c, ch, DRV_RELEASE);
+    drv_account(c, ch, DRV_RELEASE, &k);
     /* Like cuMemRelease: mappings keep the memory until they are unmapped. */
     ch->released = true;
     if (!ch->maps)
         sim_chunk_free(c, ch);
 out:
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -389,6 +408,7 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
     struct sim_ctx *c = ctx;
     struct sim_chunk *ch;
     struct sim_resv *r;
+    struct sim_call k;
     size_t first, n;
     void *p;
     int err;
@@ -396,6 +416,7 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
     err = sim_check_caller("map");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_fault_hit(c, FAULT_MAP);
     if (err)
@@ -446,9 +467,10 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
     }
     r->nmapped += n;
     ch->maps++;
-    drv_account(c, ch, DRV_MAP);
+    drv_account(c, ch, DRV_MAP, &k);
 out:
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -458,7 +480,7 @@ out:
  * held. */
 static int access_grant(struct sim_ctx *c, const char *op, void *va,
                         size_t size, const int *devices, int ndevices,
-                        bool host_only)
+                        bool host_only, struct sim_call *call)
 {
     struct sim_resv *r;
     size_t first, n;
@@ -526,9 +548,13 @@ static int access_grant(struct sim_ctx *c, const char *op, void *va,
     for (size_t i = first; i < first + n; i++) {
         r->g[i].access = true;
         /* Per handle, also when one call covers many (DESIGN.md's table):
-         * each chunk once, at its first granule in the range. */
+         * each chunk once, at its first granule in the range. The CPU is
+         * named only by set_access_host (on sim it gets access anyway, as
+         * the stand-in for every device). */
         if (i == first || r->g[i].idx == 0)
-            drv_account(c, r->g[i].chunk, DRV_SET_ACCESS);
+            drv_account(c, r->g[i].chunk,
+                        host_only ? DRV_SET_ACCESS_CPU : DRV_SET_ACCESS,
+                        call);
     }
     return 0;
 }
@@ -537,17 +563,20 @@ int sim_set_access(void *ctx, void *va, size_t size,
                           const int *devices, int ndevices)
 {
     struct sim_ctx *c = ctx;
+    struct sim_call k;
     int err;
 
     err = sim_check_caller("set_access");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_fault_hit(c, FAULT_SET_ACCESS);
     if (!err)
         err = access_grant(c, "set_access", va, size, devices, ndevices,
-                           false);
+                           false, &k);
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -555,15 +584,18 @@ int sim_set_access_host(void *ctx, void *va, size_t size,
                                const int *devices, int ndevices)
 {
     struct sim_ctx *c = ctx;
+    struct sim_call k;
     int err;
 
     err = sim_check_caller("set_access_host");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = access_grant(c, "set_access_host", va, size, devices, ndevices,
-                       true);
+                       true, &k);
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -571,12 +603,14 @@ int sim_unmap(void *ctx, void *va, size_t size)
 {
     struct sim_ctx *c = ctx;
     struct sim_resv *r;
+    struct sim_call k;
     size_t first, end, i;
     int err;
 
     err = sim_check_caller("unmap");
     if (err)
         return err;
+    sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_fault_hit(c, FAULT_UNMAP);
     if (err)
@@ -611,7 +645,7 @@ int sim_unmap(void *ctx, void *va, size_t size)
         /* A mapping's first granule stands for its handle; accounted
          * before the slot may be freed. */
         if (r->g[i].idx == 0) {
-            drv_account(c, ch, DRV_UNMAP);
+            drv_account(c, ch, DRV_UNMAP, &k);
             if (--ch->maps == 0 && ch->released)
                 sim_chunk_free(c, ch);
         }
@@ -620,6 +654,7 @@ int sim_unmap(void *ctx, void *va, size_t size)
     r->nmapped -= end - first;
 out:
     pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
     return err;
 }
 
@@ -646,6 +681,27 @@ char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p)
     }
     pthread_mutex_unlock(&c->lock);
     return view;
+}
+
+int sim_loc_of(struct sim_ctx *c, const void *p, size_t max, size_t *len_p)
+{
+    uintptr_t a = (uintptr_t)p;
+
+    *len_p = max;
+    for (struct sim_resv *r = c->resv; r; r = r->next) {
+        uintptr_t b = (uintptr_t)r->va;
+        if (a < b || a >= b + r->size)
+            continue;
+        size_t i = (a - b) / SIM_GRAN, in = (a - b) % SIM_GRAN;
+        const struct sim_granule *g = &r->g[i];
+        /* Copies are checked before they run: not reached for them. */
+        if (!g->chunk)
+            return SIM_LOC_PLAIN;
+        size_t left = g->chunk->size - (size_t)g->idx * SIM_GRAN - in;
+        *len_p = left < max ? left : max;
+        return g->chunk->host ? SIM_LOC_HOST : g->chunk->device;
+    }
+    return SIM_LOC_PLAIN;
 }
 
 int sim_check_range(void *ctx, const void *p, size_t size)

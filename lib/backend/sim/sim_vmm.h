@@ -1,8 +1,9 @@
 /*
  * What the files of the sim backend share: the context, its devices, chunk
  * slots and reservations (sim.c opens and closes them; sim_vmm.c is the
- * emulated VMM over them; sim_stream.c the streams). One mutex, c->lock,
- * guards everything but the streams.
+ * emulated VMM over them; sim_stream.c the streams; sim_timed.c the H200's
+ * timing). One mutex, c->lock, guards everything but the streams and the
+ * timing's two locks (drv_lock before c->lock, link_lock inside it).
  */
 #ifndef UMP_BACKEND_SIM_VMM_H
 #define UMP_BACKEND_SIM_VMM_H
@@ -60,6 +61,10 @@ struct sim_resv {
     struct sim_resv *next;
 };
 
+/* The links a copy occupies (sim_timed.c): each device's to the host and
+ * from it, its own memory, and each ordered pair of devices. */
+#define SIM_LINKS (3 * UMP_MAX_DEVICES + UMP_MAX_DEVICES * UMP_MAX_DEVICES)
+
 enum { FAULT_CHUNK_CREATE, FAULT_HOST_CHUNK_CREATE, FAULT_MAP,
        FAULT_SET_ACCESS, FAULT_UNMAP, FAULT_RESERVE, FAULT_OPS };
 
@@ -86,12 +91,50 @@ struct sim_ctx {
     long fail_left;
     uint32_t failed;
     _Atomic uint32_t *watch;
-    /* sim_driver_costs:h200: the driver time the calls would have taken
-     * on an H200, per device of the chunk (sim_vmm.c adds under the lock,
-     * sim_driver_ns reads with none). Only accounted: sim never sleeps. */
+    /* sim_driver_costs:h200 and h200-timed: the driver time the calls on
+     * device chunks would have taken on an H200, per device of the chunk
+     * (sim_vmm.c adds under the lock, sim_driver_ns reads with none). */
     bool drv_costs;
     _Atomic uint64_t drv_ns[UMP_MAX_DEVICES];
+    /* sim_driver_costs:h200-timed (sim_timed.c): every call waits for its
+     * H200 cost times time_scale. drv_lock is the driver's own lock: one
+     * virtual-memory call at a time, held for the call's whole modeled
+     * time, and never with c->lock held (taken before it, given back
+     * after), so that the streams' copies, which only take c->lock to
+     * find their memory, run on meanwhile. link_busy, under link_lock
+     * (taken inside c->lock, nothing inside it): when each link is next
+     * free, for the copies' pacing. Fixed at open: timed, time_scale. */
+    bool timed;
+    unsigned time_scale;
+    _Atomic uint64_t timed_ns; /* the H200 cost of every call so far */
+    pthread_mutex_t drv_lock;
+    pthread_mutex_t link_lock;
+    uint64_t link_busy[SIM_LINKS];
 };
+
+/* The timed mode's state from the configuration, and its locks (open);
+ * the locks destroyed (close). 0 or a negative errno, logged. */
+int sim_timed_init(struct sim_ctx *c, const struct ump_config *cfg);
+void sim_timed_fini(struct sim_ctx *c);
+
+/* A virtual-memory call under h200-timed: when it got the driver, and the
+ * H200's cost (ns) of what it has done so far. */
+struct sim_call {
+    uint64_t t0, ns;
+};
+
+/* Starts a call (no lock held): with h200-timed, takes the driver's lock
+ * and notes the time; else nothing. */
+void sim_call_begin(struct sim_ctx *c, struct sim_call *k);
+/* Ends it (no lock held): waits until t0 plus its cost times the scale,
+ * then gives the driver's lock back. */
+void sim_call_end(struct sim_ctx *c, struct sim_call *k);
+/* Where the memory at p lies: a device (>= 0), SIM_LOC_HOST (a host
+ * chunk) or SIM_LOC_PLAIN (outside every reservation); in *len_p how many
+ * bytes from p lie there, at most max. Lock held. */
+#define SIM_LOC_HOST (-1)
+#define SIM_LOC_PLAIN (-2)
+int sim_loc_of(struct sim_ctx *c, const void *p, size_t max, size_t *len_p);
 
 /* Puts fresh PROT_NONE memory over [va, va + size) of a reservation
  * (sim_resv.c): what an unmap leaves. */

@@ -436,6 +436,7 @@ NO_FAKE(test_default_stream_handles)
 NO_FAKE(test_record_side_stream)
 NO_FAKE(test_unorderable_stream_keeps_block_out)
 NO_FAKE(test_exit_gives_back_on_side_stream)
+NO_FAKE(test_threads_on_side_streams)
 #endif
 
 int main(void)

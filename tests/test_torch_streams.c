@@ -45,7 +45,12 @@ static ump_pool_t *pool;
 /* The process's pool, on the fake driver, made by the first test. */
 static ump_pool_t *torch_pool(void)
 {
-    use_fake("devices=1,mem=128,evdelay=" STR(EVDELAY));
+    /* 1 GiB (sparse: only what is touched costs memory): the threaded
+     * test's frees on side streams wait EVDELAY queries each, and under
+     * ASan that many pile up that 128 MiB ran out (an allocation does not
+     * wait for deferred frees: the plug-in returns NULL, as PyTorch's
+     * out-of-memory path expects). */
+    use_fake("devices=1,mem=1024,evdelay=" STR(EVDELAY));
     if (!pool)
         assert_int_equal(ump_process_pool("backend:cuda,publish:false",
                                           &pool), 0);

@@ -69,6 +69,14 @@ static int pending_count(void)
     return n;
 }
 
+/* Lets the fake's events come ready (each answers "not ready" EVDELAY
+ * times) and the pool complete its deferred frees at its next looks. */
+static void drain(void)
+{
+    for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
+        assert_int_equal(ump_trim(pool), 0);
+}
+
 /* Frees KEEP blocks of OTHER bytes on s, allocated first (all at once, so
  * that none is the kept one of another): the oldest kept block goes back
  * to the pool. */
@@ -139,8 +147,7 @@ static void test_side_stream_free_is_ordered(void **state)
 
     /* The stream's work done (the event answers ready), the pool takes
      * the block back at its next look. */
-    for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
-        assert_int_equal(ump_trim(pool), 0);
+    drain();
     assert_int_equal(pending_count(), 0);
     tu_capture_start(&cap);
     umpool_torch_reset(); /* synchronizes side: wrapped, accepted */
@@ -168,8 +175,7 @@ static void test_default_stream_handles(void **state)
 
     for (size_t h = 0; h < 2; h++) {
         umpool_torch_reset(); /* this thread's list empty */
-        for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
-            assert_int_equal(ump_trim(pool), 0);
+        drain();
         if (!h)
             base = tu_stats(pool, 0).live_count;
         void *s = handles[h], *others[KEEP];
@@ -186,8 +192,7 @@ static void test_default_stream_handles(void **state)
         void *q = umpool_torch_alloc(SZ, 0, NULL);
         assert_ptr_not_equal(q, p);
         umpool_torch_free(q, SZ, 0, NULL);
-        for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
-            assert_int_equal(ump_trim(pool), 0);
+        drain();
         assert_int_equal(pending_count(), 0);
     }
     tu_capture_start(&cap);
@@ -328,8 +333,7 @@ static void test_exit_gives_back_on_side_stream(void **state)
     if (tu_count_log_lines(buf) != 0)
         fail_msg("a thread's exit logged:\n%s", buf);
     assert_int_equal(tu_stats(pool, 0).live_count, base);
-    for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
-        assert_int_equal(ump_trim(pool), 0);
+    drain();
     assert_int_equal(pending_count(), 0);
     assert_int_equal(fake_native_destroy(side), CUDA_SUCCESS);
 }
@@ -397,8 +401,7 @@ static void test_threads_on_side_streams(void **state)
     (void)state;
     torch_pool();
     umpool_torch_reset();
-    for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
-        assert_int_equal(ump_trim(pool), 0);
+    drain();
     uint64_t base = tu_stats(pool, 0).live_count;
     CUstream shared = fake_native_stream(0);
     struct racer r[NTHREADS];
@@ -425,8 +428,7 @@ static void test_threads_on_side_streams(void **state)
         fail_msg("threads on side streams logged:\n%s", buf);
     assert_int_equal(atomic_load(&broken), 0);
     assert_int_equal(atomic_load(&failed), 0);
-    for (int i = 0; i < 2 * EVDELAY && pending_count(); i++)
-        assert_int_equal(ump_trim(pool), 0);
+    drain();
     assert_int_equal(pending_count(), 0);
     assert_int_equal(tu_stats(pool, 0).live_count, base);
     for (int i = 0; i < NTHREADS; i++)

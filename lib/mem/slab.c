@@ -37,6 +37,12 @@ static void slab_link(ump_pool_t *pool, struct slab *s, int list)
     l->count++;
 }
 
+/* Entries on the free stack: the free objects that are not fresh. */
+static uint32_t slab_stacked(const struct slab *s)
+{
+    return s->nfree - (s->nobj - s->fresh);
+}
+
 static int slab_list_for(const struct slab *s)
 {
     if (s->nfree == s->nobj)
@@ -94,10 +100,10 @@ place:
     s->granule = g;
     s->cls = cls;
     s->device = chunks_device(pool, g);
-    /* Hand out low addresses first: a batch then shares cache lines of the
-     * word array with itself rather than with another thread's batch. */
-    for (uint32_t i = 0; i < s->nobj; i++)
-        s->free_idx[i] = s->nobj - 1 - i;
+    /* Hand out low addresses first (fresh counts up): a batch then shares
+     * cache lines of the word array with itself rather than with another
+     * thread's batch. */
+    s->fresh = 0;
     s->nfree = s->nobj;
     return s;
 }
@@ -180,7 +186,11 @@ int slab_take(ump_pool_t *pool, int device, unsigned cls, unsigned flags,
         return rc;
     unsigned n = 0;
     while (n < max && s->nfree) {
-        uint32_t idx = s->free_idx[--s->nfree];
+        /* Freed objects first, the most recently freed on top (its cache
+         * lines are warm), then the never used ones in address order. */
+        uint32_t idx = slab_stacked(s) ? s->free_idx[slab_stacked(s) - 1]
+                                       : s->fresh++;
+        s->nfree--;
         out[n++] = (struct obj_ref){s->base + (size_t)idx * s->size, s, idx};
     }
     slab_unlink(pool, s);
@@ -206,8 +216,10 @@ int slab_build_at(ump_pool_t *pool, int place, unsigned cls, size_t g,
     for (size_t i = 0; i < nlive; i++)
         atomic_store_explicit(&s->word[live[i]], obj_word(OBJ_LIVE, req[i]),
                               memory_order_relaxed);
-    /* The free stack holds the others, low addresses on top (slab_new). */
+    /* The free stack holds the others, low addresses on top (the order
+     * slab_new's fresh objects come in); none is left fresh. */
     s->nfree = 0;
+    s->fresh = s->nobj;
     for (uint32_t i = s->nobj; i-- > 0;)
         if (obj_state(atomic_load_explicit(&s->word[i],
                                            memory_order_relaxed)) != OBJ_LIVE)
@@ -228,7 +240,8 @@ static void slab_release(ump_pool_t *pool, struct slab *s)
 
 void slab_put(ump_pool_t *pool, struct slab *s, uint32_t idx)
 {
-    s->free_idx[s->nfree++] = idx;
+    s->free_idx[slab_stacked(s)] = idx;
+    s->nfree++;
     int list = slab_list_for(s);
     if (list == s->list)
         return;

@@ -206,7 +206,9 @@ int ump_trim(ump_pool_t *pool);
  * down by the pool (coldest first) whenever it is not acquired, so its user
  * brackets each use with ump_acquire / ump_release. UMP_HINT_NO_SPILL
  * forbids every move. A chunk on the host tier keeps its address and stays
- * usable by every device and the CPU (at link speed); a chunk on NVMe is
+ * usable by every device (at link speed), and by the CPU where config
+ * host_cpu_access is set (off by default: the CPU's mapping of pinned
+ * memory costs a move more than its copy); a chunk on NVMe is
  * unmapped: touching it without ump_acquire is a fault (SIGSEGV on the CPU,
  * an illegal address on a GPU).
  *

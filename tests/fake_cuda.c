@@ -53,7 +53,9 @@
  *                 stores it gets SIGSEGV. The fake's own copies, memsets
  *                 and kernels open the device mappings they touch for the
  *                 length of the call (under the lock). Host allocations
- *                 stay accessible. Off by default: some tests (and the
+ *                 are the CPU's where a cuMemSetAccess named the CPU for
+ *                 them, and PROT_NONE to it elsewhere (mapped for the
+ *                 devices only). Off by default: some tests (and the
  *                 stand-in NCCL of tests/mpi/fake_nccl.c) read device
  *                 memory directly.
  *
@@ -219,6 +221,8 @@ struct fake_map {
     size_t size;
     struct fake_alloc *a;
     bool access;
+    bool cpu; /* a host allocation's mapping that a cuMemSetAccess gave
+                 the CPU (HOST or HOST_NUMA descriptor) */
     struct fake_map *next;
 };
 
@@ -363,7 +367,7 @@ static bool cpu_window(uintptr_t p, size_t n, int prot)
     if (!cfg.nocpu || !n)
         return true;
     for (struct fake_map *m = maps; m; m = m->next)
-        if (!m->a->host && m->access && p < m->va + m->size &&
+        if (!(m->a->host && m->cpu) && m->access && p < m->va + m->size &&
             m->va < p + n && mprotect((void *)m->va, m->size, prot) != 0)
             return false;
     return true;
@@ -1044,13 +1048,19 @@ static CUresult fake_cuMemSetAccess(CUdeviceptr ptr, size_t size,
             p = m->va + m->size;
         }
     }
-    /* nocpu: device memory stays PROT_NONE (see cpu_window). */
+    /* nocpu: device memory, and host memory the CPU was never given,
+     * stays PROT_NONE (see cpu_window). Access is per location: a call
+     * naming devices only leaves the CPU's as it was. */
+    bool names_cpu = false;
+    for (size_t i = 0; i < count; i++)
+        names_cpu |= desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE;
     for (uintptr_t p = va; p < va + size;) {
         struct fake_map *m = map_at(p);
         uintptr_t hi = m->va + m->size < va + size ? m->va + m->size
                                                    : va + size;
 
-        if ((!cfg.nocpu || m->a->host) &&
+        m->cpu |= names_cpu && m->a->host;
+        if ((!cfg.nocpu || (m->a->host && m->cpu)) &&
             mprotect((void *)p, hi - p, PROT_READ | PROT_WRITE) != 0)
             return end(CUDA_ERROR_UNKNOWN);
         p = hi;

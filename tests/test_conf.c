@@ -129,7 +129,7 @@ static void test_table_complete(void **state)
         "chunk_size", "max_chunk", "va_size", "release_threshold",
         "release_window", "tcache",
         "host_limit",
-        "host_reserve", "pinned_limit", "overflow", "nvme_dir",  "nvme_limit",   "nvme_queue_depth",
+        "host_reserve", "host_cpu_access", "pinned_limit", "overflow", "nvme_dir",  "nvme_limit",   "nvme_queue_depth",
         "nvme_engine", "high_watermark", "low_watermark", "publish"};
     size_t n = 0;
 

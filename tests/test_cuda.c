@@ -584,14 +584,21 @@ static void test_fake_pool(void **state)
 
 /* A pool with both tiers on the fake driver set up by fake, spilling into
  * a new directory made from the template dir. */
-static ump_pool_t *tiers_open(const char *fake, char *dir)
+/* A pool on the fake driver with tiers, config extra added. */
+static ump_pool_t *tiers_open_with(const char *fake, const char *extra,
+                                   char *dir)
 {
-    char conf[256];
+    char conf[320];
     use_fake(fake);
     assert_non_null(mkdtemp(dir));
     snprintf(conf, sizeof(conf), "backend:cuda,max_chunk:2M,host_limit:64M,"
-             "host_reserve:0,nvme_dir:%s", dir);
+             "host_reserve:0,nvme_dir:%s%s", dir, extra);
     return tu_pool_create(conf);
+}
+
+static ump_pool_t *tiers_open(const char *fake, char *dir)
+{
+    return tiers_open_with(fake, "", dir);
 }
 
 /* Destroys it: nothing may be left in the driver or in dir. */
@@ -610,7 +617,9 @@ static void test_fake_tiers(void **state)
 {
     (void)state;
     char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
-    ump_pool_t *pool = tiers_open("devices=1,mem=32,hostmem=128", dir);
+    /* host_cpu_access: the CPU reads the host tier at the pointer below */
+    ump_pool_t *pool = tiers_open_with("devices=1,mem=32,hostmem=128",
+                                       ",host_cpu_access:true", dir);
     /* the NVMe store's bounce buffers, page-locked for device copies */
     assert_int_equal(fake_count("host_regs"), 1);
     ump_hints_t h = tu_hints(0);
@@ -642,6 +651,71 @@ static void test_fake_tiers(void **state)
         tu_free(pool, t[i]);
     tiers_close(pool, dir);
     assert_int_equal(fake_count("host_allocs"), 0);
+}
+
+/* May the CPU read the byte at p? write() says EFAULT rather than fault. */
+static bool cpu_reads(const void *p)
+{
+    int fd[2];
+    assert_int_equal(pipe(fd), 0);
+    bool ok = write(fd[1], p, 1) == 1;
+    close(fd[0]);
+    close(fd[1]);
+    return ok;
+}
+
+/* The host tier by default, on a driver as strict as a GPU's about the
+ * CPU (nocpu): host-tier memory is mapped at the allocation's address for
+ * the devices only (the CPU's mapping costs a move more than its copy),
+ * yet every move, the disk I/O from the host tier included (done in the
+ * tier's window), keeps every byte. With host_cpu_access the CPU reads it
+ * at the pointer. */
+static void test_fake_tiers_nocpu(void **state)
+{
+    (void)state;
+    for (int cpu = 0; cpu < 2; cpu++) {
+        char dir[] = "/var/tmp/umpool-test-cuda-XXXXXX";
+        ump_pool_t *pool = tiers_open_with(
+            "devices=1,mem=32,hostmem=128,nocpu",
+            cpu ? ",host_cpu_access:true" : "", dir);
+        ump_hints_t h = tu_hints(0);
+        h.flags = UMP_HINT_OFFLOAD;
+        enum { N = 6, SZ = 8 * TU_MIB }; /* 48 MiB through a 32 MiB device */
+        void *t[N], *buf = malloc(SZ);
+        assert_non_null(buf);
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(ump_alloc(pool, SZ, &h, &t[i]), 0);
+            assert_int_equal(ump_acquire(pool, t[i], 0, 0, NULL), 0);
+            assert_false(cpu_reads(t[i])); /* device memory */
+            tu_fill(buf, SZ, 60 + (uint64_t)i);
+            assert_int_equal(tu_pool_copy(pool, t[i], buf, SZ), 0);
+            assert_int_equal(ump_release(pool, t[i], 0), 0);
+        }
+        assert_int_equal(ump_evict(pool, t[0], 0, UMP_TIER_HOST), 0);
+        assert_int_equal(tu_info(pool, t[0]).tier, UMP_TIER_HOST);
+        assert_int_equal(cpu_reads(t[0]), cpu == 1);
+        if (cpu)
+            tu_assert_pattern(t[0], SZ, 60);
+        memset(buf, 0, SZ); /* the devices read it there */
+        assert_int_equal(tu_pool_copy(pool, buf, t[0], SZ), 0);
+        tu_assert_pattern(buf, SZ, 60);
+        assert_int_equal(ump_evict(pool, t[0], 0, UMP_TIER_NVME), 0);
+        assert_int_equal(tu_info(pool, t[0]).tier, UMP_TIER_NVME);
+        for (int round = 0; round < 2; round++)
+            for (int i = 0; i < N; i++) {
+                assert_int_equal(ump_acquire(pool, t[i], 0, 0, NULL), 0);
+                memset(buf, 0, SZ);
+                assert_int_equal(tu_pool_copy(pool, buf, t[i], SZ), 0);
+                tu_assert_pattern(buf, SZ, 60 + (uint64_t)i);
+                assert_int_equal(ump_release(pool, t[i], 0), 0);
+            }
+        ump_stats_t st = tu_stats(pool, 0);
+        assert_true(st.spill_count > 0 && st.restore_count > 0);
+        free(buf);
+        for (int i = 0; i < N; i++)
+            tu_free(pool, t[i]);
+        tiers_close(pool, dir);
+    }
 }
 
 /* Checkpoint, restore and suspend/resume on backend:cuda: device memory
@@ -2182,6 +2256,7 @@ NO_FAKE(test_fake_host_memoryless_node)
 NO_FAKE(test_fake_cpu_access_type)
 NO_FAKE(test_fake_reserve_at)
 NO_FAKE(test_fake_tiers)
+NO_FAKE(test_fake_tiers_nocpu)
 NO_FAKE(test_fake_hostreg_refused)
 NO_FAKE(test_fake_checkpoint)
 NO_FAKE(test_fake_topology_pcie)
@@ -2207,6 +2282,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_no_vmm, test_setup),
         cmocka_unit_test_setup(test_fake_pool, test_setup),
         cmocka_unit_test_setup(test_fake_tiers, test_setup),
+        cmocka_unit_test_setup(test_fake_tiers_nocpu, test_setup),
         cmocka_unit_test_setup(test_fake_hostreg_refused, test_setup),
         cmocka_unit_test_setup(test_fake_checkpoint, test_setup),
         cmocka_unit_test_setup(test_fake_stitch, test_setup),

@@ -1436,6 +1436,40 @@ static void test_unmap_refused(void **state)
     tu_pool_destroy(pool);
 }
 
+/* A move up from the host tier switches first (the device chunks are
+ * mapped at the address, then filled from the host pieces' windows): when
+ * the driver refuses the unmap of the host memory, the map of the device
+ * memory or its access, the acquire fails, and the data is still on the
+ * host tier at its address, whole; nothing stays mapped; the next acquire
+ * works. */
+static void test_acquire_host_refused(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(BASE_CONF ",sim_devices:1,"
+                                      "sim_device_mem:32M,host_limit:32M");
+    size_t size = 8 * MIB;
+    char *p = alloc_flags(pool, size, 0, 0, NULL);
+    tu_fill(p, size, 91);
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    static const char *const ops[] = {"unmap", "map", "set_access"};
+    for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++) {
+        ump_stats_t before = tu_stats(pool, 0);
+        assert_int_equal(sim_inject_fault(pool->bctx, ops[i], 1, -EIO), 0);
+        expect_rc(ump_acquire(pool, p, 0, 0, NULL), -EIO);
+        sim_inject_fault(pool->bctx, ops[i], 0, 0);
+        assert_tier(pool, p, size, UMP_TIER_HOST);
+        tu_assert_pattern(p, size, 91);
+        ump_stats_t after = tu_stats(pool, 0);
+        assert_int_equal(after.mapped_bytes, before.mapped_bytes);
+        assert_int_equal(after.restore_count, before.restore_count);
+    }
+    acquire_check(pool, p, size, 91);
+    evict_ok(pool, p, 0, UMP_TIER_HOST);
+    acquire_check(pool, p, size, 91);
+    tu_free(pool, p);
+    tu_pool_destroy(pool);
+}
+
 /* DONTNEED drops the data of the next move only: what is written after
  * it survives the moves that follow. */
 static void test_dontneed_once(void **state)
@@ -2138,6 +2172,7 @@ int main(void)
         T(test_watermarks_resume),
         T(test_small_offload_no_nvme),
         T(test_unmap_refused),
+        T(test_acquire_host_refused),
         T(test_dontneed_once),
         T(test_dontneed_partial),
         T(test_no_spill_offload),

@@ -78,7 +78,7 @@ static void test_vmm_costs(void **state)
 {
     void *ctx = open_timed(1, 2);
     int devs[2] = {0, 1};
-    ump_handle_t d0, d1, h0, h1;
+    ump_handle_t d0, d1, h0, h1, h2;
     uint64_t want = 0, dev = 0;
     char *va;
 
@@ -93,26 +93,32 @@ static void test_vmm_costs(void **state)
     dev += drvcost_ns(DRV_CREATE, 2 * G) + drvcost_ns(DRV_CREATE, G);
     assert_int_equal(B->host_chunk_create(ctx, 0, G, &h0), 0);
     assert_int_equal(B->host_chunk_create(ctx, -1, 4 * G, &h1), 0);
+    assert_int_equal(B->host_chunk_create(ctx, 0, 2 * G, &h2), 0);
     want += dev + drvcost_host_ns(DRV_CREATE, G) +
-            drvcost_host_ns(DRV_CREATE, 4 * G);
+            drvcost_host_ns(DRV_CREATE, 4 * G) +
+            drvcost_host_ns(DRV_CREATE, 2 * G);
     assert_int_equal(sim_timed_vmm_ns(ctx), want);
 
     assert_int_equal(B->map(ctx, va, 2 * G, d0), 0);
     assert_int_equal(B->map(ctx, va + 2 * G, G, d1), 0);
     assert_int_equal(B->map(ctx, va + 8 * G, G, h0), 0);
     assert_int_equal(B->map(ctx, va + 9 * G, 4 * G, h1), 0);
+    assert_int_equal(B->map(ctx, va + 16 * G, 2 * G, h2), 0);
     want += 2 * drvcost_ns(DRV_MAP, G) + drvcost_host_ns(DRV_MAP, G) +
-            drvcost_host_ns(DRV_MAP, 4 * G);
+            drvcost_host_ns(DRV_MAP, 4 * G) + drvcost_host_ns(DRV_MAP, 2 * G);
     dev += 2 * drvcost_ns(DRV_MAP, G);
     /* One call over two device handles, one over two host handles with
-     * the CPU, one over a host handle for the devices only. */
+     * the CPU, one over one of them for the devices only (the CPU keeps
+     * its access), one over the third host handle for the devices only. */
     assert_int_equal(B->set_access(ctx, va, 3 * G, devs, 2), 0);
     assert_int_equal(B->set_access_host(ctx, va + 8 * G, 5 * G, devs, 2), 0);
     assert_int_equal(B->set_access(ctx, va + 8 * G, G, devs, 1), 0);
+    assert_int_equal(B->set_access(ctx, va + 16 * G, 2 * G, devs, 2), 0);
     want += drvcost_ns(DRV_SET_ACCESS, 2 * G) + drvcost_ns(DRV_SET_ACCESS, G) +
             drvcost_host_ns(DRV_SET_ACCESS_CPU, G) +
             drvcost_host_ns(DRV_SET_ACCESS_CPU, 4 * G) +
-            drvcost_host_ns(DRV_SET_ACCESS, G);
+            drvcost_host_ns(DRV_SET_ACCESS, G) +
+            drvcost_host_ns(DRV_SET_ACCESS, 2 * G);
     dev += drvcost_ns(DRV_SET_ACCESS, 2 * G) + drvcost_ns(DRV_SET_ACCESS, G);
     assert_int_equal(sim_timed_vmm_ns(ctx), want);
 
@@ -123,16 +129,23 @@ static void test_vmm_costs(void **state)
 
     assert_int_equal(B->unmap(ctx, va, 3 * G), 0);
     assert_int_equal(B->unmap(ctx, va + 8 * G, 5 * G), 0);
+    /* No CPU mapping to tear down: a device handle's unmap. */
+    assert_int_equal(B->unmap(ctx, va + 16 * G, 2 * G), 0);
     want += drvcost_ns(DRV_UNMAP, 2 * G) + drvcost_ns(DRV_UNMAP, G) +
-            drvcost_host_ns(DRV_UNMAP, G) + drvcost_host_ns(DRV_UNMAP, 4 * G);
+            drvcost_host_ns(DRV_UNMAP, G) + drvcost_host_ns(DRV_UNMAP, 4 * G) +
+            drvcost_ns(DRV_UNMAP, 2 * G);
+    assert_true(drvcost_ns(DRV_UNMAP, 2 * G) <
+                drvcost_host_ns(DRV_UNMAP, 2 * G));
     dev += drvcost_ns(DRV_UNMAP, 2 * G) + drvcost_ns(DRV_UNMAP, G);
     assert_int_equal(B->chunk_release(ctx, d0), 0);
     assert_int_equal(B->chunk_release(ctx, d1), 0);
     assert_int_equal(B->chunk_release(ctx, h0), 0);
     assert_int_equal(B->chunk_release(ctx, h1), 0);
+    assert_int_equal(B->chunk_release(ctx, h2), 0);
     want += drvcost_ns(DRV_RELEASE, 2 * G) + drvcost_ns(DRV_RELEASE, G) +
             drvcost_host_ns(DRV_RELEASE, G) +
-            drvcost_host_ns(DRV_RELEASE, 4 * G);
+            drvcost_host_ns(DRV_RELEASE, 4 * G) +
+            drvcost_host_ns(DRV_RELEASE, 2 * G);
     dev += drvcost_ns(DRV_RELEASE, 2 * G) + drvcost_ns(DRV_RELEASE, G);
     assert_int_equal(sim_timed_vmm_ns(ctx), want);
     assert_int_equal(B->driver_ns(ctx, -1), dev);

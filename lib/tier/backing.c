@@ -139,7 +139,9 @@ static int pieces_do(ump_pool_t *pool, struct backing *b, size_t g, size_t k,
 }
 
 /* Access to the granules [g, g+n) where b is mapped: every device that
- * can reach it, and the CPU for host memory. */
+ * can reach it; for host memory the CPU too only with config
+ * host_cpu_access (its mapping costs more than the copy: host.c), since
+ * the tier's own CPU work (disk I/O) goes through the window. */
 static int backing_access(ump_pool_t *pool, const struct backing *b, size_t g,
                           size_t n)
 {
@@ -151,6 +153,9 @@ static int backing_access(ump_pool_t *pool, const struct backing *b, size_t g,
                                     nd);
     }
     nd = chunks_accessors(pool, place_host(pool), devs); /* working ones */
+    if (nd && !pool->off->cpu_access)
+        return pool->be->set_access(pool->bctx, va, tier_bytes(pool, n), devs,
+                                    nd);
     return pool->be->set_access_host(pool->bctx, va, tier_bytes(pool, n), devs,
                                      nd);
 }

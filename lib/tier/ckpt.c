@@ -13,6 +13,7 @@
 #include "mem/chunks.h"
 #include "tier/backing.h"
 #include "tier/ckpt.h"
+#include "tier/host.h"
 #include "tier/nvme.h"
 #include "tier/residency.h"
 #include "tier/move.h"
@@ -76,6 +77,8 @@ struct where {
     int kind;             /* UMP_TIER_DEVICE, UMP_TIER_HOST, UMP_TIER_NVME */
     int dev;              /* DEVICE: the device */
     const uint64_t *slots; /* NVME: the slot of each granule from g on */
+    const struct hpiece *host; /* a segment on the host tier: its pieces */
+    size_t off;           /* granule g's offset in that segment */
     size_t left;          /* granules from g on in the same place */
 };
 
@@ -88,6 +91,8 @@ static void where_of(ump_pool_t *pool, size_t g, struct where *w)
         w->kind = s->tier;
         w->dev = s->dev;
         w->slots = s->slots ? s->slots + (g - s->g) : NULL;
+        w->host = s->tier == UMP_TIER_HOST ? s->host : NULL;
+        w->off = g - s->g;
         w->left = s->g + s->n - g;
         return;
     }
@@ -96,6 +101,8 @@ static void where_of(ump_pool_t *pool, size_t g, struct where *w)
     w->kind = place_is_host(pool, c->device) ? UMP_TIER_HOST
                                               : UMP_TIER_DEVICE;
     w->slots = NULL;
+    w->host = NULL;
+    w->off = 0;
     w->left = c->g + c->n - g;
 }
 
@@ -109,11 +116,11 @@ static int copy_stream(ump_pool_t *pool, const struct where *w, bool write,
 }
 
 /* May the disk's I/O go straight to the granules [g, g+m) of w? Host
- * memory always (the I/O buffer is a view of it where the backend has
- * one); device memory where the backend gives the CPU a view of it: sim's
- * devices are the CPU's memory, as GPUDirect Storage would let a disk
- * reach a GPU's. Elsewhere (cuda's device memory) the data goes through
- * bounce buffers and the device's copies. */
+ * memory always (the host tier's in its window, host.c; pinned host
+ * places at their addresses); device memory where the backend gives the
+ * CPU a view of it: sim's devices are the CPU's memory, as GPUDirect
+ * Storage would let a disk reach a GPU's. Elsewhere (cuda's device
+ * memory) the data goes through bounce buffers and the device's copies. */
 static bool cpu_reaches(ump_pool_t *pool, const struct where *w, size_t g,
                         size_t m)
 {
@@ -126,6 +133,20 @@ static bool cpu_reaches(ump_pool_t *pool, const struct where *w, size_t g,
                                pool->chunk_size))
             return false;
     return true;
+}
+
+/* Where the CPU reaches each of the granules [g, g+m) of w, for the disk's
+ * I/O: a new array, or NULL when it does not (or there is no memory for
+ * one: the I/O then goes through bounce buffers). */
+static void **cpu_bufs(ump_pool_t *pool, const struct where *w, size_t g,
+                       size_t m)
+{
+    void **cpu = cpu_reaches(pool, w, g, m) ? malloc(m * sizeof(*cpu)) : NULL;
+    for (size_t i = 0; cpu && !w->host && i < m; i++)
+        cpu[i] = vas_addr(&pool->vas, g + i);
+    if (cpu && w->host)
+        host_cpu_addrs(pool, w->host, w->off, m, cpu);
+    return cpu;
 }
 
 int ckpt_data(ump_pool_t *pool, struct nvme_store *ck, size_t g, size_t n,
@@ -144,12 +165,12 @@ int ckpt_data(ump_pool_t *pool, struct nvme_store *ck, size_t g, size_t n,
                                      write);
             done += w.slots ? m : 0;
         } else {
-            void *stream;
+            void *stream, **cpu = cpu_bufs(pool, &w, at, m);
             rc = copy_stream(pool, &w, write, &stream);
             if (!rc)
                 rc = xfer_store_run(pool, ck, qd, vas_addr(&pool->vas, at),
-                                    slots + done, m, write,
-                                    cpu_reaches(pool, &w, at, m), stream);
+                                    cpu, slots + done, m, write, stream);
+            free(cpu);
             done += m;
         }
         if (rc)

@@ -7,19 +7,100 @@
  * list. A piece is freed by whoever holds it last: the free list
  * (host_trim), or a segment's backing (backing_put gives it back here).
  * Pool lock held throughout, except inside host_pin's pinning.
+ *
+ * The window. On an H200 the driver charges per handle and, for host
+ * memory, per CPU page: giving the CPU access to 1 GiB of pinned memory
+ * costs about 35 ms and tearing that mapping down 22 ms, three times the
+ * copy of the same bytes (lib/topo/drivercost.c). So every piece is mapped
+ * once, when it is pinned (already a cost of hundreds of milliseconds per
+ * GiB, paid ahead of need by the reserve), at addresses of its own for
+ * every device and the CPU; moves copy to and from there, and the disk
+ * reads and writes there. At the segment's own address a piece is mapped
+ * for the devices only, unless config host_cpu_access asks for the CPU
+ * too (backing.c). A CUDA handle may be mapped at several addresses; it
+ * can only be mapped whole, so pieces stay whole handles.
  */
 #include "config.h"
 
 #include <errno.h>
 #include <stdlib.h>
 
+#include "mem/chunks.h"
 #include "tier/host.h"
 #include "util/internal.h"
+
+/* Reserves the window on the first pin. The pieces alive add up to at
+ * most host_limit; the window is twice that, so that pieces of mixed
+ * sizes freed and pinned again in any order still find a range. */
+static int win_get(ump_pool_t *pool)
+{
+    struct offload *o = pool->off;
+    if (o->win_on)
+        return 0;
+    size_t gran = pool->chunk_size;
+    size_t size = ((o->host_limit + gran - 1) & ~(gran - 1)) * 2;
+    void *va;
+    int rc = pool->be->reserve(pool->bctx, size, gran, &va);
+    if (rc) {
+        ump_log_error("cannot reserve %zu bytes of addresses for the host "
+                      "tier: %s", size, ump_strerror(rc));
+        return rc;
+    }
+    rc = vas_init(&o->win, va, size, gran);
+    if (rc) {
+        pool->be->unreserve(pool->bctx, va, size);
+        return rc;
+    }
+    o->win_on = true;
+    return 0;
+}
+
+void host_win_fini(ump_pool_t *pool)
+{
+    struct offload *o = pool->off;
+    if (!o->win_on)
+        return;
+    int rc = pool->be->unreserve(pool->bctx, (void *)o->win.base, o->win.size);
+    if (rc)
+        ump_log_error("cannot unreserve the host tier's addresses: %s",
+                      ump_strerror(rc));
+    vas_fini(&o->win);
+    o->win_on = false;
+}
+
+char *host_addr(const ump_pool_t *pool, const struct hpiece *p)
+{
+    return vas_addr(&pool->off->win, p->win);
+}
+
+void host_cpu_addrs(const ump_pool_t *pool, const struct hpiece *list,
+                    size_t from, size_t m, void **out)
+{
+    const struct hpiece *p = list;
+    for (size_t i = from; i < from + m; i++) {
+        while (p && i >= p->off + p->n)
+            p = p->next;
+        if (!p || i < p->off) { /* pieces are in offset order */
+            for (p = list; p && !(i >= p->off && i < p->off + p->n);)
+                p = p->next;
+        }
+        out[i - from] = host_addr(pool, p) + tier_bytes(pool, i - p->off);
+    }
+}
 
 void host_release(ump_pool_t *pool, struct hpiece *p)
 {
     struct offload *o = pool->off;
-    int rc = pool->be->chunk_release(pool->bctx, p->handle);
+    size_t bytes = tier_bytes(pool, p->n);
+    int rc = pool->be->unmap(pool->bctx, host_addr(pool, p), bytes);
+    if (rc) { /* the window keeps it: neither is reused */
+        ump_log_error("cannot unmap a pinned host chunk from the host "
+                      "tier's window: %s", ump_strerror(rc));
+        free(p);
+        return;
+    }
+    vas_give(&o->win, p->win, p->n);
+    rc = pool->be->chunk_release(pool->bctx, p->handle);
     if (rc) { /* still held: it keeps counting against host_limit */
         ump_log_error("cannot release a pinned host chunk: %s",
                       ump_strerror(rc));
@@ -43,36 +124,66 @@ int host_pin(ump_pool_t *pool, int node, size_t n, struct hpiece **p_p)
         ump_log_error("cannot pin host memory: injected fault");
         return -ENOMEM;
     }
+    int devs[UMP_MAX_DEVICES];
+    int nd = chunks_accessors(pool, place_host(pool), devs); /* working */
+    int rc = win_get(pool);
+    if (rc)
+        return rc;
+    n = ump_pow2_floor(n);
     struct hpiece *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    /* Pinning runs at a few GB/s (22 ms for 64 MiB on an H200): not with
-     * the pool lock. The budget is taken first, so that nobody else
-     * counts on it meanwhile; host_pinning says it is coming, so that
-     * whoever needs it waits for it rather than finding the tier full. */
-    n = ump_pow2_floor(n);
-    size_t budget = tier_bytes(pool, n);
+    if (vas_take(&o->win, n, &p->win)) {
+        ump_log_error("no addresses left in the host tier's window for %zu "
+                      "bytes", tier_bytes(pool, n));
+        free(p);
+        return -ENOMEM;
+    }
+    /* Pinning runs at a few GB/s (22 ms for 64 MiB on an H200), and giving
+     * the CPU access costs a tenth of that again: not with the pool lock.
+     * The budget is taken first, so that nobody else counts on it
+     * meanwhile; host_pinning says it is coming, so that whoever needs it
+     * waits for it rather than finding the tier full. */
+    size_t n0 = n, budget = tier_bytes(pool, n);
     o->host_created += budget;
     o->host_pinning += budget;
     pthread_mutex_unlock(&pool->lock);
-    int rc;
     for (;; n /= 2) {
         rc = pool->be->host_chunk_create(pool->bctx, node, tier_bytes(pool, n),
                                          &p->handle);
         if (rc != -ENOMEM || n == 1)
             break;
     }
+    bool made = rc == 0, mapped = false;
+    char *va = vas_addr(&o->win, p->win);
+    if (!rc)
+        mapped = (rc = pool->be->map(pool->bctx, va, tier_bytes(pool, n),
+                                     p->handle)) == 0;
+    if (!rc)
+        rc = pool->be->set_access_host(pool->bctx, va, tier_bytes(pool, n),
+                                       devs, nd);
+    if (rc && mapped && pool->be->unmap(pool->bctx, va, tier_bytes(pool, n))) {
+        ump_log_error("cannot unmap a pinned host chunk after a failure: "
+                      "%zu bytes lost", tier_bytes(pool, n));
+        made = false; /* still mapped: it cannot be released */
+    }
+    if (rc && made)
+        pool->be->chunk_release(pool->bctx, p->handle);
     pthread_mutex_lock(&pool->lock);
     o->host_created -= budget;
     o->host_pinning -= budget;
     pthread_cond_broadcast(&o->moved); /* waiters for room: look again */
     if (rc) {
+        if (made || !mapped) /* else the window's range stays taken */
+            vas_give(&o->win, p->win, n0);
         free(p);
         if (rc == -ENOMEM)
             ump_log_warn("cannot pin %zu bytes of host memory on node %d",
                          tier_bytes(pool, n), node);
         return rc;
     }
+    if (n < n0) /* pinned less than asked: the rest of the range is free */
+        vas_give(&o->win, p->win + n, n0 - n);
     p->node = node;
     p->n = n;
     o->host_created += tier_bytes(pool, n);
@@ -186,4 +297,7 @@ void host_forget(ump_pool_t *pool)
         o->host_free = p->next;
         free(p);
     }
+    if (o->win_on) /* the bookkeeping only: the parent's driver holds it */
+        vas_fini(&o->win);
+    o->win_on = false;
 }

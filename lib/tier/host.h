@@ -1,7 +1,8 @@
 /*
  * The host tier: pinned host memory (HOST_NUMA chunks of the backend) in
  * power-of-two pieces, within host_limit, with host_reserve bytes pinned
- * ahead of need once the tier is used (pinning runs at a few GB/s). Pool
+ * ahead of need once the tier is used (pinning runs at a few GB/s), each
+ * mapped in the tier's window for every device and the CPU. Pool
  * lock held for all; host_pin and what calls it drop it while pinning.
  */
 #ifndef UMP_TIER_HOST_H
@@ -13,7 +14,15 @@
  * -ENOSPC at the limit, -ENOMEM when the memory cannot be pinned. The lock
  * is dropped while the memory is pinned (counted in host_pinning). */
 int host_pin(ump_pool_t *pool, int node, size_t n, struct hpiece **p_p);
-/* Releases a piece's memory and frees it. */
+/* Where piece p is mapped for every device and the CPU (its window). */
+char *host_addr(const ump_pool_t *pool, const struct hpiece *p);
+/* The CPU's addresses (in the window) of the granules [from, from+m) of a
+ * segment backed by list (pieces at their offsets), into out[0..m). */
+void host_cpu_addrs(const ump_pool_t *pool, const struct hpiece *list,
+                    size_t from, size_t m, void **out);
+/* Unreserves the window (destroy, after host_trim). */
+void host_win_fini(ump_pool_t *pool);
+/* Releases a piece's memory (and its window mapping) and frees it. */
 void host_release(ump_pool_t *pool, struct hpiece *p);
 /* Puts a list of pieces on the free list. */
 void host_put(ump_pool_t *pool, struct hpiece *list);

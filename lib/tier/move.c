@@ -1,9 +1,10 @@
 /*
  * Moves: copy-then-switch (contract in move.h). The destination is made
- * ready and mapped where nothing can see it (a staging range of the pool's
- * addresses, or the unmapped range of a segment on NVMe), the data is
- * copied or read there with the pool lock dropped, and only then is the
- * source unmapped and the destination mapped at the segment's address. If
+ * ready where nothing can see it (host pieces in their window, device
+ * chunks mapped at a staging range of the pool's addresses, or either at
+ * the unmapped range of a segment on NVMe), the data is copied or read
+ * there with the pool lock dropped, and only then is the source unmapped
+ * and the destination mapped at the segment's address. If
  * anything fails before the switch, the destination is given back and the
  * data stays where it was; if the switch itself fails, the source (unmapped
  * but not released) is mapped back.
@@ -14,10 +15,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tier/backing.h"
 #include "tier/evict.h"
+#include "tier/host.h"
 #include "tier/move.h"
 #include "tier/residency.h"
 #include "tier/worker.h"
@@ -103,26 +106,136 @@ void move_traffic(ump_pool_t *pool, int from_tier, int from_dev, int tier,
 
 /* --- moves ----------------------------------------------------------------- */
 
+/* Copies the n granules at s's address into the windows of the host pieces
+ * list (at their offsets), one copy per piece, and waits. Pool lock not
+ * held. */
+static int copy_to_host(ump_pool_t *pool, void *stream, const struct seg *s,
+                        const struct hpiece *list)
+{
+    int rc = 0;
+    for (const struct hpiece *p = list; p && !rc; p = p->next)
+        rc = pool->be->memcpy_async(pool->bctx, host_addr(pool, p),
+                                    vas_addr(&pool->vas, s->g + p->off),
+                                    tier_bytes(pool, p->n), stream);
+    int rc2 = pool->be->stream_sync(pool->bctx, stream);
+    return rc ? rc : rc2;
+}
+
+/* The CPU's addresses of the n granules of host pieces list, for disk
+ * I/O: a new array, or NULL when there is no memory for one (the I/O then
+ * goes through bounce buffers). */
+static void **host_io_bufs(ump_pool_t *pool, const struct hpiece *list,
+                           size_t n)
+{
+    void **cpu = malloc(n * sizeof(*cpu));
+    if (cpu)
+        host_cpu_addrs(pool, list, 0, n, cpu);
+    return cpu;
+}
+
+/* Copies the windows of the host pieces list into the n granules at s's
+ * address, one copy per piece, and waits. Pool lock not held. */
+static int copy_from_host(ump_pool_t *pool, void *stream, const struct seg *s,
+                          const struct hpiece *list)
+{
+    int rc = 0;
+    for (const struct hpiece *p = list; p && !rc; p = p->next)
+        rc = pool->be->memcpy_async(pool->bctx,
+                                    vas_addr(&pool->vas, s->g + p->off),
+                                    host_addr(pool, p),
+                                    tier_bytes(pool, p->n), stream);
+    int rc2 = pool->be->stream_sync(pool->bctx, stream);
+    return rc ? rc : rc2;
+}
+
+/*
+ * From the host tier to device dev: switch, then copy. The data stays in
+ * the host pieces' windows until the move is over, so the device chunks
+ * can be mapped at the segment's address first and filled there: no
+ * staging range (its map, access and unmap are a tenth of a 64 MiB move
+ * on an H200). While the copy runs, the address holds the device memory
+ * being filled; the segment is claimed and not acquired, and unmapping
+ * the host memory under a reader would fault it just the same in a
+ * copy-then-switch. A failed copy maps the host pieces back.
+ */
+static int move_up_from_host(ump_pool_t *pool, struct seg *s, int dev,
+                             void *stream)
+{
+    struct backing dst, src;
+    size_t n = s->n;
+    int rc = backing_get(pool, UMP_TIER_DEVICE, dev, -1, n, &dst);
+    if (rc)
+        return rc;
+    if ((rc = backing_of(pool, s, &src))) {
+        backing_put(pool, &dst);
+        return rc;
+    }
+    if ((rc = backing_unmap(pool, &src, s->g))) { /* nothing moved */
+        backing_put(pool, &dst);
+        return rc;
+    }
+    if ((rc = backing_map(pool, &dst, s->g, n))) {
+        backing_put(pool, &dst);
+        if (backing_map(pool, &src, s->g, n))
+            ump_log_error("lost the mapping of %zu bytes at %p",
+                          tier_bytes(pool, n), vas_addr(&pool->vas, s->g));
+        return rc;
+    }
+    room_ahead(pool, dev);
+    bool copy = !s->discard;
+    pthread_mutex_unlock(&pool->lock);
+    if (copy)
+        rc = copy_from_host(pool, stream, s, src.host);
+    if (copy && !rc) /* s is claimed: its tier and device hold still */
+        move_traffic(pool, UMP_TIER_HOST, -1, UMP_TIER_DEVICE, dev, n);
+    pthread_mutex_lock(&pool->lock);
+    if (rc) {
+        if (backing_unmap(pool, &dst, s->g) || backing_map(pool, &src, s->g, n))
+            ump_log_error("cannot map %zu bytes at %p back to the host tier "
+                          "after a failed copy", tier_bytes(pool, n),
+                          vas_addr(&pool->vas, s->g));
+        else
+            backing_put(pool, &dst);
+        backing_clear(&dst);
+        return rc;
+    }
+    backing_put(pool, &src);
+    res_note_move(pool, s, UMP_TIER_DEVICE, dev);
+    s->host = NULL;
+    backing_clear(&dst); /* device chunks: in the granule table now */
+    return 0;
+}
+
+/*
+ * A move to the host tier copies into the pieces' windows, where they are
+ * already mapped (host.c), and then maps them at the segment's address:
+ * no staging range, and only the segment's own address changes mapping.
+ * A move from one device to another maps the new chunks at a staging
+ * range first, so that the data is in place before the segment's address
+ * switches (from the host tier: move_up_from_host).
+ */
 int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
 {
     struct vas *v = &pool->vas;
     struct backing dst, src = {0};
-    size_t st, n = s->n;
+    bool to_host = tier == UMP_TIER_HOST;
+    size_t st = 0, n = s->n;
     void *stream;
     int rc = move_stream(pool, s, dev, &stream);
     if (rc)
         return rc;
+    if (s->tier == UMP_TIER_HOST && tier == UMP_TIER_DEVICE)
+        return move_up_from_host(pool, s, dev, stream);
     rc = backing_get(pool, tier, dev, pool->topo.dev[s->home].numa, n, &dst);
     if (rc)
         return rc;
-    if (vas_take(v, n, &st)) {
+    if (!to_host && vas_take(v, n, &st)) {
         ump_log_error("no addresses left to stage a move of %zu bytes",
                       tier_bytes(pool, n));
         backing_put(pool, &dst);
         return -ENOMEM;
     }
-    rc = backing_map(pool, &dst, st, n);
-    if (rc) {
+    if (!to_host && (rc = backing_map(pool, &dst, st, n))) {
         backing_put(pool, &dst);
         vas_give(v, st, n);
         return rc;
@@ -131,7 +244,9 @@ int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
         room_ahead(pool, dev);
     bool copy = !s->discard;
     pthread_mutex_unlock(&pool->lock);
-    if (copy)
+    if (copy && to_host)
+        rc = copy_to_host(pool, stream, s, dst.host);
+    else if (copy)
         rc = copy_sync(pool, stream, vas_addr(v, st), vas_addr(v, s->g),
                        tier_bytes(pool, n));
     if (copy && !rc) /* s is claimed: its tier and device hold still */
@@ -147,10 +262,10 @@ int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
                           tier_bytes(pool, n), vas_addr(v, s->g));
         backing_clear(&src);
     }
-    bool staged = backing_unmap(pool, &dst, st) == 0;
-    if (staged)
+    bool staged = to_host || backing_unmap(pool, &dst, st) == 0;
+    if (!to_host && staged)
         vas_give(v, st, n);
-    else /* still mapped there: neither the memory nor the range is reused */
+    else if (!staged) /* still mapped there: neither memory nor range reused */
         ump_log_error("cannot unmap a staging range: %zu bytes of addresses "
                       "lost", tier_bytes(pool, n));
     if (rc) {
@@ -183,10 +298,14 @@ int move_to_nvme(ump_pool_t *pool, struct seg *s)
     if (rc)
         return rc;
     bool copy = !s->discard;
+    /* s is claimed: its pieces hold still while the lock is dropped */
+    void **cpu = copy && s->tier == UMP_TIER_HOST
+                     ? host_io_bufs(pool, s->host, s->n)
+                     : NULL;
     pthread_mutex_unlock(&pool->lock);
     if (copy && !(rc = xfer_slots_alloc(pool, s->n, &slots))) {
-        rc = xfer_run(pool, vas_addr(&pool->vas, s->g), slots, s->n, true,
-                      s->tier == UMP_TIER_HOST, stream);
+        rc = xfer_run(pool, vas_addr(&pool->vas, s->g), cpu, slots, s->n,
+                      true, stream);
         if (!rc)
             move_traffic(pool, s->tier, s->dev, UMP_TIER_NVME, -1, s->n);
         if (rc) {
@@ -194,6 +313,7 @@ int move_to_nvme(ump_pool_t *pool, struct seg *s)
             slots = NULL;
         }
     }
+    free(cpu);
     pthread_mutex_lock(&pool->lock);
     if (!rc)
         rc = backing_of(pool, s, &src);
@@ -240,11 +360,15 @@ int move_from_nvme(ump_pool_t *pool, struct seg *s, int tier, int dev)
     }
     if (tier == UMP_TIER_DEVICE)
         room_ahead(pool, dev);
+    void **cpu = s->slots && tier == UMP_TIER_HOST
+                     ? host_io_bufs(pool, dst.host, s->n)
+                     : NULL;
     /* s is claimed: nobody else reads or changes s->slots meanwhile */
     pthread_mutex_unlock(&pool->lock);
     if (s->slots)
-        rc = xfer_run(pool, vas_addr(&pool->vas, s->g), s->slots, s->n, false,
-                      tier == UMP_TIER_HOST, stream);
+        rc = xfer_run(pool, vas_addr(&pool->vas, s->g), cpu, s->slots, s->n,
+                      false, stream);
+    free(cpu);
     if (s->slots && !rc)
         move_traffic(pool, UMP_TIER_NVME, -1, tier, dev, s->n);
     if (!rc) /* the data is in place and checked: nothing can undo it */

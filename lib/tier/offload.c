@@ -82,6 +82,7 @@ int offload_init(ump_pool_t *pool)
     if (!o->stream || !o->ctr || !o->draining || !o->evicting)
         goto fail;
     o->host_limit = offload_host_limit(pool);
+    o->cpu_access = pool->cfg.host_cpu_access;
     o->host_reserve = pool->cfg.host_reserve < o->host_limit
                           ? pool->cfg.host_reserve & ~(pool->chunk_size - 1)
                           : o->host_limit;
@@ -115,6 +116,8 @@ void offload_fini(ump_pool_t *pool)
     if (o->host_created)
         ump_log_warn("%zu bytes of pinned host memory still held at destroy",
                      o->host_created);
+    else
+        host_win_fini(pool); /* else still mapped there */
     move_streams_destroy(pool, o);
     xfer_close(pool, o);
     free_state(o);

@@ -75,38 +75,22 @@ static int chunk_backing(struct chunk *c, struct backing *b)
     return 0;
 }
 
-/* Copies the granule at g to or from host piece list p through a staging
- * range (the piece is mapped nowhere else). */
+/* Copies the granule at g to or from host piece p, in its window. */
 static int host_copy(ump_pool_t *pool, struct hpiece *p, size_t g, int dev,
                      bool down)
 {
-    struct vas *v = &pool->vas;
-    struct backing h = {.tier = UMP_TIER_HOST, .host = p};
     void *stream;
-    size_t st;
     int rc = move_stream_get(pool, dev, down ? DIR_DOWN : DIR_UP, &stream);
     if (rc)
         return rc;
-    if (vas_take(v, 1, &st))
-        return -ENOMEM;
-    rc = backing_map(pool, &h, st, 1);
-    if (!rc) {
-        void *dst = vas_addr(v, down ? st : g), *src = vas_addr(v, down ? g
-                                                                     : st);
-        rc = pool->be->memcpy_async(pool->bctx, dst, src, pool->chunk_size,
-                                    stream);
-        int r2 = pool->be->stream_sync(pool->bctx, stream);
-        rc = rc ? rc : r2;
-        if (!rc)
-            move_traffic(pool, down ? UMP_TIER_DEVICE : UMP_TIER_HOST, dev,
-                         down ? UMP_TIER_HOST : UMP_TIER_DEVICE, dev, 1);
-        if (backing_unmap(pool, &h, st)) {
-            ump_log_error("cannot unmap a staging range: %zu bytes of "
-                          "addresses lost", pool->chunk_size);
-            return rc ? rc : -EIO;
-        }
-    }
-    vas_give(v, st, 1);
+    void *win = host_addr(pool, p), *at = vas_addr(&pool->vas, g);
+    rc = pool->be->memcpy_async(pool->bctx, down ? win : at, down ? at : win,
+                                pool->chunk_size, stream);
+    int r2 = pool->be->stream_sync(pool->bctx, stream);
+    rc = rc ? rc : r2;
+    if (!rc)
+        move_traffic(pool, down ? UMP_TIER_DEVICE : UMP_TIER_HOST, dev,
+                     down ? UMP_TIER_HOST : UMP_TIER_DEVICE, dev, 1);
     return rc;
 }
 
@@ -132,8 +116,8 @@ static int slab_down(ump_pool_t *pool, struct slab *s, int tier)
         rc = move_stream_get(pool, a.dev, DIR_DOWN, &stream);
         if (!rc)
             rc = xfer_slots_alloc(pool, 1, &a.slots);
-        if (!rc && (rc = xfer_run(pool, vas_addr(&pool->vas, g), a.slots, 1,
-                                  true, false, stream)))
+        if (!rc && (rc = xfer_run(pool, vas_addr(&pool->vas, g), NULL,
+                                  a.slots, 1, true, stream)))
             xfer_slots_free_later(pool, a.slots, 1);
         if (!rc)
             move_traffic(pool, UMP_TIER_DEVICE, a.dev, UMP_TIER_NVME, -1, 1);
@@ -188,8 +172,8 @@ static int slab_up(ump_pool_t *pool, struct away *a)
     } else {
         rc = move_stream_get(pool, dev, DIR_UP, &stream);
         if (!rc)
-            rc = xfer_run(pool, vas_addr(&pool->vas, a->g), a->slots, 1,
-                          false, false, stream);
+            rc = xfer_run(pool, vas_addr(&pool->vas, a->g), NULL, a->slots,
+                          1, false, stream);
         if (!rc)
             move_traffic(pool, UMP_TIER_NVME, -1, UMP_TIER_DEVICE, dev, 1);
     }

@@ -26,15 +26,21 @@
 #include <stdint.h>
 
 #include "mem/pool.h"
+#include "mem/vas.h"
 #include "util/list.h"
 
 /* A pinned host chunk. Free ones wait in off->host_free; one backing a
- * segment sits in that segment's list, at granule offset off. */
+ * segment sits in that segment's list, at granule offset off. Each is also
+ * mapped, from its pinning to its release, at granule win of the host
+ * window (off->win), for every device and the CPU: the tier's copies and
+ * its disk I/O go there, so that no move maps it anywhere but at the
+ * segment's own address (host.c says why). */
 struct hpiece {
     ump_handle_t handle;
     int node;
     size_t n;   /* granules */
     size_t off; /* granule offset in its segment while it backs one */
+    size_t win; /* granule of off->win where it is mapped */
     struct hpiece *next;
 };
 
@@ -136,6 +142,12 @@ struct offload {
     size_t host_pinning;  /* of host_created: being pinned, lock dropped */
     uint64_t host_segs;
     struct hpiece *host_free;
+    /* The host window: addresses of their own (reserved on the first pin,
+     * host_limit long) where every pinned piece stays mapped. */
+    struct vas win;
+    bool win_on;          /* reserved; win is set up */
+    bool cpu_access;      /* config host_cpu_access: the CPU also reaches
+                             the host tier at the segments' addresses */
     bool host_in_use;     /* refill the reserve only once it is used */
     int host_fault;       /* test hook: the nth next creation fails */
     /* NVMe tier (xfer.c) */

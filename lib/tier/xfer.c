@@ -267,7 +267,7 @@ static int bounce_xfer(ump_pool_t *pool, struct nvme_store *st, char *va,
     return rc;
 }
 
-/* Where the CPU does file I/O on the host granule at va. */
+/* Where the CPU does file I/O on the granule its address va reaches. */
 static void *io_addr(ump_pool_t *pool, char *va)
 {
     void *view = pool->be->io_view
@@ -277,20 +277,20 @@ static void *io_addr(ump_pool_t *pool, char *va)
 }
 
 int xfer_store_run(ump_pool_t *pool, struct nvme_store *st, unsigned qd,
-                   char *va, const uint64_t *slots, size_t n, bool write,
-                   bool direct, void *stream)
+                   char *va, void *const *cpu, const uint64_t *slots,
+                   size_t n, bool write, void *stream)
 {
     size_t gran = pool->chunk_size;
     if (qd < 2)
         qd = 2; /* two halves, see bounce_xfer */
-    size_t k = direct || n < qd ? n : qd;
+    size_t k = cpu || n < qd ? n : qd;
     struct nvme_io *io = calloc(k, sizeof(*io));
     void **buf = calloc(k, sizeof(*buf));
     int rc = io && buf ? 0 : -ENOMEM;
-    if (direct) {
+    if (cpu) {
         for (size_t i = 0; !rc && i < n; i++) {
             io[i].slot = slots[i];
-            io[i].buf = io_addr(pool, va + i * gran);
+            io[i].buf = io_addr(pool, cpu[i]);
         }
         if (!rc)
             rc = write ? nvme_write(st, io, n) : nvme_read(st, io, n);
@@ -302,24 +302,23 @@ int xfer_store_run(ump_pool_t *pool, struct nvme_store *st, unsigned qd,
             rc = bounce_xfer(pool, st, va, slots, n, write, buf, k, io,
                              stream);
     }
-    for (size_t i = 0; buf && !direct && i < k; i++)
+    for (size_t i = 0; buf && !cpu && i < k; i++)
         nvme_buffer_free(st, buf[i]);
     free(buf);
     free(io);
     /* Pinned memory a driver maps for the GPU may refuse direct I/O. */
-    if (rc == -EFAULT && direct)
-        return xfer_store_run(pool, st, qd, va, slots, n, write, false,
-                              stream);
+    if (rc == -EFAULT && cpu)
+        return xfer_store_run(pool, st, qd, va, NULL, slots, n, write, stream);
     return rc;
 }
 
-int xfer_run(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
-             bool write, bool direct, void *stream)
+int xfer_run(ump_pool_t *pool, char *va, void *const *cpu, uint64_t *slots,
+             size_t n, bool write, void *stream)
 {
     struct offload *o = pool->off;
     pthread_mutex_lock(&o->io_lock);
     slots_drain(o);
-    int rc = xfer_store_run(pool, o->nvme, o->qd, va, slots, n, write, direct,
+    int rc = xfer_store_run(pool, o->nvme, o->qd, va, cpu, slots, n, write,
                             stream);
     pthread_mutex_unlock(&o->io_lock);
     return rc;

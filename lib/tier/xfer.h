@@ -30,17 +30,18 @@ void xfer_slots_free(ump_pool_t *pool, uint64_t *slots, size_t n);
 /* Frees slots with the pool lock held: later, by the store's next user. */
 void xfer_slots_free_later(ump_pool_t *pool, uint64_t *slots, size_t n);
 
-/* Writes (or reads) the n granules at va to (from) slots. direct: va is
- * host memory the CPU reaches, used as the I/O buffer; else the data goes
- * through bounce buffers copied on stream. Pool lock not held. */
-int xfer_run(ump_pool_t *pool, char *va, uint64_t *slots, size_t n,
-             bool write, bool direct, void *stream);
+/* Writes (or reads) the n granules at va to (from) slots. cpu: where the
+ * CPU reaches each granule (cpu[i] for granule i), used as the I/O buffers;
+ * NULL, or a driver refusing direct I/O there: the data goes through bounce
+ * buffers copied on stream from or to va. Pool lock not held. */
+int xfer_run(ump_pool_t *pool, char *va, void *const *cpu, uint64_t *slots,
+             size_t n, bool write, void *stream);
 
 /* xfer_run's data path on any store st the caller has to itself (a
  * checkpoint's file: tier/ckpt.c), with up to qd bounce buffers. */
 int xfer_store_run(ump_pool_t *pool, struct nvme_store *st, unsigned qd,
-                   char *va, const uint64_t *slots, size_t n, bool write,
-                   bool direct, void *stream);
+                   char *va, void *const *cpu, const uint64_t *slots,
+                   size_t n, bool write, void *stream);
 
 /* Copies n granules file to file between the tier's slots and a
  * checkpoint store's ck_slots (to_ck: into the checkpoint), through ck's

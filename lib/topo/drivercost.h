@@ -41,6 +41,9 @@ enum drv_op {
      * only (a device handle has no CPU mapping to make, and costs what
      * DRV_SET_ACCESS does) */
     DRV_SET_ACCESS_CPU,
+    /* cuMemUnmap of a host handle mapped where only devices were given
+     * access (no CPU page tables to tear down); a device handle's unmap */
+    DRV_UNMAP_NOCPU,
     DRV_NOPS
 };
 

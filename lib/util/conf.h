@@ -59,6 +59,8 @@ struct ump_config {
     bool tcache;                         /* per-thread caches on/off */
     size_t host_limit;                   /* host tier bytes, 0: RAM / 4 */
     size_t host_reserve;                 /* pinned host chunks made ahead */
+    bool host_cpu_access;                /* the CPU reaches the host tier at
+                                            the allocations' addresses */
     size_t pinned_limit;                 /* host places' bytes, 0: RAM / 4 */
     int overflow;                        /* enum ump_overflow */
     char nvme_dir[UMP_CONF_PATH_MAX];    /* ':'-separated list, "": none */

@@ -19,9 +19,12 @@ static int setup(void **state)
     static char conf[256];
     if (!mkdtemp(spill_dir))
         return -1;
+    /* host_cpu_access: the test reads the host tier with the CPU too (the
+     * default maps it there for the devices only; gpu-check's offload
+     * bench runs that path and checks its bytes on the GPU). */
     snprintf(conf, sizeof(conf),
-             "backend:cuda,device_mem:512M,host_limit:1G,nvme_dir:%s",
-             spill_dir);
+             "backend:cuda,device_mem:512M,host_limit:1G,host_cpu_access:true,"
+             "nvme_dir:%s", spill_dir);
     if (gpu_fixture_open(&f, conf))
         return -1;
     *state = &f;

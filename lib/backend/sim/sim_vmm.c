@@ -464,6 +464,7 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
         r->g[first + i].chunk = ch;
         r->g[first + i].idx = (uint32_t)i;
         r->g[first + i].access = false;
+        r->g[first + i].cpu = false;
     }
     r->nmapped += n;
     ch->maps++;
@@ -547,6 +548,7 @@ static int access_grant(struct sim_ctx *c, const char *op, void *va,
     }
     for (size_t i = first; i < first + n; i++) {
         r->g[i].access = true;
+        r->g[i].cpu = r->g[i].cpu || host_only; /* others keep theirs */
         /* Per handle, also when one call covers many (DESIGN.md's table):
          * each chunk once, at its first granule in the range. The CPU is
          * named only by set_access_host (on sim it gets access anyway, as
@@ -645,7 +647,9 @@ int sim_unmap(void *ctx, void *va, size_t size)
         /* A mapping's first granule stands for its handle; accounted
          * before the slot may be freed. */
         if (r->g[i].idx == 0) {
-            drv_account(c, ch, DRV_UNMAP, &k);
+            drv_account(c, ch,
+                        ch->host && !r->g[i].cpu ? DRV_UNMAP_NOCPU
+                                                 : DRV_UNMAP, &k);
             if (--ch->maps == 0 && ch->released)
                 sim_chunk_free(c, ch);
         }

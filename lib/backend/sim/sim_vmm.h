@@ -50,6 +50,8 @@ struct sim_granule {
     struct sim_chunk *chunk; /* NULL: not mapped */
     uint32_t idx;            /* granule index inside the chunk */
     bool access;
+    bool cpu;                /* a host chunk's, set_access_host gave the CPU
+                                access: the CPU's page tables map it */
 };
 
 struct sim_resv {

@@ -23,6 +23,8 @@
 #include "topo/drivercost.h"
 #include "bench.h"
 #include "cuda_loader.h"
+#include "drvpace.h"
+#include "offload.h"
 #include "umpool.h"
 
 const char *const alloc_kind_name[A_COUNT] = {
@@ -230,20 +232,57 @@ fail:
 }
 #endif /* BENCH_CUDART */
 
+/* The H200's granularity (DESIGN.md), the handle size the raw sequence
+ * rounds to on the modeled driver. */
+#define MODEL_GRAN (2 * MiB)
+
+/*
+ * The raw sequence on the timed sim: what the modeled H200 charges for one
+ * cold allocation of size bytes made straight on the driver, one handle of
+ * the size rounded up to the granularity, created, mapped and given device
+ * access, each call waiting for its cost as the sim's own calls do
+ * (drvpace.h). The physical limit of a cold allocation on that driver:
+ * nothing an allocator does can make fewer calls. The median of
+ * COLD_REPEATS, like the pool's.
+ */
+static void raw_model_cold(const struct raw_vmm *v, size_t size,
+                           double *med_ns_p, size_t *bytes_p)
+{
+    size_t bytes = (size + v->gran - 1) / v->gran * v->gran;
+    double ns[COLD_REPEATS];
+
+    for (int i = 0; i < COLD_REPEATS; i++) {
+        struct drv_pace p = {.scale = v->pace};
+        uint64_t t0 = now_ns();
+
+        pace_create(&p, bytes);
+        pace_map(&p, bytes);
+        pace_access(&p, 1, bytes);
+        ns[i] = (double)(now_ns() - t0);
+    }
+    *med_ns_p = median(ns, COLD_REPEATS);
+    *bytes_p = bytes;
+}
+
 /*
  * The CUDA baselines, when the pool runs on cuda: the runtime for the
  * cudaMalloc columns, the driver for the raw cold column. What cannot be
- * loaded shows as n/a with the reason.
+ * loaded shows as n/a with the reason. On the timed sim the raw cold
+ * column is the modeled driver's (raw_model_cold).
  */
-static void cuda_load(struct bench_ctx *ctx)
+static void cuda_load(struct bench_ctx *ctx, const char *config)
 {
     const char *be = ump_backend_name(ctx->pool);
 
     ctx->cuda_cols = be && !strcmp(be, "cuda");
     ctx->nkinds = ctx->cuda_cols ? A_COUNT : A_HOST_COUNT;
     if (!ctx->cuda_cols) {
+        ctx->vmm.pace = offload_pace(config, be);
+        ctx->vmm.gran = MODEL_GRAN;
         snprintf(ctx->vmm.why, sizeof(ctx->vmm.why), "the %s backend has no "
-                 "driver VMM", be ? be : "pool's");
+                 "driver VMM%s", be ? be : "pool's",
+                 be && !strcmp(be, "sim") ? " (sim_driver_costs:h200-timed "
+                 "models one)" : "");
         return;
     }
 #ifdef BENCH_CUDART
@@ -723,6 +762,10 @@ static int alloc_cold(struct bench_ctx *ctx, struct cold_row *cold,
             return 1;
         }
         c->ump_ok = true;
+        if (ctx->vmm.pace) {
+            raw_model_cold(&ctx->vmm, c->size, &c->raw_ns, &c->raw_bytes);
+            c->raw_ok = true;
+        }
 #ifdef BENCH_CUDART
         if (ctx->vmm.handle) {
             rc = raw_vmm_cold(&ctx->vmm, c->size, &c->raw_ns, &c->raw_bytes);
@@ -754,7 +797,7 @@ int bench_alloc(const struct bench_opts *o, char **argv)
                 ump_strerror(rc));
         goto out_je;
     }
-    cuda_load(&ctx);
+    cuda_load(&ctx, config);
     if (ctx.cuda_cols && !o->sizes_set) {
         sizes = cuda_default_sizes;
         nsizes = (int)(sizeof(cuda_default_sizes) /

@@ -60,11 +60,15 @@ struct cuda_rt {
 #endif
 };
 
-/* The driver's VMM calls, for the raw cold column. */
+/* The driver's VMM calls, for the raw cold column: the real driver's on
+ * cuda; on the timed sim (sim_driver_costs:h200-timed) the modeled H200's,
+ * paced like the sim's own calls (drvpace.h). */
 struct raw_vmm {
     void *handle; /* NULL: not available, see why */
+    unsigned pace; /* the timed sim's scale: the modeled column; else 0 */
     char why[1024];
-    size_t gran; /* minimum granularity of device 0 */
+    size_t gran; /* minimum granularity of device 0 (the modeled H200's
+                    2 MiB on the sim) */
 #ifdef BENCH_CUDART
     struct bench_cu cu;
     CUmemAllocationProp prop;
@@ -100,6 +104,12 @@ struct alloc_row {
     int threads;
     struct cell cell[A_COUNT];
 };
+
+/* Is there a raw column: the real driver's or the timed sim's model? */
+static inline bool raw_vmm_shown(const struct raw_vmm *v)
+{
+    return v->handle || v->pace;
+}
 
 /* The first allocation of one size with nothing cached. */
 struct cold_row {

@@ -76,12 +76,18 @@ static void json_cold(const struct bench_ctx *ctx, const struct cold_row *cold,
     printf(", \"cold\": {\"repeats\": %d, \"method\": \"ump: ump_trim, then "
            "one ump_alloc timed; raw_vmm: cuMemCreate + cuMemMap + "
            "cuMemSetAccess of the size rounded to the granularity on a "
-           "reserved range; medians\", \"raw_vmm\": {\"available\": %s",
-           COLD_REPEATS, ctx->vmm.handle ? "true" : "false");
-    if (ctx->vmm.handle)
+           "reserved range (on the timed sim: the H200 model's costs of "
+           "those three calls for that one handle, each waited for like "
+           "the sim's own); medians\", \"raw_vmm\": {\"available\": %s",
+           COLD_REPEATS, raw_vmm_shown(&ctx->vmm) ? "true" : "false");
+    if (raw_vmm_shown(&ctx->vmm)) {
         printf(", \"granularity\": %zu", ctx->vmm.gran);
-    else
+        if (ctx->vmm.pace)
+            printf(", \"modeled\": \"h200-timed\", \"time_scale\": %u",
+                   ctx->vmm.pace);
+    } else {
         json_reason(ctx->vmm.why);
+    }
     printf("}, \"results\": [");
     for (int i = 0; i < ncold; i++) {
         const struct cold_row *c = &cold[i];
@@ -219,7 +225,15 @@ static void print_cold_table(const struct bench_ctx *ctx,
 
     printf("\ncold: the first allocation of a size with nothing cached "
            "(ump_trim, then one\nump_alloc timed), median of %d", COLD_REPEATS);
-    if (ctx->vmm.handle)
+    if (ctx->vmm.pace)
+        printf("; raw VMM (modeled): the H200's cuMemCreate +\ncuMemMap + "
+               "cuMemSetAccess of one handle of the size rounded up to %s\n"
+               "(lib/topo/drivercost.c), each call waiting for its cost "
+               "times sim_time_scale %u\nas the sim's own calls do, median "
+               "of %d\n",
+               fmt_size(ctx->vmm.gran, gran, sizeof(gran)), ctx->vmm.pace,
+               COLD_REPEATS);
+    else if (ctx->vmm.handle)
         printf("; raw VMM: cuMemCreate + cuMemMap + cuMemSetAccess\nof the "
                "size rounded up to %s on a range reserved beforehand, "
                "median of %d\n", fmt_size(ctx->vmm.gran, gran, sizeof(gran)),

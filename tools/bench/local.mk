@@ -15,7 +15,8 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/offload.c tools/bench/offload_base.c \
 	tools/bench/offload_report.c tools/bench/offload.h \
 	tools/bench/offload_opt.c tools/bench/offload_opt.h \
-	tools/bench/replay.c \
+	tools/bench/replay.c tools/bench/replay.h tools/bench/replay_es.c \
+	tools/bench/drvpace.h \
 	tools/bench/preload.c tools/bench/plugin.c tools/bench/resilience.c \
 	tools/bench/coll.c tools/bench/coll_gpu.c tools/bench/coll_gpu.h \
 	tools/bench/coll_mpi.c tools/bench/coll_mpi.h \
@@ -23,9 +24,10 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	lib/topo/drivercost.c
 # lib/topo/drivercost.c: the H200's measured driver costs, a pure table (no
 # pool internals), compiled in as the baseline of alloc's modeled cold
-# column (the physical cost of the raw sequence, not umpool's figure) and
-# of offload's device<->host copies on the timed sim (the model's pinned
-# cuMemcpy).
+# column (the physical cost of the raw sequence, not umpool's figure), of
+# offload's device<->host copies on the timed sim (the model's pinned
+# cuMemcpy) and of replay's model of PyTorch's expandable segments
+# (replay_es.c), paced by drvpace.h like the timed sim's own calls.
 tools_umpool_bench_LDADD = lib/libumpool.la $(URING_LIBS)
 tools_umpool_bench_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS) $(URING_CFLAGS)
 if HAVE_MPI

@@ -11,7 +11,14 @@
  * With the sim backend's sim_driver_costs:h200 (set here unless --config
  * sets sim_driver_costs), the pool's driver calls are accounted at the
  * H200's measured per-handle costs: "driver time" is what those calls would
- * have cost on the GPU (ump_stats' driver_ns).
+ * have cost on the GPU (ump_stats' driver_ns). With
+ * sim_driver_costs:h200-timed every call also takes that long, and the
+ * wall time is the one to compare.
+ *
+ * Next to the pool, on the same trace and device: PyTorch's caching
+ * allocator with expandable segments, its allocation logic modeled and its
+ * driver calls charged (and on the timed sim waited for) at the same
+ * table's costs (replay_es.c): its footprint, driver time and wall.
  *
  * The trace is read whole first, so that parsing is not timed and the peak
  * live bytes are known before the pool is made (--capacity 1.02x).
@@ -25,21 +32,10 @@
 #include <string.h>
 
 #include "bench.h"
+#include "offload.h"
+#include "replay.h"
 #include "umpool.h"
 
-struct op {
-    uint32_t id;
-    bool alloc;
-    size_t bytes;
-};
-
-struct trace {
-    struct op *ops;
-    size_t n, cap;
-    uint32_t nids;     /* IDs are below this */
-    size_t peak_live;  /* requested bytes */
-    uint64_t nallocs;
-};
 
 /* Reads the whole trace; 0, or 1 after printing where it is wrong. */
 static int trace_read(const char *path, struct trace *t)
@@ -154,6 +150,9 @@ struct result {
     double wall_s;
     uint64_t *lat[2]; /* alloc, free: ns per call */
     size_t nlat[2];
+    unsigned scale;   /* the timed sim's, or 0 */
+    int es_rc;        /* the model's replay: 0, or why it has no figure */
+    struct es_result es;
 };
 
 /* One replay on a fresh pool of the given capacity. */
@@ -188,6 +187,7 @@ static int replay_once(const struct bench_replay_opts *o,
         return 1;
     }
     r->capacity = capacity;
+    r->scale = offload_pace(conf, ump_backend_name(pool));
     r->nlat[0] = r->nlat[1] = 0;
     r->failures = 0;
     uint64_t t0 = now_ns();
@@ -238,13 +238,41 @@ static int replay_once(const struct bench_replay_opts *o,
         return 1;
     qsort(r->lat[0], r->nlat[0], sizeof(uint64_t), cmp_u64);
     qsort(r->lat[1], r->nlat[1], sizeof(uint64_t), cmp_u64);
+    /* The competitor on the same device, paced like the pool's calls. */
+    r->es_rc = es_replay(t, capacity, r->scale, &r->es);
     return 0;
+}
+
+/* The model's line: its footprint, calls and times, and the pool's wall
+ * (with the timed sim) or driver time against its. */
+static void print_es(const struct trace *t, const struct result *r)
+{
+    const struct es_result *e = &r->es;
+    char b[32];
+
+    if (r->es_rc) {
+        printf("  PyTorch expandable segments (model): n/a (%s)\n",
+               strerror(-r->es_rc));
+        return;
+    }
+    printf("  PyTorch expandable segments (model): peak reserved %s, "
+           "ratio %.4f,\n    pages created %" PRIu64 ", driver time %.3f s, "
+           "failed allocations %" PRIu64 ",\n    wall %.3f s%s\n",
+           fmt_size(e->peak_reserved, b, sizeof(b)),
+           (double)e->peak_reserved / (double)t->peak_live, e->pages,
+           (double)e->drv.ns / 1e9, e->failures, e->wall_s,
+           r->scale ? "" : " (driver calls not waited for)");
+    if (r->scale && e->wall_s > 0)
+        printf("  ump wall / PyTorch's: %.2f\n", r->wall_s / e->wall_s);
+    else if (e->drv.ns)
+        printf("  ump driver time / PyTorch's: %.2f\n",
+               (double)r->driver_ns / (double)e->drv.ns);
 }
 
 static void print_text(const struct trace *t, const struct result *r)
 {
     char b1[32], b2[32], b3[32];
-    printf("capacity %s: peak live %s, peak reserved %s, ratio %.3f\n",
+    printf("capacity %s: peak live %s, peak reserved %s, ratio %.4f\n",
            fmt_size(r->capacity, b1, sizeof(b1)),
            fmt_size(t->peak_live, b2, sizeof(b2)),
            fmt_size(r->peak_reserved, b3, sizeof(b3)),
@@ -265,6 +293,7 @@ static void print_text(const struct trace *t, const struct result *r)
                    quantile_us(r->lat[k], r->nlat[k], 0.9),
                    quantile_us(r->lat[k], r->nlat[k], 0.99),
                    quantile_us(r->lat[k], r->nlat[k], 1.0));
+    print_es(t, r);
 }
 
 static void print_json(const struct trace *t, const struct result *r,
@@ -285,6 +314,21 @@ static void print_json(const struct trace *t, const struct result *r,
                    quantile_us(r->lat[k], r->nlat[k], 0.9),
                    quantile_us(r->lat[k], r->nlat[k], 0.99),
                    quantile_us(r->lat[k], r->nlat[k], 1.0));
+    printf(",\"time_scale\":%u,\"torch_es\":", r->scale);
+    if (r->es_rc) {
+        printf("null");
+    } else {
+        const struct es_result *e = &r->es;
+        printf("{\"peak_reserved\":%zu,\"ratio\":%.4f,\"pages\":%" PRIu64
+               ",\"driver_s\":%.6f,\"failures\":%" PRIu64 ",\"wall_s\":%.6f"
+               ",\"calls\":{\"create\":%" PRIu64 ",\"map\":%" PRIu64
+               ",\"access_handles\":%" PRIu64 ",\"unmap\":%" PRIu64
+               ",\"release\":%" PRIu64 "}}",
+               e->peak_reserved, (double)e->peak_reserved / (double)t->peak_live,
+               e->pages, (double)e->drv.ns / 1e9, e->failures, e->wall_s,
+               e->drv.n[PACE_CREATE], e->drv.n[PACE_MAP], e->drv.n[PACE_ACCESS],
+               e->drv.n[PACE_UNMAP], e->drv.n[PACE_RELEASE]);
+    }
     printf("}");
 }
 

@@ -26,6 +26,7 @@
 
 #include "testutil.h"
 
+#include "tier/host.h"
 #include "tier/residency.h"
 
 #include "backend/backend.h"
@@ -2143,6 +2144,336 @@ static void test_evict_spares_queued(void **state)
     fx_pool_destroy(f);
 }
 
+/* ---- 13. swaps, prefetch room, the drain and the reserve ----------------- */
+
+/* n one-chunk offloadable allocations, each filled with seed + its index,
+ * cycled `warm` times through acquire and release: every one's interval is
+ * known. */
+static void cycle_warm(ump_pool_t *pool, char **t, int n, int warm,
+                       uint64_t seed)
+{
+    for (int i = 0; i < n; i++) {
+        t[i] = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+        tu_fill(t[i], CHUNK, seed + (uint64_t)i);
+    }
+    for (int r = 0; r < warm; r++)
+        for (int i = 0; i < n; i++) {
+            acquire_ok(pool, t[i], 0);
+            tu_assert_pattern(t[i], CHUNK, seed + (uint64_t)i);
+            release_ok(pool, t[i], 0);
+        }
+}
+
+/* Which of t[0..n) are on the device, as a bit mask. */
+static unsigned resident(ump_pool_t *pool, char **t, int n)
+{
+    unsigned m = 0;
+    for (int i = 0; i < n; i++)
+        if (on_device(pool, t[i]))
+            m |= 1u << i;
+    return m;
+}
+
+static uint64_t swaps(ump_pool_t *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    uint64_t n = pool->off->swaps;
+    pthread_mutex_unlock(&pool->lock);
+    return n;
+}
+
+/* The first on the host tier of t[0..n), or -1. */
+static int first_off(ump_pool_t *pool, char **t, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (tier_at(pool, t[i]) == UMP_TIER_HOST)
+            return i;
+    return -1;
+}
+
+/* An acquire that finds its device full brings its chunk up into the
+ * victim's memory as the victim goes down (move_swap): one restore, one
+ * spill, one eviction, the device as full as before, every byte of both
+ * where it belongs; and the victim is the one released last (the farthest
+ * next use of a cycle), as without a swap. */
+static void test_swap_in(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    enum { N = 4 };
+    char *t[N];
+
+    cycle_warm(pool, t, N, 2, 700);
+    int x = first_off(pool, t, N), last = N - 1; /* released last */
+    assert_true(x >= 0 && x != last && on_device(pool, t[last]));
+    ump_stats_t a = tu_stats(pool, 0);
+    uint64_t s0 = swaps(pool);
+    acquire_ok(pool, t[x], 0);
+    ump_stats_t b = tu_stats(pool, 0);
+    assert_int_equal(swaps(pool), s0 + 1);
+    assert_true(on_device(pool, t[x]));
+    assert_int_equal(tier_at(pool, t[last]), UMP_TIER_HOST);
+    assert_int_equal(b.restore_count, a.restore_count + 1);
+    assert_int_equal(b.spill_count, a.spill_count + 1);
+    assert_int_equal(b.evictions, a.evictions + 1);
+    assert_int_equal(b.mapped_bytes, a.mapped_bytes);
+    assert_int_equal(b.chunks_created, a.chunks_created);
+    tu_assert_pattern(t[x], CHUNK, 700 + (uint64_t)x);
+    release_ok(pool, t[x], 0);
+    for (int i = 0; i < N; i++) /* the victim's data came through too */
+        acquire_check(pool, t[i], CHUNK, 700 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* A swap the driver fails at each of its steps (the switch of the
+ * acquired chunk's address before any of its data moved; the victim's
+ * unmap, and its host pieces' map, while the acquired data is being copied
+ * into the victim's memory) leaves both where they were with their bytes:
+ * the acquire fails with the driver's error, nothing is pinned, and the
+ * next one works. */
+static void test_swap_fails(void **state)
+{
+    static const struct {
+        const char *op;
+        int nth;
+    } faults[] = {{"unmap", 1}, {"set_access", 1}, {"unmap", 2},
+                  {"map", 2}};
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    enum { N = 4 };
+    char *t[N];
+
+    cycle_warm(pool, t, N, 2, 720);
+    for (size_t k = 0; k < sizeof(faults) / sizeof(faults[0]); k++) {
+        int x = first_off(pool, t, N);
+        assert_true(x >= 0);
+        unsigned before = resident(pool, t, N);
+        ump_stats_t a = tu_stats(pool, 0);
+        uint64_t s0 = swaps(pool);
+        assert_int_equal(sim_inject_fault(pool->bctx, faults[k].op,
+                                          faults[k].nth, -EIO), 0);
+        int rc = ump_acquire(pool, t[x], 0, 0, NULL);
+        sim_inject_fault(pool->bctx, faults[k].op, 0, 0);
+        if (rc != -EIO)
+            fail_msg("%s fault %d: ump_acquire = %d, not -EIO", faults[k].op,
+                     faults[k].nth, rc);
+        assert_int_equal(swaps(pool), s0);
+        assert_int_equal(resident(pool, t, N), before);
+        assert_int_equal(tier_at(pool, t[x]), UMP_TIER_HOST);
+        assert_int_equal(tu_stats(pool, 0).mapped_bytes, a.mapped_bytes);
+        /* not pinned: the release has nothing to end */
+        expect_rc(ump_release(pool, t[x], 0), -EINVAL);
+        /* every byte where it was, on either tier, read by the devices */
+        for (int i = 0; i < N; i++)
+            if (i != x)
+                tu_assert_pattern(t[i], CHUNK, 720 + (uint64_t)i);
+        acquire_check(pool, t[x], CHUNK, 720 + (uint64_t)x);
+    }
+    for (int i = 0; i < N; i++)
+        acquire_check(pool, t[i], CHUNK, 720 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* Waits until the prefetch worker has nothing queued or running. */
+static void prefetches_done(ump_pool_t *pool)
+{
+    for (int ms = 0; ms <= WAIT_MS; ms += 5) {
+        pthread_mutex_lock(&pool->lock);
+        bool idle = !pool->off->pf_head && !pool->off->pf_cur;
+        pthread_mutex_unlock(&pool->lock);
+        if (idle)
+            return;
+        sleep_ms(5);
+    }
+    fail_msg("the prefetch queue did not drain");
+}
+
+/* A prefetch the application's acquire served before the worker got to it
+ * brings nothing up when it does: the use it was for has come (here, and
+ * gone: the chunk went down again). */
+static void test_prefetch_stale(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    char *a = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(a, CHUNK, 740);
+    evict_ok(pool, a, 0, UMP_TIER_HOST);
+    offload_hold_prefetch(pool, true);
+    expect_rc(ump_prefetch(pool, a, 0, 0, NULL), 0);
+    acquire_check(pool, a, CHUNK, 740); /* the use the prefetch was for */
+    evict_ok(pool, a, 0, UMP_TIER_HOST);
+    uint64_t r0 = tu_stats(pool, 0).restore_count;
+    offload_hold_prefetch(pool, false);
+    prefetches_done(pool);
+    assert_int_equal(tier_at(pool, a), UMP_TIER_HOST);
+    assert_int_equal(tu_stats(pool, 0).restore_count, r0);
+    /* a prefetch asked after the last acquire still runs */
+    expect_rc(ump_prefetch(pool, a, 0, 0, NULL), 0);
+    if (!wait_tier(pool, a, CHUNK, UMP_TIER_DEVICE))
+        fail_msg("a fresh prefetch did not run");
+    acquire_check(pool, a, CHUNK, 740);
+    tu_free(pool, a);
+    fx_pool_destroy(f);
+}
+
+/* The room a queued prefetch will need is made while it waits in the
+ * queue (by the eviction worker, the watermarks off): the victim is the
+ * farthest next use, never a chunk prefetched and not used yet, and the
+ * prefetch then finds its room and comes up. */
+static void test_prefetch_room_ahead(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    enum { N = 4 };
+    char *t[N];
+
+    cycle_warm(pool, t, N, 2, 760);
+    int x = first_off(pool, t, N), last = N - 1;
+    assert_true(x >= 0 && x != last && on_device(pool, t[last]));
+    /* t[w]: prefetched (on the device already), its use still to come */
+    int w = -1;
+    for (int i = 0; i < N; i++)
+        if (i != x && i != last && on_device(pool, t[i]))
+            w = i;
+    assert_true(w >= 0);
+    expect_rc(ump_prefetch(pool, t[w], 0, 0, NULL), 0);
+    prefetches_done(pool);
+    offload_hold_prefetch(pool, true);
+    uint64_t s0 = tu_stats(pool, 0).spill_count;
+    expect_rc(ump_prefetch(pool, t[x], 0, 0, NULL), 0);
+    if (!wait_tier(pool, t[last], CHUNK, UMP_TIER_HOST))
+        fail_msg("no room was made for the queued prefetch");
+    assert_true(on_device(pool, t[w]));
+    assert_int_equal(tier_at(pool, t[x]), UMP_TIER_HOST); /* still held */
+    assert_int_equal(tu_stats(pool, 0).spill_count, s0 + 1);
+    offload_hold_prefetch(pool, false);
+    if (!wait_tier(pool, t[x], CHUNK, UMP_TIER_DEVICE))
+        fail_msg("the prefetch did not come up");
+    assert_int_equal(tu_stats(pool, 0).spill_count, s0 + 1);
+    assert_true(on_device(pool, t[w]));
+    for (int i = 0; i < N; i++)
+        acquire_check(pool, t[i], CHUNK, 760 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* A cycle without prefetch, the watermarks at their defaults (90 and 80)
+ * on a device of 5 chunks: the chunk released last is the farthest next
+ * use, but the next one is due first, so the drain leaves the device full
+ * (a drain there would empty a slot Belady keeps, and the restore that
+ * follows would wait for the spill's calls) and every miss is a swap:
+ * Belady's count of restores for 5 slots, not 4's. */
+static void test_drain_yields_to_swap(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:10M,"
+                                  "host_limit:64M");
+    enum { N = 7, CAP = 5, WARM = 2, ROUNDS = 3 };
+    char *t[N];
+    int refs[ROUNDS * N], init[CAP], ninit = 0;
+
+    assert_int_equal(tu_stats(pool, 0).capacity, CAP * CHUNK);
+    cycle_warm(pool, t, N, WARM, 780);
+    sleep_ms(50); /* the drain, had it been due, is done */
+    for (int i = 0; i < N; i++)
+        if (on_device(pool, t[i]))
+            init[ninit++] = i;
+    assert_int_equal(ninit, CAP);
+    size_t n = opt_loop_refs(N, ROUNDS, 0, refs);
+    long opt = opt_misses(refs, n, N, CAP, init, ninit);
+    ump_stats_t a = tu_stats(pool, 0);
+    uint64_t s0 = swaps(pool);
+    for (int r = 0; r < ROUNDS; r++)
+        for (int i = 0; i < N; i++) {
+            acquire_ok(pool, t[i], 0);
+            tu_assert_pattern(t[i], CHUNK, 780 + (uint64_t)i);
+            release_ok(pool, t[i], 0);
+            sleep_ms(5); /* the eviction worker, woken by the release */
+            if (__builtin_popcount(resident(pool, t, N)) != CAP)
+                fail_msg("round %d, after t[%d]: %d chunks on the device, "
+                         "not %d", r, i,
+                         __builtin_popcount(resident(pool, t, N)), CAP);
+        }
+    ump_stats_t b = tu_stats(pool, 0);
+    long restores = (long)(b.restore_count - a.restore_count);
+    print_message("cycle of %d through %d: %ld restores, %llu swaps, Belady "
+                  "%ld\n", N, CAP, restores,
+                  (unsigned long long)(swaps(pool) - s0), opt);
+    assert_int_equal(restores, opt);
+    assert_int_equal(swaps(pool) - s0, (uint64_t)restores);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* The host reserve is pinned in pieces of the size moves ask for: a piece
+ * bigger than a segment serves no move of it (pieces are mapped whole),
+ * and the moves would pin their own, reserve or not. */
+static void test_reserve_pieces(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:32M,"
+                                  "host_limit:64M,host_reserve:8M,"
+                                  "max_chunk:64M");
+    char *p = alloc_flags(pool, 4 * MIB, 0, UMP_HINT_OFFLOAD, NULL);
+
+    tu_fill(p, 4 * MIB, 800);
+    evict_ok(pool, p, 0, UMP_TIER_HOST); /* one 4 MiB segment */
+    bool full = false;
+    size_t pieces = 0, other = 0;
+    for (int ms = 0; ms <= WAIT_MS && !full; ms += 10) {
+        sleep_ms(10);
+        pthread_mutex_lock(&pool->lock);
+        full = pool->off->host_free_bytes >= 8 * MIB && !pool->off->host_pinning;
+        pieces = other = 0;
+        for (struct hpiece *h = pool->off->host_free; h; h = h->next) {
+            pieces++;
+            other += h->n != 2; /* granules of 2 MiB */
+        }
+        pthread_mutex_unlock(&pool->lock);
+    }
+    assert_true(full);
+    assert_int_equal(pieces, 2);
+    assert_int_equal(other, 0);
+    assert_int_equal(tier_stats(pool, UMP_TIER_HOST).reserve_bytes, 8 * MIB);
+    /* The pieces of a move up under way count as free: they come back at
+     * its end, and a pin meanwhile would hold the driver. (Set by hand
+     * here, the lock held: no move is that slow on the plain sim.) */
+    pthread_mutex_lock(&pool->lock);
+    struct offload *o = pool->off;
+    size_t created = o->host_created, reserve = o->host_reserve;
+    o->host_reserve += 4 * MIB;
+    o->host_returning += 4 * MIB;
+    host_refill(pool);
+    assert_int_equal(o->host_created, created);
+    o->host_returning -= 4 * MIB;
+    host_refill(pool); /* now it pins the 4 MiB missing */
+    assert_true(o->host_created >= created + 4 * MIB);
+    o->host_reserve = reserve;
+    pthread_mutex_unlock(&pool->lock);
+    /* The next move takes the reserve's pieces: it pins nothing (the first
+     * pin after it, the refill's, fails harmlessly; the move's own would
+     * have failed the eviction). */
+    char *q = alloc_flags(pool, 4 * MIB, 0, UMP_HINT_OFFLOAD, NULL);
+    tu_fill(q, 4 * MIB, 801);
+    assert_int_equal(sim_inject_fault(pool->bctx, "host_chunk_create", 1,
+                                      -EIO), 0);
+    evict_ok(pool, q, 0, UMP_TIER_HOST);
+    sim_inject_fault(pool->bctx, "host_chunk_create", 0, 0);
+    assert_tier(pool, q, 4 * MIB, UMP_TIER_HOST);
+    acquire_check(pool, p, 4 * MIB, 800);
+    acquire_check(pool, q, 4 * MIB, 801);
+    tu_free(pool, p);
+    tu_free(pool, q);
+    fx_pool_destroy(f);
+}
+
 int main(void)
 {
 #define T(fn) cmocka_unit_test_setup_teardown(fn, fx_setup, fx_teardown)
@@ -2186,6 +2517,12 @@ int main(void)
         T(test_opt_known),
         T(test_evict_cyclic),
         T(test_evict_spares_queued),
+        T(test_swap_in),
+        T(test_swap_fails),
+        T(test_prefetch_stale),
+        T(test_prefetch_room_ahead),
+        T(test_drain_yields_to_swap),
+        T(test_reserve_pieces),
     };
 #undef T
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -101,12 +101,29 @@ static size_t npieces(const struct backing *b)
     return k;
 }
 
+/* Device chunk i of b, mapped (map true) or unmapped at granule at: the
+ * granule table and the device's mapped bytes say so. */
+static void table_note(ump_pool_t *pool, struct backing *b, size_t i,
+                       size_t at, bool map)
+{
+    struct vas *v = &pool->vas;
+    struct chunk *c = b->dc[i];
+    if (map)
+        c->g = at;
+    for (size_t j = at; j < at + c->n; j++)
+        v->gran[j].chunk = map ? c : NULL;
+    if (map)
+        pool->dev[b->dev].mapped += tier_bytes(pool, c->n);
+    else
+        pool->dev[b->dev].mapped -= tier_bytes(pool, c->n);
+}
+
 /* Maps (map true) or unmaps the first k pieces of b from granule g on,
  * in order, keeping the granule table and the device's mapped bytes true
- * to what the driver did; stops at the first failure, with *done_p pieces
- * done. */
+ * to what the driver did (table false: an alias, which they do not
+ * count); stops at the first failure, with *done_p pieces done. */
 static int pieces_do(ump_pool_t *pool, struct backing *b, size_t g, size_t k,
-                     bool map, size_t *done_p)
+                     bool map, bool table, size_t *done_p)
 {
     struct vas *v = &pool->vas;
     const struct hpiece *hp = NULL;
@@ -121,17 +138,8 @@ static int pieces_do(ump_pool_t *pool, struct backing *b, size_t g, size_t k,
                  : pool->be->unmap(pool->bctx, va, tier_bytes(pool, n));
         if (rc)
             break;
-        if (b->tier != UMP_TIER_HOST) {
-            struct chunk *c = b->dc[i];
-            if (map)
-                c->g = at;
-            for (size_t j = at; j < at + n; j++)
-                v->gran[j].chunk = map ? c : NULL;
-            if (map)
-                pool->dev[b->dev].mapped += tier_bytes(pool, n);
-            else
-                pool->dev[b->dev].mapped -= tier_bytes(pool, n);
-        }
+        if (table && b->tier != UMP_TIER_HOST)
+            table_note(pool, b, i, at, map);
         at += n;
     }
     *done_p = i;
@@ -174,30 +182,59 @@ static size_t pieces_len(const struct backing *b, size_t k)
     return sum;
 }
 
-int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
+/* backing_map, with the granule table (table true) or as an alias. */
+static int map_at(ump_pool_t *pool, struct backing *b, size_t g, size_t n,
+                  bool table)
 {
     size_t k = npieces(b), done, undone;
-    int rc = pieces_do(pool, b, g, k, true, &done);
+    int rc = pieces_do(pool, b, g, k, true, table, &done);
     if (!rc)
         rc = backing_access(pool, b, g, n);
-    if (rc && pieces_do(pool, b, g, done, false, &undone))
+    if (rc && pieces_do(pool, b, g, done, false, table, &undone))
         ump_log_error("cannot undo a failed mapping at %p: %zu bytes stay "
                       "mapped", vas_addr(&pool->vas, g),
                       tier_bytes(pool, pieces_len(b, done)));
     return rc;
 }
 
-int backing_unmap(ump_pool_t *pool, struct backing *b, size_t g)
+/* backing_unmap, with the granule table (table true) or of an alias. */
+static int unmap_at(ump_pool_t *pool, struct backing *b, size_t g, bool table)
 {
     size_t done, redone;
-    int rc = pieces_do(pool, b, g, npieces(b), false, &done);
+    int rc = pieces_do(pool, b, g, npieces(b), false, table, &done);
     if (!rc || !done)
         return rc;
     size_t n = pieces_len(b, done);
-    if (pieces_do(pool, b, g, done, true, &redone) ||
+    if (pieces_do(pool, b, g, done, true, table, &redone) ||
         backing_access(pool, b, g, n))
         ump_log_error("cannot map back %zu bytes at %p after a failed unmap: "
                       "their data is lost", tier_bytes(pool, n),
                       vas_addr(&pool->vas, g));
     return rc;
+}
+
+int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
+{
+    return map_at(pool, b, g, n, true);
+}
+
+int backing_unmap(ump_pool_t *pool, struct backing *b, size_t g)
+{
+    return unmap_at(pool, b, g, true);
+}
+
+int backing_alias(ump_pool_t *pool, struct backing *b, size_t g, size_t n)
+{
+    return map_at(pool, b, g, n, false);
+}
+
+int backing_unalias(ump_pool_t *pool, struct backing *b, size_t g)
+{
+    return unmap_at(pool, b, g, false);
+}
+
+void backing_rehome(ump_pool_t *pool, struct backing *b, size_t g)
+{
+    for (size_t i = 0, at = g; i < b->ndc; at += b->dc[i++]->n)
+        table_note(pool, b, i, at, true);
 }

@@ -34,5 +34,15 @@ int backing_map(ump_pool_t *pool, struct backing *b, size_t g, size_t n);
 /* Unmaps b from granule g on; its memory is kept. All or nothing: when the
  * driver refuses one piece, those unmapped before it are mapped back. */
 int backing_unmap(ump_pool_t *pool, struct backing *b, size_t g);
+/* Device memory mapped where it is and, at the same time, at granules
+ * [g, g+n) (a handle may be mapped at several addresses), for a swap
+ * (move.c): the granule table and the mapped bytes keep it where it was
+ * until backing_rehome. backing_alias maps (all or nothing, as
+ * backing_map), backing_unalias unmaps that second mapping. */
+int backing_alias(ump_pool_t *pool, struct backing *b, size_t g, size_t n);
+int backing_unalias(ump_pool_t *pool, struct backing *b, size_t g);
+/* b, unmapped from where it was (backing_unmap), is at its alias at g:
+ * the granule table and the mapped bytes say so now. */
+void backing_rehome(ump_pool_t *pool, struct backing *b, size_t g);
 
 #endif

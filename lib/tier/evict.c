@@ -4,12 +4,20 @@
  * Victims are segments the pool may move by itself: offloadable, not
  * UMP_HINT_NO_SPILL, live, unpinned and not claimed; among them, the one
  * whose next use is farthest as far as the pool can tell (the order below).
+ * Room is made three ways: when a move up needs it, as a swap with the
+ * victim when the two are of a size (swap_in: the copies overlap the
+ * driver's calls), else the victim goes down first; ahead, for the queued
+ * prefetches (evict_prefetch_room: the eviction worker's spill overlaps
+ * the prefetch worker's restore); and by the watermarks, unless that is
+ * known to cost (worth_draining).
  * Waiting cannot cycle: only room makers for a device wait (for a moving
  * segment, or for the evictions under way); a move down never waits for a
- * segment (it falls back to NVMe or fails), and the only unpinned moves up
- * are the prefetch worker's, one at a time. Room makers for the host tier
- * wait only for host memory being pinned, which never waits on anything.
- * Pool lock held throughout, dropped only inside moves and waits.
+ * segment (it falls back to NVMe or fails), a swap claims a victim that no
+ * one has claimed (the lock held from the choice to the claim), and the
+ * only unpinned moves up are the prefetch worker's, one at a time. Room
+ * makers for the host tier wait only for host memory being pinned, which
+ * never waits on anything. Pool lock held throughout, dropped only inside
+ * moves and waits.
  */
 #include "config.h"
 
@@ -59,7 +67,9 @@ static bool movable(const struct seg *s)
  * - A queued prefetch (ump_prefetch, UMP_ADVISE_WILLNEED), or the one the
  *   worker runs, is never a victim while anything else may go (only a
  *   request that would otherwise fail with -ENOMEM takes one, and the
- *   watermarks never do).
+ *   watermarks never do). One whose segment was acquired since it was
+ *   asked for is done (its use came) and protects nothing: the worker
+ *   skips it (worker.c).
  * - Prefetched and not yet acquired (t_want): used next, so evicted last
  *   of all, the latest request first (it is used last), until it is
  *   stale: unused after WANT_TICKS_PER_SEG ticks per tracked segment, it
@@ -120,22 +130,51 @@ static bool after(struct next_use a, struct next_use b)
     return a.cls != b.cls ? a.cls > b.cls : a.t > b.t;
 }
 
+/* Where evict_up brings s for a request to `device` (a device, or
+ * TIER_DEST_HOME): its home when the device reaches it, else the device;
+ * a failed one sends it to a working device (-1: none). */
+static int up_dest(ump_pool_t *pool, const struct seg *s, int device)
+{
+    int to = device == TIER_DEST_HOME ||
+                     topo_reaches(&pool->topo, device, s->home)
+                 ? s->home
+                 : device;
+    if (pool_dev_failed(pool, to))
+        to = evict_working_device(pool, device);
+    return to;
+}
+
 /* Marks the segments of the queued prefetches (and of the one the worker
  * runs) with a new epoch: every older mark is stale at once, so nothing
  * needs unmarking when a prefetch ends or its run is freed. A queued
  * pointer freed meanwhile marks nothing, or marks the run now there,
- * which the worker will prefetch indeed. */
-static void mark_queued(ump_pool_t *pool)
+ * which the worker will prefetch indeed; a segment acquired since it was
+ * asked for is not marked (the worker skips it). With need (per device),
+ * it also sums the granules the queued ones, not the one the worker runs
+ * (it makes its own room), must bring onto each device: each segment
+ * once, however often it is queued. */
+static void mark_queued(ump_pool_t *pool, size_t *need)
 {
     struct offload *o = pool->off;
     uint64_t epoch = ++o->pf_epoch;
     struct prefetch *pf = o->pf_cur ? o->pf_cur : o->pf_head;
+    for (int d = 0; need && d < pool->ndev; d++)
+        need[d] = 0;
     for (; pf; pf = pf == o->pf_cur ? o->pf_head : pf->next) {
         struct seg *s;
         size_t g1;
         struct res *res = worker_pf_res(pool, pf, &s, &g1);
-        for (; res && s < res->seg + res->nseg && s->g < g1; s++)
+        for (; res && s < res->seg + res->nseg && s->g < g1; s++) {
+            if (worker_pf_stale(pf, s) || s->pf_mark == epoch)
+                continue;
             s->pf_mark = epoch;
+            if (!need || pf == o->pf_cur || pf->device == UMP_LOC_HOST ||
+                s->tier == UMP_TIER_DEVICE || s->moving)
+                continue;
+            int to = up_dest(pool, s, pf->device);
+            if (to >= 0)
+                need[to] += s->n;
+        }
     }
 }
 
@@ -150,15 +189,22 @@ struct pick {
                            thread) */
     /* Device only: the latest next use predicted for a movable segment
      * held there now (pinned, or prefetched), after its coming use; 0:
-     * none known. */
+     * none known. The coming use ends a full interval before that at the
+     * earliest (now, for an acquire still bringing it up, whose last use
+     * is an interval old). */
     uint64_t held_after;
+    /* Device only: the segment off the device, homed there, whose use by
+     * its interval is due soonest (within half an interval past it, or
+     * later), and when; NULL: none. */
+    struct seg *due;
+    uint64_t due_t;
 };
 
 static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
 {
     struct offload *o = pool->off;
     *p = (struct pick){0};
-    mark_queued(pool);
+    mark_queued(pool, NULL);
     ump_list_for_each_reverse(s, &o->lru, struct seg, lru) {
         /* Lost with a failed device: nothing to move (front/failure.c). */
         if (!movable(s) ||
@@ -170,9 +216,16 @@ static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
         struct next_use n = next_use(o, s);
         if (tier == UMP_TIER_DEVICE && (here || s->dest == dev) && s->gap &&
             (s->pins || queued || n.cls == NEXT_WANTED)) {
-            uint64_t t = s->pins ? s->t_acq + s->gap : o->clock + s->gap;
+            uint64_t t = o->clock + s->gap;
             if (t > p->held_after)
                 p->held_after = t;
+        }
+        if (tier == UMP_TIER_DEVICE && s->tier != UMP_TIER_DEVICE &&
+            s->home == dev && s->gap && !s->moving &&
+            s->t_acq + s->gap + s->gap / 2 > o->clock &&
+            (!p->due || s->t_acq + s->gap < p->due_t)) {
+            p->due = s;
+            p->due_t = s->t_acq + s->gap;
         }
         if (s->pins)
             continue;
@@ -335,6 +388,30 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
     }
 }
 
+/*
+ * Room for s (on the host tier) on device dev, made by a swap with the
+ * victim room_locked would pick: its device memory takes s's data as its
+ * own goes down (move_swap), when it is s's size. A spill and then a
+ * restore would wait for four rounds of driver calls between the copies;
+ * the swap runs them beside the copies. Not when room is on its way (a
+ * move down under way, or a segment moving there: waited for instead), or
+ * memory kept for reuse makes it. -ENOMEM: make room the usual way.
+ */
+static int swap_in(ump_pool_t *pool, struct seg *s, int dev)
+{
+    if (pool->off->evicting[dev])
+        return -ENOMEM;
+    reclaim_kept(pool, dev, s->n);
+    if (chunks_available(pool, dev) >= s->n)
+        return -ENOMEM;
+    struct pick p;
+    pick(pool, UMP_TIER_DEVICE, dev, &p);
+    if (!p.best || p.wait || p.best->n != s->n)
+        return -ENOMEM;
+    int rc = move_swap(pool, s, p.best, dev);
+    return rc == -EAGAIN ? -ENOMEM : rc;
+}
+
 /* Granules the tiers below could take now: the host tier's room, plus
  * NVMe's (unbounded without an nvme_limit) when there is an NVMe tier. */
 static size_t room_below(const ump_pool_t *pool)
@@ -423,13 +500,11 @@ int evict_working_device(ump_pool_t *pool, int device)
 
 int evict_up(ump_pool_t *pool, struct seg *s, int device)
 {
-    int to = device == TIER_DEST_HOME || topo_reaches(&pool->topo, device, s->home)
-                 ? s->home
-                 : device;
     /* Its home failed while its data was down a tier: it survived, and
      * comes up on a device that works. The home stays what it was: the
      * statistics count the run there, from its allocation to its free. */
-    if (pool_dev_failed(pool, to) && (to = evict_working_device(pool, device)) < 0)
+    int to = up_dest(pool, s, device);
+    if (to < 0)
         return -EIO;
     int rc;
     res_move_begin(pool, s);
@@ -453,6 +528,8 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
         rc = s->tier == UMP_TIER_NVME
                  ? move_from_nvme(pool, s, UMP_TIER_DEVICE, to)
                  : move_mem(pool, s, UMP_TIER_DEVICE, to);
+        if (rc == -ENOMEM && s->tier == UMP_TIER_HOST)
+            rc = swap_in(pool, s, to);
         s->dest = -1;
         if (rc != -ENOMEM)
             break;
@@ -477,13 +554,59 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
  * In a cyclic loop, this keeps the device's last slot for the segment
  * whose turn comes soonest, as Belady's rule does, instead of emptying it
  * for headroom; a victim whose future is unknown drains as before.
+ *
+ * A third: a segment off the device, of the victim's size, is due before
+ * the victim's next use. The room is then not headroom but that
+ * segment's, whose acquire comes when it comes, in a loop right after the
+ * release that woke the drain (the work is done between an acquire and
+ * its release). Drained, the victim's copy and its driver calls would be
+ * waited for, then the restore's calls and copy; left for the acquire, it
+ * goes as a swap (move_swap), its calls beside the copies. Which is what
+ * Belady's rule does too: evict at the miss.
  */
 static bool worth_draining(const struct pick *p)
 {
     if (p->best_next.cls == NEXT_WANTED)
         return false;
-    return !p->best_next.known || p->best_next.cls != NEXT_LATER ||
-           p->best_next.t >= p->held_after;
+    if (!p->best_next.known || p->best_next.cls != NEXT_LATER)
+        return true;
+    if (p->due && p->due->n == p->best->n && p->due_t < p->best_next.t)
+        return false;
+    return p->best_next.t >= p->held_after;
+}
+
+/*
+ * The room the queued prefetches will need, made now. The prefetch worker
+ * runs them one at a time, each making its own room before it copies: a
+ * spill, then the restore it made room for, one after the other, while the
+ * link's other direction idles. The victim it will pick is the one picked
+ * now (the farthest next use, queued prefetches aside), since the loop
+ * asked for these before anything else: Belady's rule takes it at the
+ * prefetch's call, where the optimum counts the access. So this worker
+ * spills it now, while the prefetch worker still copies the one before,
+ * and the restore finds its room made (or coming: room_locked waits for
+ * it). Prefetched segments not used yet are no victims here (they are the
+ * next to be used); when nothing else is left, the prefetch worker decides
+ * for itself, as before.
+ */
+void evict_prefetch_room(ump_pool_t *pool)
+{
+    struct offload *o = pool->off;
+    size_t need[UMP_MAX_DEVICES];
+    mark_queued(pool, need);
+    for (int d = 0; d < pool->ndev; d++) {
+        while (!o->stopping && !o->full && need[d] &&
+               !pool_dev_failed(pool, d) &&
+               chunks_available(pool, d) + o->evicting[d] < need[d]) {
+            struct pick p;
+            pick(pool, UMP_TIER_DEVICE, d, &p);
+            if (!p.best || p.best_next.cls == NEXT_WANTED ||
+                evict_down(pool, p.best))
+                break;
+            /* The lock was dropped: the queue and the room changed. */
+            mark_queued(pool, need);
+        }
+    }
 }
 
 void evict_watermarks(ump_pool_t *pool)

@@ -31,6 +31,9 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device);
  * lower tier): device, if it is one and works, else the working device
  * with the most room; -1 when none works. */
 int evict_working_device(ump_pool_t *pool, int device);
+/* Moves down, now, what the queued prefetches will need room for on each
+ * device (the eviction worker's, ahead of the prefetch worker). */
+void evict_prefetch_room(ump_pool_t *pool);
 /* Watermarks: a device above the high one drains down to the low one. */
 void evict_watermarks(ump_pool_t *pool);
 

@@ -32,7 +32,8 @@ void host_put(ump_pool_t *pool, struct hpiece *list);
 int host_get(ump_pool_t *pool, int node, size_t n, struct hpiece **list_p);
 /* Bytes the tier could still give: free pieces and room to pin. */
 size_t host_room(const ump_pool_t *pool);
-/* Keeps host_reserve bytes pinned ahead of need, once the tier is used. */
+/* Keeps host_reserve bytes pinned ahead of need, once the tier is used,
+ * in pieces of the last request's size. */
 void host_refill(ump_pool_t *pool);
 /* Releases every free piece (ump_trim, destroy). */
 void host_trim(ump_pool_t *pool);

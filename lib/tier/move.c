@@ -106,17 +106,43 @@ void move_traffic(ump_pool_t *pool, int from_tier, int from_dev, int tier,
 
 /* --- moves ----------------------------------------------------------------- */
 
-/* Copies the n granules at s's address into the windows of the host pieces
- * list (at their offsets), one copy per piece, and waits. Pool lock not
- * held. */
+/* Queues the copies of granules [a, b) of s between its address and the
+ * windows of the host pieces list (at their offsets): into the windows
+ * (to_host), or out of them; one copy per piece the range meets. Pool lock
+ * not held. */
+static int copies_range(ump_pool_t *pool, void *stream, const struct seg *s,
+                        const struct hpiece *list, size_t a, size_t b,
+                        bool to_host)
+{
+    int rc = 0;
+    for (const struct hpiece *p = list; p && !rc; p = p->next) {
+        size_t lo = p->off > a ? p->off : a;
+        size_t hi = p->off + p->n < b ? p->off + p->n : b;
+        if (lo >= hi)
+            continue;
+        char *win = host_addr(pool, p) + tier_bytes(pool, lo - p->off);
+        void *va = vas_addr(&pool->vas, s->g + lo);
+        size_t len = tier_bytes(pool, hi - lo);
+        rc = to_host ? pool->be->memcpy_async(pool->bctx, win, va, len, stream)
+                     : pool->be->memcpy_async(pool->bctx, va, win, len, stream);
+    }
+    return rc;
+}
+
+/* Queues the copies of the n granules at s's address into the windows of
+ * the host pieces list (at their offsets), one copy per piece. Pool lock
+ * not held. */
+static int copies_to_host(ump_pool_t *pool, void *stream, const struct seg *s,
+                          const struct hpiece *list)
+{
+    return copies_range(pool, stream, s, list, 0, s->n, true);
+}
+
+/* copies_to_host, and waits. Pool lock not held. */
 static int copy_to_host(ump_pool_t *pool, void *stream, const struct seg *s,
                         const struct hpiece *list)
 {
-    int rc = 0;
-    for (const struct hpiece *p = list; p && !rc; p = p->next)
-        rc = pool->be->memcpy_async(pool->bctx, host_addr(pool, p),
-                                    vas_addr(&pool->vas, s->g + p->off),
-                                    tier_bytes(pool, p->n), stream);
+    int rc = copies_to_host(pool, stream, s, list);
     int rc2 = pool->be->stream_sync(pool->bctx, stream);
     return rc ? rc : rc2;
 }
@@ -133,17 +159,19 @@ static void **host_io_bufs(ump_pool_t *pool, const struct hpiece *list,
     return cpu;
 }
 
-/* Copies the windows of the host pieces list into the n granules at s's
- * address, one copy per piece, and waits. Pool lock not held. */
+/* Queues the copies of the windows of the host pieces list into the n
+ * granules at s's address, one copy per piece. Pool lock not held. */
+static int copies_from_host(ump_pool_t *pool, void *stream,
+                            const struct seg *s, const struct hpiece *list)
+{
+    return copies_range(pool, stream, s, list, 0, s->n, false);
+}
+
+/* copies_from_host, and waits. Pool lock not held. */
 static int copy_from_host(ump_pool_t *pool, void *stream, const struct seg *s,
                           const struct hpiece *list)
 {
-    int rc = 0;
-    for (const struct hpiece *p = list; p && !rc; p = p->next)
-        rc = pool->be->memcpy_async(pool->bctx,
-                                    vas_addr(&pool->vas, s->g + p->off),
-                                    host_addr(pool, p),
-                                    tier_bytes(pool, p->n), stream);
+    int rc = copies_from_host(pool, stream, s, list);
     int rc2 = pool->be->stream_sync(pool->bctx, stream);
     return rc ? rc : rc2;
 }
@@ -183,12 +211,14 @@ static int move_up_from_host(ump_pool_t *pool, struct seg *s, int dev,
     }
     room_ahead(pool, dev);
     bool copy = !s->discard;
+    pool->off->host_returning += tier_bytes(pool, n);
     pthread_mutex_unlock(&pool->lock);
     if (copy)
         rc = copy_from_host(pool, stream, s, src.host);
     if (copy && !rc) /* s is claimed: its tier and device hold still */
         move_traffic(pool, UMP_TIER_HOST, -1, UMP_TIER_DEVICE, dev, n);
     pthread_mutex_lock(&pool->lock);
+    pool->off->host_returning -= tier_bytes(pool, n);
     if (rc) {
         if (backing_unmap(pool, &dst, s->g) || backing_map(pool, &src, s->g, n))
             ump_log_error("cannot map %zu bytes at %p back to the host tier "
@@ -279,6 +309,195 @@ int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
         s->host = dst.host; /* device chunks: in the granule table now */
         backing_clear(&dst);
     }
+    return rc;
+}
+
+/* Waits for stream with the pool lock dropped; rc, or the sync's error
+ * when rc is 0. */
+static int sync_unlocked(ump_pool_t *pool, void *stream, int rc)
+{
+    pthread_mutex_unlock(&pool->lock);
+    int rc2 = pool->be->stream_sync(pool->bctx, stream);
+    pthread_mutex_lock(&pool->lock);
+    return rc ? rc : rc2;
+}
+
+/*
+ * A swap failed: both go back where they were. x's data is still in its
+ * host pieces (xb); v's is in hv for the granules copied down, and in its
+ * device memory (vb, aliased at x's address) but for the first `dirty`
+ * granules, which may hold x's by now: those come back from hv, at v's
+ * address (mapped there again if it was unmapped). What the driver
+ * refuses to undo is logged, as for the other moves.
+ */
+static void swap_revert(ump_pool_t *pool, struct seg *x, struct seg *v,
+                        struct backing *vb, struct backing *xb,
+                        struct backing *hv, bool v_unmapped, bool hv_mapped,
+                        size_t dirty, void *stream)
+{
+    size_t n = x->n;
+    if (hv_mapped && backing_unmap(pool, hv, v->g))
+        ump_log_error("cannot unmap the host copy at %p after a failed swap",
+                      vas_addr(&pool->vas, v->g));
+    if (backing_unalias(pool, vb, x->g) || backing_map(pool, xb, x->g, n))
+        ump_log_error("lost the mapping of %zu bytes at %p",
+                      tier_bytes(pool, n), vas_addr(&pool->vas, x->g));
+    if (v_unmapped && backing_map(pool, vb, v->g, n)) {
+        ump_log_error("lost the mapping of %zu bytes at %p",
+                      tier_bytes(pool, n), vas_addr(&pool->vas, v->g));
+        return;
+    }
+    if (v->discard || !dirty)
+        return;
+    pthread_mutex_unlock(&pool->lock);
+    int rc = copies_range(pool, stream, v, hv->host, 0, dirty, false);
+    pthread_mutex_lock(&pool->lock);
+    rc = sync_unlocked(pool, stream, rc);
+    if (rc)
+        ump_log_error("cannot copy %zu bytes back to %p after a failed swap: "
+                      "%s", tier_bytes(pool, dirty),
+                      vas_addr(&pool->vas, v->g), ump_strerror(rc));
+}
+
+/* Granule j of a swap of n granules in k pieces: where piece j starts. */
+static size_t swap_cut(size_t n, size_t k, size_t j)
+{
+    return j == k ? n : j * (n / k);
+}
+
+/*
+ * A swap: x, on the host tier, comes up into the device memory of v (of
+ * the same size, on device dev, the victim its room needs), which goes
+ * down to new host pieces. As a spill then a restore, each a move of its
+ * own, it would be two copies one after the other, with four rounds of
+ * driver calls between them (for 16 MiB, about a quarter of the copies'
+ * time on an H200: lib/topo/drivercost.c). Here the copies go in
+ * SWAP_PIECES pieces, each piece of x's copied up as soon as v's of the
+ * same place is down (an event per piece), so the two directions of the
+ * link run at once but for one piece, and the calls run while the copies
+ * do:
+ *
+ *   v's pieces down            | x's address switched to v's memory (an
+ *     x's pieces up, one       |   alias: v's address keeps it meanwhile)
+ *     behind                   | v's address switched to its host pieces,
+ *                              |   once all of x's are on their way
+ *
+ * v's address shows x's bytes where they have landed until it is
+ * switched, as x's shows v's until its own pieces land, and a move up
+ * from the host shows memory being filled (move_up_from_host): both are
+ * claimed, and neither is acquired (offloadable memory is used between
+ * ump_acquire and ump_release only), so nobody may look. Their data is
+ * never lost: a piece of v's is in its host pieces before x's is written
+ * over it, and x's stays in its own until the swap is over. A failure
+ * puts both back (swap_revert).
+ *
+ * x is claimed by the caller; v is claimed here. -EAGAIN: not a swap
+ * after all (v acquired or freed while host memory was made, or no host
+ * room for it): nothing moved, the caller makes room the usual way. Pool
+ * lock held, dropped while copies run.
+ */
+int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
+{
+    struct backing hv, vb, xb;
+    void *down, *up, *ev[SWAP_PIECES] = {0};
+    size_t n = x->n, k = n < SWAP_PIECES ? n : SWAP_PIECES;
+    int rc = move_stream_get(pool, dev, DIR_DOWN, &down);
+    if (!rc)
+        rc = move_stream_get(pool, dev, DIR_UP, &up);
+    for (size_t j = 0; j < k && !rc; j++)
+        rc = pool->be->event_create(pool->bctx, &ev[j]);
+    if (rc)
+        goto out_events;
+    res_move_begin(pool, v);
+    if (evict_host_room(pool, n) ||
+        backing_get(pool, UMP_TIER_HOST, -1, pool->topo.dev[v->home].numa, n,
+                    &hv)) {
+        rc = -EAGAIN;
+        goto out_claim;
+    }
+    /* The lock may have been dropped: v may be wanted now, or gone. */
+    if (v->pins || v->res->dead) {
+        rc = -EAGAIN;
+        goto out_host;
+    }
+    if ((rc = backing_of(pool, v, &vb)))
+        goto out_host;
+    backing_of(pool, x, &xb); /* host pieces: nothing to allocate */
+    bool vcopy = !v->discard, xcopy = !x->discard, aliased = false;
+    bool v_unmapped = false, hv_mapped = false;
+    size_t dirty = 0; /* granules of v's memory x's copies may have reached */
+    pool->off->host_returning += tier_bytes(pool, n);
+
+    pthread_mutex_unlock(&pool->lock);
+    for (size_t j = 0; j < k && !rc; j++) {
+        if (vcopy)
+            rc = copies_range(pool, down, v, hv.host, swap_cut(n, k, j),
+                              swap_cut(n, k, j + 1), true);
+        if (!rc)
+            rc = pool->be->event_record(pool->bctx, ev[j], down);
+    }
+    pthread_mutex_lock(&pool->lock);
+    if (!rc && !(rc = backing_unmap(pool, &xb, x->g))) {
+        if (!(rc = backing_alias(pool, &vb, x->g, n)))
+            aliased = true;
+        else if (backing_map(pool, &xb, x->g, n))
+            ump_log_error("lost the mapping of %zu bytes at %p",
+                          tier_bytes(pool, n), vas_addr(&pool->vas, x->g));
+    }
+    pthread_mutex_unlock(&pool->lock);
+    for (size_t j = 0; j < k && !rc; j++) {
+        rc = pool->be->event_sync(pool->bctx, ev[j]);
+        if (!rc && xcopy) {
+            dirty = swap_cut(n, k, j + 1);
+            rc = copies_range(pool, up, x, xb.host, swap_cut(n, k, j), dirty,
+                              false);
+        }
+    }
+    int rc2 = pool->be->stream_sync(pool->bctx, down); /* the rest of v's */
+    rc = rc ? rc : rc2;
+    pthread_mutex_lock(&pool->lock);
+    if (!rc) {
+        if (vcopy)
+            move_traffic(pool, UMP_TIER_DEVICE, dev, UMP_TIER_HOST, -1, n);
+        /* v's data is all down: its address goes to the host pieces while
+         * x's last pieces are copied. */
+        int mrc = backing_unmap(pool, &vb, v->g);
+        v_unmapped = !mrc;
+        if (v_unmapped)
+            mrc = backing_map(pool, &hv, v->g, n);
+        hv_mapped = v_unmapped && !mrc;
+        rc = mrc;
+    }
+    rc = sync_unlocked(pool, up, rc);
+    pool->off->host_returning -= tier_bytes(pool, n);
+    if (rc) {
+        if (aliased)
+            swap_revert(pool, x, v, &vb, &xb, &hv, v_unmapped, hv_mapped,
+                        dirty, up);
+        backing_clear(&vb);
+        goto out_host;
+    }
+    if (xcopy)
+        move_traffic(pool, UMP_TIER_HOST, -1, UMP_TIER_DEVICE, dev, n);
+    backing_rehome(pool, &vb, x->g);
+    backing_put(pool, &xb);
+    res_note_move(pool, x, UMP_TIER_DEVICE, dev);
+    x->host = NULL;
+    res_note_move(pool, v, UMP_TIER_HOST, -1);
+    v->host = hv.host;
+    backing_clear(&hv);
+    backing_clear(&vb);
+    pool->off->ctr[v->home].evictions++;
+    pool->off->swaps++;
+    goto out_claim;
+out_host:
+    backing_put(pool, &hv);
+out_claim:
+    res_move_end(pool, v);
+out_events:
+    for (size_t j = 0; j < k; j++)
+        if (ev[j])
+            pool->be->event_destroy(pool->bctx, ev[j]);
     return rc;
 }
 

@@ -15,6 +15,15 @@
 /* Moves claimed s, on a device or the host, to device dev (tier DEVICE)
  * or to the host tier (dev -1). -ENOMEM when there is no room there. */
 int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev);
+/* Pieces a swap's copies go in (move_swap): each of x's goes up as soon
+ * as v's of the same place is down. */
+#define SWAP_PIECES 4
+/* Brings claimed x, on the host tier, into the device memory of v, a
+ * segment of x's size on device dev that the pool may move, which goes to
+ * the host tier in its place, with the driver's calls run while the copies
+ * do (move.c says how). v is claimed here. -EAGAIN when it cannot be done
+ * after all (v acquired or freed meanwhile, no host room): nothing moved. */
+int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev);
 /* Moves claimed s, on a device or the host, to NVMe. -ENOSPC when there is
  * no NVMe tier or it is full, -EIO when the disk fails. */
 int move_to_nvme(ump_pool_t *pool, struct seg *s);

@@ -89,6 +89,8 @@ struct prefetch {
     void *ptr;
     size_t size;
     int device; /* a device, UMP_LOC_HOST or TIER_DEST_HOME */
+    uint64_t t; /* offload->clock when asked: a segment acquired since
+                   had the use it was for (worker.c) */
     struct prefetch *next;
 };
 
@@ -127,6 +129,7 @@ struct offload {
      * prefetch request, advice and tracked run (evict.c says why). */
     uint64_t clock;
     uint64_t pf_epoch;   /* the latest marking of queued prefetches */
+    uint64_t swaps;      /* moves up made as swaps (move_swap), for tests */
     void **stream;        /* [device * 2 + DIR_*], made on first use */
     struct tier_ctr *ctr; /* per home device */
     bool *draining;       /* per device: above high, not yet at low */
@@ -140,6 +143,8 @@ struct offload {
     size_t host_limit, host_reserve;
     size_t host_created, host_used, host_peak, host_free_bytes;
     size_t host_pinning;  /* of host_created: being pinned, lock dropped */
+    size_t host_returning; /* in use by moves up under way, free at their
+                              end: the reserve counts them (host.c) */
     uint64_t host_segs;
     struct hpiece *host_free;
     /* The host window: addresses of their own (reserved on the first pin,
@@ -149,6 +154,8 @@ struct offload {
     bool cpu_access;      /* config host_cpu_access: the CPU also reaches
                              the host tier at the segments' addresses */
     bool host_in_use;     /* refill the reserve only once it is used */
+    size_t host_hint;     /* granules of the last request: the reserve's
+                             pieces (host.c) */
     int host_fault;       /* test hook: the nth next creation fails */
     /* NVMe tier (xfer.c) */
     pthread_mutex_t io_lock;   /* the store: I/O, slots */

@@ -34,6 +34,11 @@ struct res *worker_pf_res(ump_pool_t *pool, const struct prefetch *pf,
     return r->res;
 }
 
+bool worker_pf_stale(const struct prefetch *pf, const struct seg *s)
+{
+    return s->t_acq > pf->t;
+}
+
 static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
 {
     struct seg *s;
@@ -45,6 +50,11 @@ static void prefetch_one(ump_pool_t *pool, struct prefetch *pf)
         return;
     res->busy++;
     for (; s < res->seg + res->nseg && s->g < g1 && !res->dead; s++) {
+        /* Acquired since it was asked: the use it was for came (and may
+         * have gone: bringing it up again now would be a restore nobody
+         * asked for). A later request has its own entry. */
+        if (worker_pf_stale(pf, s))
+            continue;
         if (pf->device == UMP_LOC_HOST) {
             res_move_begin(pool, s);
             if (s->tier == UMP_TIER_NVME && !evict_host_room(pool, s->n))
@@ -85,8 +95,8 @@ static void *prefetch_main(void *arg)
     return NULL;
 }
 
-/* The eviction worker: watermarks and the host reserve, when woken and
- * every WORKER_TICK_MS. */
+/* The eviction worker: room for the queued prefetches, watermarks and
+ * the host reserve, when woken and every WORKER_TICK_MS. */
 static void *evict_main(void *arg)
 {
     ump_pool_t *pool = arg;
@@ -95,6 +105,7 @@ static void *evict_main(void *arg)
     pthread_mutex_lock(&pool->lock);
     while (!o->stopping) {
         k->kicked = false;
+        evict_prefetch_room(pool);
         evict_watermarks(pool);
         host_refill(pool);
         if (o->stopping)
@@ -144,13 +155,17 @@ int worker_queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest)
     struct prefetch *pf = malloc(sizeof(*pf));
     if (!pf)
         return -ENOMEM;
-    *pf = (struct prefetch){ptr, size, dest, NULL};
+    *pf = (struct prefetch){ptr, size, dest, o->clock, NULL};
     if (o->pf_tail)
         o->pf_tail->next = pf;
     else
         o->pf_head = pf;
     o->pf_tail = pf;
     worker_wake(pool, W_PREFETCH);
+    /* The room it will need is made now, while the prefetch worker still
+     * copies the one before (evict_prefetch_room). */
+    if (dest != UMP_LOC_HOST)
+        worker_wake(pool, W_EVICT);
     return 0;
 }
 

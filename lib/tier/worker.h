@@ -1,8 +1,9 @@
 /*
  * Workers: the two background threads of a pool's tiers, started on first
  * need. The prefetch worker runs the queue of ump_prefetch / WILLNEED in
- * order (moves up); the eviction worker keeps the watermarks and the host
- * reserve, when woken and every WORKER_TICK_MS (moves down). Both run with
+ * order (moves up); the eviction worker makes the room the queued ones
+ * will need, keeps the watermarks and the host reserve, when woken and
+ * every WORKER_TICK_MS (moves down). Both run with
  * pool->lock held except while a move copies or they sleep.
  */
 #ifndef UMP_TIER_WORKER_H
@@ -25,6 +26,9 @@ int worker_queue_prefetch(ump_pool_t *pool, void *ptr, size_t size, int dest);
  * left its devices. Pool lock held. */
 struct res *worker_pf_res(ump_pool_t *pool, const struct prefetch *pf,
                           struct seg **s_p, size_t *g1_p);
+/* Was s acquired since pf was asked for (pf has nothing left to do for
+ * it)? Pool lock held. */
+bool worker_pf_stale(const struct prefetch *pf, const struct seg *s);
 /* Stops and joins both workers; they do not start again. Pool lock not
  * held. */
 void worker_stop(ump_pool_t *pool);

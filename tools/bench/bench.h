@@ -29,6 +29,15 @@
 #define BENCH_OFFLOAD_MIN_SIZE ((size_t)4 << 20)   /* and a multiple of 1M */
 #define BENCH_OFFLOAD_MIN_BUDGET ((size_t)8 << 20)
 #define BENCH_OFFLOAD_MAX_REPS 100
+#define BENCH_OFFLOAD_MAX_LOOPS 8      /* members of --loop */
+#define BENCH_OFFLOAD_MAX_TENSORS 64   /* tensors of one loop */
+
+/* One oversubscribed loop of offload's family: tensors visited in order
+ * through a device that holds dev of them, each visit prefetching the
+ * next `prefetch`. */
+struct bench_loop {
+    int tensors, dev, prefetch;
+};
 
 struct bench_offload_opts {
     const char *config; /* --config: appended to the scenario's keys */
@@ -36,6 +45,10 @@ struct bench_offload_opts {
     size_t size;        /* --size; 0: the default */
     size_t budget;      /* --budget; 0: size / 2 */
     int reps;           /* --reps; 0: the default */
+    bool host_moves; /* --moves host: device<->host only, no NVMe */
+    /* --loop: 0 the default family, -1 none, else the members given */
+    int nloops;
+    struct bench_loop loops[BENCH_OFFLOAD_MAX_LOOPS];
     bool json;
 };
 
@@ -82,6 +95,7 @@ struct bench_opts {
     bool alloc_opts; /* an alloc-only option was given */
     struct bench_offload_opts off;
     bool offload_opts; /* an offload-only option was given */
+    bool loop_opt;     /* --loop or --moves was given (offload's alone) */
     struct bench_replay_opts replay;
     bool replay_opts; /* --capacity was given */
     struct bench_coll_opts coll;

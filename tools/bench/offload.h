@@ -31,17 +31,39 @@
 #define POLL_NS 20000L
 #define POLL_MAX_NS (60 * 1000000000ull)
 
-#define LOOP_PER_BUDGET 4 /* tensors the device budget holds */
-#define LOOP_TENSORS (3 * LOOP_PER_BUDGET)
+/* A loop's device holds D of its tensors, which are budget / max(D,
+ * LOOP_PER_BUDGET, N / LOOP_TIMES_BUDGET) rounded down to a power of two:
+ * as in the first member (12 of budget / 4), at most 3x the budget in
+ * all, so that a member with more tensors or slots takes no longer. */
+#define LOOP_PER_BUDGET 4
+#define LOOP_TIMES_BUDGET 3
+/* Untimed rounds before the timed ones: the pool predicts a tensor's next
+ * use from its last two acquires, so it has seen the cycle only once
+ * every tensor was acquired twice (the first round writes them). */
+#define LOOP_WARM_ROUNDS 2
+/* Timed rounds: at least LOOP_ROUNDS, and LOOP_MIN_VISITS visits, so that
+ * a short cycle's few restores a round are not judged on a handful (one
+ * restore more is 11% of 9). */
 #define LOOP_ROUNDS 3
-#define LOOP_PREFETCH 2
-#define LOOP_BASE_REPS 12 /* raw copies of one tensor, each way */
+#define LOOP_MIN_VISITS 36
+#define LOOP_BASE_REPS 8 /* raw copies of one tensor, each way */
+/* Rounds Belady's rule runs for a loop's sustained optimum: its start
+ * (the best contents) saves at most a device's worth of restores, under
+ * an eighth of a tensor per round here. */
+#define LOOP_OPT_ROUNDS 64
+/* The end of a loop's moves, which no call reports: the pool's move
+ * counters unchanged for this long, or for LOOP_QUIET_COPIES copies of one
+ * tensor at the raw rate if longer (a move of the loop never lasts that
+ * long). */
+#define LOOP_QUIET_MIN_NS (50 * 1000000ull)
+#define LOOP_QUIET_COPIES 4
 
 #define TARGET_XFER 0.9 /* umpool / raw, at least */
 #define TARGET_LOOP 1.15 /* wall / ideal, at most */
 #define TARGET_RESTORES 1.10 /* restores / Belady's optimum, at most */
 
-/* The moves of (a), in the order of the table. */
+/* The moves of (a), in the order of the table (device<->host first:
+ * --moves host runs those two only). */
 enum xfer { X_D2H, X_H2D, X_H2N, X_N2H, X_D2N, X_N2D, X_COUNT };
 
 struct xfer_desc {
@@ -132,27 +154,43 @@ int disk_durable(const char *path, size_t size, bool write, bool fresh,
 /* ---- the run ------------------------------------------------------------ */
 
 struct loop_res {
+    struct bench_loop spec; /* tensors, device slots, prefetch depth */
+    char *config;           /* its pool's */
     size_t capacity; /* device 0's, as ump_stats gives it */
     size_t tensor;
-    int tensors, rounds;
+    int rounds;
     double wall_s;
-    double first_s;               /* the untimed round */
+    double first_s;               /* the untimed rounds */
     double acquire_s, prefetch_s; /* inside those calls, of wall_s */
     uint64_t spill_bytes, restore_bytes, evictions;
     int dev_tensors;     /* tensors the device holds: capacity / tensor */
-    long opt_restores;   /* Belady's for the timed rounds; -1: unknown */
-    long floor_restores; /* the same for their acquires alone */
+    /* Belady's restores per round, sustained (offload.c: loop_optimum);
+     * -1: unknown */
+    double opt_per_round;
+    double floor_per_round;  /* the same for the acquires alone */
+    double window_per_round; /* Belady's for the timed rounds alone, from
+                                the best contents */
     double restores;     /* the pool's, in tensors: restore_bytes / tensor */
     double touch_gbs;         /* ump_memset_async on a resident tensor */
     double base_ns[2][LOOP_BASE_REPS]; /* raw copies of one tensor: */
     double d2h_gbs, h2d_gbs;           /* device->host, host->device */
     char why[300];                     /* why there are none */
     double pool_moves_s; /* the pool's own moved bytes at the raw rates */
-    double transfer_s;   /* the optimum's: opt_restores each way */
+    double transfer_s;   /* the optimum's moves of the timed rounds, each
+                            way */
     double touch_s, ideal_s;
     bool ideal_ok; /* the raw copies ran */
     bool nvme_used; /* the NVMe tier held data: the ideal is a lower bound */
 };
+
+/* A member's verdicts: ratios, and whether they meet the targets (a ratio
+ * that cannot be computed is no verdict: n/a). */
+struct loop_verdict {
+    double restores_ratio, wall_ratio;
+    bool restores_known, wall_known;
+    bool restores_ok, wall_ok;
+};
+void loop_judge(const struct loop_res *l, struct loop_verdict *v);
 
 struct off {
     const struct bench_offload_opts *o;
@@ -161,8 +199,9 @@ struct off {
     struct spill_dir dir;
     char engine[64];    /* what the NVMe store should use, and why */
     char *config;       /* (a)'s pool */
-    char *loop_config;  /* (b)'s pool */
+    bool sim_machine;   /* the scenario sets the sim's machine up */
     const char *backend;
+    int nmoves; /* (a)'s moves: X_COUNT, or the first two (--moves host) */
     struct copy_base copy;
     struct disk_base disk;
     ump_pool_t *pool;
@@ -172,7 +211,8 @@ struct off {
     double base_ns[X_COUNT][BENCH_OFFLOAD_MAX_REPS];
     double ump_gbs[X_COUNT], base_gbs[X_COUNT];
     bool base_ok[X_COUNT];
-    struct loop_res loop;
+    int nloops; /* (b)'s members; 0: (b) not run */
+    struct loop_res loop[BENCH_OFFLOAD_MAX_LOOPS];
 };
 
 /* The results on stdout, as JSON or as a table. */

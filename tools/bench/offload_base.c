@@ -204,6 +204,16 @@ double copy_model_gbs(const struct copy_base *c)
                    : 0;
 }
 
+/* size bytes of private memory, every page present; NULL when there is
+ * none. */
+static void *populated(size_t size)
+{
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
 void copy_setup(struct copy_base *c, bool cuda, size_t size, unsigned pace)
 {
     memset(c, 0, sizeof(*c));
@@ -221,13 +231,16 @@ void copy_setup(struct copy_base *c, bool cuda, size_t size, unsigned pace)
         return;
     }
     c->name = c->pace ? "H200 copy" : "memcpy";
-    c->dev = malloc(size);
-    c->host = malloc(size);
+    /* Faulted in now, as the pool's chunks are backed before they move:
+     * MAP_POPULATE does it for a fraction of what touching each page costs
+     * on a virtual machine (a GiB: about 1.5 s against 4.5 s on the 2-core
+     * one this was written on). */
+    c->dev = populated(size);
+    c->host = populated(size);
     if (!c->dev || !c->host) {
         snprintf(c->why, sizeof(c->why), "out of memory");
         return;
     }
-    /* Faulted in now: the pool's chunks are backed before they move. */
     memset(c->dev, FILL, size);
     memset(c->host, ~FILL & 0xff, size);
     c->ok = true;
@@ -245,8 +258,10 @@ void copy_cleanup(struct copy_base *c)
         return;
     }
 #endif
-    free(c->dev);
-    free(c->host);
+    if (c->dev)
+        munmap(c->dev, c->size);
+    if (c->host)
+        munmap(c->host, c->size);
 }
 
 void copy_run(struct copy_base *c, bool to_host, double *ns_p)

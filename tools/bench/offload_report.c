@@ -61,18 +61,71 @@ static void json_num(double v, bool ok, int prec)
         printf("null");
 }
 
+/* One member of (b) as a JSON object. */
+static void json_loop(const struct off *x, const struct loop_res *l)
+{
+    struct loop_verdict v;
+
+    loop_judge(l, &v);
+    printf("{\"spec\": \"%d:%d:%d\", \"tensors\": %d, \"prefetch_depth\": %d, "
+           "\"config\": ", l->spec.tensors, l->spec.dev, l->spec.prefetch,
+           l->spec.tensors, l->spec.prefetch);
+    json_string(stdout, l->config);
+    printf(", \"device_capacity\": %zu, \"tensor_size\": %zu, \"rounds\": %d, "
+           "\"warm_rounds\": %d, \"wall_s\": %.6f, \"untimed_s\": %.4f, "
+           "\"in_acquire_s\": %.4f, \"in_prefetch_s\": %.4f, \"spill_bytes\": %" PRIu64
+           ", \"restore_bytes\": %" PRIu64 ", \"evictions\": %" PRIu64
+           ", \"touch_gbs\": %.3f, \"touch_s\": %.4f, \"raw_d2h_gbs\": ",
+           l->capacity, l->tensor, l->rounds, LOOP_WARM_ROUNDS, l->wall_s,
+           l->first_s,
+           l->acquire_s, l->prefetch_s, l->spill_bytes, l->restore_bytes,
+           l->evictions, l->touch_gbs, l->touch_s);
+    json_num(l->d2h_gbs, l->ideal_ok, 3);
+    printf(", \"raw_h2d_gbs\": ");
+    json_num(l->h2d_gbs, l->ideal_ok, 3);
+    printf(", \"raw_baseline\": ");
+    json_string(stdout, x->copy.name);
+    printf(", \"device_tensors\": %d, \"restores_per_round\": %.3f, "
+           "\"optimal_restores_per_round\": ", l->dev_tensors,
+           l->restores / l->rounds);
+    json_num(l->opt_per_round, l->opt_per_round >= 0, 3);
+    printf(", \"floor_restores_per_round\": ");
+    json_num(l->floor_per_round, l->floor_per_round >= 0, 3);
+    printf(", \"window_restores_per_round\": ");
+    json_num(l->window_per_round, l->window_per_round >= 0, 3);
+    printf(", \"restores_ratio\": ");
+    json_num(v.restores_ratio, v.restores_known, 3);
+    printf(", \"restores_ok\": ");
+    if (v.restores_known)
+        printf("%s", v.restores_ok ? "true" : "false");
+    else
+        printf("null");
+    printf(", \"pool_moves_s\": ");
+    json_num(l->pool_moves_s, l->ideal_ok, 4);
+    printf(", \"transfer_s\": ");
+    json_num(l->transfer_s, l->ideal_ok, 6);
+    printf(", \"ideal_s\": ");
+    json_num(l->ideal_s, v.wall_known, 6);
+    printf(", \"ratio\": ");
+    json_num(v.wall_ratio, v.wall_known, 3);
+    printf(", \"ok\": ");
+    if (v.wall_known)
+        printf("%s", v.wall_ok ? "true" : "false");
+    else
+        printf("null");
+    if (!l->ideal_ok) {
+        printf(", \"reason\": ");
+        json_string(stdout, l->why);
+    }
+    printf(", \"ideal_is_lower_bound\": %s}", l->nvme_used ? "true" : "false");
+}
+
 void offload_print_json(const struct off *x)
 {
-    const struct loop_res *l = &x->loop;
-    bool lok = l->ideal_ok && l->ideal_s > 0;
-    bool ook = l->opt_restores > 0;
-
     printf("{\"scenario\": \"offload\", \"umpool_version\": ");
     json_string(stdout, ump_version_string());
     printf(", \"config\": ");
     json_string(stdout, x->config);
-    printf(", \"loop_config\": ");
-    json_string(stdout, x->loop_config);
     printf(", \"backend\": ");
     json_string(stdout, x->backend);
     /* 0: the device<->host baseline is not paced to the H200 model */
@@ -93,7 +146,7 @@ void offload_print_json(const struct off *x)
     printf("}, \"method\": \"medians over reps; GB/s = size / time; each "
            "baseline runs next to the move it is compared with, before it in "
            "even reps and after it in odd ones\", \"transfers\": [");
-    for (int d = 0; d < X_COUNT; d++) {
+    for (int d = 0; d < x->nmoves; d++) {
         printf("%s\n  {\"direction\": \"%s\", \"call\": ", d ? "," : "",
                xfers[d].key);
         json_string(stdout, xfers[d].call);
@@ -111,40 +164,14 @@ void offload_print_json(const struct off *x)
         }
         printf("}");
     }
-    printf("\n], \"loop\": {\"device_capacity\": %zu, \"tensors\": %d, "
-           "\"tensor_size\": %zu, \"rounds\": %d, \"prefetch_depth\": %d, "
-           "\"wall_s\": %.4f, \"untimed_round_s\": %.4f, \"in_acquire_s\": "
-           "%.4f, \"in_prefetch_s\": %.4f, \"spill_bytes\": %" PRIu64
-           ", \"restore_bytes\": %" PRIu64
-           ", \"evictions\": %" PRIu64 ", \"touch_gbs\": %.3f, "
-           "\"touch_s\": %.4f, \"raw_d2h_gbs\": ",
-           l->capacity, l->tensors, l->tensor, l->rounds, LOOP_PREFETCH,
-           l->wall_s, l->first_s, l->acquire_s, l->prefetch_s, l->spill_bytes,
-           l->restore_bytes,
-           l->evictions, l->touch_gbs, l->touch_s);
-    json_num(l->d2h_gbs, l->ideal_ok, 3);
-    printf(", \"raw_h2d_gbs\": ");
-    json_num(l->h2d_gbs, l->ideal_ok, 3);
-    printf(", \"device_tensors\": %d, \"restores_per_round\": %.3f, "
-           "\"optimal_restores_per_round\": ", l->dev_tensors,
-           l->restores / l->rounds);
-    json_num((double)l->opt_restores / l->rounds, l->opt_restores >= 0, 3);
-    printf(", \"floor_restores_per_round\": ");
-    json_num((double)l->floor_restores / l->rounds, l->floor_restores >= 0,
-             3);
-    printf(", \"restores_ratio\": ");
-    json_num(l->restores / (double)l->opt_restores, ook, 3);
-    printf(", \"restores_target\": %.2f, \"pool_moves_s\": ",
-           TARGET_RESTORES);
-    json_num(l->pool_moves_s, l->ideal_ok, 4);
-    printf(", \"transfer_s\": ");
-    json_num(l->transfer_s, l->ideal_ok, 4);
-    printf(", \"ideal_s\": ");
-    json_num(l->ideal_s, lok, 4);
-    printf(", \"ratio\": ");
-    json_num(l->wall_s / l->ideal_s, lok, 3);
-    printf(", \"ideal_is_lower_bound\": %s, \"target\": %.2f}}\n",
-           l->nvme_used ? "true" : "false", TARGET_LOOP);
+    printf("\n], \"loop_budget\": %zu, \"loop_targets\": {\"restores_ratio\": "
+           "%.2f, \"ratio\": %.2f}, \"loops\": [", x->budget,
+           TARGET_RESTORES, TARGET_LOOP);
+    for (int m = 0; m < x->nloops; m++) {
+        printf("%s\n  ", m ? "," : "");
+        json_loop(x, &x->loop[m]);
+    }
+    printf("\n]}\n");
 }
 
 static void print_header(const struct off *x)
@@ -167,9 +194,10 @@ static void print_header(const struct off *x)
     printf("\n(a) moves of one offloadable %s allocation on device 0, "
            "median of %d; GB/s = bytes / time\n",
            fmt_size(x->size, sz, sizeof(sz)), x->reps);
-    printf("  NVMe->host: ump_prefetch(UMP_LOC_HOST), then ump_ptr_info "
-           "polled every %ld us until no chunk is on NVMe\n",
-           POLL_NS / 1000);
+    if (x->nmoves == X_COUNT)
+        printf("  NVMe->host: ump_prefetch(UMP_LOC_HOST), then ump_ptr_info "
+               "polled every %ld us until no chunk is on NVMe\n",
+               POLL_NS / 1000);
     if (!x->copy.ok)
         printf("  device<->host baseline: n/a (%s)\n", x->copy.why);
     else if (x->copy.cuda)
@@ -187,6 +215,10 @@ static void print_header(const struct off *x)
     else
         printf("  device<->host baseline: memcpy between two prefaulted "
                "buffers (what the sim backend's\n  copies do)\n");
+    if (x->nmoves < X_COUNT) { /* --moves host */
+        printf("\n");
+        return;
+    }
     if (x->disk.kind == DISK_FIO)
         printf("  host<->NVMe baseline: %s --ioengine=io_uring --direct=1 "
                "--bs=1M --iodepth=32 in the spill directory\n", x->disk.fio);
@@ -216,16 +248,109 @@ static void pace_note(const struct off *x)
            "H200's\n", slow, model, x->copy.pace);
 }
 
+/* A ratio and its verdict, padded to a column of 12 characters unless it
+ * ends the line. */
+static void print_ratio(double ratio, bool known, bool ok, bool last)
+{
+    const char *v = !known ? "" : ok ? "ok" : "above";
+
+    if (known)
+        printf("%6.3f", ratio);
+    else
+        printf("%6s", "n/a");
+    if (last)
+        printf("%s%s", *v ? " " : "", v);
+    else
+        printf(" %-5s ", v);
+}
+
+/* (b): one row per member, then what they share. */
+static void print_loops(const struct off *x)
+{
+    const struct loop_res *l0 = &x->loop[0];
+    double dmin = 0, dmax = 0, hmin = 0, hmax = 0;
+    int above = 0, unknown = 0;
+    bool nvme = false;
+    char a[32];
+
+    printf("\n(b) oversubscribed loops, one a row: N offloadable tensors "
+           "through a device of D of\n  them, each the largest power of two "
+           "at most budget %s / max(D, %d, N / %d);\n  %d untimed rounds, "
+           "then at least %d timed ones (and %d visits); each visit in "
+           "order:\n  ump_prefetch of the next P, ump_acquire, check, "
+           "ump_memset_async, ump_release.\n  Restores per round against "
+           "Belady's optimum for those calls, the rate it sustains\n  (floor: "
+           "the same for the acquires alone, which no policy beats); wall "
+           "against\n  the ideal: the optimum's moves of the timed rounds each "
+           "way at the raw rates of\n  one tensor's copy (medians of %d, half "
+           "before the rounds, half after), or the\n  touches alone "
+           "(ump_memset_async on a resident tensor) if longer\n",
+           fmt_size(x->budget, a, sizeof(a)), LOOP_PER_BUDGET,
+           LOOP_TIMES_BUDGET, LOOP_WARM_ROUNDS, LOOP_ROUNDS, LOOP_MIN_VISITS,
+           LOOP_BASE_REPS);
+    printf("  pool config of the first \"%s\"\n  (the others: device_mem, "
+           "and host_limit, for their own tensors)\n\n", l0->config);
+    printf("%-12s| %8s | %8s %7s %6s %-12s | %7s %8s %s\n", "loop N:D:P",
+           "tensor", "restores", "Belady", "floor", " ratio", "wall s",
+           "ideal s", " wall/ideal");
+    for (int m = 0; m < x->nloops; m++) {
+        const struct loop_res *l = &x->loop[m];
+        struct loop_verdict v;
+        char spec[32];
+
+        loop_judge(l, &v);
+        snprintf(spec, sizeof(spec), "loop %d:%d:%d", l->spec.tensors,
+                 l->spec.dev, l->spec.prefetch);
+        printf("%-12s| %8s | %8.2f ", spec, fmt_size(l->tensor, a, sizeof(a)),
+               l->restores / l->rounds);
+        if (l->opt_per_round >= 0)
+            printf("%7.2f %6.2f ", l->opt_per_round, l->floor_per_round);
+        else
+            printf("%7s %6s ", "n/a", "n/a");
+        print_ratio(v.restores_ratio, v.restores_known, v.restores_ok, false);
+        printf("| %7.3f ", l->wall_s);
+        if (v.wall_known)
+            printf("%8.3f%s", l->ideal_s, l->nvme_used ? "*" : " ");
+        else
+            printf("%8s ", "n/a");
+        print_ratio(v.wall_ratio, v.wall_known, v.wall_ok, true);
+        printf("\n");
+        above += (v.restores_known && !v.restores_ok) +
+                 (v.wall_known && !v.wall_ok);
+        unknown += !v.restores_known + !v.wall_known;
+        nvme = nvme || l->nvme_used;
+        if (!l->ideal_ok)
+            continue;
+        if (!dmax || l->d2h_gbs < dmin)
+            dmin = l->d2h_gbs;
+        if (!hmax || l->h2d_gbs < hmin)
+            hmin = l->h2d_gbs;
+        dmax = l->d2h_gbs > dmax ? l->d2h_gbs : dmax;
+        hmax = l->h2d_gbs > hmax ? l->h2d_gbs : hmax;
+    }
+    printf("  targets: restores <= %.2fx Belady's, wall <= %.2fx the ideal; "
+           "%d above, %d n/a\n", TARGET_RESTORES, TARGET_LOOP, above,
+           unknown);
+    if (dmax > 0)
+        printf("  raw copies of one tensor (%s): device->host %.2f-%.2f "
+               "GB/s, host->device\n  %.2f-%.2f GB/s\n", x->copy.name, dmin,
+               dmax, hmin, hmax);
+    for (int m = 0; m < x->nloops; m++)
+        if (!x->loop[m].ideal_ok)
+            printf("  loop %d:%d:%d: no ideal (%s)\n", x->loop[m].spec.tensors,
+                   x->loop[m].spec.dev, x->loop[m].spec.prefetch,
+                   x->loop[m].why);
+    if (nvme)
+        printf("  * a lower bound: some data went to NVMe\n");
+}
+
 void offload_print_table(const struct off *x)
 {
-    const struct loop_res *l = &x->loop;
-    char a[32], b[32];
-
     print_header(x);
     printf("%-12s | %-33s | %8s | %-10s %8s | %8s | %s\n", "direction",
            "umpool call", "ump GB/s", "baseline", "GB/s", "ump/base",
            "target");
-    for (int d = 0; d < X_COUNT; d++) {
+    for (int d = 0; d < x->nmoves; d++) {
         bool ok = x->base_ok[d];
         double ratio = ok ? x->ump_gbs[d] / x->base_gbs[d] : 0;
 
@@ -241,63 +366,11 @@ void offload_print_table(const struct off *x)
         else
             printf(" -\n");
     }
+    if (x->nmoves < X_COUNT)
+        printf("(--moves host: no move to or from NVMe)\n");
     pace_note(x);
-    printf("\n(b) oversubscribed loop: %d offloadable tensors of %s (%.1fx "
-           "the device's %s), %d rounds\n  after an untimed one; in order: "
-           "ump_prefetch of the next %d, ump_acquire, check,\n  "
-           "ump_memset_async, ump_release\n",
-           l->tensors, fmt_size(l->tensor, a, sizeof(a)),
-           (double)l->tensor * l->tensors / (double)l->capacity,
-           fmt_size(l->capacity, b, sizeof(b)), l->rounds, LOOP_PREFETCH);
-    printf("  pool config \"%s\"\n", x->loop_config);
-    printf("  wall time        %8.3f s  (in ump_acquire %.3f s, in ump_prefetch "
-           "%.3f s; the untimed\n%32sround took %.3f s)\n", l->wall_s,
-           l->acquire_s, l->prefetch_s, "", l->first_s);
-    printf("  moved            %s down, %s up (spill_bytes, restore_bytes); "
-           "%" PRIu64 " evictions\n",
-           fmt_size(l->spill_bytes, a, sizeof(a)),
-           fmt_size(l->restore_bytes, b, sizeof(b)), l->evictions);
-    printf("  restores/round   %8.2f    ", l->restores / l->rounds);
-    if (l->opt_restores > 0) {
-        double ratio = l->restores / (double)l->opt_restores;
-
-        printf("optimum %.2f (Belady's rule on the calls in order, a\n"
-               "%32sdevice of %d tensors, from its best contents): %.3f x\n"
-               "%32s(target <= %.2f%s); acquires alone %.2f: no policy\n"
-               "%32smoves less, however late it prefetches\n",
-               (double)l->opt_restores / l->rounds, "", l->dev_tensors,
-               ratio, "", TARGET_RESTORES,
-               ratio <= TARGET_RESTORES ? " ok" : " above",
-               (double)l->floor_restores / l->rounds, "");
-    } else {
-        printf("optimum %s\n", l->opt_restores ? "n/a" : "0: no restore "
-               "needed");
-    }
-    if (l->ideal_ok) {
-        printf("  at raw bandwidth %8.3f s  (the optimum's moves, %ld tensors "
-               "each way; %s of one\n%32stensor, medians of %d, half before "
-               "the rounds, half\n%32safter: device->host %.2f GB/s, "
-               "host->device %.2f GB/s)\n", l->transfer_s, l->opt_restores,
-               x->copy.name, "", LOOP_BASE_REPS, "", l->d2h_gbs, l->h2d_gbs);
-        printf("  the pool's moves %8.3f s  (at the same rates)\n",
-               l->pool_moves_s);
-    } else {
-        printf("  at raw bandwidth      n/a  (%s)\n", l->why);
-    }
-    printf("  touches alone    %8.3f s  (ump_memset_async at %.2f GB/s on a "
-           "resident tensor)\n", l->touch_s, l->touch_gbs);
-    if (l->ideal_ok && l->ideal_s > 0) {
-        double ratio = l->wall_s / l->ideal_s;
-
-        printf("  ideal            %8.3f s  (the longer of the two%s)\n",
-               l->ideal_s, l->nvme_used ? "; a lower bound: some data went "
-               "to NVMe" : "");
-        printf("  without overlap  %8.3f s  (transfers, then touches)\n",
-               l->transfer_s + l->touch_s);
-        printf("  wall / ideal     %8.3f    (target <= %.2f%s)\n", ratio,
-               TARGET_LOOP, ratio <= TARGET_LOOP ? " ok" : " above");
-    } else {
-        printf("  wall / ideal          n/a\n");
-    }
+    if (x->nloops)
+        print_loops(x);
+    else
+        printf("\n(b) the loops: not run (--loop none)\n");
 }
-

@@ -67,14 +67,20 @@ static void usage(FILE *f)
             "          pinned cuMemcpy with sim_driver_costs:h200-timed;\n"
             "          pinned cuMemcpy on cuda; fio when in PATH, else\n"
             "          io_uring with O_DIRECT), and a\n"
-            "          loop over offloadable tensors 3x the device budget\n"
+            "          family of oversubscribed loops over offloadable\n"
+            "          tensors, each against Belady's fewest moves\n"
             "    --dir DIR      spill directory (default $TMPDIR unless it is\n"
             "                   tmpfs, else /var/tmp)\n"
             "    --size BYTES   bytes per transfer, a multiple of 1M, min 4M\n"
             "                   (default 256M; 1G with backend:cuda)\n"
-            "    --budget BYTES the loop's device budget (default --size / 2,\n"
-            "                   min 8M)\n"
+            "    --budget BYTES the loops' device budget (default --size / 2,\n"
+            "                   min 8M): tensors of budget / max(D, 4)\n"
             "    --reps N       repetitions; medians are shown (default 5)\n"
+            "    --moves WHICH  all (default), or host: device<->host only\n"
+            "    --loop SPEC    the loops: family (default), none, or\n"
+            "                   N:D:P[,N:D:P...]: N tensors, a device of D\n"
+            "                   of them, prefetch depth P (12:4:2 is the\n"
+            "                   family's first, the loop of earlier versions)\n"
             "  preload interposed cuMemAlloc+cuMemFree (libumpool-preload) beside\n"
             "          ump_alloc+ump_free and the driver's own pair, same run\n"
             "          (backend cuda; --iters: pairs per batch)\n"
@@ -342,11 +348,64 @@ static int parse_coll_opt(const char *name, const char *val,
     }
 }
 
+/* offload's --loop: "family", "none", or members N:D:P separated by ','
+ * (N tensors, a device of D of them, prefetch depth P). false when it is
+ * none of those. */
+static bool parse_loops(const char *val, struct bench_offload_opts *off)
+{
+    int n = 0;
+
+    if (!strcmp(val, "family")) {
+        off->nloops = 0;
+        return true;
+    }
+    if (!strcmp(val, "none")) {
+        off->nloops = -1;
+        return true;
+    }
+    for (const char *p = val;; p++) {
+        struct bench_loop l;
+        int used = 0;
+
+        if (n == BENCH_OFFLOAD_MAX_LOOPS ||
+            sscanf(p, "%d:%d:%d%n", &l.tensors, &l.dev, &l.prefetch,
+                   &used) != 3 || !used || (p[used] && p[used] != ','))
+            return false;
+        /* Fewer slots than tensors (else nothing moves), and no prefetch
+         * wrapping round to the visit's own tensor. */
+        if (l.tensors < 2 || l.tensors > BENCH_OFFLOAD_MAX_TENSORS ||
+            l.dev < 1 || l.dev >= l.tensors || l.prefetch < 0 ||
+            l.prefetch >= l.tensors)
+            return false;
+        off->loops[n++] = l;
+        p += used;
+        if (!*p)
+            break;
+    }
+    off->nloops = n;
+    return true;
+}
+
 /* One of offload's options into off; 0, or -EINVAL after printing why. */
 static int parse_offload_opt(const char *name, const char *val,
                              struct bench_offload_opts *off)
 {
-    if (!strcmp(name, "--dir")) {
+    if (!strcmp(name, "--moves")) {
+        if (strcmp(val, "all") && strcmp(val, "host")) {
+            usage_error("bad --moves '%s' (all, or host: device<->host "
+                        "only)", val);
+            return -EINVAL;
+        }
+        off->host_moves = !strcmp(val, "host");
+    } else if (!strcmp(name, "--loop")) {
+        if (!parse_loops(val, off)) {
+            usage_error("bad --loop '%s' (family, none, or up to %d of "
+                        "N:D:P, ',' between: N tensors (2..%d), a device "
+                        "of D < N of them, prefetch depth P < N)", val,
+                        BENCH_OFFLOAD_MAX_LOOPS, BENCH_OFFLOAD_MAX_TENSORS);
+            return -EINVAL;
+        }
+    } else if (!strcmp(name, "--dir")) {
         /* ',' would end the value inside the pool's config string. */
         if (!*val || strchr(val, ',')) {
             usage_error("bad --dir '%s' (a directory, without ',')", val);
@@ -455,6 +514,7 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
                       !strcmp(name, "--threads") || !strcmp(name, "--iters") ||
                       !strcmp(name, "--dir") || !strcmp(name, "--size") ||
                       !strcmp(name, "--budget") || !strcmp(name, "--reps") ||
+                      !strcmp(name, "--loop") || !strcmp(name, "--moves") ||
                       !strcmp(name, "--capacity") || !strcmp(name, "-b") ||
                       !strcmp(name, "-e") || !strcmp(name, "-f") ||
                       !strcmp(name, "-d") || !strcmp(name, "-o") ||
@@ -475,10 +535,13 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
         if (!strcmp(name, "--config")) {
             o->config = val;
         } else if (!strcmp(name, "--dir") || !strcmp(name, "--size") ||
-                   !strcmp(name, "--budget") || !strcmp(name, "--reps")) {
+                   !strcmp(name, "--budget") || !strcmp(name, "--reps") ||
+                   !strcmp(name, "--loop") || !strcmp(name, "--moves")) {
             if (parse_offload_opt(name, val, &o->off))
                 return EXIT_USAGE;
             o->offload_opts = true;
+            o->loop_opt = o->loop_opt || !strcmp(name, "--loop") ||
+                          !strcmp(name, "--moves");
         } else if (name[0] == '-' && name[1] != '-') { /* coll's */
             if (parse_coll_opt(name, val, &o->coll))
                 return EXIT_USAGE;
@@ -542,8 +605,13 @@ int main(int argc, char **argv)
         return rc;
     if (o.offload_opts && strcmp(o.scenario, "offload") &&
         strcmp(o.scenario, "resilience")) {
-        usage_error("--dir, --size, --budget and --reps belong to offload "
-                    "(and all but --budget to resilience)");
+        usage_error("--dir, --size, --budget, --reps, --moves and --loop "
+                    "belong to offload (and --dir, --size and --reps to "
+                    "resilience too)");
+        return EXIT_USAGE;
+    }
+    if (o.loop_opt && strcmp(o.scenario, "offload")) {
+        usage_error("--moves and --loop belong to offload");
         return EXIT_USAGE;
     }
     if (o.coll_opts && strcmp(o.scenario, "coll")) {

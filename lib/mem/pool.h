@@ -142,6 +142,7 @@ struct dev_state {
     size_t idle_n;            /* granules of the idle chunks */
     struct chunk *idle;       /* created, not mapped */
     struct ump_list blocks;   /* cached blocks, most recently freed first */
+    struct block *spare_block; /* for a free when malloc fails (chunks.c) */
     struct run *runs;         /* freed runs parked whole (runs_free) */
     size_t nruns, parked;     /* how many, and their bytes */
     uint64_t chunks_created, chunks_released;
@@ -191,6 +192,7 @@ struct ump_pool {
     size_t chunk_size;    /* the granule: unit of addresses, slabs, stitching */
     unsigned chunk_shift;
     size_t max_chunk_n;   /* largest chunk, in granules */
+    size_t warm_chunk_n;  /* largest while freed memory is held (chunks.h) */
     unsigned nsmall;      /* small classes used (fit twice in a chunk) */
     unsigned nbins;       /* nsmall + RUN_TCACHE_MAX */
     size_t small_max;     /* largest size served from slabs */

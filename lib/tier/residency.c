@@ -14,6 +14,7 @@
 #include "mem/runs.h"
 #include "mem/slab.h"
 #include "tier/backing.h"
+#include "tier/move.h"
 #include "tier/residency.h"
 #include "tier/xfer.h"
 #include "util/internal.h"
@@ -153,6 +154,9 @@ int res_get(ump_pool_t *pool, struct run *r, struct res **res_p)
         *res_p = r->res;
         return 0;
     }
+    /* A chunk is what moves: one a neighbour shares cannot (res_unshare). */
+    if (chunks_shared(pool, r->start, r->n))
+        return -EBUSY;
     size_t nseg = 0;
     for (size_t g = r->start; g < r->start + r->n; g += chunks_at(pool, g)->n)
         nseg++;
@@ -176,6 +180,45 @@ int res_get(ump_pool_t *pool, struct run *r, struct res **res_p)
     }
     r->res = res;
     *res_p = res;
+    return 0;
+}
+
+/* Does a live run other than r, or a slab with live objects, hold
+ * granules of chunk c? */
+static bool other_live(ump_pool_t *pool, const struct chunk *c,
+                       const struct run *r)
+{
+    for (size_t g = c->g; g < c->g + c->n; g++) {
+        uintptr_t t = vas_tag(&pool->vas, g);
+        if (vas_tag_kind(t) == VAS_SLAB) {
+            const struct slab *s = vas_tag_owner(t);
+            if (s->nfree < s->nobj)
+                return true;
+        } else if (vas_tag_kind(t) == VAS_RUN) {
+            const struct run *o = vas_tag_owner(t);
+            if (o != r && obj_state(atomic_load_explicit(
+                              &o->word, memory_order_relaxed)) == OBJ_LIVE)
+                return true;
+        }
+    }
+    return false;
+}
+
+int res_unshare(ump_pool_t *pool, struct run *r, bool alone)
+{
+    while (chunks_shared(pool, r->start, r->n)) {
+        const struct chunk *c = chunks_at(pool, r->start);
+        if (c->g == r->start && c->n <= r->n) /* the first is whole */
+            c = chunks_at(pool, r->start + r->n - 1);
+        if (alone && other_live(pool, c, r))
+            return -EBUSY;
+        void *stream;
+        int rc = move_stream_get(pool, c->device, DIR_DOWN, &stream);
+        if (!rc)
+            rc = chunks_unshare(pool, c->g, stream);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 

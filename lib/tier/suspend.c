@@ -277,15 +277,51 @@ static int down_one(ump_pool_t *pool, struct slab *s, struct run *r,
                : run_down(pool, r, tier);
 }
 
+/* A slab or a live run on a device that shares a chunk gets its own. */
+static int unshare_one(ump_pool_t *pool, struct slab *s, struct run *r,
+                       void *arg)
+{
+    (void)arg;
+    int rc = 0;
+    if (s) {
+        if (!s->away && !place_is_host(pool, s->device) && !slab_lost(pool, s) &&
+            chunks_shared(pool, s->granule, 1)) {
+            void *stream;
+            rc = move_stream_get(pool, s->device, DIR_DOWN, &stream);
+            if (!rc)
+                rc = chunks_unshare(pool, s->granule, stream);
+        }
+        if (rc)
+            ump_log_error("ump_pool_suspend: cannot give a slab at %p a "
+                          "chunk of its own: %s", s->base, ump_strerror(rc));
+        return rc;
+    }
+    if (r->res || place_is_host(pool, r->device) ||
+        chunks_range_failed(pool, r->start, r->n))
+        return 0;
+    rc = res_unshare(pool, r, false);
+    if (rc)
+        ump_log_error("ump_pool_suspend: cannot give the allocation at %p "
+                      "chunks of its own: %s", vas_addr(&pool->vas, r->start),
+                      ump_strerror(rc));
+    return rc;
+}
+
 int offload_suspend(ump_pool_t *pool, int tier)
 {
     if (tier == UMP_TIER_NVME && !pool->off->nvme) {
         ump_log_error("ump_pool_suspend: no NVMe tier (nvme_dir is not set)");
         return -EINVAL;
     }
+    /* A chunk is what moves: every live run that shares one (carved,
+     * mem/chunks.h) gets its own first, which is safe here since nothing
+     * runs on the pool's memory now; parked runs are free memory. */
+    runs_unpark_all(pool);
+    int rc = runs_walk(pool, unshare_one, NULL);
     /* runs_walk reads each tag afresh: moves drop the lock, and frees
      * may change what the walk has not reached yet. */
-    int rc = runs_walk(pool, down_one, &tier);
+    if (!rc)
+        rc = runs_walk(pool, down_one, &tier);
     if (rc) {
         ump_log_error("ump_pool_suspend: cannot move everything down (%s); "
                       "what moved is moved back", ump_strerror(rc));

@@ -184,6 +184,44 @@ static void test_no_carve(void **state)
     }
 }
 
+/* Holes (cached granules of a chunk a live allocation shares) are not
+ * room for placement: with device 0 full but for an 8 MiB hole, an
+ * offloadable 8 MiB allocation (whole chunks only) and a plain 6 MiB one
+ * (carving is off past half the device) asked of device 0 land on device
+ * 1, which the policy spills to, rather than failing. */
+static void test_holes_not_room(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:64M,tcache:false");
+    char *big = tu_alloc(pool, 16 * TU_MIB, 0);
+    tu_free(pool, big);
+    char *x = tu_alloc(pool, 4 * TU_MIB, 0);
+    char *hole = tu_alloc(pool, 8 * TU_MIB, 0);
+    char *z = tu_alloc(pool, 4 * TU_MIB, 0);
+    tu_free(pool, hole);
+    assert_int_equal(ump_trim(pool), 0); /* the parked run: a hole */
+    char *fill = tu_alloc(pool, 48 * TU_MIB, 0);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, st.capacity);
+    assert_int_equal(st.cached_bytes, 8 * TU_MIB);
+    ump_hints_t h = tu_hints(0);
+    h.flags = UMP_HINT_OFFLOAD;
+    void *o, *q;
+    assert_int_equal(ump_alloc(pool, 8 * TU_MIB, &h, &o), 0);
+    assert_int_equal(tu_info(pool, o).device, 1);
+    assert_int_equal(chunks_of(pool, o, 8 * TU_MIB), 1);
+    h.flags = 0;
+    assert_int_equal(ump_alloc(pool, 6 * TU_MIB, &h, &q), 0);
+    assert_int_equal(tu_info(pool, q).device, 1);
+    tu_free(pool, q);
+    tu_free(pool, o);
+    tu_free(pool, fill);
+    tu_free(pool, z);
+    tu_free(pool, x);
+    tu_pool_destroy(pool);
+}
+
 /* Below half the device, carving goes on after a shared chunk is freed
  * and cached again: the stress of many sizes leaves every byte where it
  * was written, and the statistics' invariants hold throughout. */
@@ -531,6 +569,7 @@ int main(void)
         cmocka_unit_test(test_carve),
         cmocka_unit_test(test_no_carve),
         cmocka_unit_test(test_carve_many),
+        cmocka_unit_test(test_holes_not_room),
         cmocka_unit_test(test_parked_run_reused),
         cmocka_unit_test(test_big_idle_chunk_released_for_small),
         cmocka_unit_test(test_fault_map),

@@ -541,10 +541,10 @@ static void test_suspend_cycles(void **state)
 }
 
 /* Carved memory (mem/chunks.h): runs and slabs that share the chunks of
- * a freed 32 MiB run on device 0. A checkpoint restores them whole; a
- * suspend first gives each a chunk of its own (nothing runs meanwhile),
- * then moves them down, the device empty; a resume brings every byte
- * back. */
+ * a freed 32 MiB run on device 0, the rest of the device full. A
+ * checkpoint restores them whole; a suspend moves the rest down, then
+ * gives each carved one a chunk of its own (nothing runs meanwhile) and
+ * moves it down, the device empty; a resume brings every byte back. */
 static void test_carved(void **state)
 {
     (void)state;
@@ -571,6 +571,10 @@ static void test_carved(void **state)
         assert_ptr_equal(info.chunk_base, big);
         assert_int_equal(info.chunk_size, 32 * MIB);
     }
+    /* and the device full: giving them chunks of their own needs room,
+     * which the suspend makes first */
+    add(&l, tu_alloc(pool, 64 * MIB, 0), 64 * MIB, UMP_KIND_DEVICE);
+    assert_int_equal(tu_stats(pool, 0).reserved_bytes, 96 * MIB);
     fill(pool, &l);
     size_t live = live_bytes(pool);
     char ck[128];

@@ -427,6 +427,14 @@ static void test_carved_lost(void **state)
     tu_free(pool, a[1][0]);
     tu_free(pool, a[1][2]);
     assert_int_equal(tu_stats(pool, 2).reserved_bytes, 16 * MIB);
+    /* the failed device's freed granules serve nobody */
+    char *q = tu_alloc(pool, 4 * MIB, 2);
+    ump_ptr_info_t iq = tu_info(pool, q);
+    assert_int_not_equal(iq.device, 2);
+    assert_false(iq.lost);
+    tu_fill(q, 4 * MIB, 9);
+    tu_assert_pattern(q, 4 * MIB, 9);
+    tu_free(pool, q);
     tu_free(pool, a[1][1]);
     st = tu_stats(pool, 2);
     assert_int_equal(st.reserved_bytes, 0);

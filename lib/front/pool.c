@@ -65,6 +65,7 @@ static bool objects_kept(ump_pool_t *pool, int device)
 
 void pool_reclaim_device(ump_pool_t *pool, int device)
 {
+    pool_poll_pending(pool, false); /* frees whose streams are done */
     if (runs_kept(pool, device) || objects_kept(pool, device))
         pool_flush_tcaches(pool);
 }

@@ -22,6 +22,29 @@ static bool chunk_in(const struct chunk *c, size_t g, size_t n)
     return c->g >= g && c->g + c->n <= g + n;
 }
 
+/* Granules [g, g+n) of place d join (cached) or leave the cached blocks.
+ * Each chunk counts its cached granules (ncached); those of a chunk that
+ * is not wholly cached are holes (ds->holes), cached memory that only
+ * carving can reuse: a live allocation shares its chunk, so it can
+ * neither be stitched nor given back. */
+static void cached_note(ump_pool_t *pool, int d, size_t g, size_t n,
+                        bool cached)
+{
+    struct dev_state *ds = &pool->dev[d];
+    for (size_t e = g + n; g < e;) {
+        struct chunk *c = chunks_at(pool, g);
+        size_t hi = c->g + c->n < e ? c->g + c->n : e;
+        size_t was = c->ncached < c->n ? c->ncached : 0;
+        c->ncached = cached ? c->ncached + (hi - g) : c->ncached - (hi - g);
+        ds->holes = ds->holes - was + (c->ncached < c->n ? c->ncached : 0);
+        g = hi;
+    }
+    if (cached)
+        ds->cached += chunk_bytes(pool, n);
+    else
+        ds->cached -= chunk_bytes(pool, n);
+}
+
 bool chunks_shared(ump_pool_t *pool, size_t g, size_t n)
 {
     return !chunk_in(chunks_at(pool, g), g, n) ||
@@ -44,8 +67,9 @@ size_t chunks_available(ump_pool_t *pool, int device)
         return 0;
     struct dev_state *ds = &pool->dev[device];
     size_t room = ds->capacity > ds->created ? ds->capacity - ds->created : 0;
+    /* Holes serve only carving, and only requests that fit them. */
     return (room >> pool->chunk_shift) + ds->idle_n +
-           (ds->cached >> pool->chunk_shift);
+           (ds->cached >> pool->chunk_shift) - ds->holes;
 }
 
 void chunks_available_all(ump_pool_t *pool, size_t *avail)
@@ -85,6 +109,10 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n,
 {
     struct dev_state *ds = &pool->dev[device];
     struct block *best = NULL, *fit = NULL;
+    /* A failed device's blocks hold granules of chunks lost allocations
+     * still share: never handed out. */
+    if (pool_dev_failed(pool, device))
+        return -ENOENT;
     /* Best fit, most recently freed first: an exact match ends the search.
      * A bigger block serves whole chunks at its front; carving, it serves
      * its front whatever the chunks (the smallest that is big enough). A
@@ -108,6 +136,7 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n,
     if (!best)
         return -ENOENT;
     *start_p = best->start;
+    cached_note(pool, device, best->start, n, false);
     if (best->n == n) {
         block_unlink(ds, best);
         free(best);
@@ -115,7 +144,6 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n,
         best->start += n; /* the rest keeps its tags: they name best */
         best->n -= n;
     }
-    ds->cached -= chunk_bytes(pool, n);
     return 0;
 }
 
@@ -192,7 +220,7 @@ static int block_cut(ump_pool_t *pool, struct block *b, size_t g, size_t k)
     } else {
         b->n -= k;
     }
-    ds->cached -= chunk_bytes(pool, k);
+    cached_note(pool, (int)(ds - pool->dev), g, k, false);
     return 0;
 }
 
@@ -416,7 +444,7 @@ static int backend_create(ump_pool_t *pool, int d, size_t size,
     return rc;
 }
 
-/* A new chunk of device of want granules (a power of two), fewer where the
+/* A new chunk of device of want granules, fewer where the
  * device has less room. -ENOMEM when the device has no room. */
 static int create_chunk(ump_pool_t *pool, int device, size_t want,
                         struct chunk **c_p)
@@ -452,6 +480,7 @@ static int create_chunk(ump_pool_t *pool, int device, size_t want,
     c->device = device;
     c->n = n;
     c->g = 0;
+    c->ncached = 0;
     c->next = NULL;
     ds->created += chunk_bytes(pool, n);
     if (ds->created > ds->created_peak)
@@ -727,6 +756,8 @@ int chunks_extend(ump_pool_t *pool, int device, size_t n,
     struct dev_state *ds = &pool->dev[device];
     struct vas *v = &pool->vas;
     struct block *best = NULL;
+    if (pool_dev_failed(pool, device))
+        return -ENOENT;
     /* Free addresses follow the block: it ends with a whole chunk. It may
      * begin inside one that a live run shares. */
     ump_list_for_each(b, &ds->blocks, struct block, link)
@@ -743,7 +774,7 @@ int chunks_extend(ump_pool_t *pool, int device, size_t n,
     struct block b = *best;
     block_unlink(ds, best);
     free(best);
-    ds->cached -= chunk_bytes(pool, b.n);
+    cached_note(pool, device, b.start, b.n, false);
     vas_set(v, b.start, b.n, VAS_FREE, NULL);
     size_t left = n - b.n, at = b.start + b.n, nc = 0;
     struct chunk **cs = malloc(left * sizeof(*cs));
@@ -767,9 +798,10 @@ int chunks_extend(ump_pool_t *pool, int device, size_t n,
 }
 
 /* Whole chunks of granules [g, g+k) go idle (mapped nowhere); a carved
- * edge's chunk, which a live run shares, cannot: its granules are lost
- * to reuse (logged) until the pool goes. Only where no block can hold
- * them. */
+ * edge's chunk, which a live run shares, cannot: its granules, tagged
+ * free but still mapped (and so in no free range), are lost to reuse
+ * (logged) until chunks_unshare gives their addresses back. Only where no
+ * block can hold them. */
 static void give_back(ump_pool_t *pool, size_t g, size_t k)
 {
     size_t e = g + k;
@@ -780,6 +812,7 @@ static void give_back(ump_pool_t *pool, size_t g, size_t k)
             ump_log_error("out of memory for a cached block: %zu freed "
                           "bytes of a shared chunk are not reused",
                           chunk_bytes(pool, ce - g));
+            vas_set(&pool->vas, g, ce - g, VAS_FREE, NULL);
         } else if (unmap_to_idle(pool, g, c->n)) {
             ump_log_error("cannot cache or unmap %zu freed bytes",
                           chunk_bytes(pool, c->n));
@@ -836,7 +869,7 @@ static void cache_segment(ump_pool_t *pool, int d, size_t g, size_t k)
         free(r);
     }
     block_push(ds, b);
-    ds->cached += chunk_bytes(pool, k);
+    cached_note(pool, d, g, k, true);
     if (!ds->spare_block)
         ds->spare_block = malloc(sizeof(*ds->spare_block));
     /* A failed device's memory is never used again: every chunk that is
@@ -993,55 +1026,59 @@ void chunks_release_surplus(ump_pool_t *pool, int device)
     }
 }
 
-/* --- unsharing a carved chunk ---------------------------------------------- */
+/* --- unsharing a carved chunk --------------------------------------------- */
 
 /* One owner's granules of a chunk being unshared: a run's or a slab's
- * (given a chunk of its own, filled at staging granules st), or a cached
- * block's. */
+ * (given chunks of its own cs[0..nc), filled at staging granules st), a
+ * cached block's, or none's (granules lost to reuse: give_back). */
 struct piece {
     size_t g, n;
-    bool run;
-    struct chunk **cs; /* the new chunks, nc of them */
+    int kind; /* VAS_RUN or VAS_SLAB: an owner's; VAS_CACHED, VAS_FREE */
+    struct chunk **cs;
     size_t nc, st;
 };
 
-/* Unmaps the chunks mapped at granules [g, g+n), which stay the caller's
- * (not idle), and leaves the addresses as they were tagged. */
-static int unmap_in_place(ump_pool_t *pool, size_t g, size_t n)
+static bool piece_owned(const struct piece *p)
+{
+    return p->kind == VAS_RUN || p->kind == VAS_SLAB;
+}
+
+/* Unmaps chunk c where the granule table has it mapped (nothing if
+ * nowhere). */
+static int unmap_one(ump_pool_t *pool, struct chunk *c)
 {
     struct vas *v = &pool->vas;
-    for (size_t e = g + n; g < e;) {
-        struct chunk *c = chunks_at(pool, g);
-        int rc = pool->be->unmap(pool->bctx, vas_addr(v, g),
-                                 chunk_bytes(pool, c->n));
-        if (rc)
-            return rc;
-        for (size_t j = g; j < g + c->n; j++)
-            v->gran[j].chunk = NULL;
-        pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
-        g += c->n;
-    }
+    if (v->gran[c->g].chunk != c)
+        return 0;
+    int rc = pool->be->unmap(pool->bctx, vas_addr(v, c->g),
+                             chunk_bytes(pool, c->n));
+    if (rc)
+        return rc;
+    for (size_t j = c->g; j < c->g + c->n; j++)
+        v->gran[j].chunk = NULL;
+    pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
     return 0;
 }
 
-/* Maps chunks cs[0..nc) one after the other from granule g, addresses the
- * caller owns (tagged as they stay), and gives device d's accessors
- * access. On error what it mapped is unmapped again. */
-static int map_in_place(ump_pool_t *pool, struct chunk **cs, size_t nc,
-                        size_t g, int d)
+/* Maps chunks cs[0..nc) one after the other from granule g, which the
+ * caller owns, and gives device d's accessors access; on error what it
+ * mapped is unmapped again. */
+static int map_all(ump_pool_t *pool, struct chunk **cs, size_t nc, size_t g,
+                   int d)
 {
-    struct vas *v = &pool->vas;
     size_t at, i;
     int rc = map_in_order(pool, cs, nc, g, &i, &at);
     if (!rc) {
         int devs[UMP_MAX_DEVICES];
         int nd = chunks_accessors(pool, d, devs);
-        rc = pool->be->set_access(pool->bctx, vas_addr(v, g),
+        rc = pool->be->set_access(pool->bctx, vas_addr(&pool->vas, g),
                                   chunk_bytes(pool, at - g), devs, nd);
     }
-    if (rc && at > g && unmap_in_place(pool, g, at - g))
-        ump_log_error("cannot undo the mapping of %zu bytes at %p",
-                      chunk_bytes(pool, at - g), vas_addr(v, g));
+    for (size_t k = 0; rc && k < i; k++)
+        if (unmap_one(pool, cs[k]))
+            ump_log_error("cannot undo the mapping of %zu bytes at %p",
+                          chunk_bytes(pool, cs[k]->n),
+                          vas_addr(&pool->vas, cs[k]->g));
     return rc;
 }
 
@@ -1055,22 +1092,118 @@ static size_t pieces_of(ump_pool_t *pool, const struct chunk *c,
         uintptr_t t = vas_tag(v, g);
         for (e = g + 1; e < c->g + c->n && vas_tag(v, e) == t;)
             e++;
-        UMP_ASSERT(vas_tag_kind(t) != VAS_FREE);
-        pt[np++] = (struct piece){.g = g, .n = e - g,
-                                  .run = vas_tag_kind(t) != VAS_CACHED};
+        pt[np++] = (struct piece){.g = g, .n = e - g, .kind = vas_tag_kind(t)};
     }
     return np;
 }
 
-/* Undoes the staging of pt[0..np): the new chunks go idle. */
+/* The new chunks of pt[0..np) go back: unmapped wherever they are and
+ * idle, their staging addresses free again. One the driver will not
+ * unmap stays where it is, with its addresses (logged). */
 static void unstage(ump_pool_t *pool, struct piece *pt, size_t np)
 {
+    struct vas *v = &pool->vas;
     for (size_t i = 0; i < np; i++) {
-        if (pt[i].cs && pt[i].nc && unmap_to_idle(pool, pt[i].st, pt[i].n))
-            ump_log_error("cannot unmap a staging range: %zu bytes lost",
-                          chunk_bytes(pool, pt[i].n));
-        free(pt[i].cs);
-        pt[i].cs = NULL;
+        struct piece *p = &pt[i];
+        bool staging_clear = true;
+        for (size_t k = 0; k < p->nc; k++) {
+            struct chunk *c = p->cs[k];
+            bool at_staging = v->gran[c->g].chunk == c && c->g >= p->st &&
+                              c->g < p->st + p->n;
+            if (unmap_one(pool, c)) {
+                ump_log_error("cannot unmap %zu bytes at %p: lost",
+                              chunk_bytes(pool, c->n), vas_addr(v, c->g));
+                staging_clear &= !at_staging;
+                continue;
+            }
+            chunks_idle_push(pool, c);
+        }
+        if (p->nc && staging_clear)
+            vas_give(v, p->st, p->n);
+        free(p->cs);
+        p->cs = NULL;
+        p->nc = 0;
+    }
+}
+
+/* New chunks for piece p on device d, mapped at staging addresses and
+ * filled from the piece by a copy queued on stream. On error nothing is
+ * left of them. */
+static int stage(ump_pool_t *pool, struct piece *p, int d, void *stream)
+{
+    struct vas *v = &pool->vas;
+    size_t nc = 0;
+    bool took = false;
+    int rc = (p->cs = malloc(p->n * sizeof(*p->cs))) ? 0 : -ENOMEM;
+    if (!rc)
+        rc = gather(pool, d, p->n, p->cs, &nc);
+    if (!rc && !(took = !vas_take(v, p->n, &p->st)))
+        rc = -ENOMEM;
+    if (!rc && !(rc = map_all(pool, p->cs, nc, p->st, d)))
+        rc = pool->be->memcpy_async(pool->bctx, vas_addr(v, p->st),
+                                    vas_addr(v, p->g),
+                                    chunk_bytes(pool, p->n), stream);
+    if (rc) {
+        /* nothing of this piece's is in flight: its copy was not queued */
+        bool clear = true;
+        for (size_t k = 0; k < nc; k++) {
+            if (unmap_one(pool, p->cs[k])) {
+                ump_log_error("cannot unmap %zu bytes at %p: lost",
+                              chunk_bytes(pool, p->cs[k]->n),
+                              vas_addr(v, p->cs[k]->g));
+                clear = false;
+                continue;
+            }
+            chunks_idle_push(pool, p->cs[k]);
+        }
+        if (took && clear)
+            vas_give(v, p->st, p->n);
+        free(p->cs);
+        p->cs = NULL;
+        return rc;
+    }
+    p->nc = nc;
+    return 0;
+}
+
+/* Maps chunk c back at its addresses with its accessors' access, after a
+ * failed switch: its memory still holds every owner's data. */
+static void remap_shared(ump_pool_t *pool, struct chunk *c)
+{
+    struct vas *v = &pool->vas;
+    int devs[UMP_MAX_DEVICES];
+    int nd = chunks_accessors(pool, c->device, devs);
+    int rc = pool->be->map(pool->bctx, vas_addr(v, c->g),
+                           chunk_bytes(pool, c->n), c->handle);
+    if (!rc)
+        rc = pool->be->set_access(pool->bctx, vas_addr(v, c->g),
+                                  chunk_bytes(pool, c->n), devs, nd);
+    if (rc) {
+        ump_log_error("cannot map %zu bytes back at %p after a failed "
+                      "unshare: their data is lost (%s)",
+                      chunk_bytes(pool, c->n), vas_addr(v, c->g),
+                      ump_strerror(rc));
+        return;
+    }
+    for (size_t j = c->g; j < c->g + c->n; j++)
+        v->gran[j].chunk = c;
+    pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
+}
+
+/* c's cached pieces of pt[0..np) back into cached blocks (c mapped), or,
+ * with c gone for good, free addresses. */
+static void uncut(ump_pool_t *pool, const struct piece *pt, size_t np,
+                  bool mapped)
+{
+    for (size_t i = 0; i < np; i++) {
+        if (pt[i].kind != VAS_CACHED)
+            continue;
+        if (mapped) {
+            chunks_cache(pool, pt[i].g, pt[i].n);
+        } else if (vas_give(&pool->vas, pt[i].g, pt[i].n)) {
+            ump_log_error("out of memory for the address range table: %zu "
+                          "granules of addresses lost", pt[i].n);
+        }
     }
 }
 
@@ -1085,44 +1218,34 @@ int chunks_unshare(ump_pool_t *pool, size_t g, void *stream)
     if (!pt)
         return -ENOMEM;
     size_t np = pieces_of(pool, c, pt);
-    /* Each run's piece: new chunks at staging addresses, filled from c. */
-    for (size_t i = 0; i < np && !rc; i++) {
-        struct piece *p = &pt[i];
-        if (!p->run)
-            continue;
-        if (!(p->cs = malloc(p->n * sizeof(*p->cs))))
-            rc = -ENOMEM;
-        if (!rc && (rc = gather(pool, d, p->n, p->cs, &p->nc))) {
-            while (p->nc)
-                chunks_idle_push(pool, p->cs[--p->nc]);
-        }
-        if (!rc && vas_take(v, p->n, &p->st)) {
-            while (p->nc)
-                chunks_idle_push(pool, p->cs[--p->nc]);
-            rc = -ENOMEM;
-        }
-        if (!rc && !(rc = map_chunks(pool, p->cs, p->nc, p->st, p->n)))
-            rc = grant(pool, d, p->st, p->n);
-        if (rc) { /* map_chunks and grant undid themselves */
-            p->nc = 0;
-            break;
-        }
-        rc = pool->be->memcpy_async(pool->bctx, vas_addr(v, p->st),
-                                    vas_addr(v, p->g), chunk_bytes(pool, p->n),
-                                    stream);
-    }
-    if (!rc)
-        rc = pool->be->stream_sync(pool->bctx, stream);
+    /* Each owner's piece: new chunks at staging addresses, filled from c.
+     * The copies are waited for whatever happens: none may still be
+     * writing into memory given back. */
+    for (size_t i = 0; i < np && !rc; i++)
+        if (piece_owned(&pt[i]))
+            rc = stage(pool, &pt[i], d, stream);
+    int r2 = pool->be->stream_sync(pool->bctx, stream);
+    rc = rc ? rc : r2;
     if (rc) {
         unstage(pool, pt, np);
         free(pt);
         return rc;
     }
-    /* The switch: c's cached granules leave their blocks, c goes, each run
-     * piece's chunks move from staging to the piece. */
+    /* c's cached granules leave their blocks while c is still mapped (the
+     * holes' count reads it). c's edge is their block's edge, so no block
+     * is split and block_cut needs no memory. */
+    for (size_t i = 0; i < np; i++)
+        if (pt[i].kind == VAS_CACHED) {
+            block_cut(pool, vas_tag_owner(vas_tag(v, pt[i].g)), pt[i].g,
+                      pt[i].n);
+            vas_set(v, pt[i].g, pt[i].n, VAS_FREE, NULL);
+        }
+    /* The switch: c goes, each owner's chunks move from staging to its
+     * piece. */
     rc = pool->be->unmap(pool->bctx, vas_addr(v, c->g),
                          chunk_bytes(pool, c->n));
     if (rc) {
+        uncut(pool, pt, np, true);
         unstage(pool, pt, np);
         free(pt);
         return rc;
@@ -1130,35 +1253,35 @@ int chunks_unshare(ump_pool_t *pool, size_t g, void *stream)
     for (size_t j = c->g; j < c->g + c->n; j++)
         v->gran[j].chunk = NULL;
     pool->dev[d].mapped -= chunk_bytes(pool, c->n);
+    for (size_t i = 0; i < np && !rc; i++) {
+        struct piece *p = &pt[i];
+        if (!piece_owned(p))
+            continue;
+        for (size_t k = 0; k < p->nc && !rc; k++)
+            rc = unmap_one(pool, p->cs[k]);
+        if (!rc)
+            rc = map_all(pool, p->cs, p->nc, p->g, d);
+    }
+    if (rc) { /* the driver refused what it took a moment ago */
+        unstage(pool, pt, np);
+        remap_shared(pool, c);
+        uncut(pool, pt, np, v->gran[c->g].chunk == c);
+        free(pt);
+        return rc;
+    }
+    /* Done: the staging addresses, c's cached granules and granules lost
+     * to reuse become free addresses. */
     for (size_t i = 0; i < np; i++) {
         struct piece *p = &pt[i];
-        if (!p->run) {
-            struct block *b = vas_tag_owner(vas_tag(v, p->g));
-            /* c's edge is the block's edge: no block is split, so block_cut
-             * needs no memory */
-            block_cut(pool, b, p->g, p->n);
+        if (p->kind == VAS_FREE)
             vas_set(v, p->g, p->n, VAS_FREE, NULL);
-            if (vas_give(v, p->g, p->n))
-                ump_log_error("out of memory for the address range table: "
-                              "%zu granules of addresses lost", p->n);
-            continue;
-        }
-        int r2 = unmap_in_place(pool, p->st, p->n);
-        if (!r2) {
-            vas_set(v, p->st, p->n, VAS_FREE, NULL);
-            vas_give(v, p->st, p->n);
-            r2 = map_in_place(pool, p->cs, p->nc, p->g, d);
-        }
-        if (r2) { /* the driver refused what it took a moment ago */
-            ump_log_error("cannot map %zu bytes at %p after unsharing its "
-                          "chunk: %s", chunk_bytes(pool, p->n),
-                          vas_addr(v, p->g), ump_strerror(r2));
-            rc = rc ? rc : r2;
-        }
+        if (vas_give(v, piece_owned(p) ? p->st : p->g, p->n))
+            ump_log_error("out of memory for the address range table: %zu "
+                          "granules of addresses lost", p->n);
         free(p->cs);
     }
     free(pt);
     if (release_chunk(pool, c))
         chunks_idle_push(pool, c); /* unmapped: idle, released later */
-    return rc;
+    return 0;
 }

@@ -23,19 +23,23 @@
  *
  * Carving. Freed memory is reused in place where a request fits in a cached
  * block. A block that is exactly the request's size, or begins with whole
- * chunks of its size, serves any request. A plain allocation (not
- * offloadable) may also take the front of a bigger block whatever its
+ * chunks of its size, serves any request (an offloadable one only where
+ * no live allocation shares the block's edge chunks). A plain allocation
+ * (not offloadable) may also take the front of a bigger block whatever its
  * chunks: its first and last chunk may then be shared with its neighbours
  * (live allocations or cached memory), as PyTorch's expandable segments
  * share a 20 MiB page between blocks. A training step whose tensor sizes
  * differ from the last one's then makes no driver call, where whole-chunk
  * reuse remaps one or more chunks per tensor. The price is holes: cached
  * granules of a chunk that a live allocation shares can be carved again,
- * but not stitched into another range or given back. The pool carves
- * while the device's peak stays within half its capacity (config carve);
- * closer to full it reuses chunks whole, since a hole could then cost an
- * allocation. A chunk is what moves between tiers, so an allocation that
- * shares one never moves (tier/residency.c, res_unshare).
+ * but not stitched into another range or given back, nor do they count as
+ * room for placement (chunks_available). The pool carves while the
+ * device's peak reserved memory, with the request, stays within half its
+ * capacity (config carve); closer to full it reuses chunks whole, since a
+ * hole could then cost an allocation. A chunk is what moves between
+ * tiers, so an allocation that shares one is given chunks of its own
+ * before it moves, and cannot move while a live neighbour shares them
+ * (tier/residency.c, res_unshare).
  *
  * Every function here runs with pool->lock held.
  */
@@ -144,9 +148,10 @@ bool chunks_range_failed(ump_pool_t *pool, size_t g, size_t n);
  * filled from it by a device copy on stream, mapped in their place; the
  * chunk's cached granules become free addresses, and the chunk is
  * released. Nobody may touch the chunk's memory meanwhile: the caller
- * knows (ump_pool_suspend; ump_evict of its one live run). On error
- * nothing changed, except when the driver refuses the final mapping
- * (logged). */
+ * knows (ump_pool_suspend; ump_evict of its one live run). The copies are
+ * waited for. On error nothing changed: the chunk is mapped back where the
+ * switch had begun, and what the driver refuses to undo is logged (data
+ * lost only if it refuses to map the chunk back). */
 int chunks_unshare(ump_pool_t *pool, size_t g, void *stream);
 /* Unmaps every cached block and releases every idle chunk. */
 void chunks_trim(ump_pool_t *pool);

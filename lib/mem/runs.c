@@ -1,9 +1,9 @@
 /*
- * Runs: allocations of whole chunks (struct run, in mem/pool.h), possibly
- * from several devices. A run is planned by its request's policy and built
- * by chunks.c, or reused: a freed run parked whole on its device, or a
- * cached block. Run structs are recycled for the pool's life. Every
- * function here runs with pool->lock held.
+ * Runs: allocations of chunks (struct run, in mem/pool.h), possibly from
+ * several devices. A run is planned by its request's policy and built by
+ * chunks.c, or reused: a freed run parked whole on its device, or a cached
+ * block, whole chunks or carved (chunks.h). Run structs are recycled for
+ * the pool's life. Every function here runs with pool->lock held.
  */
 #include "config.h"
 
@@ -133,7 +133,7 @@ int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
     /* A chunk is what moves: an offloadable run owns whole ones. */
     enum chunks_share share = chunks_share_for(
         pool, dev, n, pr->req.flags & UMP_HINT_OFFLOAD);
-    if (reuse_ok(pool, pr)) {
+    if (reuse_ok(pool, pr) && !pool_dev_failed(pool, dev)) {
         struct run *p = unpark(pool, dev, n, share);
         if (p) {
             runs_put(pool, r);

@@ -371,9 +371,9 @@ int offload_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
     }
     struct res *res = NULL;
     if (!rc && !r->res && chunks_shared(pool, r->start, r->n)) {
-        /* Carved: its edge chunks become its own, unless a live neighbour
-         * shares one. Thread caches first: their runs go live with no
-         * lock. */
+        /* Carved: its edge chunks become its own, unless a neighbour may
+         * be in use. Thread caches and parked runs first: what they hold
+         * is free memory. */
         if (pool->off->reclaim)
             pool->off->reclaim(pool, r->device);
         rc = res_unshare(pool, r, true);
@@ -382,6 +382,9 @@ int offload_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
                           "allocation (memory carved from freed memory, "
                           "config carve); allocations that move are made "
                           "with UMP_HINT_OFFLOAD", ptr);
+        else if (rc == -ENOMEM)
+            ump_log_error("ump_evict: %p shares a chunk, and the device has "
+                          "no room to give it chunks of its own first", ptr);
     }
     if (!rc)
         rc = res_get(pool, r, &res);

@@ -183,10 +183,14 @@ int res_get(ump_pool_t *pool, struct run *r, struct res **res_p)
     return 0;
 }
 
-/* Does a live run other than r, or a slab with live objects, hold
- * granules of chunk c? */
-static bool other_live(ump_pool_t *pool, const struct chunk *c,
-                       const struct run *r)
+/* May another thread be using memory of chunk c, other than run r's? Any
+ * other run's granules say so: after the thread caches are taken back and
+ * the parked runs cached, a run still there is live, or freed on a stream
+ * whose work may still run (ump_free_async), or caught between a thread
+ * cache and the lock (taken from it, not yet live; freed, not yet in it);
+ * so do a slab's with objects out. Cached granules are free. */
+static bool others_in(ump_pool_t *pool, const struct chunk *c,
+                      const struct run *r)
 {
     for (size_t g = c->g; g < c->g + c->n; g++) {
         uintptr_t t = vas_tag(&pool->vas, g);
@@ -194,24 +198,34 @@ static bool other_live(ump_pool_t *pool, const struct chunk *c,
             const struct slab *s = vas_tag_owner(t);
             if (s->nfree < s->nobj)
                 return true;
-        } else if (vas_tag_kind(t) == VAS_RUN) {
-            const struct run *o = vas_tag_owner(t);
-            if (o != r && obj_state(atomic_load_explicit(
-                              &o->word, memory_order_relaxed)) == OBJ_LIVE)
-                return true;
+        } else if (vas_tag_kind(t) == VAS_RUN && vas_tag_owner(t) != r) {
+            return true;
         }
     }
     return false;
 }
 
+/* The chunk of run r's that a neighbour shares, at its start or else its
+ * end; NULL when there is none. */
+static struct chunk *shared_edge(ump_pool_t *pool, const struct run *r)
+{
+    struct chunk *c = chunks_at(pool, r->start);
+    if (c->g < r->start || c->g + c->n > r->start + r->n)
+        return c;
+    c = chunks_at(pool, r->start + r->n - 1);
+    return c->g + c->n > r->start + r->n ? c : NULL;
+}
+
 int res_unshare(ump_pool_t *pool, struct run *r, bool alone)
 {
-    while (chunks_shared(pool, r->start, r->n)) {
-        const struct chunk *c = chunks_at(pool, r->start);
-        if (c->g == r->start && c->n <= r->n) /* the first is whole */
-            c = chunks_at(pool, r->start + r->n - 1);
-        if (alone && other_live(pool, c, r))
+    /* Both edges first: refused, nothing is copied for nothing. */
+    if (alone) {
+        const struct chunk *a = chunks_at(pool, r->start);
+        const struct chunk *b = chunks_at(pool, r->start + r->n - 1);
+        if (others_in(pool, a, r) || others_in(pool, b, r))
             return -EBUSY;
+    }
+    for (struct chunk *c; (c = shared_edge(pool, r));) {
         void *stream;
         int rc = move_stream_get(pool, c->device, DIR_DOWN, &stream);
         if (!rc)

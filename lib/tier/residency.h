@@ -40,10 +40,11 @@ void res_note_hot(struct offload *o, struct seg *s);
  * where it is until res_unshare. */
 int res_get(ump_pool_t *pool, struct run *r, struct res **res_p);
 /* Gives untracked run r whole chunks of its own where it shares one
- * (chunks_unshare). alone: only where no other live run shares it, -EBUSY
- * otherwise, since a live neighbour may be in use; the caller has taken
- * back what thread caches hold, whose runs go live with no lock. Without
- * alone the caller knows no one uses any (suspend). */
+ * (chunks_unshare). alone: only where no other run or slab with objects out
+ * shares them, -EBUSY otherwise, since another thread may be using such a
+ * neighbour; the caller has taken back what thread caches hold and cached
+ * the parked runs (a run popped from a thread cache goes live with no
+ * lock). Without alone the caller knows no one uses any (suspend). */
 int res_unshare(ump_pool_t *pool, struct run *r, bool alone);
 /* Ends one busy operation on res (res->busy++ began it): the last one tears
  * a freed run down, else wakes whoever waits for the run to be idle. */

@@ -235,7 +235,10 @@ int ump_release(ump_pool_t *pool, void *ptr, size_t size);
 int ump_prefetch(ump_pool_t *pool, void *ptr, size_t size, int device,
                  ump_stream_t stream);
 /* Moves the range down to tier (UMP_TIER_HOST or UMP_TIER_NVME) now; chunks
- * already there or lower stay. -EBUSY for an acquired chunk, -EPERM for
+ * already there or lower stay. -EBUSY for an acquired chunk, or for an
+ * allocation that shares a chunk with a live one (carved from freed
+ * memory: config carve; with only freed memory beside it, it is first
+ * given chunks of its own), -EPERM for
  * UMP_HINT_NO_SPILL, -ENOSPC when the tier is full, -EIO when the disk
  * fails: the data then stays where it was. Chunks moved before the error
  * stay moved. Small allocations (slab objects) do not move: -ENOTSUP; so

@@ -1,8 +1,8 @@
 /*
  * Chunk sizes and the driver-error paths of growing the pool (lib/chunks.c):
  * cold allocations are made of few large chunks, freed chunks are reused
- * whole, and a backend failure in the middle of building a range leaves the
- * pool consistent.
+ * whole or carved, and a backend failure in the middle of building a range
+ * leaves the pool consistent.
  */
 #include "config.h"
 
@@ -63,33 +63,32 @@ static void test_max_chunk(void **state)
     assert_null(bad);
 }
 
-/* A cached block is cut only at a chunk boundary. A freed 6 MiB run (a
- * 4 MiB and a 2 MiB chunk) is parked whole; under pressure it becomes a
- * cached block that serves 4 MiB from its first chunk and 2 MiB from its
- * second with no new chunk, but 2 MiB is never cut out of the 4 MiB chunk. */
+/* With carve:false a cached block is cut only at a chunk boundary. A
+ * freed 4 MiB run and the 2 MiB one after it (one chunk each) serve a
+ * 2 MiB request from the 2 MiB chunk with no new chunk, but 2 MiB is never
+ * cut out of the 4 MiB chunk: that one is released and a 2 MiB one made
+ * in its place, though the device has room for a new one. */
 static void test_reuse_at_chunk_boundaries(void **state)
 {
     (void)state;
-    ump_pool_t *pool = tu_pool_create(
-        "backend:sim,sim_devices:1,sim_device_mem:8M,tcache:false");
-    char *p = tu_alloc(pool, 6 * TU_MIB, 0);
-    assert_int_equal(chunks_of(pool, p, 6 * TU_MIB), 2);
-    tu_free(pool, p);                        /* parked as a 6 MiB run */
-    char *a = tu_alloc(pool, 4 * TU_MIB, 0); /* no room: the run is cut */
-    assert_ptr_equal(a, p);
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:16M,tcache:false,"
+                                      "carve:false");
+    char *p = tu_alloc(pool, 4 * TU_MIB, 0);
+    char *q = tu_alloc(pool, 2 * TU_MIB, 0);
+    assert_ptr_equal(q, p + 4 * TU_MIB);
+    assert_int_equal(chunks_of(pool, p, 4 * TU_MIB), 1);
+    tu_free(pool, p);
+    tu_free(pool, q);
+    char *x = tu_alloc(pool, 2 * TU_MIB, 0); /* the parked 2 MiB run */
+    assert_ptr_equal(x, q);
     assert_int_equal(tu_stats(pool, 0).chunks_created, 2);
-    tu_free(pool, a);                        /* parked as a 4 MiB run */
-    char *x = tu_alloc(pool, 2 * TU_MIB, 0); /* the 2 MiB chunk's block */
-    assert_ptr_equal(x, p + 4 * TU_MIB);
-    assert_int_equal(tu_stats(pool, 0).chunks_created, 2);
-    /* reuse before growing: the parked 4 MiB chunk, which cannot be cut,
-     * is released and a 2 MiB one made in its place, though the device
-     * has room for a new one */
     char *y = tu_alloc(pool, 2 * TU_MIB, 0);
     ump_stats_t st = tu_stats(pool, 0);
     assert_int_equal(st.chunks_created, 3);
     assert_int_equal(st.chunks_released, 1);
     assert_int_equal(st.reserved_bytes, 4 * TU_MIB);
+    assert_int_equal(chunks_of(pool, y, 2 * TU_MIB), 1);
     /* nothing cached left: new memory */
     char *z = tu_alloc(pool, 2 * TU_MIB, 0);
     st = tu_stats(pool, 0);
@@ -99,6 +98,165 @@ static void test_reuse_at_chunk_boundaries(void **state)
     tu_free(pool, z);
     tu_free(pool, x);
     tu_free(pool, y);
+    tu_pool_destroy(pool);
+}
+
+/* Carving: freed memory serves smaller plain allocations in place at any
+ * granule, with no driver call; they share its chunk, and ump_ptr_info
+ * says so (the chunk reaches past them). The bytes of each are its own:
+ * writing one never touches its neighbours. Cached granules of a chunk a
+ * live allocation shares are carved again but not given back; once all
+ * of it is free, ump_trim gives it back whole. */
+static void test_carve(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:64M,tcache:false,"
+                                      "sim_driver_costs:h200");
+    char *p = tu_alloc(pool, 16 * TU_MIB, 0);
+    assert_int_equal(chunks_of(pool, p, 16 * TU_MIB), 1);
+    tu_free(pool, p);
+    ump_stats_t st0 = tu_stats(pool, 0);
+    char *a = tu_alloc(pool, 10 * TU_MIB, 0);
+    char *b = tu_alloc(pool, 5 * TU_MIB, 0); /* 3 granules */
+    assert_ptr_equal(a, p);
+    assert_ptr_equal(b, p + 10 * TU_MIB);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.chunks_created, st0.chunks_created);
+    assert_int_equal(st.driver_ns, st0.driver_ns); /* no driver call */
+    ump_ptr_info_t ia = tu_info(pool, a), ib = tu_info(pool, b + 1);
+    assert_ptr_equal(ia.chunk_base, p);
+    assert_int_equal(ia.chunk_size, 16 * TU_MIB);
+    assert_ptr_equal(ib.chunk_base, p);
+    tu_fill(a, 10 * TU_MIB, 31);
+    tu_fill(b, 5 * TU_MIB, 32);
+    tu_free(pool, a);
+    char *c = tu_alloc(pool, 4 * TU_MIB, 0); /* in a's place */
+    assert_ptr_equal(c, p);
+    tu_fill(c, 4 * TU_MIB, 33);
+    tu_assert_pattern(b, 5 * TU_MIB, 32);
+    /* 6 MiB of the chunk between c and b is cached, and stays mapped */
+    assert_int_equal(ump_trim(pool), 0);
+    st = tu_stats(pool, 0);
+    assert_int_equal(st.cached_bytes, 6 * TU_MIB);
+    assert_int_equal(st.reserved_bytes, 16 * TU_MIB);
+    char *d = tu_alloc(pool, 6 * TU_MIB, 0); /* the hole, exactly */
+    assert_ptr_equal(d, p + 4 * TU_MIB);
+    tu_fill(d, 6 * TU_MIB, 34);
+    tu_assert_pattern(c, 4 * TU_MIB, 33);
+    tu_assert_pattern(b, 5 * TU_MIB, 32);
+    tu_free(pool, b);
+    tu_free(pool, c);
+    tu_free(pool, d);
+    assert_int_equal(ump_trim(pool), 0);
+    st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, 0);
+    assert_int_equal(st.mapped_bytes, 0);
+    assert_int_equal(st.cached_bytes, 0);
+    tu_pool_destroy(pool);
+}
+
+/* What does not carve: with carve:false, an offloadable allocation, and
+ * once the device's peak is past half of it; each is made of whole chunks
+ * of its own (ump_ptr_info: the chunks tile it). A 1 GiB device over
+ * 16 MiB: no carving after a 600 MiB peak. */
+static void test_no_carve(void **state)
+{
+    (void)state;
+    const char *confs[] = {
+        "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false,"
+        "carve:false",
+        "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false",
+        "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false"};
+    for (int k = 0; k < 3; k++) {
+        ump_pool_t *pool = tu_pool_create(confs[k]);
+        if (k == 2)
+            tu_free(pool, tu_alloc(pool, 600 * TU_MIB, 0));
+        char *p = tu_alloc(pool, 16 * TU_MIB, 0);
+        tu_free(pool, p);
+        ump_hints_t h = tu_hints(0);
+        h.flags = k == 1 ? UMP_HINT_OFFLOAD : 0;
+        void *a;
+        assert_int_equal(ump_alloc(pool, 10 * TU_MIB, &h, &a), 0);
+        assert_int_equal(chunks_of(pool, a, 10 * TU_MIB), 1);
+        tu_free(pool, a);
+        tu_pool_destroy(pool);
+    }
+}
+
+/* Holes (cached granules of a chunk a live allocation shares) are not
+ * room for placement: with device 0 full but for an 8 MiB hole, an
+ * offloadable 8 MiB allocation (whole chunks only) and a plain 6 MiB one
+ * (carving is off past half the device) asked of device 0 land on device
+ * 1, which the policy spills to, rather than failing. */
+static void test_holes_not_room(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:64M,tcache:false");
+    char *big = tu_alloc(pool, 16 * TU_MIB, 0);
+    tu_free(pool, big);
+    char *x = tu_alloc(pool, 4 * TU_MIB, 0);
+    char *hole = tu_alloc(pool, 8 * TU_MIB, 0);
+    char *z = tu_alloc(pool, 4 * TU_MIB, 0);
+    tu_free(pool, hole);
+    assert_int_equal(ump_trim(pool), 0); /* the parked run: a hole */
+    char *fill = tu_alloc(pool, 48 * TU_MIB, 0);
+    ump_stats_t st = tu_stats(pool, 0);
+    assert_int_equal(st.reserved_bytes, st.capacity);
+    assert_int_equal(st.cached_bytes, 8 * TU_MIB);
+    ump_hints_t h = tu_hints(0);
+    h.flags = UMP_HINT_OFFLOAD;
+    void *o, *q;
+    assert_int_equal(ump_alloc(pool, 8 * TU_MIB, &h, &o), 0);
+    assert_int_equal(tu_info(pool, o).device, 1);
+    assert_int_equal(chunks_of(pool, o, 8 * TU_MIB), 1);
+    h.flags = 0;
+    assert_int_equal(ump_alloc(pool, 6 * TU_MIB, &h, &q), 0);
+    assert_int_equal(tu_info(pool, q).device, 1);
+    tu_free(pool, q);
+    tu_free(pool, o);
+    tu_free(pool, fill);
+    tu_free(pool, z);
+    tu_free(pool, x);
+    tu_pool_destroy(pool);
+}
+
+/* Below half the device, carving goes on after a shared chunk is freed
+ * and cached again: the stress of many sizes leaves every byte where it
+ * was written, and the statistics' invariants hold throughout. */
+static void test_carve_many(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:1,"
+                                      "sim_device_mem:1G,tcache:false");
+    enum { N = 48 };
+    char *p[N] = {0};
+    size_t sz[N] = {0};
+    uint64_t seed = 12345;
+    for (int round = 0; round < 400; round++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int i = (int)((seed >> 33) % N);
+        if (p[i]) {
+            tu_assert_pattern(p[i], sz[i], (uint64_t)i + 100);
+            tu_free(pool, p[i]);
+            p[i] = NULL;
+            continue;
+        }
+        sz[i] = ((seed >> 20) % (12 * TU_MIB)) + TU_MIB + 1;
+        p[i] = tu_alloc(pool, sz[i], 0);
+        tu_fill(p[i], sz[i], (uint64_t)i + 100);
+        ump_stats_t st = tu_stats(pool, 0);
+        assert_true(st.mapped_bytes <= st.reserved_bytes);
+        assert_true(st.cached_bytes <= st.mapped_bytes);
+    }
+    for (int i = 0; i < N; i++)
+        if (p[i]) {
+            tu_assert_pattern(p[i], sz[i], (uint64_t)i + 100);
+            tu_free(pool, p[i]);
+        }
+    assert_int_equal(ump_trim(pool), 0);
+    assert_int_equal(tu_stats(pool, 0).reserved_bytes, 0);
     tu_pool_destroy(pool);
 }
 
@@ -215,7 +373,9 @@ static void test_fault_create(void **state)
 /* The cost model's choice between remapping cached chunks and creating
  * (the H200's table, topo/drivercost.h): moving chunks pays against
  * creating the same memory and giving those chunks back later, except
- * where many small chunks would make a range one new large chunk covers. */
+ * where many small chunks would make a range a few new chunks cover. The
+ * device holds cached chunks, so new ones are at most warm_chunk (64 MiB,
+ * mem/chunks.h). */
 static void test_stitch_pays_model(void **state)
 {
     (void)state;
@@ -230,14 +390,16 @@ static void test_stitch_pays_model(void **state)
     assert_false(chunks_stitch_pays(pool, ns, 512, 512));
     /* 32 MiB of 16: 0.89 ms against 0.09 + 0.58 */
     assert_false(chunks_stitch_pays(pool, ns, 16, 16));
-    /* 4 x 256 MiB into 1 GiB: 388 us against 115 + 146; access, paid
-     * per handle, dominates */
+    /* 4 x 256 MiB into 1 GiB: 388 us against 16 new 64 MiB chunks, 1.6
+     * ms, + 146; access, paid per handle, dominates */
     size_t big[4] = {128, 128, 128, 128};
-    assert_false(chunks_stitch_pays(pool, big, 4, 512));
-    size_t two[2] = {32, 32}; /* 2 x 64 MiB into 128 MiB: 170 us, 179 */
+    assert_true(chunks_stitch_pays(pool, big, 4, 512));
+    size_t two[2] = {32, 32}; /* 2 x 64 MiB into 128 MiB: 170 us, 278 */
     assert_true(chunks_stitch_pays(pool, two, 2, 64));
-    size_t four[4] = {16, 16, 16, 16}; /* 4 x 32 MiB: 318 us, 252 */
-    assert_false(chunks_stitch_pays(pool, four, 4, 64));
+    size_t four[4] = {16, 16, 16, 16}; /* 4 x 32 MiB: 318 us, 351 */
+    assert_true(chunks_stitch_pays(pool, four, 4, 64));
+    size_t eight[8] = {8, 8, 8, 8, 8, 8, 8, 8}; /* 8 x 16 MiB: 0.58 ms, 0.5 */
+    assert_false(chunks_stitch_pays(pool, eight, 8, 64));
     size_t one[1] = {512};
     assert_true(chunks_stitch_pays(pool, one, 1, 512));
     tu_pool_destroy(pool);
@@ -257,7 +419,8 @@ static void holes(ump_pool_t *pool, int k, size_t sz, void **keep)
 }
 
 /* The same choice where the pool makes it: 128 MiB over 64 cached 2 MiB
- * chunks is one new chunk; over 2 cached 64 MiB chunks it is stitched. */
+ * chunks is new memory (two 64 MiB chunks: warm_chunk); over 2 cached
+ * 64 MiB chunks it is stitched. */
 static void test_remap_or_create(void **state)
 {
     (void)state;
@@ -269,7 +432,7 @@ static void test_remap_or_create(void **state)
     ump_stats_t a = tu_stats(pool, 0);
     void *p = tu_alloc(pool, 128 * TU_MIB, 0);
     ump_stats_t b = tu_stats(pool, 0);
-    assert_int_equal(b.chunks_created, a.chunks_created + 1);
+    assert_int_equal(b.chunks_created, a.chunks_created + 2);
     assert_int_equal(b.reserved_bytes, a.reserved_bytes + 128 * TU_MIB);
     assert_int_equal(b.chunks_released, a.chunks_released);
     tu_free(pool, p);
@@ -403,6 +566,10 @@ int main(void)
         cmocka_unit_test(test_cold_gib_is_one_chunk),
         cmocka_unit_test(test_max_chunk),
         cmocka_unit_test(test_reuse_at_chunk_boundaries),
+        cmocka_unit_test(test_carve),
+        cmocka_unit_test(test_no_carve),
+        cmocka_unit_test(test_carve_many),
+        cmocka_unit_test(test_holes_not_room),
         cmocka_unit_test(test_parked_run_reused),
         cmocka_unit_test(test_big_idle_chunk_released_for_small),
         cmocka_unit_test(test_fault_map),

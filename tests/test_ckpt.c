@@ -540,6 +540,65 @@ static void test_suspend_cycles(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Carved memory (mem/chunks.h): runs and slabs that share the chunks of
+ * a freed 32 MiB run on device 0, the rest of the device full. A
+ * checkpoint restores them whole; a suspend moves the rest down, then
+ * gives each carved one a chunk of its own (nothing runs meanwhile) and
+ * moves it down, the device empty; a resume brings every byte back. */
+static void test_carved(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = make_pool("max_chunk:32M,warm_chunk:32M,tcache:false");
+    static struct load l;
+    l.n = 0;
+    char *big = tu_alloc(pool, 32 * MIB, 0);
+    assert_int_equal(tu_info(pool, big).chunk_size, 32 * MIB);
+    tu_free(pool, big);
+    add(&l, tu_alloc(pool, 10 * MIB, 0), 10 * MIB, UMP_KIND_DEVICE);
+    void *mid = tu_alloc(pool, 7 * MIB, 0);
+    add(&l, tu_alloc(pool, 9 * MIB, 0), 9 * MIB, UMP_KIND_DEVICE);
+    /* A hole for slabs, which carve too: a freed run is parked whole
+     * until a trim (or a run of its size) takes it; the chunk, shared
+     * with live runs, stays. */
+    tu_free(pool, mid);
+    expect_rc(ump_trim(pool), 0);
+    assert_int_equal(tu_stats(pool, 0).cached_bytes, 12 * MIB);
+    for (int i = 0; i < 4; i++)
+        add(&l, tu_alloc(pool, 3000 + (size_t)i * 70000, 0),
+            3000 + (size_t)i * 70000, UMP_KIND_DEVICE);
+    for (size_t i = 0; i < l.n; i++) { /* all in the one chunk */
+        ump_ptr_info_t info = tu_info(pool, l.it[i].p);
+        assert_ptr_equal(info.chunk_base, big);
+        assert_int_equal(info.chunk_size, 32 * MIB);
+    }
+    /* and the device full: giving them chunks of their own needs room,
+     * which the suspend makes first */
+    add(&l, tu_alloc(pool, 64 * MIB, 0), 64 * MIB, UMP_KIND_DEVICE);
+    assert_int_equal(tu_stats(pool, 0).reserved_bytes, 96 * MIB);
+    fill(pool, &l);
+    size_t live = live_bytes(pool);
+    char ck[128];
+    path_of(ck, sizeof(ck), "carved.ckpt");
+    expect_rc(ump_pool_checkpoint(pool, ck), 0);
+    for (int i = 0; i < 4; i++) {
+        int tier = i % 2 ? UMP_TIER_NVME : UMP_TIER_HOST;
+        expect_rc(ump_pool_suspend(pool, tier), 0);
+        for (int d = 0; d < NDEV; d++)
+            assert_int_equal(tu_stats(pool, d).reserved_bytes, 0);
+        expect_rc(ump_pool_resume(pool), 0);
+        verify(pool, &l);
+    }
+    /* each has chunks of its own now */
+    ump_ptr_info_t info = tu_info(pool, l.it[0].p);
+    assert_ptr_equal(info.chunk_base, l.it[0].p);
+    assert_true(info.chunk_size <= 10 * MIB);
+    free_all(pool, &l);
+    tu_pool_destroy(pool);
+    expect_rc(ump_pool_restore(ck, NULL, &pool), 0);
+    check_restored(pool, &l, live);
+    unlink(ck);
+}
+
 /* The clean errors, frees while suspended, and a failure midway. */
 static void test_suspend_errors(void **state)
 {
@@ -875,9 +934,13 @@ static void test_restore_elsewhere(void **state)
     ump_pool_t *pool = make_pool("overflow:host");
     static struct load l;
     populate(pool, &l);
-    void *part = alloc_hinted(pool, 6 * MIB, 1, NULL, UMP_HINT_OFFLOAD);
-    tu_fill(part, 6 * MIB, 77);
-    expect_rc(ump_advise(pool, part, 2 * MIB, UMP_ADVISE_DONTNEED), 0);
+    /* 10 MiB: more than one chunk (max_chunk 8 MiB); the advice drops
+     * the first, whatever its size (an idle chunk may serve). */
+    void *part = alloc_hinted(pool, 10 * MIB, 1, NULL, UMP_HINT_OFFLOAD);
+    tu_fill(part, 10 * MIB, 77);
+    size_t first = tu_info(pool, part).chunk_size;
+    assert_true(first < 10 * MIB);
+    expect_rc(ump_advise(pool, part, first, UMP_ADVISE_DONTNEED), 0);
     expect_rc(ump_evict(pool, part, 0, UMP_TIER_NVME), 0);
     size_t live = live_bytes(pool);
     char ck[128];
@@ -888,16 +951,17 @@ static void test_restore_elsewhere(void **state)
     tu_pool_destroy(pool);
     expect_rc(ump_pool_restore(ck, "nvme_dir:", &pool), 0);
     assert_int_equal(tu_info(pool, part).tier, UMP_TIER_HOST);
-    /* Its chunks are 4 + 2 MiB: the advice dropped the first whole. The
-     * pattern is positional: compared with a fresh copy of it. */
-    assert_int_equal(tu_info(pool, part).chunk_size, 4 * MIB);
-    char *want = malloc(6 * MIB);
+    /* Its first chunk as saved: the advice dropped it whole. The pattern
+     * is positional: compared with a fresh copy of it. */
+    assert_int_equal(tu_info(pool, part).chunk_size, first);
+    char *want = malloc(10 * MIB);
     assert_non_null(want);
-    tu_fill(want, 6 * MIB, 77);
-    assert_memory_equal((char *)part + 4 * MIB, want + 4 * MIB, 2 * MIB);
+    tu_fill(want, 10 * MIB, 77);
+    assert_memory_equal((char *)part + first, want + first,
+                        10 * MIB - first);
     free(want);
     tu_free(pool, part);
-    check_restored(pool, &l, live - 6 * MIB);
+    check_restored(pool, &l, live - 10 * MIB);
     /* One small device: the runs that fit nowhere overflow. */
     expect_rc(ump_pool_restore(ck, "sim_devices:1,sim_device_mem:64M,"
                                    "pinned_limit:256M", &pool), 0);
@@ -1640,6 +1704,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_corrupt_files),
         cmocka_unit_test(test_checkpoint_faults),
         cmocka_unit_test(test_suspend_cycles),
+        cmocka_unit_test(test_carved),
         cmocka_unit_test(test_suspend_errors),
         cmocka_unit_test(test_crafted_files),
         cmocka_unit_test(test_size_needs_fewer_granules),

@@ -397,6 +397,55 @@ static void test_caches_and_spill(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Carved allocations (mem/chunks.h) that share a chunk on the failed
+ * device are lost together; the chunk goes back to the driver once the
+ * last of them is freed, not before: the others still read through it. A
+ * carved one on a device that works keeps its bytes. */
+static void test_carved_lost(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = make_pool("max_chunk:16M,tcache:false");
+    void *p[2];
+    char *a[2][3];
+    for (int d = 1; d <= 2; d++) {
+        p[d - 1] = tu_alloc(pool, 16 * MIB, d);
+        tu_free(pool, p[d - 1]);
+        for (int k = 0; k < 3; k++) { /* 4 MiB each, in its 16 MiB */
+            a[d - 1][k] = tu_alloc(pool, 4 * MIB, d);
+            assert_ptr_equal(tu_info(pool, a[d - 1][k]).chunk_base,
+                             p[d - 1]);
+            tu_fill(a[d - 1][k], 4 * MIB, (uint64_t)(10 * d + k));
+        }
+    }
+    expect_rc(sim_fail_device(pool->bctx, 2, 0), 0);
+    for (int k = 0; k < 3; k++) {
+        assert_true(tu_info(pool, a[1][k]).lost);
+        assert_false(tu_info(pool, a[0][k]).lost);
+    }
+    ump_stats_t st = tu_stats(pool, 2);
+    assert_int_equal(st.lost_count, 3);
+    tu_free(pool, a[1][0]);
+    tu_free(pool, a[1][2]);
+    assert_int_equal(tu_stats(pool, 2).reserved_bytes, 16 * MIB);
+    /* the failed device's freed granules serve nobody */
+    char *q = tu_alloc(pool, 4 * MIB, 2);
+    ump_ptr_info_t iq = tu_info(pool, q);
+    assert_int_not_equal(iq.device, 2);
+    assert_false(iq.lost);
+    tu_fill(q, 4 * MIB, 9);
+    tu_assert_pattern(q, 4 * MIB, 9);
+    tu_free(pool, q);
+    tu_free(pool, a[1][1]);
+    st = tu_stats(pool, 2);
+    assert_int_equal(st.reserved_bytes, 0);
+    assert_int_equal(st.lost_count, 0);
+    for (int k = 0; k < 3; k++) {
+        tu_assert_pattern(a[0][k], 4 * MIB, (uint64_t)(10 + k));
+        tu_free(pool, a[0][k]);
+    }
+    tu_pool_destroy(pool);
+}
+
 /* A device failing while the pool is suspended loses nothing: its data is
  * down a tier, and comes back on the devices that work. */
 static void test_fail_while_suspended(void **state)
@@ -516,6 +565,7 @@ int main(void)
         return 1;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_caches_and_spill),
+        cmocka_unit_test(test_carved_lost),
         cmocka_unit_test(test_config_keys),
         cmocka_unit_test(test_fail_while_suspended),
         cmocka_unit_test(test_lost_suspend_checkpoint),

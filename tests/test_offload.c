@@ -1471,6 +1471,143 @@ static void test_acquire_host_refused(void **state)
     tu_pool_destroy(pool);
 }
 
+/* A plain allocation carved from freed memory (mem/chunks.h) shares its
+ * chunk with its neighbours. While a live one shares it, it does not move:
+ * ump_evict refuses with -EBUSY, nothing moves, every byte stays;
+ * ump_acquire and ump_release have nothing to do. Once only cached memory
+ * shares it, ump_evict gives it a chunk of its own and moves it; it then
+ * goes round the tiers like any other. */
+static void test_evict_carved(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:128M,"
+                                  "host_limit:64M,max_chunk:32M,"
+                                  "tcache:false");
+    char *p = alloc_flags(pool, 32 * MIB, 0, 0, NULL);
+    assert_int_equal(tu_info(pool, p).chunk_size, 32 * MIB);
+    tu_free(pool, p);
+    char *a = alloc_flags(pool, 10 * MIB, 0, 0, NULL);
+    char *b = alloc_flags(pool, 6 * MIB, 0, 0, NULL);
+    assert_ptr_equal(a, p);
+    assert_ptr_equal(b, p + 10 * MIB);
+    assert_ptr_equal(tu_info(pool, b).chunk_base, p); /* shared */
+    tu_fill(a, 10 * MIB, 51);
+    tu_fill(b, 6 * MIB, 52);
+    ump_stats_t before = tu_stats(pool, 0);
+    expect_rc(ump_evict(pool, a, 0, UMP_TIER_HOST), -EBUSY);
+    expect_rc(ump_evict(pool, b, 0, UMP_TIER_NVME), -EBUSY);
+    expect_rc(ump_acquire(pool, a, 0, 0, NULL), 0);
+    expect_rc(ump_release(pool, a, 0), 0);
+    expect_rc(ump_prefetch(pool, a, 0, UMP_LOC_HOST, NULL), 0);
+    assert_tier(pool, a, 10 * MIB, UMP_TIER_DEVICE);
+    ump_stats_t after = tu_stats(pool, 0);
+    assert_int_equal(after.spill_count, before.spill_count);
+    assert_int_equal(after.mapped_bytes, before.mapped_bytes);
+    tu_assert_pattern(a, 10 * MIB, 51);
+    tu_assert_pattern(b, 6 * MIB, 52);
+    tu_free(pool, b);
+    evict_ok(pool, a, 0, UMP_TIER_HOST);
+    ump_ptr_info_t info = tu_info(pool, a);
+    assert_ptr_equal(info.chunk_base, a); /* its own now */
+    assert_int_equal(info.chunk_size, 10 * MIB);
+    acquire_check(pool, a, 10 * MIB, 51);
+    evict_ok(pool, a, 0, UMP_TIER_NVME);
+    acquire_check(pool, a, 10 * MIB, 51);
+    tu_free(pool, a);
+    assert_int_equal(ump_trim(pool), 0);
+    assert_int_equal(tu_stats(pool, 0).reserved_bytes, 0);
+    fx_pool_destroy(f);
+}
+
+/* A stream gate: its host function holds the stream until opened. */
+struct carve_gate {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool open;
+};
+
+static void carve_gate_fn(void *arg)
+{
+    struct carve_gate *g = arg;
+    pthread_mutex_lock(&g->lock);
+    while (!g->open)
+        pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
+
+/* A neighbour freed with ump_free_async on a stream whose work has not run
+ * may still be written by that work: ump_evict of a carved allocation
+ * beside it waits for nothing and refuses (-EBUSY); once the stream ran,
+ * it moves. */
+static void test_evict_carved_pending(void **state)
+{
+    struct fx *f = *state;
+    ump_pool_t *pool = fx_pool(f, "sim_devices:1,sim_device_mem:128M,"
+                                  "host_limit:64M,max_chunk:32M,"
+                                  "tcache:false");
+    char *p = alloc_flags(pool, 32 * MIB, 0, 0, NULL);
+    tu_free(pool, p);
+    char *a = alloc_flags(pool, 10 * MIB, 0, 0, NULL);
+    char *b = alloc_flags(pool, 6 * MIB, 0, 0, NULL);
+    assert_ptr_equal(tu_info(pool, b).chunk_base, p);
+    tu_fill(a, 10 * MIB, 61);
+    ump_stream_t s;
+    expect_rc(ump_stream_create(pool, 0, &s), 0);
+    struct carve_gate g = {PTHREAD_MUTEX_INITIALIZER,
+                           PTHREAD_COND_INITIALIZER, false};
+    expect_rc(ump_launch_host_func(pool, s, carve_gate_fn, &g), 0);
+    expect_rc(ump_memset_async(pool, b, 0x5a, 6 * MIB, s), 0);
+    expect_rc(ump_free_async(pool, b, s), 0);
+    expect_rc(ump_evict(pool, a, 0, UMP_TIER_HOST), -EBUSY);
+    assert_tier(pool, a, 10 * MIB, UMP_TIER_DEVICE);
+    pthread_mutex_lock(&g.lock);
+    g.open = true;
+    pthread_cond_broadcast(&g.cond);
+    pthread_mutex_unlock(&g.lock);
+    expect_rc(ump_stream_synchronize(pool, s), 0);
+    evict_ok(pool, a, 0, UMP_TIER_HOST);
+    acquire_check(pool, a, 10 * MIB, 61);
+    tu_free(pool, a);
+    expect_rc(ump_stream_destroy(pool, s), 0);
+    fx_pool_destroy(f);
+}
+
+/* The driver refusing a call while a carved allocation is given chunks of
+ * its own for ump_evict (the new chunks' creation, maps, access, the
+ * unmaps of the switch): the evict fails, every byte stays at its address
+ * on the device, and nothing leaks (all of it goes back at the end). */
+static void test_evict_carved_faults(void **state)
+{
+    struct fx *f = *state;
+    static const char *const ops[] = {"chunk_create", "map", "set_access",
+                                      "unmap"};
+    for (size_t o = 0; o < sizeof(ops) / sizeof(ops[0]); o++)
+        for (int nth = 1; nth <= 3; nth++) {
+            ump_pool_t *pool = fx_pool(f, "sim_devices:1,"
+                                          "sim_device_mem:128M,"
+                                          "host_limit:64M,max_chunk:32M,"
+                                          "tcache:false");
+            char *p = alloc_flags(pool, 32 * MIB, 0, 0, NULL);
+            tu_free(pool, p);
+            char *a = alloc_flags(pool, 10 * MIB, 0, 0, NULL);
+            assert_ptr_equal(tu_info(pool, a).chunk_base, p);
+            tu_fill(a, 10 * MIB, 71);
+            expect_rc(sim_inject_fault(pool->bctx, ops[o], nth, -EIO), 0);
+            int rc = ump_evict(pool, a, 0, UMP_TIER_HOST);
+            sim_inject_fault(pool->bctx, ops[o], 0, 0);
+            assert_true(rc == 0 || rc == -EIO);
+            if (rc)
+                assert_tier(pool, a, 10 * MIB, UMP_TIER_DEVICE);
+            acquire_check(pool, a, 10 * MIB, 71);
+            tu_free(pool, a);
+            expect_rc(ump_trim(pool), 0);
+            ump_stats_t st = tu_stats(pool, 0);
+            assert_int_equal(st.reserved_bytes, 0);
+            assert_int_equal(st.mapped_bytes, 0);
+            fx_pool_destroy(f);
+        }
+}
+
 /* DONTNEED drops the data of the next move only: what is written after
  * it survives the moves that follow. */
 static void test_dontneed_once(void **state)
@@ -1521,21 +1658,23 @@ static void test_dontneed_partial(void **state)
                      0);
     evict_ok(pool, p, 0, UMP_TIER_HOST);
     acquire_check(pool, p, size, 94); /* every byte kept */
-    /* 5 MiB + 1 KiB asked: two chunks (4 + 2 MiB); the advice from the
-     * second chunk to the asked end drops it, not the first. */
-    size_t asked = 5 * MIB + 1024;
+    /* 9 MiB + 1 KiB asked: two chunks (8 MiB, max_chunk, and 2 MiB); the
+     * advice from the second chunk to the asked end drops it, not the
+     * first. */
+    size_t asked = 9 * MIB + 1024;
     char *q = alloc_flags(pool, asked, 0, 0, NULL);
     tu_fill(q, asked, 95);
     ump_ptr_info_t c0 = tu_info(pool, q);
-    assert_int_equal(c0.chunk_size, 4 * MIB);
-    assert_int_equal(ump_advise(pool, q + 4 * MIB, asked - 4 * MIB,
+    assert_int_equal(c0.chunk_size, 8 * MIB);
+    assert_int_equal(tu_info(pool, q + 8 * MIB).chunk_size, 2 * MIB);
+    assert_int_equal(ump_advise(pool, q + 8 * MIB, asked - 8 * MIB,
                                 UMP_ADVISE_DONTNEED), 0);
     evict_ok(pool, q, 0, UMP_TIER_NVME);
     /* On NVMe: the first chunk's data, the second one's not written. */
     assert_true(nvme_has_data(pool, q));
-    assert_false(nvme_has_data(pool, q + 4 * MIB));
+    assert_false(nvme_has_data(pool, q + 8 * MIB));
     assert_int_equal(ump_acquire(pool, q, 0, 0, NULL), 0);
-    tu_assert_pattern(q, 4 * MIB, 95); /* the first chunk kept */
+    tu_assert_pattern(q, 8 * MIB, 95); /* the first chunk kept */
     assert_int_equal(ump_release(pool, q, 0), 0);
     tu_free(pool, q);
     tu_free(pool, p);
@@ -2504,6 +2643,9 @@ int main(void)
         T(test_small_offload_no_nvme),
         T(test_unmap_refused),
         T(test_acquire_host_refused),
+        T(test_evict_carved),
+        T(test_evict_carved_pending),
+        T(test_evict_carved_faults),
         T(test_dontneed_once),
         T(test_dontneed_partial),
         T(test_no_spill_offload),

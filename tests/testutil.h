@@ -43,7 +43,7 @@
     do {                                                                       \
         size_t tu_cs_ = (sz);                                                  \
         assert_true(tu_cs_ >= TU_CHUNK && tu_cs_ <= TU_MAX_CHUNK);             \
-        assert_int_equal(tu_cs_ & (tu_cs_ - 1), 0);                            \
+        assert_int_equal(tu_cs_ % TU_CHUNK, 0);                                \
     } while (0)
 #define TU_SLAB_MAX TU_MIB
 #define TU_ALIGN 256

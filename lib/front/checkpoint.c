@@ -139,14 +139,18 @@ static int walk_run(ump_pool_t *pool, struct walk *w, struct run *r)
         rec.nsub = (uint32_t)nseg;
         free(segs);
     } else {
-        for (size_t g = r->start; g < r->start + r->n && !rc;) {
+        size_t end = r->start + r->n;
+        for (size_t g = r->start; g < end && !rc;) {
             struct ckpt_part p = {.place = ckpt_place_code(
                                       pool, chunks_at(pool, g)->device)};
-            while (g < r->start + r->n &&
+            while (g < end &&
                    ckpt_place_code(pool, chunks_at(pool, g)->device) ==
                        p.place) {
-                p.n += chunks_at(pool, g)->n;
-                g += chunks_at(pool, g)->n;
+                /* a carved run's edge chunks reach past it */
+                const struct chunk *c = chunks_at(pool, g);
+                size_t e = c->g + c->n < end ? c->g + c->n : end;
+                p.n += e - g;
+                g = e;
             }
             rc = ckpt_buf_put(&w->index, &p, sizeof(p));
             rec.nsub++;

@@ -26,10 +26,12 @@ void pool_poll_pending(ump_pool_t *pool, bool wait);
 void pool_flush_tcaches(ump_pool_t *pool);
 /* Memory threads keep for reuse on device outside its cached blocks (runs
  * parked whole or in thread caches, slab objects in thread caches) goes
- * back: runs become cached blocks, objects go back to their slabs (which
- * the tier then releases when wholly free: slab_trim_place). The tier's
- * hook before it moves live data down for room. Nothing (no membarrier,
- * no flush) when there is none. */
+ * back, after the deferred frees whose streams are done: runs become
+ * cached blocks, objects go back to their slabs (which the tier then
+ * releases when wholly free: slab_trim_place). The tier's hook before it
+ * moves live data down for room, and before ump_evict gives a carved run
+ * chunks of its own. Nothing (no membarrier, no flush) when there is
+ * none. */
 void pool_reclaim_device(ump_pool_t *pool, int device);
 /* Slabs with no live object (mem/slab.h: each size class keeps one per
  * place, SLAB_EMPTY_KEEP, and a flush of the thread caches may empty

@@ -65,6 +65,7 @@ static bool objects_kept(ump_pool_t *pool, int device)
 
 void pool_reclaim_device(ump_pool_t *pool, int device)
 {
+    pool_poll_pending(pool, false); /* frees whose streams are done */
     if (runs_kept(pool, device) || objects_kept(pool, device))
         pool_flush_tcaches(pool);
 }
@@ -192,6 +193,11 @@ static int pool_setup(ump_pool_t *pool, void *at, size_t at_size)
         return -EINVAL;
     }
     pool->max_chunk_n = pool->cfg.max_chunk / chunk;
+    /* Below chunk_size it means one granule; above max_chunk, max_chunk. */
+    size_t warm = pool->cfg.warm_chunk < pool->cfg.max_chunk
+                      ? pool->cfg.warm_chunk
+                      : pool->cfg.max_chunk;
+    pool->warm_chunk_n = warm > chunk ? warm / chunk : 1;
     pool->nsmall = sc_count_for_chunk(chunk);
     pool->small_max = pool->nsmall ? sc_size(pool->nsmall - 1) : 0;
     pool->nbins = pool->nsmall + RUN_TCACHE_MAX;
@@ -268,6 +274,7 @@ static void pool_free_meta(ump_pool_t *pool)
             struct ump_list_node *n;
             while ((n = ump_list_pop_front(&ds->blocks)))
                 free(ump_container_of(n, struct block, link));
+            free(ds->spare_block);
             while (ds->idle) {
                 struct chunk *c = ds->idle;
                 ds->idle = c->next;

@@ -15,6 +15,42 @@ static size_t chunk_bytes(ump_pool_t *pool, size_t n)
     return n << pool->chunk_shift;
 }
 
+/* Is chunk c wholly inside granules [g, g+n)? A carved run, and the
+ * cached block next to it, may cover only part of a chunk (chunks.h). */
+static bool chunk_in(const struct chunk *c, size_t g, size_t n)
+{
+    return c->g >= g && c->g + c->n <= g + n;
+}
+
+/* Granules [g, g+n) of place d join (cached) or leave the cached blocks.
+ * Each chunk counts its cached granules (ncached); those of a chunk that
+ * is not wholly cached are holes (ds->holes), cached memory that only
+ * carving can reuse: a live allocation shares its chunk, so it can
+ * neither be stitched nor given back. */
+static void cached_note(ump_pool_t *pool, int d, size_t g, size_t n,
+                        bool cached)
+{
+    struct dev_state *ds = &pool->dev[d];
+    for (size_t e = g + n; g < e;) {
+        struct chunk *c = chunks_at(pool, g);
+        size_t hi = c->g + c->n < e ? c->g + c->n : e;
+        size_t was = c->ncached < c->n ? c->ncached : 0;
+        c->ncached = cached ? c->ncached + (hi - g) : c->ncached - (hi - g);
+        ds->holes = ds->holes - was + (c->ncached < c->n ? c->ncached : 0);
+        g = hi;
+    }
+    if (cached)
+        ds->cached += chunk_bytes(pool, n);
+    else
+        ds->cached -= chunk_bytes(pool, n);
+}
+
+bool chunks_shared(ump_pool_t *pool, size_t g, size_t n)
+{
+    return !chunk_in(chunks_at(pool, g), g, n) ||
+           !chunk_in(chunks_at(pool, g + n - 1), g, n);
+}
+
 static void block_unlink(struct dev_state *ds, struct block *b)
 {
     ump_list_remove(&ds->blocks, &b->link);
@@ -31,8 +67,9 @@ size_t chunks_available(ump_pool_t *pool, int device)
         return 0;
     struct dev_state *ds = &pool->dev[device];
     size_t room = ds->capacity > ds->created ? ds->capacity - ds->created : 0;
+    /* Holes serve only carving, and only requests that fit them. */
     return (room >> pool->chunk_shift) + ds->idle_n +
-           (ds->cached >> pool->chunk_shift);
+           (ds->cached >> pool->chunk_shift) - ds->holes;
 }
 
 void chunks_available_all(ump_pool_t *pool, size_t *avail)
@@ -41,33 +78,65 @@ void chunks_available_all(ump_pool_t *pool, size_t *avail)
         avail[d] = chunks_available(pool, d);
 }
 
-/* Does block b begin with whole chunks adding up to exactly n granules? */
+/* Does block b begin with whole chunks adding up to exactly n granules?
+ * (A block may begin inside a chunk whose first granules back a live run:
+ * carve.) */
 static bool block_has_prefix(ump_pool_t *pool, const struct block *b, size_t n)
 {
+    if (chunks_at(pool, b->start)->g != b->start)
+        return false;
     size_t sum = 0;
     while (sum < n)
         sum += chunks_at(pool, b->start + sum)->n;
     return sum == n;
 }
 
-int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p)
+enum chunks_share chunks_share_for(ump_pool_t *pool, int device, size_t n,
+                                   bool whole)
+{
+    if (whole || place_is_host(pool, device))
+        return SHARE_NONE;
+    const struct dev_state *ds = &pool->dev[device];
+    size_t half = ds->capacity / 2;
+    return pool->cfg.carve && ds->created_peak <= half &&
+                   chunk_bytes(pool, n) <= half - ds->created_peak
+               ? SHARE_CARVE
+               : SHARE_KEEP;
+}
+
+int chunks_reuse(ump_pool_t *pool, int device, size_t n,
+                 enum chunks_share share, size_t *start_p)
 {
     struct dev_state *ds = &pool->dev[device];
-    struct block *best = NULL;
+    struct block *best = NULL, *fit = NULL;
+    /* A failed device's blocks hold granules of chunks lost allocations
+     * still share: never handed out. */
+    if (pool_dev_failed(pool, device))
+        return -ENOENT;
     /* Best fit, most recently freed first: an exact match ends the search.
-     * A bigger block serves only if it can be cut at a chunk boundary. */
+     * A bigger block serves whole chunks at its front; carving, it serves
+     * its front whatever the chunks (the smallest that is big enough). A
+     * block whose edge chunk a live run shares is whole chunks for no
+     * one. */
     ump_list_for_each(b, &ds->blocks, struct block, link) {
-        if (b->n == n) {
+        if (b->n == n &&
+            (share != SHARE_NONE || !chunks_shared(pool, b->start, n))) {
             best = b;
             break;
         }
-        if (b->n > n && (!best || b->n < best->n) &&
-            block_has_prefix(pool, b, n))
+        if (b->n < n)
+            continue;
+        if ((!best || b->n < best->n) && block_has_prefix(pool, b, n))
             best = b;
+        if (!fit || b->n < fit->n)
+            fit = b;
     }
+    if (!best && share == SHARE_CARVE)
+        best = fit;
     if (!best)
         return -ENOENT;
     *start_p = best->start;
+    cached_note(pool, device, best->start, n, false);
     if (best->n == n) {
         block_unlink(ds, best);
         free(best);
@@ -75,7 +144,6 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p)
         best->start += n; /* the rest keeps its tags: they name best */
         best->n -= n;
     }
-    ds->cached -= chunk_bytes(pool, n);
     return 0;
 }
 
@@ -152,7 +220,7 @@ static int block_cut(ump_pool_t *pool, struct block *b, size_t g, size_t k)
     } else {
         b->n -= k;
     }
-    ds->cached -= chunk_bytes(pool, k);
+    cached_note(pool, (int)(ds - pool->dev), g, k, false);
     return 0;
 }
 
@@ -185,6 +253,10 @@ static int reclaim_one(ump_pool_t *pool, int device, size_t max_n,
     ump_list_for_each_reverse(b, &ds->blocks, struct block, link) {
         for (size_t g = b->start; g < b->start + b->n;) {
             struct chunk *c = chunks_at(pool, g);
+            if (!chunk_in(c, b->start, b->n)) { /* a live run shares it */
+                g = c->g + c->n;
+                continue;
+            }
             if (bigger ? c->n > max_n && (!hc || c->n < hc->n)
                        : c->n <= max_n) {
                 hb = b;
@@ -236,21 +308,28 @@ static struct chunk *idle_take(ump_pool_t *pool, int device, size_t max_n,
     return c;
 }
 
-/* The chunk to create for `left` granules: the largest power of two that
- * fits, up to max_chunk. */
-static size_t chunk_want(ump_pool_t *pool, size_t left)
+/* The largest chunk to create on device now (chunks.h): max_chunk while
+ * it holds no freed memory, warm_chunk once it does. */
+static size_t chunk_cap(ump_pool_t *pool, int device)
 {
-    return ump_pow2_floor(left < pool->max_chunk_n ? left
-                                                   : pool->max_chunk_n);
+    const struct dev_state *ds = &pool->dev[device];
+    bool cold = !ds->cached && !ds->idle_n && !ds->parked;
+    return cold ? pool->max_chunk_n : pool->warm_chunk_n;
+}
+
+/* The chunk to create for `left` granules: all of it, up to the cap. */
+static size_t chunk_want(size_t cap, size_t left)
+{
+    return left < cap ? left : cap;
 }
 
 /* Modeled driver time to create `left` granules anew, in the chunks
- * chunk_want chooses. */
-static uint64_t create_cost(ump_pool_t *pool, size_t left)
+ * chunk_want chooses under cap. */
+static uint64_t create_cost(ump_pool_t *pool, size_t cap, size_t left)
 {
     uint64_t ns = 0;
     while (left) {
-        size_t n = chunk_want(pool, left);
+        size_t n = chunk_want(cap, left);
         ns += drvcost_create_ns(chunk_bytes(pool, n));
         left -= n;
     }
@@ -276,8 +355,10 @@ bool chunks_stitch_pays(ump_pool_t *pool, const size_t *ns, size_t k,
         drop += drvcost_drop_ns(chunk_bytes(pool, ns[i]));
         sum += ns[i];
     }
-    return remap + create_cost(pool, left - sum) <=
-           create_cost(pool, left) + drop;
+    /* There are cached chunks to weigh: the device is warm. */
+    size_t cap = pool->warm_chunk_n;
+    return remap + create_cost(pool, cap, left - sum) <=
+           create_cost(pool, cap, left) + drop;
 }
 
 /* Stitching: cached chunks of device that fit in `left` granules (the
@@ -292,9 +373,9 @@ static size_t stitch(ump_pool_t *pool, int device, size_t left)
     ump_list_for_each_reverse(b, &ds->blocks, struct block, link) {
         for (size_t g = b->start; g < b->start + b->n && nc < STITCH_MAX;) {
             struct chunk *c = chunks_at(pool, g);
-            if (c->n <= left)
+            if (c->n <= left && chunk_in(c, b->start, b->n))
                 cand[nc++] = c;
-            g += c->n;
+            g = c->g + c->n;
         }
         if (nc == STITCH_MAX)
             break;
@@ -363,7 +444,7 @@ static int backend_create(ump_pool_t *pool, int d, size_t size,
     return rc;
 }
 
-/* A new chunk of device of want granules (a power of two), fewer where the
+/* A new chunk of device of want granules, fewer where the
  * device has less room. -ENOMEM when the device has no room. */
 static int create_chunk(ump_pool_t *pool, int device, size_t want,
                         struct chunk **c_p)
@@ -378,8 +459,9 @@ static int create_chunk(ump_pool_t *pool, int device, size_t want,
         return -ENOMEM;
     int rc;
     /* A driver may lack one large piece while it still has smaller ones
-     * (fragmented physical memory, or another process's use): halve. */
-    for (n = ump_pow2_floor(n);; n /= 2) {
+     * (fragmented physical memory, or another process's use): powers of
+     * two below it, halving. */
+    for (;; n = ump_is_pow2(n) ? n / 2 : ump_pow2_floor(n)) {
         rc = backend_create(pool, device, chunk_bytes(pool, n), &c->handle);
         if (rc != -ENOMEM || n == 1)
             break;
@@ -398,6 +480,7 @@ static int create_chunk(ump_pool_t *pool, int device, size_t want,
     c->device = device;
     c->n = n;
     c->g = 0;
+    c->ncached = 0;
     c->next = NULL;
     ds->created += chunk_bytes(pool, n);
     if (ds->created > ds->created_peak)
@@ -478,7 +561,8 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
             released = true;
             continue;
         }
-        int rc = create_chunk(pool, device, chunk_want(pool, left), c_p);
+        int rc = create_chunk(pool, device,
+                              chunk_want(chunk_cap(pool, device), left), c_p);
         if (rc != -ENOMEM)
             return rc;
         /* The device is full: small cached chunks must serve, whatever
@@ -533,11 +617,11 @@ static int gather(ump_pool_t *pool, int device, size_t left,
     return 0;
 }
 
-/* Maps cs[0..nc), total granules, one after the other from granule g0,
- * whose addresses the caller took. On error it is all undone: what was
- * mapped is unmapped, every chunk goes idle, and the addresses go back. */
-static int map_chunks(ump_pool_t *pool, struct chunk **cs, size_t nc,
-                      size_t g0, size_t total)
+/* Maps cs[0..nc) one after the other from granule g0 and notes them in
+ * the granule table; stops at the first error. How many it mapped into
+ * *i_p, the granule after them into *g_p. */
+static int map_in_order(ump_pool_t *pool, struct chunk **cs, size_t nc,
+                        size_t g0, size_t *i_p, size_t *g_p)
 {
     struct vas *v = &pool->vas;
     size_t g = g0, i = 0;
@@ -554,6 +638,20 @@ static int map_chunks(ump_pool_t *pool, struct chunk **cs, size_t nc,
         pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
         g += c->n;
     }
+    *i_p = i;
+    *g_p = g;
+    return rc;
+}
+
+/* Maps cs[0..nc), total granules, one after the other from granule g0,
+ * whose addresses the caller took. On error it is all undone: what was
+ * mapped is unmapped, every chunk goes idle, and the addresses go back. */
+static int map_chunks(ump_pool_t *pool, struct chunk **cs, size_t nc,
+                      size_t g0, size_t total)
+{
+    struct vas *v = &pool->vas;
+    size_t g, i;
+    int rc = map_in_order(pool, cs, nc, g0, &i, &g);
     if (!rc)
         return 0;
     for (; i < nc; i++) /* never mapped */
@@ -652,13 +750,20 @@ int chunks_build_at(ump_pool_t *pool, const ump_place_part_t *parts,
     return build(pool, parts, nparts, n, true, &start);
 }
 
-int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p)
+int chunks_extend(ump_pool_t *pool, int device, size_t n,
+                  enum chunks_share share, size_t *start_p)
 {
     struct dev_state *ds = &pool->dev[device];
     struct vas *v = &pool->vas;
     struct block *best = NULL;
+    if (pool_dev_failed(pool, device))
+        return -ENOENT;
+    /* Free addresses follow the block: it ends with a whole chunk. It may
+     * begin inside one that a live run shares. */
     ump_list_for_each(b, &ds->blocks, struct block, link)
         if (b->n < n && (!best || b->n > best->n) &&
+            (share != SHARE_NONE ||
+             chunks_at(pool, b->start)->g == b->start) &&
             vas_free_at(v, b->start + b->n) >= n - b->n)
             best = b;
     if (!best)
@@ -669,7 +774,7 @@ int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p)
     struct block b = *best;
     block_unlink(ds, best);
     free(best);
-    ds->cached -= chunk_bytes(pool, b.n);
+    cached_note(pool, device, b.start, b.n, false);
     vas_set(v, b.start, b.n, VAS_FREE, NULL);
     size_t left = n - b.n, at = b.start + b.n, nc = 0;
     struct chunk **cs = malloc(left * sizeof(*cs));
@@ -692,52 +797,87 @@ int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p)
     return 0;
 }
 
+/* Whole chunks of granules [g, g+k) go idle (mapped nowhere); a carved
+ * edge's chunk, which a live run shares, cannot: its granules, tagged
+ * free but still mapped (and so in no free range), are lost to reuse
+ * (logged) until chunks_unshare gives their addresses back. Only where no
+ * block can hold them. */
+static void give_back(ump_pool_t *pool, size_t g, size_t k)
+{
+    size_t e = g + k;
+    while (g < e) {
+        struct chunk *c = chunks_at(pool, g);
+        size_t ce = c->g + c->n < e ? c->g + c->n : e;
+        if (!chunk_in(c, g, e - g)) {
+            ump_log_error("out of memory for a cached block: %zu freed "
+                          "bytes of a shared chunk are not reused",
+                          chunk_bytes(pool, ce - g));
+            vas_set(&pool->vas, g, ce - g, VAS_FREE, NULL);
+        } else if (unmap_to_idle(pool, g, c->n)) {
+            ump_log_error("cannot cache or unmap %zu freed bytes",
+                          chunk_bytes(pool, c->n));
+        }
+        g = ce;
+    }
+}
+
 static void cache_segment(ump_pool_t *pool, int d, size_t g, size_t k)
 {
     struct vas *v = &pool->vas;
     struct dev_state *ds = &pool->dev[d];
-    struct block *b = NULL;
-    if (pool_dev_failed(pool, d)) { /* nothing to keep: unmapped, released */
-        if (unmap_to_idle(pool, g, k))
-            ump_log_error("cannot unmap %zu bytes of failed device %d",
-                          chunk_bytes(pool, k), d);
-        return;
-    }
+    struct block *b = NULL, *r = NULL;
+    size_t e = g + k;
     if (g > 0) {
         uintptr_t t = vas_tag(v, g - 1);
         struct block *l = vas_tag_owner(t);
         if (vas_tag_kind(t) == VAS_CACHED && l->device == d &&
-            l->start + l->n == g) {
+            l->start + l->n == g)
             b = l;
-            b->n += k;
-            block_unlink(ds, b);
-        }
     }
-    if (!b) {
+    if (e < v->ngran) {
+        uintptr_t t = vas_tag(v, e);
+        r = vas_tag_owner(t);
+        if (vas_tag_kind(t) != VAS_CACHED || r->device != d || r->start != e)
+            r = NULL;
+    }
+    if (b) { /* grows the block before it, which may then take r in */
+        block_unlink(ds, b);
+        b->n += k;
+    } else if (r) { /* the block after it grows backwards */
+        block_unlink(ds, r);
+        r->start = g;
+        r->n += k;
+        b = r;
+        r = NULL;
+    } else {
+        /* The spare is for a malloc that fails: a free must not leave
+         * granules that belong to nothing. */
         b = malloc(sizeof(*b));
+        if (!b && (b = ds->spare_block))
+            ds->spare_block = NULL;
         if (!b) {
-            /* No memory for the block: give the chunks back instead. */
-            if (unmap_to_idle(pool, g, k))
-                ump_log_error("cannot cache or unmap %zu freed bytes",
-                              chunk_bytes(pool, k));
+            give_back(pool, g, k);
             return;
         }
         *b = (struct block){.start = g, .n = k, .device = d};
     }
     vas_set(v, g, k, VAS_CACHED, b);
-    size_t e = g + k;
-    if (e < v->ngran) {
-        uintptr_t t = vas_tag(v, e);
-        struct block *r = vas_tag_owner(t);
-        if (vas_tag_kind(t) == VAS_CACHED && r->device == d && r->start == e) {
-            vas_set(v, r->start, r->n, VAS_CACHED, b);
-            b->n += r->n;
-            block_unlink(ds, r);
-            free(r);
-        }
+    if (r) {
+        vas_set(v, r->start, r->n, VAS_CACHED, b);
+        b->n += r->n;
+        block_unlink(ds, r);
+        free(r);
     }
     block_push(ds, b);
-    ds->cached += chunk_bytes(pool, k);
+    cached_note(pool, d, g, k, true);
+    if (!ds->spare_block)
+        ds->spare_block = malloc(sizeof(*ds->spare_block));
+    /* A failed device's memory is never used again: every chunk that is
+     * now wholly free goes back to the driver (chunks_idle_push releases
+     * it); one a lost allocation still shares waits for its free. */
+    if (pool_dev_failed(pool, d))
+        while (!reclaim_one(pool, d, SIZE_MAX, false))
+            ;
 }
 
 void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
@@ -751,7 +891,8 @@ void chunks_cache(ump_pool_t *pool, size_t start, size_t n)
             c = chunks_at(pool, e);
             e = c->g + c->n;
         }
-        UMP_ASSERT(e <= end); /* runs and blocks are whole chunks */
+        if (e > end) /* a carved run ends inside its last chunk */
+            e = end;
         cache_segment(pool, d, g, e - g);
         g = e;
     }
@@ -883,4 +1024,264 @@ void chunks_release_surplus(ump_pool_t *pool, int device)
             return;
         }
     }
+}
+
+/* --- unsharing a carved chunk --------------------------------------------- */
+
+/* One owner's granules of a chunk being unshared: a run's or a slab's
+ * (given chunks of its own cs[0..nc), filled at staging granules st), a
+ * cached block's, or none's (granules lost to reuse: give_back). */
+struct piece {
+    size_t g, n;
+    int kind; /* VAS_RUN or VAS_SLAB: an owner's; VAS_CACHED, VAS_FREE */
+    struct chunk **cs;
+    size_t nc, st;
+};
+
+static bool piece_owned(const struct piece *p)
+{
+    return p->kind == VAS_RUN || p->kind == VAS_SLAB;
+}
+
+/* Unmaps chunk c where the granule table has it mapped (nothing if
+ * nowhere). */
+static int unmap_one(ump_pool_t *pool, struct chunk *c)
+{
+    struct vas *v = &pool->vas;
+    if (v->gran[c->g].chunk != c)
+        return 0;
+    int rc = pool->be->unmap(pool->bctx, vas_addr(v, c->g),
+                             chunk_bytes(pool, c->n));
+    if (rc)
+        return rc;
+    for (size_t j = c->g; j < c->g + c->n; j++)
+        v->gran[j].chunk = NULL;
+    pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
+    return 0;
+}
+
+/* Maps chunks cs[0..nc) one after the other from granule g, which the
+ * caller owns, and gives device d's accessors access; on error what it
+ * mapped is unmapped again. */
+static int map_all(ump_pool_t *pool, struct chunk **cs, size_t nc, size_t g,
+                   int d)
+{
+    size_t at, i;
+    int rc = map_in_order(pool, cs, nc, g, &i, &at);
+    if (!rc) {
+        int devs[UMP_MAX_DEVICES];
+        int nd = chunks_accessors(pool, d, devs);
+        rc = pool->be->set_access(pool->bctx, vas_addr(&pool->vas, g),
+                                  chunk_bytes(pool, at - g), devs, nd);
+    }
+    for (size_t k = 0; rc && k < i; k++)
+        if (unmap_one(pool, cs[k]))
+            ump_log_error("cannot undo the mapping of %zu bytes at %p",
+                          chunk_bytes(pool, cs[k]->n),
+                          vas_addr(&pool->vas, cs[k]->g));
+    return rc;
+}
+
+/* The pieces of chunk c by owner (vas tags), into pt; returns how many. */
+static size_t pieces_of(ump_pool_t *pool, const struct chunk *c,
+                        struct piece *pt)
+{
+    struct vas *v = &pool->vas;
+    size_t np = 0;
+    for (size_t g = c->g, e; g < c->g + c->n; g = e) {
+        uintptr_t t = vas_tag(v, g);
+        for (e = g + 1; e < c->g + c->n && vas_tag(v, e) == t;)
+            e++;
+        pt[np++] = (struct piece){.g = g, .n = e - g, .kind = vas_tag_kind(t)};
+    }
+    return np;
+}
+
+/* The new chunks of pt[0..np) go back: unmapped wherever they are and
+ * idle, their staging addresses free again. One the driver will not
+ * unmap stays where it is, with its addresses (logged). */
+static void unstage(ump_pool_t *pool, struct piece *pt, size_t np)
+{
+    struct vas *v = &pool->vas;
+    for (size_t i = 0; i < np; i++) {
+        struct piece *p = &pt[i];
+        bool staging_clear = true;
+        for (size_t k = 0; k < p->nc; k++) {
+            struct chunk *c = p->cs[k];
+            bool at_staging = v->gran[c->g].chunk == c && c->g >= p->st &&
+                              c->g < p->st + p->n;
+            if (unmap_one(pool, c)) {
+                ump_log_error("cannot unmap %zu bytes at %p: lost",
+                              chunk_bytes(pool, c->n), vas_addr(v, c->g));
+                staging_clear &= !at_staging;
+                continue;
+            }
+            chunks_idle_push(pool, c);
+        }
+        if (p->nc && staging_clear)
+            vas_give(v, p->st, p->n);
+        free(p->cs);
+        p->cs = NULL;
+        p->nc = 0;
+    }
+}
+
+/* New chunks for piece p on device d, mapped at staging addresses and
+ * filled from the piece by a copy queued on stream. On error nothing is
+ * left of them. */
+static int stage(ump_pool_t *pool, struct piece *p, int d, void *stream)
+{
+    struct vas *v = &pool->vas;
+    size_t nc = 0;
+    bool took = false;
+    int rc = (p->cs = malloc(p->n * sizeof(*p->cs))) ? 0 : -ENOMEM;
+    if (!rc)
+        rc = gather(pool, d, p->n, p->cs, &nc);
+    if (!rc && !(took = !vas_take(v, p->n, &p->st)))
+        rc = -ENOMEM;
+    if (!rc && !(rc = map_all(pool, p->cs, nc, p->st, d)))
+        rc = pool->be->memcpy_async(pool->bctx, vas_addr(v, p->st),
+                                    vas_addr(v, p->g),
+                                    chunk_bytes(pool, p->n), stream);
+    if (rc) {
+        /* nothing of this piece's is in flight: its copy was not queued */
+        bool clear = true;
+        for (size_t k = 0; k < nc; k++) {
+            if (unmap_one(pool, p->cs[k])) {
+                ump_log_error("cannot unmap %zu bytes at %p: lost",
+                              chunk_bytes(pool, p->cs[k]->n),
+                              vas_addr(v, p->cs[k]->g));
+                clear = false;
+                continue;
+            }
+            chunks_idle_push(pool, p->cs[k]);
+        }
+        if (took && clear)
+            vas_give(v, p->st, p->n);
+        free(p->cs);
+        p->cs = NULL;
+        return rc;
+    }
+    p->nc = nc;
+    return 0;
+}
+
+/* Maps chunk c back at its addresses with its accessors' access, after a
+ * failed switch: its memory still holds every owner's data. */
+static void remap_shared(ump_pool_t *pool, struct chunk *c)
+{
+    struct vas *v = &pool->vas;
+    int devs[UMP_MAX_DEVICES];
+    int nd = chunks_accessors(pool, c->device, devs);
+    int rc = pool->be->map(pool->bctx, vas_addr(v, c->g),
+                           chunk_bytes(pool, c->n), c->handle);
+    if (!rc)
+        rc = pool->be->set_access(pool->bctx, vas_addr(v, c->g),
+                                  chunk_bytes(pool, c->n), devs, nd);
+    if (rc) {
+        ump_log_error("cannot map %zu bytes back at %p after a failed "
+                      "unshare: their data is lost (%s)",
+                      chunk_bytes(pool, c->n), vas_addr(v, c->g),
+                      ump_strerror(rc));
+        return;
+    }
+    for (size_t j = c->g; j < c->g + c->n; j++)
+        v->gran[j].chunk = c;
+    pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
+}
+
+/* c's cached pieces of pt[0..np) back into cached blocks (c mapped), or,
+ * with c gone for good, free addresses. */
+static void uncut(ump_pool_t *pool, const struct piece *pt, size_t np,
+                  bool mapped)
+{
+    for (size_t i = 0; i < np; i++) {
+        if (pt[i].kind != VAS_CACHED)
+            continue;
+        if (mapped) {
+            chunks_cache(pool, pt[i].g, pt[i].n);
+        } else if (vas_give(&pool->vas, pt[i].g, pt[i].n)) {
+            ump_log_error("out of memory for the address range table: %zu "
+                          "granules of addresses lost", pt[i].n);
+        }
+    }
+}
+
+int chunks_unshare(ump_pool_t *pool, size_t g, void *stream)
+{
+    struct vas *v = &pool->vas;
+    struct chunk *c = chunks_at(pool, g);
+    int d = c->device, rc = 0;
+    if (pool_dev_failed(pool, d))
+        return -EIO;
+    struct piece *pt = calloc(c->n, sizeof(*pt));
+    if (!pt)
+        return -ENOMEM;
+    size_t np = pieces_of(pool, c, pt);
+    /* Each owner's piece: new chunks at staging addresses, filled from c.
+     * The copies are waited for whatever happens: none may still be
+     * writing into memory given back. */
+    for (size_t i = 0; i < np && !rc; i++)
+        if (piece_owned(&pt[i]))
+            rc = stage(pool, &pt[i], d, stream);
+    int r2 = pool->be->stream_sync(pool->bctx, stream);
+    rc = rc ? rc : r2;
+    if (rc) {
+        unstage(pool, pt, np);
+        free(pt);
+        return rc;
+    }
+    /* c's cached granules leave their blocks while c is still mapped (the
+     * holes' count reads it). c's edge is their block's edge, so no block
+     * is split and block_cut needs no memory. */
+    for (size_t i = 0; i < np; i++)
+        if (pt[i].kind == VAS_CACHED) {
+            block_cut(pool, vas_tag_owner(vas_tag(v, pt[i].g)), pt[i].g,
+                      pt[i].n);
+            vas_set(v, pt[i].g, pt[i].n, VAS_FREE, NULL);
+        }
+    /* The switch: c goes, each owner's chunks move from staging to its
+     * piece. */
+    rc = pool->be->unmap(pool->bctx, vas_addr(v, c->g),
+                         chunk_bytes(pool, c->n));
+    if (rc) {
+        uncut(pool, pt, np, true);
+        unstage(pool, pt, np);
+        free(pt);
+        return rc;
+    }
+    for (size_t j = c->g; j < c->g + c->n; j++)
+        v->gran[j].chunk = NULL;
+    pool->dev[d].mapped -= chunk_bytes(pool, c->n);
+    for (size_t i = 0; i < np && !rc; i++) {
+        struct piece *p = &pt[i];
+        if (!piece_owned(p))
+            continue;
+        for (size_t k = 0; k < p->nc && !rc; k++)
+            rc = unmap_one(pool, p->cs[k]);
+        if (!rc)
+            rc = map_all(pool, p->cs, p->nc, p->g, d);
+    }
+    if (rc) { /* the driver refused what it took a moment ago */
+        unstage(pool, pt, np);
+        remap_shared(pool, c);
+        uncut(pool, pt, np, v->gran[c->g].chunk == c);
+        free(pt);
+        return rc;
+    }
+    /* Done: the staging addresses, c's cached granules and granules lost
+     * to reuse become free addresses. */
+    for (size_t i = 0; i < np; i++) {
+        struct piece *p = &pt[i];
+        if (p->kind == VAS_FREE)
+            vas_set(v, p->g, p->n, VAS_FREE, NULL);
+        if (vas_give(v, piece_owned(p) ? p->st : p->g, p->n))
+            ump_log_error("out of memory for the address range table: %zu "
+                          "granules of addresses lost", p->n);
+        free(p->cs);
+    }
+    free(pt);
+    if (release_chunk(pool, c))
+        chunks_idle_push(pool, c); /* unmapped: idle, released later */
+    return 0;
 }

@@ -11,14 +11,35 @@
  * the driver's granularity on an H200), and slabs and stitching work in
  * granules. But each driver handle costs about the same to create, map and
  * give access to whatever its size (H200: 13.5 us create + 33 us access for
- * 2 MiB, 28 us + 86 us for 1 GiB), so a cold 1 GiB allocation made of 512
- * handles of 2 MiB would cost ~24 ms, 200x one 1 GiB handle. New memory is
- * therefore created in the largest power-of-two chunks that fit what is
- * still needed, up to max_chunk (1 GiB by default): a cold 1 GiB allocation
- * is one handle, 100 MiB is three (64 + 32 + 4 MiB). Freed chunks are reused
- * whole: cached blocks are carved only at chunk boundaries, and stitching
- * maps whole idle chunks that fit; a chunk too big for the hole being
- * filled is released so that smaller ones can be created in its place.
+ * 2 MiB, 28 us + 86 us for 1 GiB), so new memory is created in as few
+ * chunks as the request needs, each of exactly the granules it covers: a
+ * 100 MiB allocation is one chunk. How large one may be depends on what the
+ * device holds. On a device with no freed memory (cold: a first
+ * allocation, or after ump_trim) up to max_chunk (1 GiB): a cold 1 GiB
+ * allocation is one handle, as a raw cuMemCreate would be. Once the device
+ * holds freed memory, up to warm_chunk (64 MiB): a chunk is what is reused,
+ * stitched and given back whole, and a 1 GiB chunk that a few smaller
+ * allocations later share holds its whole gigabyte for any one of them.
+ *
+ * Carving. Freed memory is reused in place where a request fits in a cached
+ * block. A block that is exactly the request's size, or begins with whole
+ * chunks of its size, serves any request (an offloadable one only where
+ * no live allocation shares the block's edge chunks). A plain allocation
+ * (not offloadable) may also take the front of a bigger block whatever its
+ * chunks: its first and last chunk may then be shared with its neighbours
+ * (live allocations or cached memory), as PyTorch's expandable segments
+ * share a 20 MiB page between blocks. A training step whose tensor sizes
+ * differ from the last one's then makes no driver call, where whole-chunk
+ * reuse remaps one or more chunks per tensor. The price is holes: cached
+ * granules of a chunk that a live allocation shares can be carved again,
+ * but not stitched into another range or given back, nor do they count as
+ * room for placement (chunks_available). The pool carves while the
+ * device's peak reserved memory, with the request, stays within half its
+ * capacity (config carve); closer to full it reuses chunks whole, since a
+ * hole could then cost an allocation. A chunk is what moves between
+ * tiers, so an allocation that shares one is given chunks of its own
+ * before it moves, and cannot move while a live neighbour shares them
+ * (tier/residency.c, res_unshare).
  *
  * Every function here runs with pool->lock held.
  */
@@ -34,9 +55,28 @@ size_t chunks_available(ump_pool_t *pool, int device);
 /* chunks_available of every device, into avail[0..ndev): what placement
  * policies see. */
 void chunks_available_all(ump_pool_t *pool, size_t *avail);
-/* n granules of cached memory on device (exact or carved from a bigger
- * block at a chunk boundary); -ENOENT when no block is big enough. */
-int chunks_reuse(ump_pool_t *pool, int device, size_t n, size_t *start_p);
+/* What a range being built may have in common with its neighbours. */
+enum chunks_share {
+    SHARE_NONE,  /* whole chunks only: it may move (offloadable), a slab */
+    SHARE_KEEP,  /* a chunk that a neighbour already shares, no new one */
+    SHARE_CARVE, /* any granule: carving cuts chunks */
+};
+/* What n granules for device may share: SHARE_NONE where they must be
+ * whole chunks (whole: they may move) or on a host place; SHARE_CARVE
+ * with config carve while the device's peak stays within half of it, and
+ * SHARE_KEEP beyond (see Carving above: there a hole could cost an
+ * allocation, where whole chunks can always be stitched). */
+enum chunks_share chunks_share_for(ump_pool_t *pool, int device, size_t n,
+                                   bool whole);
+/* n granules of cached memory on device: a block of exactly n, else the
+ * front of a bigger one that begins with whole chunks of n granules, else
+ * with SHARE_CARVE the front of the smallest bigger one, whatever its
+ * chunks; -ENOENT when no block serves. */
+int chunks_reuse(ump_pool_t *pool, int device, size_t n,
+                 enum chunks_share share, size_t *start_p);
+/* Do granules [g, g+n), mapped, share a chunk with granules outside them
+ * (a carved run's edge)? */
+bool chunks_shared(ump_pool_t *pool, size_t g, size_t n);
 /* Maps a new range of n granules as the plan says, from chunks_get's
  * chunks. On error nothing stays mapped in it and the pool's accounting is
  * as before. */
@@ -51,7 +91,8 @@ int chunks_build_at(ump_pool_t *pool, const ump_place_part_t *parts,
  * which is mapped there from chunks_get's chunks. The block's memory
  * serves with no driver call, where stitching would move it. -ENOENT when
  * no block can grow so; on other errors the block is cached as before. */
-int chunks_extend(ump_pool_t *pool, int device, size_t n, size_t *start_p);
+int chunks_extend(ump_pool_t *pool, int device, size_t n,
+                  enum chunks_share share, size_t *start_p);
 /* Mapped granules [start, start+n) become cached blocks (per device,
  * merged with cached neighbours). */
 void chunks_cache(ump_pool_t *pool, size_t start, size_t n);
@@ -102,6 +143,16 @@ void chunks_fail_device(ump_pool_t *pool, int d);
 /* Is any of granules [g, g+n), which belong to one allocation, mapped to
  * a failed device's chunk (its bytes are lost)? */
 bool chunks_range_failed(ump_pool_t *pool, size_t g, size_t n);
+/* Gives every run and slab that shares the chunk at granule g (carved,
+ * see above) a chunk of its own for its granules: new chunks on its device,
+ * filled from it by a device copy on stream, mapped in their place; the
+ * chunk's cached granules become free addresses, and the chunk is
+ * released. Nobody may touch the chunk's memory meanwhile: the caller
+ * knows (ump_pool_suspend; ump_evict of its one live run). The copies are
+ * waited for. On error nothing changed: the chunk is mapped back where the
+ * switch had begun, and what the driver refuses to undo is logged (data
+ * lost only if it refuses to map the chunk back). */
+int chunks_unshare(ump_pool_t *pool, size_t g, void *stream);
 /* Unmaps every cached block and releases every idle chunk. */
 void chunks_trim(ump_pool_t *pool);
 /* Device of the chunk mapped at granule g. */

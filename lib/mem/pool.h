@@ -43,17 +43,20 @@ struct slab;
 struct tcache;
 struct pool_observer;
 
-/* A physical chunk: one backend handle of n granules (a power of two, at
- * most max_chunk bytes), mapped at granules [g, g+n) or idle. */
+/* A physical chunk: one backend handle of n granules (at most max_chunk
+ * bytes), mapped at granules [g, g+n) or idle. Runs, slabs and cached
+ * blocks may each cover part of it (carving: chunks.h). */
 struct chunk {
     ump_handle_t handle;
     int device;
     size_t n;
     size_t g;
+    size_t ncached;     /* granules in cached blocks (chunks.c: holes) */
     struct chunk *next; /* idle list */
 };
 
-/* A run: one allocation of whole chunks, possibly from several devices.
+/* A run: one allocation of chunks, possibly from several devices; a
+ * carved one may share its first and last chunk (chunks.h).
  * Cache-line aligned: its word and size are written on every allocation,
  * by whichever thread holds it. */
 struct __attribute__((aligned(UMP_CACHELINE))) run {
@@ -142,6 +145,9 @@ struct dev_state {
     size_t idle_n;            /* granules of the idle chunks */
     struct chunk *idle;       /* created, not mapped */
     struct ump_list blocks;   /* cached blocks, most recently freed first */
+    size_t holes;             /* of those, granules in chunks a live run
+                                 shares (chunks.c) */
+    struct block *spare_block; /* for a free when malloc fails (chunks.c) */
     struct run *runs;         /* freed runs parked whole (runs_free) */
     size_t nruns, parked;     /* how many, and their bytes */
     uint64_t chunks_created, chunks_released;
@@ -191,6 +197,7 @@ struct ump_pool {
     size_t chunk_size;    /* the granule: unit of addresses, slabs, stitching */
     unsigned chunk_shift;
     size_t max_chunk_n;   /* largest chunk, in granules */
+    size_t warm_chunk_n;  /* largest while freed memory is held (chunks.h) */
     unsigned nsmall;      /* small classes used (fit twice in a chunk) */
     unsigned nbins;       /* nsmall + RUN_TCACHE_MAX */
     size_t small_max;     /* largest size served from slabs */

@@ -1,9 +1,9 @@
 /*
- * Runs: allocations of whole chunks (struct run, in mem/pool.h), possibly
- * from several devices. A run is planned by its request's policy and built
- * by chunks.c, or reused: a freed run parked whole on its device, or a
- * cached block. Run structs are recycled for the pool's life. Every
- * function here runs with pool->lock held.
+ * Runs: allocations of chunks (struct run, in mem/pool.h), possibly from
+ * several devices. A run is planned by its request's policy and built by
+ * chunks.c, or reused: a freed run parked whole on its device, or a cached
+ * block, whole chunks or carved (chunks.h). Run structs are recycled for
+ * the pool's life. Every function here runs with pool->lock held.
  */
 #include "config.h"
 
@@ -36,9 +36,10 @@ void runs_put(ump_pool_t *pool, struct run *r)
     pool->free_runs = r;
 }
 
-/* Plans (with the request's policy) and maps a new range. */
+/* Plans (with the request's policy) and maps a new range; unless share is
+ * SHARE_NONE, it may grow a cached block that shares its first chunk. */
 static int run_build(ump_pool_t *pool, const struct place_req *pr,
-                     size_t *start_p, bool *mixed_p)
+                     enum chunks_share share, size_t *start_p, bool *mixed_p)
 {
     ump_place_part_t *parts;
     size_t np = 1;
@@ -61,7 +62,8 @@ static int run_build(ump_pool_t *pool, const struct place_req *pr,
      * needs new memory for the difference only. */
     rc = -ENOENT;
     if (np == 1)
-        rc = chunks_extend(pool, parts[0].device, pr->req.chunks, start_p);
+        rc = chunks_extend(pool, parts[0].device, pr->req.chunks, share,
+                           start_p);
     /* Not there, or no room for the rest while that block stood aside:
      * built from scratch, the block's chunks may serve. */
     if (rc == -ENOENT || rc == -ENOMEM)
@@ -77,13 +79,16 @@ static int run_build(ump_pool_t *pool, const struct place_req *pr,
     return rc;
 }
 
-/* A parked run of exactly n chunks of device, taken off the list. */
-static struct run *unpark(ump_pool_t *pool, int device, size_t n)
+/* A parked run of exactly n chunks of device, taken off the list; one
+ * that shares a chunk (carved) unless share is SHARE_NONE. */
+static struct run *unpark(ump_pool_t *pool, int device, size_t n,
+                          enum chunks_share share)
 {
     struct dev_state *ds = &pool->dev[device];
     for (struct run **pr = &ds->runs; *pr; pr = &(*pr)->next) {
         struct run *r = *pr;
-        if (r->n == n) {
+        if (r->n == n &&
+            (share != SHARE_NONE || !chunks_shared(pool, r->start, n))) {
             *pr = r->next;
             ds->nruns--;
             ds->parked -= n << pool->chunk_shift;
@@ -125,18 +130,21 @@ int runs_alloc(ump_pool_t *pool, const struct place_req *pr,
     int dev = pr->req.device;
     bool mixed = false;
     int rc = -ENOENT;
-    if (reuse_ok(pool, pr)) {
-        struct run *p = unpark(pool, dev, n);
+    /* A chunk is what moves: an offloadable run owns whole ones. */
+    enum chunks_share share = chunks_share_for(
+        pool, dev, n, pr->req.flags & UMP_HINT_OFFLOAD);
+    if (reuse_ok(pool, pr) && !pool_dev_failed(pool, dev)) {
+        struct run *p = unpark(pool, dev, n, share);
         if (p) {
             runs_put(pool, r);
             p->flags = (unsigned char)pr->req.flags;
             *run_p = p;
             return 0;
         }
-        rc = chunks_reuse(pool, dev, n, &start);
+        rc = chunks_reuse(pool, dev, n, share, &start);
     }
     if (rc == -ENOENT)
-        rc = run_build(pool, pr, &start, &mixed);
+        rc = run_build(pool, pr, share, &start, &mixed);
     if (rc) {
         runs_put(pool, r);
         return rc; /* a policy's own errno goes back as ump_alloc's */

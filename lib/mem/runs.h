@@ -1,9 +1,9 @@
 /*
- * Runs: allocations of whole chunks (struct run, in mem/pool.h), possibly
- * from several devices. A run is planned by its request's policy and built
- * by chunks.c, or reused: a freed run parked whole on its device, or a
- * cached block. Run structs are recycled for the pool's life. Every
- * function here runs with pool->lock held.
+ * Runs: allocations of chunks (struct run, in mem/pool.h), possibly from
+ * several devices. A run is planned by its request's policy and built by
+ * chunks.c, or reused: a freed run parked whole on its device, or a cached
+ * block, whole chunks or carved (chunks.h). Run structs are recycled for
+ * the pool's life. Every function here runs with pool->lock held.
  */
 #ifndef UMP_MEM_RUNS_H
 #define UMP_MEM_RUNS_H

@@ -155,7 +155,8 @@ static int slab_find(ump_pool_t *pool, int device, unsigned cls,
         }
     }
     size_t g;
-    rc = chunks_reuse(pool, part.device, 1, &g);
+    rc = chunks_reuse(pool, part.device, 1,
+                      chunks_share_for(pool, part.device, 1, false), &g);
     if (rc == -ENOENT)
         rc = chunks_build(pool, &part, 1, 1, &g);
     if (rc)

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mem/chunks.h"
 #include "tier/evict.h"
 #include "tier/host.h"
 #include "tier/move.h"
@@ -186,8 +187,8 @@ int offload_make_room(ump_pool_t *pool, const struct place_req *pr)
 /* --- the calls behind the public tier API --------------------------------- */
 
 /* The tracked run for [ptr, ptr+size) and its segments [*s0_p, *s1_p);
- * with track false, an untracked run gives *res_p NULL. Slab objects: 1
- * (they never move). Pool lock held. */
+ * with track false, an untracked run gives *res_p NULL. Slab objects and
+ * runs that share a chunk: 1 (they do not move). Pool lock held. */
 static int lookup(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
                   bool track, struct res **res_p, struct seg **s0_p,
                   struct seg **s1_p)
@@ -199,6 +200,10 @@ static int lookup(ump_pool_t *pool, const char *fn, void *ptr, size_t size,
         return 1;
     if (rc)
         return rc;
+    /* Carved (mem/chunks.h): it stays on its device, and ump_evict alone
+     * may give it chunks of its own: nothing to do. */
+    if (!r->res && chunks_shared(pool, r->start, r->n))
+        return 1;
     if (!r->res && !track) {
         *res_p = NULL;
         return 0;
@@ -365,6 +370,22 @@ int offload_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
         rc = -EPERM;
     }
     struct res *res = NULL;
+    if (!rc && !r->res && chunks_shared(pool, r->start, r->n)) {
+        /* Carved: its edge chunks become its own, unless a neighbour may
+         * be in use. Thread caches and parked runs first: what they hold
+         * is free memory. */
+        if (pool->off->reclaim)
+            pool->off->reclaim(pool, r->device);
+        rc = res_unshare(pool, r, true);
+        if (rc == -EBUSY)
+            ump_log_error("ump_evict: %p shares a chunk with another live "
+                          "allocation (memory carved from freed memory, "
+                          "config carve); allocations that move are made "
+                          "with UMP_HINT_OFFLOAD", ptr);
+        else if (rc == -ENOMEM)
+            ump_log_error("ump_evict: %p shares a chunk, and the device has "
+                          "no room to give it chunks of its own first", ptr);
+    }
     if (!rc)
         rc = res_get(pool, r, &res);
     struct seg *s0 = NULL, *s1 = NULL, *s;

@@ -14,6 +14,7 @@
 #include "mem/runs.h"
 #include "mem/slab.h"
 #include "tier/backing.h"
+#include "tier/move.h"
 #include "tier/residency.h"
 #include "tier/xfer.h"
 #include "util/internal.h"
@@ -153,6 +154,9 @@ int res_get(ump_pool_t *pool, struct run *r, struct res **res_p)
         *res_p = r->res;
         return 0;
     }
+    /* A chunk is what moves: one a neighbour shares cannot (res_unshare). */
+    if (chunks_shared(pool, r->start, r->n))
+        return -EBUSY;
     size_t nseg = 0;
     for (size_t g = r->start; g < r->start + r->n; g += chunks_at(pool, g)->n)
         nseg++;
@@ -176,6 +180,59 @@ int res_get(ump_pool_t *pool, struct run *r, struct res **res_p)
     }
     r->res = res;
     *res_p = res;
+    return 0;
+}
+
+/* May another thread be using memory of chunk c, other than run r's? Any
+ * other run's granules say so: after the thread caches are taken back and
+ * the parked runs cached, a run still there is live, or freed on a stream
+ * whose work may still run (ump_free_async), or caught between a thread
+ * cache and the lock (taken from it, not yet live; freed, not yet in it);
+ * so do a slab's with objects out. Cached granules are free. */
+static bool others_in(ump_pool_t *pool, const struct chunk *c,
+                      const struct run *r)
+{
+    for (size_t g = c->g; g < c->g + c->n; g++) {
+        uintptr_t t = vas_tag(&pool->vas, g);
+        if (vas_tag_kind(t) == VAS_SLAB) {
+            const struct slab *s = vas_tag_owner(t);
+            if (s->nfree < s->nobj)
+                return true;
+        } else if (vas_tag_kind(t) == VAS_RUN && vas_tag_owner(t) != r) {
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The chunk of run r's that a neighbour shares, at its start or else its
+ * end; NULL when there is none. */
+static struct chunk *shared_edge(ump_pool_t *pool, const struct run *r)
+{
+    struct chunk *c = chunks_at(pool, r->start);
+    if (c->g < r->start || c->g + c->n > r->start + r->n)
+        return c;
+    c = chunks_at(pool, r->start + r->n - 1);
+    return c->g + c->n > r->start + r->n ? c : NULL;
+}
+
+int res_unshare(ump_pool_t *pool, struct run *r, bool alone)
+{
+    /* Both edges first: refused, nothing is copied for nothing. */
+    if (alone) {
+        const struct chunk *a = chunks_at(pool, r->start);
+        const struct chunk *b = chunks_at(pool, r->start + r->n - 1);
+        if (others_in(pool, a, r) || others_in(pool, b, r))
+            return -EBUSY;
+    }
+    for (struct chunk *c; (c = shared_edge(pool, r));) {
+        void *stream;
+        int rc = move_stream_get(pool, c->device, DIR_DOWN, &stream);
+        if (!rc)
+            rc = chunks_unshare(pool, c->g, stream);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 

@@ -35,8 +35,17 @@ void res_note_want(struct seg *s, uint64_t now);
 void res_note_hot(struct offload *o, struct seg *s);
 
 /* The run's residency, made on first need: one segment per chunk, all on
- * devices, hot in the LRU. -ENOMEM when it cannot be made. */
+ * devices, hot in the LRU. -ENOMEM when it cannot be made; -EBUSY when the
+ * run shares a chunk with a neighbour (carved: mem/chunks.h), which stays
+ * where it is until res_unshare. */
 int res_get(ump_pool_t *pool, struct run *r, struct res **res_p);
+/* Gives untracked run r whole chunks of its own where it shares one
+ * (chunks_unshare). alone: only where no other run or slab with objects out
+ * shares them, -EBUSY otherwise, since another thread may be using such a
+ * neighbour; the caller has taken back what thread caches hold and cached
+ * the parked runs (a run popped from a thread cache goes live with no
+ * lock). Without alone the caller knows no one uses any (suspend). */
+int res_unshare(ump_pool_t *pool, struct run *r, bool alone);
 /* Ends one busy operation on res (res->busy++ began it): the last one tears
  * a freed run down, else wakes whoever waits for the run to be idle. */
 void res_unbusy(ump_pool_t *pool, struct res *res);

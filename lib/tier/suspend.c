@@ -259,22 +259,62 @@ static int seg_up(ump_pool_t *pool, const struct away *a)
 
 /* --- the whole pool --------------------------------------------------- */
 
-/* A slab or a live run, if on a device, down to *arg's tier. */
+/* What down_one moves: to tier; with whole, only what has its chunks to
+ * itself (the rest, carved, once unshare_one gave it its own). */
+struct down {
+    int tier;
+    bool whole;
+};
+
+/* A slab or a live run, if on a device, down to the arg's tier. */
 static int down_one(ump_pool_t *pool, struct slab *s, struct run *r,
                     void *arg)
 {
-    int tier = *(int *)arg;
+    const struct down *dn = arg;
     /* Lost with a failed device: no bytes to move; they stay as they are
      * until freed (front/failure.c). */
     if (s)
         return !s->away && !place_is_host(pool, s->device) &&
-                       s->nfree < s->nobj && !slab_lost(pool, s)
-                   ? slab_down(pool, s, tier)
+                       s->nfree < s->nobj && !slab_lost(pool, s) &&
+                       !(dn->whole && chunks_shared(pool, s->granule, 1))
+                   ? slab_down(pool, s, dn->tier)
                    : 0;
     return place_is_host(pool, r->device) ||
-                   chunks_range_failed(pool, r->start, r->n)
+                   chunks_range_failed(pool, r->start, r->n) ||
+                   (dn->whole && !r->res &&
+                    chunks_shared(pool, r->start, r->n))
                ? 0
-               : run_down(pool, r, tier);
+               : run_down(pool, r, dn->tier);
+}
+
+/* A slab or a live run on a device that shares a chunk gets its own. */
+static int unshare_one(ump_pool_t *pool, struct slab *s, struct run *r,
+                       void *arg)
+{
+    (void)arg;
+    int rc = 0;
+    if (s) {
+        if (!s->away && !place_is_host(pool, s->device) && !slab_lost(pool, s) &&
+            chunks_shared(pool, s->granule, 1)) {
+            void *stream;
+            rc = move_stream_get(pool, s->device, DIR_DOWN, &stream);
+            if (!rc)
+                rc = chunks_unshare(pool, s->granule, stream);
+        }
+        if (rc)
+            ump_log_error("ump_pool_suspend: cannot give a slab at %p a "
+                          "chunk of its own: %s", s->base, ump_strerror(rc));
+        return rc;
+    }
+    if (r->res || place_is_host(pool, r->device) ||
+        chunks_range_failed(pool, r->start, r->n))
+        return 0;
+    rc = res_unshare(pool, r, false);
+    if (rc)
+        ump_log_error("ump_pool_suspend: cannot give the allocation at %p "
+                      "chunks of its own: %s", vas_addr(&pool->vas, r->start),
+                      ump_strerror(rc));
+    return rc;
 }
 
 int offload_suspend(ump_pool_t *pool, int tier)
@@ -284,8 +324,24 @@ int offload_suspend(ump_pool_t *pool, int tier)
         return -EINVAL;
     }
     /* runs_walk reads each tag afresh: moves drop the lock, and frees
-     * may change what the walk has not reached yet. */
-    int rc = runs_walk(pool, down_one, &tier);
+     * may change what the walk has not reached yet. A chunk is what moves:
+     * what shares one (carved, mem/chunks.h) gets chunks of its own first,
+     * safe here since nothing runs on the pool's memory now. That needs
+     * device memory for the copies, so it comes after everything else has
+     * gone down and what is cached has gone back: the shared chunks were
+     * all cut while the device's peak was within half of it (carving), so
+     * there is room then. Parked runs are free memory. */
+    runs_unpark_all(pool);
+    struct down dn = {tier, true};
+    int rc = runs_walk(pool, down_one, &dn);
+    if (!rc) {
+        slab_trim(pool);
+        chunks_trim(pool);
+        rc = runs_walk(pool, unshare_one, NULL);
+    }
+    dn.whole = false;
+    if (!rc)
+        rc = runs_walk(pool, down_one, &dn);
     if (rc) {
         ump_log_error("ump_pool_suspend: cannot move everything down (%s); "
                       "what moved is moved back", ump_strerror(rc));

@@ -97,9 +97,20 @@ const struct ump_conf_entry conf_table[] = {
      "stitching",
      offsetof(struct ump_config, chunk_size), 64 * 1024, 1LL << 31},
     {"max_chunk", "1G", UMP_CONF_SIZE, "a power of two from 64K to 64G",
-     "largest chunk made for a big allocation (fewer, larger driver "
-     "handles make a cold allocation cheaper)",
+     "largest chunk made for an allocation on a device that holds no freed "
+     "memory (fewer, larger driver handles make a cold allocation cheaper)",
      offsetof(struct ump_config, max_chunk), 64 * 1024, 1LL << 36},
+    {"warm_chunk", "64M", UMP_CONF_SIZE, "a power of two from 64K to 64G",
+     "largest chunk made while the device holds freed memory: smaller "
+     "chunks are reused in more ways (carved, stitched, given back)",
+     offsetof(struct ump_config, warm_chunk), 64 * 1024, 1LL << 36},
+    {"carve", "true", UMP_CONF_BOOL, "true|false|yes|no|on|off|1|0",
+     "plain allocations are carved from freed memory at any chunk_size "
+     "boundary, sharing chunks with their neighbours, while the pool has "
+     "used at most half of the device (no driver call where sizes change "
+     "from step to step); false: every allocation owns whole chunks, so "
+     "that any one can be moved between tiers",
+     offsetof(struct ump_config, carve), 0, 0},
     {"va_size", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
      "virtual address space reserved by the pool (0: twice the devices' "
      "memory plus the host tier's and the NVMe tier's limits and "
@@ -285,7 +296,8 @@ static int parse_value(const struct ump_conf_entry *e, const char *s,
         /* The table has no column for it: the VA manager indexes chunks by
          * shifting, so chunk_size must be a power of two. */
         if ((e->offset == offsetof(struct ump_config, chunk_size) ||
-             e->offset == offsetof(struct ump_config, max_chunk)) &&
+             e->offset == offsetof(struct ump_config, max_chunk) ||
+             e->offset == offsetof(struct ump_config, warm_chunk)) &&
             !ump_is_pow2(sz))
             return -EINVAL;
         *(size_t *)field = sz;

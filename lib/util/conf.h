@@ -52,7 +52,9 @@ struct ump_config {
     int log_level;                       /* enum ump_log_level */
     char policy[UMP_CONF_PATH_MAX];      /* default placement policy */
     size_t chunk_size;                   /* bytes of one physical chunk */
-    size_t max_chunk;                    /* largest chunk for big runs */
+    size_t max_chunk;                    /* largest chunk, cold device */
+    size_t warm_chunk;                   /* largest chunk, freed memory held */
+    bool carve;                          /* plain runs may share chunks */
     size_t release_threshold;            /* cached beyond recent peaks */
     int release_window;                  /* seconds that peaks stay recent */
     size_t va_size;                      /* 0: sized from the devices */

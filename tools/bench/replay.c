@@ -22,6 +22,11 @@
  *
  * The trace is read whole first, so that parsing is not timed and the peak
  * live bytes are known before the pool is made (--capacity 1.02x).
+ *
+ * With --config backend:cuda the replay runs once on the GPU's device 0
+ * (--capacity does not apply): driver time is measured, and the model's
+ * figures are its modeled costs only; the competitor there is PyTorch
+ * itself (scripts/replay-torch, which scripts/gpu-check runs beside it).
  */
 #include "config.h"
 
@@ -155,17 +160,26 @@ struct result {
     struct es_result es;
 };
 
-/* One replay on a fresh pool of the given capacity. */
+/* Does the user's configuration put the pool on the GPU? */
+static bool on_cuda(const struct bench_replay_opts *o)
+{
+    return o->config && strstr(o->config, "backend:cuda");
+}
+
+/* One replay on a fresh pool of the given capacity (on cuda: device 0 of
+ * the GPU, whatever its capacity). */
 static int replay_once(const struct bench_replay_opts *o,
                        const struct trace *t, size_t capacity,
                        struct result *r)
 {
     char conf[1024];
     bool costs = o->config && strstr(o->config, "sim_driver_costs");
-    int len = snprintf(conf, sizeof(conf),
-                       "backend:sim,sim_devices:1,sim_device_mem:%zu%s%s%s",
-                       capacity, costs ? "" : ",sim_driver_costs:h200",
-                       o->config ? "," : "", o->config ? o->config : "");
+    int len = on_cuda(o)
+                  ? snprintf(conf, sizeof(conf), "%s", o->config)
+                  : snprintf(conf, sizeof(conf),
+                             "backend:sim,sim_devices:1,sim_device_mem:%zu%s%s%s",
+                             capacity, costs ? "" : ",sim_driver_costs:h200",
+                             o->config ? "," : "", o->config ? o->config : "");
     if (len < 0 || (size_t)len >= sizeof(conf)) {
         fprintf(stderr, "umpool-bench: replay: --config too long\n");
         return 1;
@@ -186,7 +200,9 @@ static int replay_once(const struct bench_replay_opts *o,
         ump_pool_destroy(pool);
         return 1;
     }
-    r->capacity = capacity;
+    ump_stats_t cap;
+    r->capacity = on_cuda(o) && !ump_stats(pool, 0, &cap) ? cap.capacity
+                                                           : capacity;
     r->scale = offload_pace(conf, ump_backend_name(pool));
     r->nlat[0] = r->nlat[1] = 0;
     r->failures = 0;
@@ -239,7 +255,7 @@ static int replay_once(const struct bench_replay_opts *o,
     qsort(r->lat[0], r->nlat[0], sizeof(uint64_t), cmp_u64);
     qsort(r->lat[1], r->nlat[1], sizeof(uint64_t), cmp_u64);
     /* The competitor on the same device, paced like the pool's calls. */
-    r->es_rc = es_replay(t, capacity, r->scale, &r->es);
+    r->es_rc = es_replay(t, r->capacity, r->scale, &r->es);
     return 0;
 }
 
@@ -351,7 +367,8 @@ int bench_replay(const struct bench_replay_opts *o)
                t.nallocs);
     }
     int rc = 0;
-    for (int i = 0; i < o->ncap && !rc; i++) {
+    /* On cuda the GPU's own capacity: one replay. */
+    for (int i = 0; i < (on_cuda(o) ? 1 : o->ncap) && !rc; i++) {
         size_t cap = o->caps[i].bytes;
         if (!cap) /* a multiple of the peak, rounded up to 2 MiB */
             cap = ((size_t)((double)t.peak_live * o->caps[i].times) +

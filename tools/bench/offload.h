@@ -59,6 +59,7 @@
 #define LOOP_QUIET_COPIES 4
 
 #define TARGET_XFER 0.9 /* umpool / raw, at least */
+#define TARGET_XFER_SMALL 0.8 /* device<->host below 1 GiB (issue 29) */
 #define TARGET_LOOP 1.15 /* wall / ideal, at most */
 #define TARGET_RESTORES 1.10 /* restores / Belady's optimum, at most */
 

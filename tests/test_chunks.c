@@ -164,8 +164,8 @@ static void test_no_carve(void **state)
 {
     (void)state;
     const char *confs[] = {
-        "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false,"
-        "carve:false",
+        ("backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false,"
+         "carve:false"),
         "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false",
         "backend:sim,sim_devices:1,sim_device_mem:1G,tcache:false"};
     for (int k = 0; k < 3; k++) {

@@ -2152,6 +2152,8 @@ static void test_opt_known(void **state)
  * the room an acquire makes, chosen then. */
 #define ORDER_CONF "sim_devices:1,sim_device_mem:6M,host_limit:64M," \
                    "high_watermark:100,low_watermark:100"
+#define ORDER2_CONF "sim_devices:2,sim_device_mem:6M,host_limit:64M," \
+                    "high_watermark:100,low_watermark:100"
 
 static bool on_device(ump_pool_t *pool, const char *p)
 {
@@ -2420,6 +2422,128 @@ static void test_swap_fails(void **state)
     fx_pool_destroy(f);
 }
 
+/* A device failing at each operation of a swap onto it, in turn, loses
+ * only what was on it then: what was on the host tier when it failed, the
+ * acquired allocation and the victim once all of its bytes were down,
+ * comes up on the other device with every byte; what was on the failed
+ * one is -EIO. Nothing is left half mapped (the move maps the host copy
+ * back with access for the devices that work: chunks_accessors), and the
+ * frees give back every pinned byte. */
+static void test_swap_device_fails(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 4 };
+    for (int nth = 1; nth <= 24; nth++) {
+        ump_pool_t *pool = fx_pool(f, ORDER2_CONF);
+        char *t[N];
+        for (int i = 0; i < N; i++) { /* all four homed on device 0 */
+            if (i == N - 1) /* room made: device 1 is no fallback */
+                expect_rc(ump_evict(pool, t[0], 0, UMP_TIER_HOST), 0);
+            t[i] = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, "local");
+            tu_fill(t[i], CHUNK, 740 + (uint64_t)i);
+        }
+        for (int r = 0; r < 2; r++)
+            for (int i = 0; i < N; i++) {
+                expect_rc(ump_acquire(pool, t[i], 0, 0, NULL), 0);
+                release_ok(pool, t[i], 0);
+            }
+        int x = first_off(pool, t, N);
+        assert_true(x >= 0);
+        expect_rc(sim_fail_device(pool->bctx, 0, nth), 0);
+        if (!ump_acquire(pool, t[x], 0, 0, NULL))
+            release_ok(pool, t[x], 0);
+        expect_rc(sim_fail_device(pool->bctx, 0, 0), 0); /* if not yet */
+        int up = 0;
+        for (int i = 0; i < N; i++) {
+            int tier = tier_at(pool, t[i]);
+            int rc = ump_acquire(pool, t[i], 0, 1, NULL);
+            if (tier != UMP_TIER_HOST) { /* on device 0: lost with it */
+                if (rc != -EIO)
+                    fail_msg("fault %d: t%d on device 0 acquired: %d", nth,
+                             i, rc);
+                continue;
+            }
+            if (rc)
+                fail_msg("fault %d: t%d on the host tier: acquire %d", nth,
+                         i, rc);
+            tu_assert_pattern(t[i], CHUNK, 740 + (uint64_t)i);
+            release_ok(pool, t[i], 0);
+            up++;
+        }
+        assert_true(up >= 1); /* x's host copy at least */
+        for (int i = 0; i < N; i++)
+            tu_free(pool, t[i]);
+        ump_tier_stats_t hs;
+        expect_rc(ump_tier_stats(pool, UMP_TIER_HOST, &hs), 0);
+        assert_int_equal(hs.used_bytes, 0);
+        fx_pool_destroy(f);
+    }
+}
+
+/* The same for a move up from the host tier that is no swap (the device
+ * has room): the host copy is mapped back for the devices that work. */
+static void test_up_device_fails(void **state)
+{
+    struct fx *f = *state;
+    for (int nth = 1; nth <= 10; nth++) {
+        ump_pool_t *pool = fx_pool(f, ORDER2_CONF);
+        char *a = alloc_flags(pool, 2 * CHUNK, 0, UMP_HINT_OFFLOAD, NULL);
+        tu_fill(a, 2 * CHUNK, 780);
+        expect_rc(ump_evict(pool, a, 0, UMP_TIER_HOST), 0);
+        expect_rc(sim_fail_device(pool->bctx, 0, nth), 0);
+        int rc = ump_acquire(pool, a, 0, 0, NULL);
+        if (!rc)
+            release_ok(pool, a, 0);
+        expect_rc(sim_fail_device(pool->bctx, 0, 0), 0);
+        if (tier_at(pool, a) == UMP_TIER_HOST) { /* whole, for device 1 */
+            assert_true(rc != 0);
+            expect_rc(ump_acquire(pool, a, 0, 1, NULL), 0);
+            tu_assert_pattern(a, 2 * CHUNK, 780);
+            release_ok(pool, a, 0);
+        } else { /* it had come up when the device failed */
+            expect_rc(ump_acquire(pool, a, 0, 1, NULL), -EIO);
+        }
+        tu_free(pool, a);
+        fx_pool_destroy(f);
+    }
+}
+
+/* The driver refusing a step of a swap and then the undoing of it (a map,
+ * then a set access, each at every place in turn): the acquire may fail,
+ * but nothing is lost. An allocation whose host copy cannot be mapped
+ * back keeps it unmapped (seg.unmapped), and its next move maps it: every
+ * allocation comes up with every byte, and the frees give back every
+ * pinned byte. */
+static void test_swap_refused_twice(void **state)
+{
+    struct fx *f = *state;
+    enum { N = 4 };
+    for (int m = 1; m <= 4; m++)
+        for (int acc = 1; acc <= 4; acc++) {
+            ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+            char *t[N];
+            cycle_warm(pool, t, N, 2, 760);
+            int x = first_off(pool, t, N);
+            assert_true(x >= 0);
+            expect_rc(sim_inject_fault(pool->bctx, "map", m, -EIO), 0);
+            expect_rc(sim_inject_fault(pool->bctx, "set_access", acc, -EIO),
+                      0);
+            int rc = ump_acquire(pool, t[x], 0, 0, NULL);
+            sim_inject_fault(pool->bctx, "map", 0, 0);
+            sim_inject_fault(pool->bctx, "set_access", 0, 0);
+            if (!rc)
+                release_ok(pool, t[x], 0);
+            for (int i = 0; i < N; i++)
+                acquire_check(pool, t[i], CHUNK, 760 + (uint64_t)i);
+            for (int i = 0; i < N; i++)
+                tu_free(pool, t[i]);
+            ump_tier_stats_t hs;
+            expect_rc(ump_tier_stats(pool, UMP_TIER_HOST, &hs), 0);
+            assert_int_equal(hs.used_bytes, 0);
+            fx_pool_destroy(f);
+        }
+}
+
 /* Waits until the prefetch worker has nothing queued or running. */
 static void prefetches_done(ump_pool_t *pool)
 {
@@ -2664,6 +2788,9 @@ int main(void)
         T(test_evict_spares_queued),
         T(test_swap_in),
         T(test_swap_fails),
+        T(test_swap_device_fails),
+        T(test_up_device_fails),
+        T(test_swap_refused_twice),
         T(test_prefetch_stale),
         T(test_prefetch_room_ahead),
         T(test_drain_yields_to_swap),

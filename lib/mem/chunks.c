@@ -584,9 +584,13 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
 int chunks_accessors(ump_pool_t *pool, int d, int *devs)
 {
     int n = 0;
-    /* A failed device is given access to nothing: the driver refuses it. */
+    /* A failed device is given access to nothing: the driver refuses it.
+     * That includes one the backend has told of (failing) and the pool
+     * not handled yet: a move whose copy failed with the device maps the
+     * host memory back at once, before the next public call marks it. */
+    uint32_t bad = atomic_load(&pool->failing) | atomic_load(&pool->failed);
     for (int e = 0; e < pool->ndev; e++)
-        if (!pool_dev_failed(pool, e) &&
+        if (!((bad >> e) & 1u) &&
             (place_is_host(pool, d) || topo_reaches(&pool->topo, e, d)))
             devs[n++] = e;
     return n;

@@ -56,6 +56,7 @@ int backing_of(ump_pool_t *pool, const struct seg *s, struct backing *b)
     b->dev = s->dev;
     if (s->tier == UMP_TIER_HOST) {
         b->host = s->host;
+        b->unmapped = s->unmapped;
         return 0;
     }
     b->dc = calloc(s->n, sizeof(*b->dc));
@@ -201,6 +202,10 @@ static int map_at(ump_pool_t *pool, struct backing *b, size_t g, size_t n,
 static int unmap_at(ump_pool_t *pool, struct backing *b, size_t g, bool table)
 {
     size_t done, redone;
+    if (b->unmapped) { /* the driver refused to map it back: it is not */
+        b->unmapped = false;
+        return 0;
+    }
     int rc = pieces_do(pool, b, g, npieces(b), false, table, &done);
     if (!rc || !done)
         return rc;

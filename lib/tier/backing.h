@@ -15,6 +15,8 @@ struct backing {
     struct chunk **dc;     /* DEVICE: chunks in address order */
     size_t ndc;
     struct hpiece *host;   /* HOST: pieces */
+    bool unmapped;         /* HOST: a segment's, not mapped (seg.unmapped):
+                            * backing_unmap has nothing to do */
 };
 
 /* Forgets b (the array of chunks is freed, not the memory). */

@@ -193,8 +193,9 @@ struct pick {
      * earliest (now, for an acquire still bringing it up, whose last use
      * is an interval old). */
     uint64_t held_after;
-    /* Device only: the segment off the device, homed there, whose use by
-     * its interval is due soonest (within half an interval past it, or
+    /* Device only: the segment on the host tier (which comes up by a
+     * swap: NVMe's does not), homed there, whose use by its interval is
+     * due soonest (within half an interval past it, or
      * later), and when; NULL: none. */
     struct seg *due;
     uint64_t due_t;
@@ -220,7 +221,7 @@ static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
             if (t > p->held_after)
                 p->held_after = t;
         }
-        if (tier == UMP_TIER_DEVICE && s->tier != UMP_TIER_DEVICE &&
+        if (tier == UMP_TIER_DEVICE && s->tier == UMP_TIER_HOST &&
             s->home == dev && s->gap && !s->moving &&
             s->t_acq + s->gap + s->gap / 2 > o->clock &&
             (!p->due || s->t_acq + s->gap < p->due_t)) {
@@ -555,7 +556,7 @@ int evict_up(ump_pool_t *pool, struct seg *s, int device)
  * whose turn comes soonest, as Belady's rule does, instead of emptying it
  * for headroom; a victim whose future is unknown drains as before.
  *
- * A third: a segment off the device, of the victim's size, is due before
+ * A third: a segment on the host tier, of the victim's size, is due before
  * the victim's next use. The room is then not headroom but that
  * segment's, whose acquire comes when it comes, in a loop right after the
  * release that woke the drain (the work is done between an acquire and

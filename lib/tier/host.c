@@ -31,7 +31,10 @@
 
 /* Reserves the window on the first pin. The pieces alive add up to at
  * most host_limit; the window is twice that, so that pieces of mixed
- * sizes freed and pinned again in any order still find a range. */
+ * sizes freed and pinned again in any order mostly find a range. That is
+ * not a guarantee (free ranges can be scattered in small holes): a pin
+ * that finds no range for its size makes a smaller piece (host_pin), and
+ * host_get makes up the rest with more of them. */
 static int win_get(ump_pool_t *pool)
 {
     struct offload *o = pool->off;
@@ -133,11 +136,14 @@ int host_pin(ump_pool_t *pool, int node, size_t n, struct hpiece **p_p)
     struct hpiece *p = calloc(1, sizeof(*p));
     if (!p)
         return -ENOMEM;
-    if (vas_take(&o->win, n, &p->win)) {
-        ump_log_error("no addresses left in the host tier's window for %zu "
-                      "bytes", tier_bytes(pool, n));
-        free(p);
-        return -ENOMEM;
+    while (vas_take(&o->win, n, &p->win)) { /* fragmented: smaller */
+        if (n == 1) {
+            ump_log_error("no addresses left in the host tier's window for "
+                          "%zu bytes", tier_bytes(pool, n));
+            free(p);
+            return -ENOMEM;
+        }
+        n /= 2;
     }
     /* Pinning runs at a few GB/s (22 ms for 64 MiB on an H200), and giving
      * the CPU access costs a tenth of that again: not with the pool lock.

@@ -176,6 +176,21 @@ static int copy_from_host(ump_pool_t *pool, void *stream, const struct seg *s,
     return rc ? rc : rc2;
 }
 
+/* Maps host-tier segment s's pieces (src) back at its address after a
+ * failed move. When the driver refuses that too, s keeps them unmapped
+ * (seg.unmapped): its data is whole there, and its next move or its free
+ * takes them from there. Pool lock held. */
+static void host_map_back(ump_pool_t *pool, struct seg *s,
+                          struct backing *src)
+{
+    s->unmapped = backing_map(pool, src, s->g, s->n) != 0;
+    if (s->unmapped)
+        ump_log_error("cannot map %zu bytes at %p back to the host tier "
+                      "after a failed move: they stay in host memory, "
+                      "unmapped until the allocation's next move",
+                      tier_bytes(pool, s->n), vas_addr(&pool->vas, s->g));
+}
+
 /*
  * From the host tier to device dev: switch, then copy. The data stays in
  * the host pieces' windows until the move is over, so the device chunks
@@ -204,9 +219,7 @@ static int move_up_from_host(ump_pool_t *pool, struct seg *s, int dev,
     }
     if ((rc = backing_map(pool, &dst, s->g, n))) {
         backing_put(pool, &dst);
-        if (backing_map(pool, &src, s->g, n))
-            ump_log_error("lost the mapping of %zu bytes at %p",
-                          tier_bytes(pool, n), vas_addr(&pool->vas, s->g));
+        host_map_back(pool, s, &src);
         return rc;
     }
     room_ahead(pool, dev);
@@ -220,13 +233,17 @@ static int move_up_from_host(ump_pool_t *pool, struct seg *s, int dev,
     pthread_mutex_lock(&pool->lock);
     pool->off->host_returning -= tier_bytes(pool, n);
     if (rc) {
-        if (backing_unmap(pool, &dst, s->g) || backing_map(pool, &src, s->g, n))
-            ump_log_error("cannot map %zu bytes at %p back to the host tier "
-                          "after a failed copy", tier_bytes(pool, n),
+        if (backing_unmap(pool, &dst, s->g)) {
+            ump_log_error("cannot unmap %zu bytes at %p after a failed copy "
+                          "to them: the host tier's copy is not mapped "
+                          "back", tier_bytes(pool, n),
                           vas_addr(&pool->vas, s->g));
-        else
-            backing_put(pool, &dst);
-        backing_clear(&dst);
+            backing_clear(&dst); /* still mapped: not reused */
+            s->unmapped = true;
+            return rc;
+        }
+        backing_put(pool, &dst);
+        host_map_back(pool, s, &src);
         return rc;
     }
     backing_put(pool, &src);
@@ -286,11 +303,22 @@ int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
         rc = backing_of(pool, s, &src);
     if (!rc && (rc = backing_unmap(pool, &src, s->g)))
         backing_clear(&src); /* the driver kept it mapped: nothing moved */
+    bool nomap = false; /* moved to the host tier, but not mapped */
     if (!rc && (rc = backing_map(pool, &dst, s->g, n))) {
-        if (backing_map(pool, &src, s->g, n))
+        if (!backing_map(pool, &src, s->g, n)) {
+            backing_clear(&src);
+        } else if (to_host) { /* the data is in dst: s stays there */
+            ump_log_error("cannot map %zu bytes at %p, neither on the host "
+                          "tier nor back: they stay in host memory, "
+                          "unmapped until the allocation's next move",
+                          tier_bytes(pool, n), vas_addr(v, s->g));
+            nomap = true;
+            rc = 0;
+        } else {
             ump_log_error("lost the mapping of %zu bytes at %p",
                           tier_bytes(pool, n), vas_addr(v, s->g));
-        backing_clear(&src);
+            backing_clear(&src);
+        }
     }
     bool staged = to_host || backing_unmap(pool, &dst, st) == 0;
     if (!to_host && staged)
@@ -306,6 +334,7 @@ int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev)
     } else {
         backing_put(pool, &src);
         res_note_move(pool, s, tier, dev);
+        s->unmapped = nomap;
         s->host = dst.host; /* device chunks: in the granule table now */
         backing_clear(&dst);
     }
@@ -323,32 +352,29 @@ static int sync_unlocked(ump_pool_t *pool, void *stream, int rc)
 }
 
 /*
- * A swap failed: both go back where they were. x's data is still in its
- * host pieces (xb); v's is in hv for the granules copied down, and in its
- * device memory (vb, aliased at x's address) but for the first `dirty`
- * granules, which may hold x's by now: those come back from hv, at v's
- * address (mapped there again if it was unmapped). What the driver
- * refuses to undo is logged, as for the other moves.
+ * A swap failed, for x: x goes back to its host pieces (its data never
+ * left them). v either finished its own move (v_down: its data was all in
+ * hv when the failure came, and it stays there), or is in its device
+ * memory (vb) still, where the first `dirty` granules may hold x's bytes
+ * by now: those come back from hv. What the driver
+ * refuses to undo is logged, as for the other moves; memory still mapped
+ * somewhere is not given back. Returns whether vb may be given back (v is
+ * on hv and vb is mapped nowhere).
  */
-static void swap_revert(ump_pool_t *pool, struct seg *x, struct seg *v,
+static bool swap_revert(ump_pool_t *pool, struct seg *x, struct seg *v,
                         struct backing *vb, struct backing *xb,
-                        struct backing *hv, bool v_unmapped, bool hv_mapped,
-                        size_t dirty, void *stream)
+                        struct backing *hv, bool aliased, bool v_down,
+                        bool vcopy, size_t dirty, void *stream)
 {
-    size_t n = x->n;
-    if (hv_mapped && backing_unmap(pool, hv, v->g))
-        ump_log_error("cannot unmap the host copy at %p after a failed swap",
-                      vas_addr(&pool->vas, v->g));
-    if (backing_unalias(pool, vb, x->g) || backing_map(pool, xb, x->g, n))
-        ump_log_error("lost the mapping of %zu bytes at %p",
-                      tier_bytes(pool, n), vas_addr(&pool->vas, x->g));
-    if (v_unmapped && backing_map(pool, vb, v->g, n)) {
-        ump_log_error("lost the mapping of %zu bytes at %p",
-                      tier_bytes(pool, n), vas_addr(&pool->vas, v->g));
-        return;
-    }
-    if (v->discard || !dirty)
-        return;
+    bool vb_free = v_down;
+    if (aliased && backing_unalias(pool, vb, x->g))
+        vb_free = false; /* still mapped at x's address */
+    if (aliased)
+        host_map_back(pool, x, xb);
+    if (v_down)
+        return vb_free;
+    if (!vcopy || !dirty)
+        return false;
     pthread_mutex_unlock(&pool->lock);
     int rc = copies_range(pool, stream, v, hv->host, 0, dirty, false);
     pthread_mutex_lock(&pool->lock);
@@ -357,6 +383,7 @@ static void swap_revert(ump_pool_t *pool, struct seg *x, struct seg *v,
         ump_log_error("cannot copy %zu bytes back to %p after a failed swap: "
                       "%s", tier_bytes(pool, dirty),
                       vas_addr(&pool->vas, v->g), ump_strerror(rc));
+    return false;
 }
 
 /* Granule j of a swap of n granules in k pieces: where piece j starts. */
@@ -424,7 +451,7 @@ int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
         goto out_host;
     backing_of(pool, x, &xb); /* host pieces: nothing to allocate */
     bool vcopy = !v->discard, xcopy = !x->discard, aliased = false;
-    bool v_unmapped = false, hv_mapped = false;
+    bool v_down = false, v_nomap = false;
     size_t dirty = 0; /* granules of v's memory x's copies may have reached */
     pool->off->host_returning += tier_bytes(pool, n);
 
@@ -436,13 +463,13 @@ int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
         if (!rc)
             rc = pool->be->event_record(pool->bctx, ev[j], down);
     }
+    bool queued = !rc; /* all of v's copies are on the down stream */
     pthread_mutex_lock(&pool->lock);
     if (!rc && !(rc = backing_unmap(pool, &xb, x->g))) {
         if (!(rc = backing_alias(pool, &vb, x->g, n)))
             aliased = true;
-        else if (backing_map(pool, &xb, x->g, n))
-            ump_log_error("lost the mapping of %zu bytes at %p",
-                          tier_bytes(pool, n), vas_addr(&pool->vas, x->g));
+        else
+            host_map_back(pool, x, &xb);
     }
     pthread_mutex_unlock(&pool->lock);
     for (size_t j = 0; j < k && !rc; j++) {
@@ -456,26 +483,49 @@ int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
     int rc2 = pool->be->stream_sync(pool->bctx, down); /* the rest of v's */
     rc = rc ? rc : rc2;
     pthread_mutex_lock(&pool->lock);
-    if (!rc) {
-        if (vcopy)
-            move_traffic(pool, UMP_TIER_DEVICE, dev, UMP_TIER_HOST, -1, n);
+    bool lost = atomic_load(&pool->failing) >> dev & 1u;
+    if (queued && !rc2 && (!rc || lost)) {
         /* v's data is all down: its address goes to the host pieces while
-         * x's last pieces are copied. */
+         * x's last pieces are copied; or x's failed with the device, and
+         * hv is the only copy of v's left. */
         int mrc = backing_unmap(pool, &vb, v->g);
-        v_unmapped = !mrc;
-        if (v_unmapped)
+        if (!mrc) {
             mrc = backing_map(pool, &hv, v->g, n);
-        hv_mapped = v_unmapped && !mrc;
-        rc = mrc;
+            /* The device failing in that very call (its access refused):
+             * hv no longer names it (chunks_accessors). */
+            if (mrc && (lost = atomic_load(&pool->failing) >> dev & 1u))
+                mrc = backing_map(pool, &hv, v->g, n);
+            v_down = true;
+            if (mrc && backing_map(pool, &vb, v->g, n)) {
+                ump_log_error("cannot map %zu bytes at %p, neither on the "
+                              "host tier nor back: they stay in host "
+                              "memory, unmapped until the allocation's "
+                              "next move", tier_bytes(pool, n),
+                              vas_addr(&pool->vas, v->g));
+                v_nomap = true;
+            } else if (mrc) {
+                v_down = false; /* back on vb */
+            }
+        }
+        rc = rc ? rc : mrc;
     }
     rc = sync_unlocked(pool, up, rc);
     pool->off->host_returning -= tier_bytes(pool, n);
+    if (v_down) { /* v has moved, whatever becomes of x */
+        if (vcopy)
+            move_traffic(pool, UMP_TIER_DEVICE, dev, UMP_TIER_HOST, -1, n);
+        res_note_move(pool, v, UMP_TIER_HOST, -1);
+        v->unmapped = v_nomap;
+        v->host = hv.host;
+        backing_clear(&hv);
+        pool->off->ctr[v->home].evictions++;
+    }
     if (rc) {
-        if (aliased)
-            swap_revert(pool, x, v, &vb, &xb, &hv, v_unmapped, hv_mapped,
-                        dirty, up);
+        if (swap_revert(pool, x, v, &vb, &xb, &hv, aliased, v_down, vcopy,
+                        dirty, up))
+            backing_put(pool, &vb);
         backing_clear(&vb);
-        goto out_host;
+        goto out_host; /* hv: given back unless v holds it now */
     }
     if (xcopy)
         move_traffic(pool, UMP_TIER_HOST, -1, UMP_TIER_DEVICE, dev, n);
@@ -483,11 +533,7 @@ int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
     backing_put(pool, &xb);
     res_note_move(pool, x, UMP_TIER_DEVICE, dev);
     x->host = NULL;
-    res_note_move(pool, v, UMP_TIER_HOST, -1);
-    v->host = hv.host;
-    backing_clear(&hv);
     backing_clear(&vb);
-    pool->off->ctr[v->home].evictions++;
     pool->off->swaps++;
     goto out_claim;
 out_host:

@@ -343,6 +343,7 @@ void res_note_move(ump_pool_t *pool, struct seg *s, int tier, int dev)
         c->restore_bytes += b;
     }
     s->discard = false; /* DONTNEED was for this move only */
+    s->unmapped = false; /* the move mapped it (or, to NVMe, needs none) */
     res_note_tier(pool, s, s->tier, -1);
     res_note_tier(pool, s, tier, +1);
     s->tier = tier;

@@ -54,6 +54,11 @@ struct seg {
     bool moving;          /* claimed: a move runs, maybe with the lock dropped */
     bool discard;         /* UMP_ADVISE_DONTNEED: moves skip the data */
     bool in_lru;
+    /* Tier HOST: its pieces are not mapped at its address, because the
+     * driver refused to map them back after a failed move (logged). The
+     * data is whole in them; the next move maps them or their successor,
+     * and a free gives them back, neither unmapping them (backing.c). */
+    bool unmapped;
     /* What the eviction order (evict.c) knows of its future, in logical
      * times of offload->clock. */
     bool cold;            /* COLD or DONTNEED advice since its last use */

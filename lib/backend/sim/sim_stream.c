@@ -435,17 +435,19 @@ int sim_stream_sync(void *ctx, void *stream)
     s = stream_get(sim_streams_of(ctx), stream, "stream_sync");
     if (!s)
         return -EINVAL;
+    /* A failed device's sync fails, but only once its queued work has
+     * run: the caller frees or remaps what the copies touch as soon as
+     * this returns, and the stream's thread must not reach it after
+     * that (a real driver's work dies with the context instead). */
     err = sim_device_op(ctx, s->device);
-    if (err) {
-        stream_unref(s);
-        return err;
-    }
     pthread_mutex_lock(&s->lock);
     target = s->queued;
     while (s->finished < target)
         pthread_cond_wait(&s->done, &s->lock);
     pthread_mutex_unlock(&s->lock);
     stream_unref(s);
+    if (err)
+        return err;
     if (t0)
         ump_clock_wait_until(sim_sync_end(ctx, t0));
     return 0;

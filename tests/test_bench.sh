@@ -291,6 +291,13 @@ awk '$1 ~ /^[0-9]+$/ && $9 != 0 { exit 1 }' "$tmp/coll.out" ||
 awk '$1 ~ /^[0-9]+$/ { d = $12 - $11; if (d < 0) d = -d;
                        if (d > 0.01 * $11 + 0.1) exit 1 }' "$tmp/coll.out" ||
     fail "a row whose executed modeled time is not the plan's"
+# Beside each small size (up to 1 MiB), the floor it is measured against:
+# one stream operation and its sync, a positive time; none above.
+run coll_floor --config backend:sim,sim_devices:2,sim_device_mem:256M coll \
+    -b 512K -e 2M -n 2
+awk '$1 ~ /^[0-9]+$/ { n++; if ($1 <= 1048576 ? !($NF > 0) : $NF != "-")
+                        exit 1 } END { exit n != 3 }' "$tmp/coll_floor.out" ||
+    fail "coll: no floor beside a small size, or one beside a large one"
 run coll_json --json --config backend:sim,sim_devices:2,sim_device_mem:256M \
     coll reduce_scatter -b 1K -e 4K -d bfloat16 -o max --algo ring
 if command -v python3 >/dev/null 2>&1; then
@@ -302,7 +309,7 @@ r = o["results"]
 assert [x["size"] for x in r] == [1024, 2048, 4096], r
 assert all(x["algorithm"] == "ring" and x["wrong"] == 0 and
            x["type"] == "bfloat16" and x["redop"] == "max" and
-           x["model_us"] > 0 and
+           x["model_us"] > 0 and x["floor_us"] > 0 and
            abs(x["exec_us"] - x["model_us"]) <= 0.01 * x["model_us"]
            for x in r), r
 ' "$tmp/coll_json.out" || fail "coll JSON: $(cat "$tmp/coll_json.out")"

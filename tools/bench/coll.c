@@ -461,6 +461,47 @@ static double gpu_copy_us(ump_pool_t *pool, struct coll_gpu *g, int n,
     return copy;
 }
 
+/* Sizes up to this are small: their floor is printed beside them. */
+#define FLOOR_MAX ((size_t)1 << 20)
+
+/*
+ * The floor a small collective is measured against: the least GPU work a
+ * caller can wait for, one operation queued on a stream of the device
+ * (a 4-byte memset: on cuda one launch) and one sync of that stream. A
+ * collective of one launch and one wait at the end can come near it; one
+ * that syncs on the host between its steps pays it once per step.
+ * Microseconds, the median of 21 rounds after one that warms; NAN when no
+ * stream or memory could be made.
+ */
+static double floor_us(ump_pool_t *pool, int dev)
+{
+    enum { ROUNDS = 21 };
+    ump_stream_t s;
+    ump_hints_t h = {.device = dev};
+    void *p;
+    double t[ROUNDS], us = NAN;
+    if (ump_stream_create(pool, dev, &s))
+        return NAN;
+    if (ump_alloc(pool, 256, &h, &p)) {
+        ump_stream_destroy(pool, s);
+        return NAN;
+    }
+    int k = -1;
+    for (; k < ROUNDS; k++) {
+        uint64_t t0 = now_ns();
+        if (ump_memset_async(pool, p, 0, 4, s) ||
+            ump_stream_synchronize(pool, s))
+            break;
+        if (k >= 0)
+            t[k] = (double)(now_ns() - t0) / 1e3;
+    }
+    if (k == ROUNDS)
+        us = median(t, ROUNDS);
+    ump_free(pool, p);
+    ump_stream_destroy(pool, s);
+    return us;
+}
+
 /* Where this run's ranks are: one process (the default), or every process
  * of an mpirun launch, each with its pool's devices. */
 struct world {
@@ -547,7 +588,10 @@ static void print_header(const struct bench_coll_opts *o, const char *config,
     if (w->mpi)
         printf(" %10s %9s %9s %7s", "mpi us", "mpi busbw", "mpi wrong",
                "ratio");
-    printf("\n");
+    printf(" %8s\n", "floor us");
+    printf("# floor: up to %zu bytes, the least a call can wait for: one "
+           "4-byte memset on a stream of device 0 and one sync of it%s\n",
+           FLOOR_MAX, w->mpi ? " (process 0's)" : "");
 }
 
 /* umpool's call, timed: microseconds per call, NAN when a call failed
@@ -687,7 +731,7 @@ static int run_sizes(const struct bench_coll_opts *o, ump_pool_t *pool,
             c.recv[r] = rb[r];
         }
         int iters = o->iters ? o->iters : 5;
-        double t = NAN, copy = NAN, exec = NAN;
+        double t = NAN, copy = NAN, exec = NAN, flo = NAN;
         long long wrong = 0;
         ump_coll_plan_t plan = {"?", 0};
         if (!w->mpi_only) {
@@ -715,6 +759,8 @@ static int run_sizes(const struct bench_coll_opts *o, ump_pool_t *pool,
                            : host_copy_us(n, cp);
                 if (w->mpi)
                     copy = coll_mpi_max(copy);
+                if (bytes <= FLOOR_MAX)
+                    flo = floor_us(pool, 0);
             }
         }
         double tm = NAN, malgbw = 0, mbusbw = 0;
@@ -770,7 +816,10 @@ static int run_sizes(const struct bench_coll_opts *o, ump_pool_t *pool,
                 printf(" %10s %9s %9s %7s", "n/a", "n/a", "n/a", "n/a");
             else if (w->mpi)
                 printf(" %10.1f %9.2f %9s %7.2f", tm, mbusbw, mwbuf, ratio);
-            printf("\n");
+            if (isnan(flo))
+                printf(" %8s\n", "-");
+            else
+                printf(" %8.1f\n", flo);
         } else if (out) {
             printf("%s\n {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", "
                    "\"redop\": \"%s\", \"root\": %d", first ? "" : ",", bytes,
@@ -783,6 +832,8 @@ static int run_sizes(const struct bench_coll_opts *o, ump_pool_t *pool,
                        t, algbw, busbw, wrong, plan.algorithm,
                        plan.modeled_us, isnan(exec) ? -1.0 : exec, mbus,
                        isnan(copy) ? -1.0 : copy);
+            if (!w->mpi_only && !isnan(flo))
+                printf(", \"floor_us\": %.3f", flo);
             if (w->mpi)
                 printf(", \"mpi_time_us\": %.3f, \"mpi_algbw_gbs\": %.4f, "
                        "\"mpi_busbw_gbs\": %.4f, \"mpi_wrong\": %lld, "

@@ -239,7 +239,7 @@ static pid_t init_pid;
 static long n_child_calls, n_hostfn_calls, n_creates, n_fd_creates, n_abi;
 static long n_set_access, n_cpu_refused, last_cpu_type, last_host_node = -1;
 static long n_access_dups, last_access_devs, last_dev_loc = -1;
-static long n_launches, n_waits, n_modules;
+static long n_launches, n_waits, n_modules, n_syncs;
 static _Thread_local struct CUctx_st *current;
 static _Thread_local bool in_host_func;
 
@@ -1117,7 +1117,10 @@ static CUresult fake_cuStreamDestroy(CUstream s)
 static CUresult fake_cuStreamSynchronize(CUstream s)
 {
     BEGIN();
-    return end(stream_check(s));
+    CUresult r = stream_check(s);
+    if (r == CUDA_SUCCESS)
+        n_syncs++;
+    return end(r);
 }
 
 static CUresult fake_cuStreamGetCtx(CUstream s, CUcontext *ctx)
@@ -2164,6 +2167,8 @@ long fake_cuda_count(const char *what)
         n = n_launches; /* kernels run (emulated) */
     } else if (strcmp(what, "waits") == 0) {
         n = n_waits; /* cuStreamWaitEvent calls accepted */
+    } else if (strcmp(what, "syncs") == 0) {
+        n = n_syncs; /* cuStreamSynchronize calls accepted */
     } else if (strcmp(what, "module_loads") == 0) {
         n = n_modules;
     } else if (strcmp(what, "modules") == 0) {

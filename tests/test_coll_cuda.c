@@ -226,43 +226,131 @@ static void test_launch_failure(void **state)
     (void)state;
     if (!coll_kernel_image)
         skip(); /* no kernel, no launch */
-    use_fake("devices=1,mem=64,fail=cuLaunchKernel:2:701");
+    /* A small call is one launch (the fan): its only launch fails. A large
+     * one is one per rank: the second fails, half way. */
+    static const struct {
+        const char *mode;
+        size_t bytes;
+    } cases[] = {{"devices=1,mem=64,fail=cuLaunchKernel:1:701", 4096},
+                 {"devices=1,mem=64,fail=cuLaunchKernel:2:701", 2 << 20}};
+    for (int k = 0; k < 2; k++) {
+        size_t bytes = cases[k].bytes, count = bytes / 4;
+        use_fake(cases[k].mode);
+        ump_pool_t *pool =
+            tu_pool_create("backend:cuda,cuda_virtual_devices:4");
+        ump_comm_t *comm;
+        assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:oneshot",
+                                         &comm), 0);
+        void *b[4];
+        const void *send[4];
+        ump_hints_t h = tu_hints(1);
+        h.flags = UMP_HINT_OFFLOAD;
+        for (int r = 0; r < 4; r++) {
+            if (r == 1)
+                assert_int_equal(ump_alloc(pool, bytes, &h, &b[r]), 0);
+            else
+                b[r] = tu_alloc(pool, bytes, r);
+            memset(b[r], 1, bytes);
+            send[r] = b[r];
+        }
+        struct tu_capture cap;
+        char log[4096];
+        tu_capture_start(&cap);
+        int rc = ump_allreduce(comm, send, b, count, UMP_INT32, UMP_SUM,
+                               NULL);
+        tu_capture_stop(&cap, log, sizeof(log));
+        assert_true(rc < 0);
+        assert_non_null(strstr(log, "cuLaunchKernel"));
+        /* not held any more: a release of it is one too many */
+        tu_capture_start(&cap);
+        assert_int_equal(ump_release(pool, b[1], 0), -EINVAL);
+        tu_capture_stop(&cap, log, sizeof(log));
+        for (int r = 0; r < 4; r++)
+            memset(b[r], 0, bytes), ((int32_t *)b[r])[0] = r + 1;
+        assert_int_equal(ump_allreduce(comm, send, b, count, UMP_INT32,
+                                       UMP_SUM, NULL), 0);
+        for (int r = 0; r < 4; r++)
+            assert_int_equal(((int32_t *)b[r])[0], 10);
+        assert_int_equal(ump_comm_destroy(comm), 0);
+        for (int r = 0; r < 4; r++)
+            tu_free(pool, b[r]);
+        tu_pool_destroy(pool);
+    }
+}
+
+/* The fan: a small allreduce, broadcast or reduce is one launch on one
+ * rank's stream. Synchronous (the communicator's own streams), it waits for
+ * no event and syncs one stream: the floor. On the caller's streams, the
+ * launching stream waits for the 3 others on entry and they for it on
+ * exit. Above 1 MiB per rank, one launch per rank, as before. Every rank
+ * gets the result, in place too. */
+static void test_fan(void **state)
+{
+    (void)state;
+    if (!coll_kernel_image)
+        skip();
+    use_fake("devices=1,mem=64");
     ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
     ump_comm_t *comm;
     assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:oneshot",
                                      &comm), 0);
+    const size_t big = 2 << 20;
     void *b[4];
     const void *send[4];
-    ump_hints_t h = tu_hints(1);
-    h.flags = UMP_HINT_OFFLOAD;
+    ump_stream_t st[4];
     for (int r = 0; r < 4; r++) {
-        if (r == 1)
-            assert_int_equal(ump_alloc(pool, 4096, &h, &b[r]), 0);
-        else
-            b[r] = tu_alloc(pool, 4096, r);
-        memset(b[r], 1, 4096);
+        b[r] = tu_alloc(pool, big, r);
         send[r] = b[r];
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
     }
-    struct tu_capture cap;
-    char log[4096];
-    tu_capture_start(&cap);
-    int rc = ump_allreduce(comm, send, b, 1024, UMP_INT32, UMP_SUM, NULL);
-    tu_capture_stop(&cap, log, sizeof(log));
-    assert_true(rc < 0);
-    assert_non_null(strstr(log, "cuLaunchKernel"));
-    /* not held any more: a release of it is one too many */
-    tu_capture_start(&cap);
-    assert_int_equal(ump_release(pool, b[1], 0), -EINVAL);
-    tu_capture_stop(&cap, log, sizeof(log));
-    for (int r = 0; r < 4; r++)
-        memset(b[r], 0, 4096), ((int32_t *)b[r])[0] = r + 1;
-    assert_int_equal(ump_allreduce(comm, send, b, 1024, UMP_INT32, UMP_SUM,
-                                   NULL), 0);
-    for (int r = 0; r < 4; r++)
-        assert_int_equal(((int32_t *)b[r])[0], 10);
-    assert_int_equal(ump_comm_destroy(comm), 0);
-    for (int r = 0; r < 4; r++)
+    for (int coll = 0; coll < 3; coll++) {
+        static const int colls[] = {UMP_COLL_ALLREDUCE, UMP_COLL_BROADCAST,
+                                    UMP_COLL_REDUCE};
+        for (int mode = 0; mode < 3; mode++) { /* own, caller's, large */
+            size_t count = mode == 2 ? big / 4 : 1024;
+            for (int r = 0; r < 4; r++) {
+                memset(b[r], 0, count * 4);
+                ((int32_t *)b[r])[count - 1] = r + 1;
+            }
+            long l0 = fake_count("launches"), w0 = fake_count("waits");
+            long s0 = fake_count("syncs");
+            int rc = coll_case_call(comm, colls[coll], send, b, count,
+                                    UMP_INT32, UMP_SUM, 2,
+                                    mode == 1 ? st : NULL);
+            assert_int_equal(rc, 0);
+            long launches = fake_count("launches") - l0;
+            long waits = fake_count("waits") - w0;
+            long syncs = fake_count("syncs") - s0;
+            if (mode == 0) {
+                assert_int_equal(launches, 1);
+                assert_int_equal(waits, 0);
+                assert_int_equal(syncs, 1);
+            } else if (mode == 1) {
+                assert_int_equal(launches, 1);
+                assert_int_equal(waits, 6);
+                assert_int_equal(syncs, 0);
+                for (int r = 0; r < 4; r++)
+                    assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+            } else if (colls[coll] == UMP_COLL_ALLREDUCE) {
+                assert_int_equal(launches, 4); /* one-shot: each rank's */
+            }
+            for (int r = 0; r < 4; r++) {
+                int32_t got = ((int32_t *)b[r])[count - 1];
+                int32_t want = colls[coll] == UMP_COLL_BROADCAST ? 3
+                               : colls[coll] == UMP_COLL_REDUCE && r != 2
+                                   ? r + 1
+                                   : 10;
+                if (got != want)
+                    fail_msg("coll %d mode %d: rank %d got %d, not %d",
+                             colls[coll], mode, r, got, want);
+            }
+        }
+    }
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
         tu_free(pool, b[r]);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
     tu_pool_destroy(pool);
 }
 
@@ -389,6 +477,7 @@ NO_FAKE(test_two_gpus)
 NO_FAKE(test_no_peer_staging)
 NO_FAKE(test_peer_not_transitive)
 NO_FAKE(test_launch_failure)
+NO_FAKE(test_fan)
 NO_FAKE(test_streams_and_holds)
 NO_FAKE(test_traffic)
 #endif
@@ -401,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_no_peer_staging),
         cmocka_unit_test(test_peer_not_transitive),
         cmocka_unit_test(test_launch_failure),
+        cmocka_unit_test(test_fan),
         cmocka_unit_test(test_streams_and_holds),
         cmocka_unit_test(test_traffic),
     };

@@ -16,6 +16,19 @@
  *  - an exit barrier, so that no rank's stream runs on into work that
  *    overwrites a buffer a peer still reads.
  *
+ * Small calls go in one launch (the fan): allreduce (one-shot),
+ * broadcast and reduce of up to COLL_FAN_MAX bytes per rank, when every
+ * device reaches every other. One rank's stream (rank 0's; the root's)
+ * runs the kernel over every rank's buffers at once: n sources, n
+ * destinations (the kernel's contract, kernel.h, allows a destination
+ * that is its own source: in place needs no scratch). Its stream waits
+ * for the others' events on entry, and they wait for its on exit: 2(n-1)
+ * waits instead of the barriers' 2n(n-1), one launch instead of n. A
+ * synchronous call (the communicator's own streams, idle between calls)
+ * needs neither: one launch and one sync, the floor (umpool-bench coll).
+ * Above COLL_FAN_MAX the one device's links carry every rank's bytes,
+ * where the ranks' own launches share the load: the schedules below.
+ *
  * Algorithms: one-shot and two-shot for allreduce (one-shot: every rank
  * reads all its peers' buffers through the pool's pointers; two-shot: rank
  * r reduces slice r and stores it into every rank's receive buffer; the
@@ -61,6 +74,9 @@
 #include "coll/reduce.h"
 #include "front/front.h"
 #include "util/log.h"
+
+/* The most bytes per rank a call runs in one launch (the fan, above). */
+#define COLL_FAN_MAX ((size_t)1 << 20)
 
 /* A call that holds acquired buffers until its work is done. */
 struct coll_gjob {
@@ -235,18 +251,13 @@ static void srcs_at(const struct gcall *g, int r, size_t off,
         out[k] = g->src[r][k] + off;
 }
 
-/* Rank r: each of the ndst destinations = the fold of nsrc sources of
- * count elements (kernel.h). */
-static void reduce(struct gcall *g, int r, void *const *dst, int ndst,
+/* The kernel on rank r's stream: each of the ndst destinations = the
+ * fold of nsrc sources of count elements (kernel.h; one source: a copy). */
+static void launch(struct gcall *g, int r, void *const *dst, int ndst,
                    const void *const *src, int nsrc, size_t count)
 {
     if (g->rc || !count)
         return;
-    if (nsrc == 1) { /* the kernel would copy the bits: so do copies */
-        for (int o = 0; o < ndst; o++)
-            copy(g, r, dst[o], src[0], count * g->esz);
-        return;
-    }
     struct coll_kargs k = {.count = count, .n = nsrc, .ndst = ndst,
                            .dt = g->a->dt, .op = g->a->op};
     for (int i = 0; i < nsrc; i++)
@@ -270,6 +281,22 @@ static void reduce(struct gcall *g, int r, void *const *dst, int ndst,
                      count * g->esz);
 }
 
+/* Rank r: each of the ndst destinations = the fold of nsrc sources of
+ * count elements: the kernel, or copies for one source (the kernel would
+ * copy the bits; the copy engines do it beside the SMs). */
+static void reduce(struct gcall *g, int r, void *const *dst, int ndst,
+                   const void *const *src, int nsrc, size_t count)
+{
+    if (g->rc || !count)
+        return;
+    if (nsrc == 1) {
+        for (int o = 0; o < ndst; o++)
+            copy(g, r, dst[o], src[0], count * g->esz);
+        return;
+    }
+    launch(g, r, dst, ndst, src, nsrc, count);
+}
+
 /* Every rank's stream waits for what every other rank's has queued. */
 static void barrier(struct gcall *g)
 {
@@ -280,6 +307,53 @@ static void barrier(struct gcall *g)
         for (int k = 0; k < c->n && !g->rc; k++)
             if (k != r && g->st[k] != g->st[r])
                 g->rc = g->be->stream_wait_event(g->bctx, g->st[r], c->ev[k]);
+}
+
+/* The fan (see the top): the rank whose stream runs a small call in one
+ * launch, or -1 when the call takes the schedules. */
+static int fan_rank(const struct gcall *g, int algo)
+{
+    const struct coll_args *a = g->a;
+    if (!g->c->reach_all || !coll_kernel_image || g->s > COLL_FAN_MAX)
+        return -1;
+    if (a->coll == UMP_COLL_ALLREDUCE)
+        return algo == COLL_ONESHOT ? 0 : -1;
+    if (a->coll == UMP_COLL_BROADCAST || a->coll == UMP_COLL_REDUCE)
+        return a->root;
+    return -1;
+}
+
+/* Runs the call in one launch on rank q's stream. On streams of the
+ * caller's, q's waits for what the others queued before the call, and
+ * theirs wait for q's kernel; the communicator's own need neither (wait:
+ * the call is synchronous, and nothing else runs on them). */
+static void fan(struct gcall *g, int q, bool wait)
+{
+    ump_comm_t *c = g->c;
+    const struct coll_args *a = g->a;
+    int n = c->n;
+    for (int r = 0; r < n && !wait && !g->rc; r++)
+        if (g->st[r] != g->st[q] &&
+            !(g->rc = g->be->event_record(g->bctx, c->ev[r], g->st[r])))
+            g->rc = g->be->stream_wait_event(g->bctx, g->st[q], c->ev[r]);
+    const void *src[COLL_MAX_RANKS];
+    void *dst[COLL_MAX_RANKS];
+    for (int r = 0; r < n; r++) {
+        src[r] = a->send[r];
+        dst[r] = a->recv[r];
+    }
+    if (a->coll == UMP_COLL_ALLREDUCE)
+        launch(g, q, dst, n, src, n, a->count);
+    else if (a->coll == UMP_COLL_BROADCAST)
+        launch(g, q, dst, n, &src[q], 1, a->count);
+    else /* reduce: the root's receive buffer */
+        launch(g, q, &dst[q], 1, src, n, a->count);
+    if (wait || g->rc || (g->rc = g->be->event_record(g->bctx, c->ev[q],
+                                                      g->st[q])))
+        return;
+    for (int r = 0; r < n && !g->rc; r++)
+        if (g->st[r] != g->st[q])
+            g->rc = g->be->stream_wait_event(g->bctx, g->st[r], c->ev[q]);
 }
 
 /* Does device d map every byte of [p, p + len) (its own, a peer's, or
@@ -537,7 +611,7 @@ static int hold(struct gcall *g, struct coll_gjob *j)
 }
 
 int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
-                 const ump_stream_t *st)
+                 const ump_stream_t *st, bool wait)
 {
     if (algo == COLL_NALGO) {
         ump_log_error("%s: the reductions run in a GPU kernel, and this "
@@ -562,18 +636,26 @@ int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
         free(j);
         return rc;
     }
-    sources(&g);
-    barrier(&g); /* entry */
-    if (a->coll == UMP_COLL_ALLREDUCE)
-        allreduce(&g, algo);
-    else
-        run_direct(&g);
-    barrier(&g); /* exit */
-    /* Rank 0's stream has waited for every rank: its event covers all. */
+    /* q: the stream whose event covers the call's work (the fan's, or
+     * rank 0's, which has waited for every rank at the exit barrier) */
+    int q = fan_rank(&g, algo);
+    bool fanned = q >= 0;
+    if (fanned) {
+        fan(&g, q, wait);
+    } else {
+        q = 0;
+        sources(&g);
+        barrier(&g); /* entry */
+        if (a->coll == UMP_COLL_ALLREDUCE)
+            allreduce(&g, algo);
+        else
+            run_direct(&g);
+        barrier(&g); /* exit */
+    }
     if (!g.rc)
-        g.rc = g.be->event_record(g.bctx, c->last, st[0]);
+        g.rc = g.be->event_record(g.bctx, c->last, st[q]);
     if (!g.rc && j)
-        g.rc = g.be->event_record(g.bctx, j->done, st[0]);
+        g.rc = g.be->event_record(g.bctx, j->done, st[q]);
     /* Scratch goes back once its stream is past the call; on a failure
      * half way, the work queued may still use it: the same. */
     for (int r = 0; r < c->n; r++)
@@ -595,5 +677,10 @@ int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
         c->gjobs = j;
         pthread_mutex_unlock(&c->done_lock);
     }
+    /* Synchronous: the fan's work is all on q's stream (the others have
+     * nothing queued); the schedules' ends on every rank's. */
+    for (int r = 0; !g.rc && wait && r < c->n; r++)
+        if (r == q || !fanned)
+            g.rc = ump_stream_synchronize(c->pool, st[r]);
     return g.rc;
 }

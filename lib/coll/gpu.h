@@ -25,10 +25,11 @@ unsigned coll_gpu_algos(const ump_comm_t *c, int coll);
 int coll_gpu_init(ump_comm_t *c);
 void coll_gpu_fini(ump_comm_t *c);
 
-/* Queues one checked call (a) with algorithm algo on streams st. Called
- * with c->lock held. */
+/* Queues one checked call (a) with algorithm algo on streams st; wait
+ * (streams NULL: st are the communicator's own): returns when its work is
+ * done. Called with c->lock held. */
 int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
-                 const ump_stream_t *st);
+                 const ump_stream_t *st, bool wait);
 
 /* Releases the buffers that finished calls acquired; wait: waits for the
  * calls still running first. */

@@ -294,10 +294,8 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a)
     pthread_mutex_lock(&c->lock);
     int algo = coll_comm_algo(c, a->coll, bytes, &us);
     if (c->gpu) {
-        rc = coll_gpu_run(c, a, algo, st);
         /* Streams NULL: the call returns when its work is done. */
-        for (int r = 0; !rc && !a->streams && r < c->n; r++)
-            rc = ump_stream_synchronize(c->pool, st[r]);
+        rc = coll_gpu_run(c, a, algo, st, !a->streams);
     } else {
         struct coll_job *j = job_new(c, a, algo, inplace);
         rc = j ? hold_buffers(c, a, j) : -ENOMEM;

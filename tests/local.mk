@@ -79,7 +79,7 @@ CLEANFILES += $(COLL_KERNEL_HOST_OBJ)
 endif
 
 SCRIPT_TESTS = tests/test_bench.sh tests/test_bench_cold.sh tests/test_bench_offload.sh \
-	tests/test_bench_replay.sh tests/test_exports.sh
+	tests/test_bench_replay.sh tests/test_bench_coll.sh tests/test_exports.sh
 # Checks of the source itself (the layers, the man pages): no cmocka needed.
 SOURCE_CHECKS = lib/check-layers.sh
 # The allocation trace test_replay replays (scripts/gen-train-trace --preset

@@ -13,16 +13,64 @@
  * reading every source, and only then stored to dst, so dst may be any of
  * the sources. acc is also the accumulation type (float for the half types,
  * unsigned for the wrapping integer ops).
+ *
+ * Large outputs (COLL_STREAM_MIN bytes and more per destination) are
+ * stored with non-temporal stores where the CPU has them (x86's SSE2):
+ * a plain store first reads the line it writes (read for ownership), so a
+ * reduction of n inputs into n outputs moved half as many bytes again as
+ * the memcpy of the same outputs (glibc's, which streams large copies),
+ * and ran at 0.55 of it with 4 ranks on this 2-core machine. The stores
+ * are fenced before the call returns (the ranks' barrier then publishes
+ * them).
  */
 #include "config.h"
 
 #include "coll/reduce.h"
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 /* 512 elements: acc is 2-4 KiB, well inside L1 next to the streamed
  * sources, and long enough that the loop overhead per block is nothing. */
 #define COLL_BLK 512
+
+/* Outputs of this many bytes per destination and more are streamed. */
+#define COLL_STREAM_MIN ((size_t)1 << 20)
+
+/* Stores a block of bytes (a multiple of 16, from a 16-byte aligned src)
+ * at dst: around the caches when stream (and dst is aligned), else
+ * memcpy. */
+static inline void store_block(void *dst, const void *src, size_t bytes,
+                               bool stream)
+{
+#if defined(__SSE2__)
+    if (stream && ((uintptr_t)dst & 15) == 0 && (bytes & 15) == 0) {
+        __m128i *d = dst;
+        const __m128i *s = src;
+        for (size_t k = 0; k < bytes / 16; k++)
+            _mm_stream_si128(d + k, _mm_load_si128(s + k));
+        return;
+    }
+#else
+    (void)stream;
+#endif
+    memcpy(dst, src, bytes);
+}
+
+/* Orders the streamed stores before what follows (a barrier's unlock). */
+static inline void store_fence(bool stream)
+{
+#if defined(__SSE2__)
+    if (stream)
+        _mm_sfence();
+#else
+    (void)stream;
+#endif
+}
 
 static const size_t dtype_size[COLL_NDTYPE] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 static const char *const dtype_name[COLL_NDTYPE] = {
@@ -80,8 +128,8 @@ const char *coll_op_name(int op)
 #define FIN_FDIV(S, x) ((x) / (S)n) /* n < 2^24: exact in float */
 
 /* One block of M elements from offset i: fold every source into acc, then
- * store into the first destination and copy that to the others (while the
- * block is in L1). n >= 2 starts with the first two sources in one pass. */
+ * convert into out and store that to every destination (while the block
+ * is in L1). n >= 2 starts with the first two sources in one pass. */
 #define REDUCE_BLOCK(T, A, S, LD, ST, OP, FIN, M)                              \
     do {                                                                       \
         A acc[COLL_BLK];                                                       \
@@ -94,11 +142,11 @@ const char *coll_op_name(int op)
             for (size_t j = 0; j < (M); j++)                                   \
                 acc[j] = OP(A, acc[j], (A)LD(sk[j]));                          \
         }                                                                      \
-        T *d = (T *)dst[0] + i;                                                \
+        _Alignas(16) T out[COLL_BLK];                                          \
         for (size_t j = 0; j < (M); j++)                                       \
-            d[j] = (T)ST(FIN(S, acc[j]));                                      \
-        for (int o = 1; o < ndst; o++)                                         \
-            memcpy((T *)dst[o] + i, d, (M) * sizeof(T));                       \
+            out[j] = (T)ST(FIN(S, acc[j]));                                    \
+        for (int o = 0; o < ndst; o++)                                         \
+            store_block((T *)dst[o] + i, out, (M) * sizeof(T), stream);       \
     } while (0)
 
 /* reduce_NAME(dst, ndst, src, n, count), n >= 2: T the stored type, A the
@@ -108,10 +156,12 @@ const char *coll_op_name(int op)
                               const void *const *src, int n, size_t count)     \
     {                                                                          \
         size_t i = 0;                                                          \
+        bool stream = count * sizeof(T) >= COLL_STREAM_MIN;                    \
         for (; count - i >= COLL_BLK; i += COLL_BLK)                           \
             REDUCE_BLOCK(T, A, S, LD, ST, OP, FIN, COLL_BLK);                  \
         if (i < count)                                                         \
             REDUCE_BLOCK(T, A, S, LD, ST, OP, FIN, count - i);                 \
+        store_fence(stream);                                                   \
     }
 
 /* The five ops of an integer type: U its unsigned twin (SUM, PROD, AVG's

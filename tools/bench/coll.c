@@ -427,7 +427,7 @@ static double host_copy_us(int n, size_t cp)
         memset(cd[got], 0, cp);
     }
     if (got == n)
-        copy = copy_baseline(cd, cs, n, cp, 3) * 1e6;
+        copy = copy_baseline(cd, cs, n, cp, 5) * 1e6;
     while (got-- > 0) {
         free(cs[got]);
         free(cd[got]);
@@ -614,13 +614,18 @@ static double time_calls(const struct world *w, struct coll_gpu *gpu,
             bad = call_run(c, NULL) != 0;
         t = bad ? NAN : (double)(now_ns() - t0) / 1e3 / iters;
     } else {
+        /* the median of the calls, as the copy baseline's (a noisy host
+         * slows some calls, and a mean follows the slowest) */
+        double *ts = malloc((size_t)iters * sizeof(*ts));
+        bad = !ts;
         for (int k = 0; k <= iters && !bad; k++) {
             uint64_t t0 = now_ns();
             bad = call_run(c, NULL) != 0;
             if (k) /* the first is a warm-up */
-                t += (double)(now_ns() - t0) / 1e3;
+                ts[k - 1] = (double)(now_ns() - t0) / 1e3;
         }
-        t = bad ? NAN : t / iters;
+        t = bad ? NAN : median(ts, (size_t)iters);
+        free(ts);
     }
     return w->mpi ? coll_mpi_max(t) : t;
 }

@@ -2423,10 +2423,10 @@ static void test_swap_fails(void **state)
 }
 
 /* A device failing at each operation of a swap onto it, in turn, loses
- * only what was on it then: what was on the host tier when it failed, the
- * acquired allocation and the victim once all of its bytes were down,
- * comes up on the other device with every byte; what was on the failed
- * one is -EIO. Nothing is left half mapped (the move maps the host copy
+ * only what was on it then: what was on the host tier when it failed (the
+ * acquired allocation, and the victim once its address had switched to
+ * its host copy) comes up on the other device with every byte; what was
+ * on the failed one is -EIO. Nothing is left half mapped (the move maps the host copy
  * back with access for the devices that work: chunks_accessors), and the
  * frees give back every pinned byte. */
 static void test_swap_device_fails(void **state)

@@ -682,5 +682,14 @@ int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
     for (int r = 0; !g.rc && wait && r < c->n; r++)
         if (r == q || !fanned)
             g.rc = ump_stream_synchronize(c->pool, st[r]);
+    /* The syncs of every rank's stream would have told of a device that
+     * failed during the call; the fan's one sync tells of q's only. */
+    int f = !g.rc && wait && fanned ? coll_comm_failed_rank(c) : -1;
+    if (f >= 0) {
+        ump_log_error("%s: rank %d's device %d failed during the call: -EIO "
+                      "(what the call wrote is undefined)", a->fn,
+                      c->first + f, c->dev[f]);
+        g.rc = -EIO;
+    }
     return g.rc;
 }

@@ -80,6 +80,7 @@ struct where {
     const struct hpiece *host; /* a segment on the host tier: its pieces */
     size_t off;           /* granule g's offset in that segment */
     size_t left;          /* granules from g on in the same place */
+    bool unmapped;        /* a host segment not mapped at its address */
 };
 
 static void where_of(ump_pool_t *pool, size_t g, struct where *w)
@@ -88,6 +89,10 @@ static void where_of(ump_pool_t *pool, size_t g, struct where *w)
     struct run *r = vas_tag_kind(tag) == VAS_RUN ? vas_tag_owner(tag) : NULL;
     if (r && r->res) {
         struct seg *s = res_seg_at(r->res, g);
+        /* its I/O may fall back to bounce buffers, which read its address:
+         * a host copy left unmapped (seg.unmapped) is mapped again, or the
+         * write refused */
+        w->unmapped = move_host_remap(pool, s) != 0;
         w->kind = s->tier;
         w->dev = s->dev;
         w->slots = s->slots ? s->slots + (g - s->g) : NULL;
@@ -98,6 +103,7 @@ static void where_of(ump_pool_t *pool, size_t g, struct where *w)
     }
     const struct chunk *c = chunks_at(pool, g);
     w->dev = c->device;
+    w->unmapped = false;
     w->kind = place_is_host(pool, c->device) ? UMP_TIER_HOST
                                               : UMP_TIER_DEVICE;
     w->slots = NULL;
@@ -164,6 +170,10 @@ int ckpt_data(ump_pool_t *pool, struct nvme_store *ck, size_t g, size_t n,
                 rc = xfer_copy_slots(pool, ck, slots + done, w.slots, m,
                                      write);
             done += w.slots ? m : 0;
+        } else if (w.unmapped) {
+            ump_log_error("cannot map %zu bytes at %p to read them",
+                          tier_bytes(pool, m), vas_addr(&pool->vas, at));
+            rc = -EIO;
         } else {
             void *stream, **cpu = cpu_bufs(pool, &w, at, m);
             rc = copy_stream(pool, &w, write, &stream);

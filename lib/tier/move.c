@@ -236,10 +236,9 @@ static int move_up_from_host(ump_pool_t *pool, struct seg *s, int dev,
         if (backing_unmap(pool, &dst, s->g)) {
             ump_log_error("cannot unmap %zu bytes at %p after a failed copy "
                           "to them: the host tier's copy is not mapped "
-                          "back", tier_bytes(pool, n),
-                          vas_addr(&pool->vas, s->g));
+                          "back, and the allocation cannot move again",
+                          tier_bytes(pool, n), vas_addr(&pool->vas, s->g));
             backing_clear(&dst); /* still mapped: not reused */
-            s->unmapped = true;
             return rc;
         }
         backing_put(pool, &dst);
@@ -367,10 +366,14 @@ static bool swap_revert(ump_pool_t *pool, struct seg *x, struct seg *v,
                         bool vcopy, size_t dirty, void *stream)
 {
     bool vb_free = v_down;
-    if (aliased && backing_unalias(pool, vb, x->g))
+    if (aliased && backing_unalias(pool, vb, x->g)) {
         vb_free = false; /* still mapped at x's address */
-    if (aliased)
+        ump_log_error("cannot unmap a failed swap's memory at %p: the "
+                      "allocation there cannot move again",
+                      vas_addr(&pool->vas, x->g));
+    } else if (aliased) {
         host_map_back(pool, x, xb);
+    }
     if (v_down)
         return vb_free;
     if (!vcopy || !dirty)
@@ -483,17 +486,19 @@ int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
     int rc2 = pool->be->stream_sync(pool->bctx, down); /* the rest of v's */
     rc = rc ? rc : rc2;
     pthread_mutex_lock(&pool->lock);
-    bool lost = atomic_load(&pool->failing) >> dev & 1u;
-    if (queued && !rc2 && (!rc || lost)) {
+    /* A failure so far (a device that failed included: its stream's sync
+     * then fails too, and nothing proves which of v's copies ran before
+     * it) leaves v where it was. */
+    if (queued && !rc2 && !rc) {
         /* v's data is all down: its address goes to the host pieces while
-         * x's last pieces are copied; or x's failed with the device, and
-         * hv is the only copy of v's left. */
+         * x's last pieces are copied. */
         int mrc = backing_unmap(pool, &vb, v->g);
         if (!mrc) {
             mrc = backing_map(pool, &hv, v->g, n);
             /* The device failing in that very call (its access refused):
-             * hv no longer names it (chunks_accessors). */
-            if (mrc && (lost = atomic_load(&pool->failing) >> dev & 1u))
+             * hv no longer names it (chunks_accessors), and v's bytes
+             * were all down before it. */
+            if (mrc && (atomic_load(&pool->failing) >> dev & 1u))
                 mrc = backing_map(pool, &hv, v->g, n);
             v_down = true;
             if (mrc && backing_map(pool, &vb, v->g, n)) {
@@ -547,6 +552,21 @@ out_events:
     return rc;
 }
 
+int move_host_remap(ump_pool_t *pool, struct seg *s)
+{
+    if (s->tier != UMP_TIER_HOST || !s->unmapped)
+        return 0;
+    struct backing b;
+    int rc = backing_of(pool, s, &b); /* host pieces: nothing to allocate */
+    if (!rc) {
+        b.unmapped = false;
+        rc = backing_map(pool, &b, s->g, s->n);
+    }
+    if (!rc)
+        s->unmapped = false;
+    return rc;
+}
+
 int move_to_nvme(ump_pool_t *pool, struct seg *s)
 {
     uint64_t *slots = NULL;
@@ -557,6 +577,10 @@ int move_to_nvme(ump_pool_t *pool, struct seg *s)
         ump_log_error("no NVMe tier: nvme_dir is not set");
         return -ENOSPC;
     }
+    /* Its I/O may fall back to bounce buffers, which copy from its
+     * address: mapped there first. */
+    if ((rc = move_host_remap(pool, s)))
+        return rc;
     /* Host memory needs a stream too: a driver that refuses direct I/O on
      * it sends the data through the bounce buffers (xfer_run). */
     rc = move_stream(pool, s, -1, &stream);

@@ -12,6 +12,11 @@
 
 #include "tier/tier.h"
 
+/* A host-tier segment whose pieces the driver refused to map back
+ * (seg.unmapped) is mapped at its address again, for work that reads it
+ * there; 0 when it is mapped already. Pool lock held. */
+int move_host_remap(ump_pool_t *pool, struct seg *s);
+
 /* Moves claimed s, on a device or the host, to device dev (tier DEVICE)
  * or to the host tier (dev -1). -ENOMEM when there is no room there. */
 int move_mem(ump_pool_t *pool, struct seg *s, int tier, int dev);

@@ -438,13 +438,15 @@ int sim_stream_sync(void *ctx, void *stream)
     /* A failed device's sync fails, but only once its queued work has
      * run: the caller frees or remaps what the copies touch as soon as
      * this returns, and the stream's thread must not reach it after
-     * that (a real driver's work dies with the context instead). */
-    err = sim_device_op(ctx, s->device);
+     * that (a real driver's work dies with the context instead). The
+     * sync is the device's operation after that work: a failure it
+     * brings poisons the memory once the copies are done with it. */
     pthread_mutex_lock(&s->lock);
     target = s->queued;
     while (s->finished < target)
         pthread_cond_wait(&s->done, &s->lock);
     pthread_mutex_unlock(&s->lock);
+    err = sim_device_op(ctx, s->device);
     stream_unref(s);
     if (err)
         return err;

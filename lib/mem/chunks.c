@@ -7,13 +7,10 @@
 #include <string.h>
 
 #include "mem/chunks.h"
+#include "mem/chunks_int.h"
 #include "topo/drivercost.h"
 #include "util/internal.h"
 
-static size_t chunk_bytes(ump_pool_t *pool, size_t n)
-{
-    return n << pool->chunk_shift;
-}
 
 /* Is chunk c wholly inside granules [g, g+n)? A carved run, and the
  * cached block next to it, may cover only part of a chunk (chunks.h). */
@@ -27,7 +24,7 @@ static bool chunk_in(const struct chunk *c, size_t g, size_t n)
  * is not wholly cached are holes (ds->holes), cached memory that only
  * carving can reuse: a live allocation shares its chunk, so it can
  * neither be stitched nor given back. */
-static void cached_note(ump_pool_t *pool, int d, size_t g, size_t n,
+void chunks_cached_note(ump_pool_t *pool, int d, size_t g, size_t n,
                         bool cached)
 {
     struct dev_state *ds = &pool->dev[d];
@@ -51,7 +48,7 @@ bool chunks_shared(ump_pool_t *pool, size_t g, size_t n)
            !chunk_in(chunks_at(pool, g + n - 1), g, n);
 }
 
-static void block_unlink(struct dev_state *ds, struct block *b)
+void chunks_block_unlink(struct dev_state *ds, struct block *b)
 {
     ump_list_remove(&ds->blocks, &b->link);
 }
@@ -136,9 +133,9 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n,
     if (!best)
         return -ENOENT;
     *start_p = best->start;
-    cached_note(pool, device, best->start, n, false);
+    chunks_cached_note(pool, device, best->start, n, false);
     if (best->n == n) {
-        block_unlink(ds, best);
+        chunks_block_unlink(ds, best);
         free(best);
     } else {
         best->start += n; /* the rest keeps its tags: they name best */
@@ -147,13 +144,12 @@ int chunks_reuse(ump_pool_t *pool, int device, size_t n,
     return 0;
 }
 
-static int release_chunk(ump_pool_t *pool, struct chunk *c);
 
 void chunks_idle_push(ump_pool_t *pool, struct chunk *c)
 {
     /* A failed device's memory is never used again: given back at once
      * (kept idle, never handed out, if the driver refuses even that). */
-    if (pool_dev_failed(pool, c->device) && !release_chunk(pool, c))
+    if (pool_dev_failed(pool, c->device) && !chunks_release_one(pool, c))
         return;
     struct dev_state *ds = &pool->dev[c->device];
     c->next = ds->idle;
@@ -165,7 +161,7 @@ void chunks_idle_push(ump_pool_t *pool, struct chunk *c)
  * and not in any block, and parks them as idle; their addresses go back to
  * the free ranges. On a driver error the chunks not yet unmapped stay
  * mapped and their granules are given back no further. */
-static int unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
+int chunks_unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
 {
     struct vas *v = &pool->vas;
     size_t i = g;
@@ -196,7 +192,7 @@ static int unmap_to_idle(ump_pool_t *pool, size_t g, size_t k)
  * it: what is left before it stays b, what is left after becomes a block
  * of its own, counted as the least recently freed. -ENOMEM, b unchanged,
  * when that block cannot be made. */
-static int block_cut(ump_pool_t *pool, struct block *b, size_t g, size_t k)
+int chunks_block_cut(ump_pool_t *pool, struct block *b, size_t g, size_t k)
 {
     struct dev_state *ds = &pool->dev[b->device];
     size_t end = b->start + b->n;
@@ -214,13 +210,13 @@ static int block_cut(ump_pool_t *pool, struct block *b, size_t g, size_t k)
         b->start += k; /* the rest keeps its tags: they name b */
         b->n -= k;
         if (!b->n) {
-            block_unlink(ds, b);
+            chunks_block_unlink(ds, b);
             free(b);
         }
     } else {
         b->n -= k;
     }
-    cached_note(pool, (int)(ds - pool->dev), g, k, false);
+    chunks_cached_note(pool, (int)(ds - pool->dev), g, k, false);
     return 0;
 }
 
@@ -230,11 +226,11 @@ static int take_cached_chunk(ump_pool_t *pool, struct block *b,
                              struct chunk *c)
 {
     size_t g = c->g, n = c->n;
-    int rc = block_cut(pool, b, g, n);
+    int rc = chunks_block_cut(pool, b, g, n);
     if (rc)
         return rc;
     /* Out of the block first: unmap_to_idle retags the granules. */
-    rc = unmap_to_idle(pool, g, n);
+    rc = chunks_unmap_to_idle(pool, g, n);
     if (rc) /* still mapped: cache it again rather than lose track */
         chunks_cache(pool, g, n);
     return rc;
@@ -244,7 +240,7 @@ static int take_cached_chunk(ump_pool_t *pool, struct block *b,
  * first, and makes it idle: the smallest bigger than max_n if bigger is
  * set (a chunk to release in favour of smaller ones), else any chunk of at
  * most max_n granules. -ENOMEM when there is none. */
-static int reclaim_one(ump_pool_t *pool, int device, size_t max_n,
+int chunks_reclaim_one(ump_pool_t *pool, int device, size_t max_n,
                        bool bigger)
 {
     struct dev_state *ds = &pool->dev[device];
@@ -270,7 +266,7 @@ static int reclaim_one(ump_pool_t *pool, int device, size_t max_n,
     return hc ? take_cached_chunk(pool, hb, hc) : -ENOMEM;
 }
 
-static int release_chunk(ump_pool_t *pool, struct chunk *c)
+int chunks_release_one(ump_pool_t *pool, struct chunk *c)
 {
     int rc = pool->be->chunk_release(pool->bctx, c->handle);
     if (rc) {
@@ -508,13 +504,13 @@ static bool release_from(ump_pool_t *pool, int d, size_t max_n, bool bigger)
 {
     struct chunk *c = idle_take(pool, d, max_n, bigger);
     if (!c) {
-        if (reclaim_one(pool, d, max_n, bigger))
+        if (chunks_reclaim_one(pool, d, max_n, bigger))
             return false;
         c = idle_take(pool, d, max_n, bigger);
         if (!c)
             return false;
     }
-    if (release_chunk(pool, c)) {
+    if (chunks_release_one(pool, c)) {
         chunks_idle_push(pool, c);
         return false;
     }
@@ -567,7 +563,7 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
             return rc;
         /* The device is full: small cached chunks must serve, whatever
          * moving them costs. */
-        rc = reclaim_one(pool, device, left, false);
+        rc = chunks_reclaim_one(pool, device, left, false);
         /* A host place shares its budget with the other: what that one
          * holds unused goes back to make room. */
         if (rc && place_is_host(pool, device) &&
@@ -579,6 +575,15 @@ int chunks_get(ump_pool_t *pool, int device, size_t left,
         if (rc)
             return rc;
     }
+}
+
+/* Unmaps every cached chunk (they go idle), so that their addresses
+ * coalesce. */
+void chunks_reclaim_all(ump_pool_t *pool)
+{
+    for (int d = 0; d < pool->nplace; d++)
+        while (!chunks_reclaim_one(pool, d, SIZE_MAX, false))
+            ;
 }
 
 int chunks_accessors(ump_pool_t *pool, int d, int *devs)
@@ -594,211 +599,6 @@ int chunks_accessors(ump_pool_t *pool, int d, int *devs)
             (place_is_host(pool, d) || topo_reaches(&pool->topo, e, d)))
             devs[n++] = e;
     return n;
-}
-
-/* Unmaps every cached chunk (they go idle), so that their addresses
- * coalesce. */
-static void reclaim_all(ump_pool_t *pool)
-{
-    for (int d = 0; d < pool->nplace; d++)
-        while (!reclaim_one(pool, d, SIZE_MAX, false))
-            ;
-}
-
-/* Chunks of device for `left` granules, appended to cs[*nc..]. On error
- * the caller gives back what cs holds. */
-static int gather(ump_pool_t *pool, int device, size_t left,
-                  struct chunk **cs, size_t *nc)
-{
-    while (left) {
-        struct chunk *c;
-        int rc = chunks_get(pool, device, left, &c);
-        if (rc)
-            return rc;
-        cs[(*nc)++] = c;
-        left -= c->n;
-    }
-    return 0;
-}
-
-/* Maps cs[0..nc) one after the other from granule g0 and notes them in
- * the granule table; stops at the first error. How many it mapped into
- * *i_p, the granule after them into *g_p. */
-static int map_in_order(ump_pool_t *pool, struct chunk **cs, size_t nc,
-                        size_t g0, size_t *i_p, size_t *g_p)
-{
-    struct vas *v = &pool->vas;
-    size_t g = g0, i = 0;
-    int rc = 0;
-    for (; i < nc; i++) {
-        struct chunk *c = cs[i];
-        rc = pool->be->map(pool->bctx, vas_addr(v, g), chunk_bytes(pool, c->n),
-                           c->handle);
-        if (rc)
-            break;
-        c->g = g;
-        for (size_t j = g; j < g + c->n; j++)
-            v->gran[j].chunk = c;
-        pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
-        g += c->n;
-    }
-    *i_p = i;
-    *g_p = g;
-    return rc;
-}
-
-/* Maps cs[0..nc), total granules, one after the other from granule g0,
- * whose addresses the caller took. On error it is all undone: what was
- * mapped is unmapped, every chunk goes idle, and the addresses go back. */
-static int map_chunks(ump_pool_t *pool, struct chunk **cs, size_t nc,
-                      size_t g0, size_t total)
-{
-    struct vas *v = &pool->vas;
-    size_t g, i;
-    int rc = map_in_order(pool, cs, nc, g0, &i, &g);
-    if (!rc)
-        return 0;
-    for (; i < nc; i++) /* never mapped */
-        chunks_idle_push(pool, cs[i]);
-    if (g > g0 && unmap_to_idle(pool, g0, g - g0))
-        ump_log_error("cannot undo a partly built range: some of its %zu "
-                      "bytes stay mapped", chunk_bytes(pool, g - g0));
-    if (g < g0 + total)
-        vas_give(v, g, g0 + total - g);
-    return rc;
-}
-
-/* Read-write access to [g, g+k), memory of device d, for every device
- * that can reach it. On error the range (all mapped) is unmapped. */
-static int grant(ump_pool_t *pool, int d, size_t g, size_t k)
-{
-    int devs[UMP_MAX_DEVICES];
-    int nd = chunks_accessors(pool, d, devs);
-    void *va = vas_addr(&pool->vas, g);
-    int rc = place_is_host(pool, d)
-                 ? pool->be->set_access_host(pool->bctx, va,
-                                             chunk_bytes(pool, k), devs, nd)
-                 : pool->be->set_access(pool->bctx, va, chunk_bytes(pool, k),
-                                        devs, nd);
-    if (rc && unmap_to_idle(pool, g, k))
-        ump_log_error("cannot undo a built range: some of its %zu bytes "
-                      "stay mapped", chunk_bytes(pool, k));
-    return rc;
-}
-
-/* chunks_build, at any free addresses or (fixed) at *start_p. */
-static int build(ump_pool_t *pool, const ump_place_part_t *parts,
-                 size_t nparts, size_t n, bool fixed, size_t *start_p)
-{
-    struct vas *v = &pool->vas;
-    /* The chunks first, then the addresses: gathering may unmap cached
-     * chunks, whose addresses then coalesce with their neighbours. */
-    struct chunk **cs = malloc(n * sizeof(*cs));
-    if (!cs)
-        return -ENOMEM;
-    size_t nc = 0, start;
-    int rc = 0;
-    for (size_t p = 0; p < nparts && !rc; p++)
-        rc = gather(pool, parts[p].device, parts[p].chunks, cs, &nc);
-    if (!rc && fixed) {
-        start = *start_p;
-        rc = vas_take_range(v, start, n);
-    } else if (!rc && vas_take(v, n, &start)) {
-        /* Addresses are fragmented by cached blocks: unmap them all, so
-         * that their addresses coalesce, and try once more. */
-        reclaim_all(pool);
-        if (vas_take(v, n, &start)) {
-            ump_log_error("out of virtual addresses for %zu bytes "
-                          "(va_size %zu)", chunk_bytes(pool, n), v->size);
-            rc = -ENOMEM;
-        }
-    }
-    if (rc) {
-        while (nc)
-            chunks_idle_push(pool, cs[--nc]);
-        free(cs);
-        return rc;
-    }
-    rc = map_chunks(pool, cs, nc, start, n);
-    free(cs);
-    if (rc)
-        return rc;
-    /* One access call per device segment: every device that can reach that
-     * device's memory gets read-write access to it. */
-    for (size_t p = 0, s = start; p < nparts; s += parts[p++].chunks) {
-        rc = grant(pool, parts[p].device, s, parts[p].chunks);
-        if (rc) {
-            if (s > start && unmap_to_idle(pool, start, s - start))
-                ump_log_error("cannot undo a built range: some of its %zu "
-                              "bytes stay mapped",
-                              chunk_bytes(pool, s - start));
-            if (start + n > s + parts[p].chunks)
-                unmap_to_idle(pool, s + parts[p].chunks,
-                              start + n - s - parts[p].chunks);
-            return rc;
-        }
-    }
-    *start_p = start;
-    return 0;
-}
-
-int chunks_build(ump_pool_t *pool, const ump_place_part_t *parts,
-                 size_t nparts, size_t n, size_t *start_p)
-{
-    return build(pool, parts, nparts, n, false, start_p);
-}
-
-int chunks_build_at(ump_pool_t *pool, const ump_place_part_t *parts,
-                    size_t nparts, size_t n, size_t start)
-{
-    return build(pool, parts, nparts, n, true, &start);
-}
-
-int chunks_extend(ump_pool_t *pool, int device, size_t n,
-                  enum chunks_share share, size_t *start_p)
-{
-    struct dev_state *ds = &pool->dev[device];
-    struct vas *v = &pool->vas;
-    struct block *best = NULL;
-    if (pool_dev_failed(pool, device))
-        return -ENOENT;
-    /* Free addresses follow the block: it ends with a whole chunk. It may
-     * begin inside one that a live run shares. */
-    ump_list_for_each(b, &ds->blocks, struct block, link)
-        if (b->n < n && (!best || b->n > best->n) &&
-            (share != SHARE_NONE ||
-             chunks_at(pool, b->start)->g == b->start) &&
-            vas_free_at(v, b->start + b->n) >= n - b->n)
-            best = b;
-    if (!best)
-        return -ENOENT;
-    /* Off the cached list while memory is found for the rest, so that
-     * stitching does not take its chunks; meanwhile its granules read as
-     * free to a stray pointer, which is what they are. */
-    struct block b = *best;
-    block_unlink(ds, best);
-    free(best);
-    cached_note(pool, device, b.start, b.n, false);
-    vas_set(v, b.start, b.n, VAS_FREE, NULL);
-    size_t left = n - b.n, at = b.start + b.n, nc = 0;
-    struct chunk **cs = malloc(left * sizeof(*cs));
-    int rc = cs ? gather(pool, device, left, cs, &nc) : -ENOMEM;
-    /* Gathering only ever gives addresses back: they are still free. */
-    if (!rc && vas_take_at(v, at, left))
-        rc = -ENOMEM;
-    if (rc) {
-        while (nc)
-            chunks_idle_push(pool, cs[--nc]);
-    } else if (!(rc = map_chunks(pool, cs, nc, at, left))) {
-        rc = grant(pool, device, at, left);
-    }
-    free(cs);
-    if (rc) {
-        chunks_cache(pool, b.start, b.n); /* as it was */
-        return rc;
-    }
-    *start_p = b.start;
-    return 0;
 }
 
 /* Whole chunks of granules [g, g+k) go idle (mapped nowhere); a carved
@@ -817,7 +617,7 @@ static void give_back(ump_pool_t *pool, size_t g, size_t k)
                           "bytes of a shared chunk are not reused",
                           chunk_bytes(pool, ce - g));
             vas_set(&pool->vas, g, ce - g, VAS_FREE, NULL);
-        } else if (unmap_to_idle(pool, g, c->n)) {
+        } else if (chunks_unmap_to_idle(pool, g, c->n)) {
             ump_log_error("cannot cache or unmap %zu freed bytes",
                           chunk_bytes(pool, c->n));
         }
@@ -845,10 +645,10 @@ static void cache_segment(ump_pool_t *pool, int d, size_t g, size_t k)
             r = NULL;
     }
     if (b) { /* grows the block before it, which may then take r in */
-        block_unlink(ds, b);
+        chunks_block_unlink(ds, b);
         b->n += k;
     } else if (r) { /* the block after it grows backwards */
-        block_unlink(ds, r);
+        chunks_block_unlink(ds, r);
         r->start = g;
         r->n += k;
         b = r;
@@ -869,18 +669,18 @@ static void cache_segment(ump_pool_t *pool, int d, size_t g, size_t k)
     if (r) {
         vas_set(v, r->start, r->n, VAS_CACHED, b);
         b->n += r->n;
-        block_unlink(ds, r);
+        chunks_block_unlink(ds, r);
         free(r);
     }
     block_push(ds, b);
-    cached_note(pool, d, g, k, true);
+    chunks_cached_note(pool, d, g, k, true);
     if (!ds->spare_block)
         ds->spare_block = malloc(sizeof(*ds->spare_block));
     /* A failed device's memory is never used again: every chunk that is
      * now wholly free goes back to the driver (chunks_idle_push releases
      * it); one a lost allocation still shares waits for its free. */
     if (pool_dev_failed(pool, d))
-        while (!reclaim_one(pool, d, SIZE_MAX, false))
+        while (!chunks_reclaim_one(pool, d, SIZE_MAX, false))
             ;
 }
 
@@ -908,14 +708,14 @@ void chunks_fail_device(ump_pool_t *pool, int d)
     ds->capacity = 0;
     /* Cached chunks are unmapped (idle_push then releases them), idle ones
      * released. */
-    while (!reclaim_one(pool, d, SIZE_MAX, false))
+    while (!chunks_reclaim_one(pool, d, SIZE_MAX, false))
         ;
     struct chunk *keep = NULL;
     while (ds->idle) {
         struct chunk *c = ds->idle;
         ds->idle = c->next;
         ds->idle_n -= c->n;
-        if (release_chunk(pool, c)) {
+        if (chunks_release_one(pool, c)) {
             c->next = keep;
             keep = c;
         }
@@ -945,14 +745,14 @@ bool chunks_range_failed(ump_pool_t *pool, size_t g, size_t n)
 
 void chunks_trim(ump_pool_t *pool)
 {
-    reclaim_all(pool);
+    chunks_reclaim_all(pool);
     for (int d = 0; d < pool->nplace; d++) {
         struct dev_state *ds = &pool->dev[d];
         while (ds->idle) {
             struct chunk *c = ds->idle;
             ds->idle = c->next;
             ds->idle_n -= c->n;
-            if (release_chunk(pool, c)) { /* keep it: accounting stays true */
+            if (chunks_release_one(pool, c)) { /* keep it: accounting stays true */
                 chunks_idle_push(pool, c);
                 break;
             }
@@ -1019,273 +819,13 @@ void chunks_release_surplus(ump_pool_t *pool, int device)
     while (ds->created > keep) {
         struct chunk *c = idle_take(pool, device, SIZE_MAX, false);
         if (!c) {
-            if (reclaim_one(pool, device, SIZE_MAX, false))
+            if (chunks_reclaim_one(pool, device, SIZE_MAX, false))
                 return;
             continue;
         }
-        if (release_chunk(pool, c)) {
+        if (chunks_release_one(pool, c)) {
             chunks_idle_push(pool, c);
             return;
         }
     }
-}
-
-/* --- unsharing a carved chunk --------------------------------------------- */
-
-/* One owner's granules of a chunk being unshared: a run's or a slab's
- * (given chunks of its own cs[0..nc), filled at staging granules st), a
- * cached block's, or none's (granules lost to reuse: give_back). */
-struct piece {
-    size_t g, n;
-    int kind; /* VAS_RUN or VAS_SLAB: an owner's; VAS_CACHED, VAS_FREE */
-    struct chunk **cs;
-    size_t nc, st;
-};
-
-static bool piece_owned(const struct piece *p)
-{
-    return p->kind == VAS_RUN || p->kind == VAS_SLAB;
-}
-
-/* Unmaps chunk c where the granule table has it mapped (nothing if
- * nowhere). */
-static int unmap_one(ump_pool_t *pool, struct chunk *c)
-{
-    struct vas *v = &pool->vas;
-    if (v->gran[c->g].chunk != c)
-        return 0;
-    int rc = pool->be->unmap(pool->bctx, vas_addr(v, c->g),
-                             chunk_bytes(pool, c->n));
-    if (rc)
-        return rc;
-    for (size_t j = c->g; j < c->g + c->n; j++)
-        v->gran[j].chunk = NULL;
-    pool->dev[c->device].mapped -= chunk_bytes(pool, c->n);
-    return 0;
-}
-
-/* Maps chunks cs[0..nc) one after the other from granule g, which the
- * caller owns, and gives device d's accessors access; on error what it
- * mapped is unmapped again. */
-static int map_all(ump_pool_t *pool, struct chunk **cs, size_t nc, size_t g,
-                   int d)
-{
-    size_t at, i;
-    int rc = map_in_order(pool, cs, nc, g, &i, &at);
-    if (!rc) {
-        int devs[UMP_MAX_DEVICES];
-        int nd = chunks_accessors(pool, d, devs);
-        rc = pool->be->set_access(pool->bctx, vas_addr(&pool->vas, g),
-                                  chunk_bytes(pool, at - g), devs, nd);
-    }
-    for (size_t k = 0; rc && k < i; k++)
-        if (unmap_one(pool, cs[k]))
-            ump_log_error("cannot undo the mapping of %zu bytes at %p",
-                          chunk_bytes(pool, cs[k]->n),
-                          vas_addr(&pool->vas, cs[k]->g));
-    return rc;
-}
-
-/* The pieces of chunk c by owner (vas tags), into pt; returns how many. */
-static size_t pieces_of(ump_pool_t *pool, const struct chunk *c,
-                        struct piece *pt)
-{
-    struct vas *v = &pool->vas;
-    size_t np = 0;
-    for (size_t g = c->g, e; g < c->g + c->n; g = e) {
-        uintptr_t t = vas_tag(v, g);
-        for (e = g + 1; e < c->g + c->n && vas_tag(v, e) == t;)
-            e++;
-        pt[np++] = (struct piece){.g = g, .n = e - g, .kind = vas_tag_kind(t)};
-    }
-    return np;
-}
-
-/* The new chunks of pt[0..np) go back: unmapped wherever they are and
- * idle, their staging addresses free again. One the driver will not
- * unmap stays where it is, with its addresses (logged). */
-static void unstage(ump_pool_t *pool, struct piece *pt, size_t np)
-{
-    struct vas *v = &pool->vas;
-    for (size_t i = 0; i < np; i++) {
-        struct piece *p = &pt[i];
-        bool staging_clear = true;
-        for (size_t k = 0; k < p->nc; k++) {
-            struct chunk *c = p->cs[k];
-            bool at_staging = v->gran[c->g].chunk == c && c->g >= p->st &&
-                              c->g < p->st + p->n;
-            if (unmap_one(pool, c)) {
-                ump_log_error("cannot unmap %zu bytes at %p: lost",
-                              chunk_bytes(pool, c->n), vas_addr(v, c->g));
-                staging_clear &= !at_staging;
-                continue;
-            }
-            chunks_idle_push(pool, c);
-        }
-        if (p->nc && staging_clear)
-            vas_give(v, p->st, p->n);
-        free(p->cs);
-        p->cs = NULL;
-        p->nc = 0;
-    }
-}
-
-/* New chunks for piece p on device d, mapped at staging addresses and
- * filled from the piece by a copy queued on stream. On error nothing is
- * left of them. */
-static int stage(ump_pool_t *pool, struct piece *p, int d, void *stream)
-{
-    struct vas *v = &pool->vas;
-    size_t nc = 0;
-    bool took = false;
-    int rc = (p->cs = malloc(p->n * sizeof(*p->cs))) ? 0 : -ENOMEM;
-    if (!rc)
-        rc = gather(pool, d, p->n, p->cs, &nc);
-    if (!rc && !(took = !vas_take(v, p->n, &p->st)))
-        rc = -ENOMEM;
-    if (!rc && !(rc = map_all(pool, p->cs, nc, p->st, d)))
-        rc = pool->be->memcpy_async(pool->bctx, vas_addr(v, p->st),
-                                    vas_addr(v, p->g),
-                                    chunk_bytes(pool, p->n), stream);
-    if (rc) {
-        /* nothing of this piece's is in flight: its copy was not queued */
-        bool clear = true;
-        for (size_t k = 0; k < nc; k++) {
-            if (unmap_one(pool, p->cs[k])) {
-                ump_log_error("cannot unmap %zu bytes at %p: lost",
-                              chunk_bytes(pool, p->cs[k]->n),
-                              vas_addr(v, p->cs[k]->g));
-                clear = false;
-                continue;
-            }
-            chunks_idle_push(pool, p->cs[k]);
-        }
-        if (took && clear)
-            vas_give(v, p->st, p->n);
-        free(p->cs);
-        p->cs = NULL;
-        return rc;
-    }
-    p->nc = nc;
-    return 0;
-}
-
-/* Maps chunk c back at its addresses with its accessors' access, after a
- * failed switch: its memory still holds every owner's data. */
-static void remap_shared(ump_pool_t *pool, struct chunk *c)
-{
-    struct vas *v = &pool->vas;
-    int devs[UMP_MAX_DEVICES];
-    int nd = chunks_accessors(pool, c->device, devs);
-    int rc = pool->be->map(pool->bctx, vas_addr(v, c->g),
-                           chunk_bytes(pool, c->n), c->handle);
-    if (!rc)
-        rc = pool->be->set_access(pool->bctx, vas_addr(v, c->g),
-                                  chunk_bytes(pool, c->n), devs, nd);
-    if (rc) {
-        ump_log_error("cannot map %zu bytes back at %p after a failed "
-                      "unshare: their data is lost (%s)",
-                      chunk_bytes(pool, c->n), vas_addr(v, c->g),
-                      ump_strerror(rc));
-        return;
-    }
-    for (size_t j = c->g; j < c->g + c->n; j++)
-        v->gran[j].chunk = c;
-    pool->dev[c->device].mapped += chunk_bytes(pool, c->n);
-}
-
-/* c's cached pieces of pt[0..np) back into cached blocks (c mapped), or,
- * with c gone for good, free addresses. */
-static void uncut(ump_pool_t *pool, const struct piece *pt, size_t np,
-                  bool mapped)
-{
-    for (size_t i = 0; i < np; i++) {
-        if (pt[i].kind != VAS_CACHED)
-            continue;
-        if (mapped) {
-            chunks_cache(pool, pt[i].g, pt[i].n);
-        } else if (vas_give(&pool->vas, pt[i].g, pt[i].n)) {
-            ump_log_error("out of memory for the address range table: %zu "
-                          "granules of addresses lost", pt[i].n);
-        }
-    }
-}
-
-int chunks_unshare(ump_pool_t *pool, size_t g, void *stream)
-{
-    struct vas *v = &pool->vas;
-    struct chunk *c = chunks_at(pool, g);
-    int d = c->device, rc = 0;
-    if (pool_dev_failed(pool, d))
-        return -EIO;
-    struct piece *pt = calloc(c->n, sizeof(*pt));
-    if (!pt)
-        return -ENOMEM;
-    size_t np = pieces_of(pool, c, pt);
-    /* Each owner's piece: new chunks at staging addresses, filled from c.
-     * The copies are waited for whatever happens: none may still be
-     * writing into memory given back. */
-    for (size_t i = 0; i < np && !rc; i++)
-        if (piece_owned(&pt[i]))
-            rc = stage(pool, &pt[i], d, stream);
-    int r2 = pool->be->stream_sync(pool->bctx, stream);
-    rc = rc ? rc : r2;
-    if (rc) {
-        unstage(pool, pt, np);
-        free(pt);
-        return rc;
-    }
-    /* c's cached granules leave their blocks while c is still mapped (the
-     * holes' count reads it). c's edge is their block's edge, so no block
-     * is split and block_cut needs no memory. */
-    for (size_t i = 0; i < np; i++)
-        if (pt[i].kind == VAS_CACHED) {
-            block_cut(pool, vas_tag_owner(vas_tag(v, pt[i].g)), pt[i].g,
-                      pt[i].n);
-            vas_set(v, pt[i].g, pt[i].n, VAS_FREE, NULL);
-        }
-    /* The switch: c goes, each owner's chunks move from staging to its
-     * piece. */
-    rc = pool->be->unmap(pool->bctx, vas_addr(v, c->g),
-                         chunk_bytes(pool, c->n));
-    if (rc) {
-        uncut(pool, pt, np, true);
-        unstage(pool, pt, np);
-        free(pt);
-        return rc;
-    }
-    for (size_t j = c->g; j < c->g + c->n; j++)
-        v->gran[j].chunk = NULL;
-    pool->dev[d].mapped -= chunk_bytes(pool, c->n);
-    for (size_t i = 0; i < np && !rc; i++) {
-        struct piece *p = &pt[i];
-        if (!piece_owned(p))
-            continue;
-        for (size_t k = 0; k < p->nc && !rc; k++)
-            rc = unmap_one(pool, p->cs[k]);
-        if (!rc)
-            rc = map_all(pool, p->cs, p->nc, p->g, d);
-    }
-    if (rc) { /* the driver refused what it took a moment ago */
-        unstage(pool, pt, np);
-        remap_shared(pool, c);
-        uncut(pool, pt, np, v->gran[c->g].chunk == c);
-        free(pt);
-        return rc;
-    }
-    /* Done: the staging addresses, c's cached granules and granules lost
-     * to reuse become free addresses. */
-    for (size_t i = 0; i < np; i++) {
-        struct piece *p = &pt[i];
-        if (p->kind == VAS_FREE)
-            vas_set(v, p->g, p->n, VAS_FREE, NULL);
-        if (vas_give(v, piece_owned(p) ? p->st : p->g, p->n))
-            ump_log_error("out of memory for the address range table: %zu "
-                          "granules of addresses lost", p->n);
-        free(p->cs);
-    }
-    free(pt);
-    if (release_chunk(pool, c))
-        chunks_idle_push(pool, c); /* unmapped: idle, released later */
-    return 0;
 }

@@ -168,3 +168,110 @@ extern "C" size_t coll_kernel_host_case(int dt, int op, int n, int ndst,
     }
     return bad;
 }
+
+/* The segmented shapes (kernel.h) as allgather and reduce-scatter use
+ * them: n ranks, seg elements a segment. GATHER: n sources of seg
+ * elements, n destinations of n x seg; SPLIT: n sources of n x seg, n
+ * destinations of seg. In place (NCCL's layouts), rank j's segment of the
+ * bigger buffer is the smaller buffer itself: the source of GATHER, the
+ * destination of SPLIT. Every pointer starts off bytes into its buffer.
+ * The reference is coll_reduce_multi segment by segment, on copies. */
+extern "C" size_t coll_kernel_host_seg_case(int dt, int op, int mode, int n,
+                                            size_t seg, size_t off,
+                                            size_t nthreads, bool inplace,
+                                            char *why, size_t len)
+{
+    size_t esz = coll_dtype_size(dt), sb = seg * esz;
+    bool gather = mode == COLL_KGATHER;
+    /* big: the n x seg buffers (destinations of GATHER, sources of SPLIT) */
+    size_t room = ((size_t)n * sb + off + 32 + 63) / 64 * 64;
+    unsigned char *big[UMP_MAX_DEVICES], *small[UMP_MAX_DEVICES];
+    unsigned char *ref[UMP_MAX_DEVICES], *in[UMP_MAX_DEVICES];
+    size_t bad = 0;
+    coll_kargs a;
+    memset(&a, 0, sizeof(a));
+    a.count = (uint64_t)n * seg;
+    a.seg = seg;
+    a.n = a.ndst = n;
+    a.dt = dt;
+    a.op = op;
+    a.mode = mode;
+    for (int j = 0; j < n; j++) {
+        big[j] = (unsigned char *)aligned_alloc(64, room);
+        small[j] = (unsigned char *)aligned_alloc(64, room);
+        fill(big[j], room, dt, (uint64_t)j << 32 ^ (uint64_t)dt << 8 ^ 77);
+        fill(small[j], room, dt, (uint64_t)j << 40 ^ (uint64_t)op << 8 ^ 5);
+        unsigned char *sm = inplace ? big[j] + j * sb : small[j] + off;
+        if (gather) {
+            a.src[j] = sm;
+            a.dst[j] = big[j] + off;
+        } else {
+            a.src[j] = big[j] + off;
+            a.dst[j] = sm;
+        }
+    }
+    if (inplace) /* the small buffers are inside the big ones, at off */
+        for (int j = 0; j < n; j++) {
+            if (gather)
+                a.src[j] = (const char *)a.src[j] + off;
+            else
+                a.dst[j] = (char *)a.dst[j] + off;
+        }
+    /* the reference: the whole buffers copied, then each segment made */
+    for (int j = 0; j < n; j++) {
+        unsigned char *d = gather ? big[j] : (inplace ? big[j] : small[j]);
+        ref[j] = (unsigned char *)malloc(room);
+        in[j] = (unsigned char *)malloc(room);
+        memcpy(ref[j], d, room);
+        memcpy(in[j], gather ? (inplace ? big[j] : small[j]) : big[j], room);
+    }
+    for (int j = 0; j < n; j++) {
+        /* the sources' bytes before the kernel: in[k] at the same place */
+        const void *x[UMP_MAX_DEVICES];
+        void *d[UMP_MAX_DEVICES];
+        for (int k = 0; k < n; k++) {
+            unsigned char *base = gather ? (inplace ? big[k] : small[k])
+                                         : big[k];
+            x[k] = in[k] + ((const unsigned char *)a.src[k] - base);
+            unsigned char *dbase = gather || inplace ? big[k] : small[k];
+            d[k] = ref[k] + ((unsigned char *)a.dst[k] - dbase);
+        }
+        if (gather) {
+            void *dj[UMP_MAX_DEVICES];
+            for (int o = 0; o < n; o++)
+                dj[o] = (char *)d[o] + j * sb;
+            coll_reduce_multi(dt, op, dj, n, &x[j], 1, seg);
+        } else {
+            const void *xj[UMP_MAX_DEVICES];
+            for (int k = 0; k < n; k++)
+                xj[k] = (const char *)x[k] + j * sb;
+            coll_reduce_multi(dt, op, &d[j], 1, xj, n, seg);
+        }
+    }
+    for (size_t t = 0; t < nthreads; t++)
+        coll_kernel_body(a, t, nthreads);
+    for (int j = 0; j < n && !bad; j++) {
+        unsigned char *d = gather || inplace ? big[j] : small[j];
+        for (size_t b = 0; b < room; b++) {
+            if (d[b] == ref[j][b])
+                continue;
+            size_t e = b / esz * esz;
+            if (is_nan(d + e, dt) && is_nan(ref[j] + e, dt))
+                continue;
+            if (!bad++)
+                snprintf(why, len, "rank %d's %s buffer, byte %zu", j,
+                         gather ? "receive" : inplace ? "send" : "receive",
+                         b);
+        }
+    }
+    for (int j = 0; j < n; j++) { /* sources not written: intact */
+        unsigned char *sb0 = gather ? small[j] : big[j];
+        if (!inplace && memcmp(sb0, in[j], room) && !bad++)
+            snprintf(why, len, "rank %d's send buffer changed", j);
+        free(big[j]);
+        free(small[j]);
+        free(ref[j]);
+        free(in[j]);
+    }
+    return bad;
+}

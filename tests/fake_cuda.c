@@ -1438,31 +1438,57 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
     const struct coll_kargs *a = params[0];
     size_t esz = coll_dtype_size(a->dt);
     if (!esz || !coll_op_valid(a->op) || a->n < 1 ||
-        a->n > UMP_MAX_DEVICES || a->ndst < 1 || a->ndst > UMP_MAX_DEVICES)
+        a->n > UMP_MAX_DEVICES || a->ndst < 1 || a->ndst > UMP_MAX_DEVICES ||
+        a->mode < COLL_KFOLD || a->mode > COLL_KSPLIT || a->pad)
         return end(CUDA_ERROR_INVALID_VALUE);
-    size_t bytes = (size_t)a->count * esz;
+    /* the bytes each pointer covers, by the kernel's shape (kernel.h) */
+    size_t nseg = a->mode == COLL_KGATHER  ? (size_t)a->n
+                  : a->mode == COLL_KSPLIT ? (size_t)a->ndst
+                                           : 1;
+    size_t seg = a->mode == COLL_KFOLD ? (size_t)a->count : (size_t)a->seg;
+    if (seg * nseg != a->count)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    size_t sbytes = (a->mode == COLL_KSPLIT ? a->count : seg) * esz;
+    size_t dbytes = (a->mode == COLL_KGATHER ? a->count : seg) * esz;
     for (int k = 0; k < a->n; k++)
-        if (!a->src[k] || !range_usable((uintptr_t)a->src[k], bytes))
+        if (!a->src[k] || !range_usable((uintptr_t)a->src[k], sbytes))
             return end(CUDA_ERROR_ILLEGAL_ADDRESS);
         else if ((uintptr_t)a->src[k] % esz) /* a GPU faults on it */
             return end(CUDA_ERROR_MISALIGNED_ADDRESS);
     for (int o = 0; o < a->ndst; o++)
-        if (!a->dst[o] || !range_usable((uintptr_t)a->dst[o], bytes))
+        if (!a->dst[o] || !range_usable((uintptr_t)a->dst[o], dbytes))
             return end(CUDA_ERROR_ILLEGAL_ADDRESS);
         else if ((uintptr_t)a->dst[o] % esz)
             return end(CUDA_ERROR_MISALIGNED_ADDRESS);
     int prot = PROT_READ | PROT_WRITE;
     for (int pass = 0; pass < 2; pass++) {
         for (int k = 0; k < a->n; k++)
-            if (!cpu_window((uintptr_t)a->src[k], bytes, prot))
+            if (!cpu_window((uintptr_t)a->src[k], sbytes, prot))
                 return end(CUDA_ERROR_UNKNOWN);
         for (int o = 0; o < a->ndst; o++)
-            if (!cpu_window((uintptr_t)a->dst[o], bytes, prot))
+            if (!cpu_window((uintptr_t)a->dst[o], dbytes, prot))
                 return end(CUDA_ERROR_UNKNOWN);
-        if (!pass)
-            coll_reduce_multi(a->dt, a->op, a->dst, a->ndst, a->src, a->n,
-                              (size_t)a->count);
         prot = PROT_NONE;
+        if (pass)
+            break;
+        if (a->mode == COLL_KFOLD) {
+            coll_reduce_multi(a->dt, a->op, a->dst, a->ndst, a->src, a->n,
+                              seg);
+            continue;
+        }
+        for (size_t j = 0; j < nseg; j++) { /* segment j of the shape */
+            void *d[UMP_MAX_DEVICES];
+            const void *x[UMP_MAX_DEVICES];
+            bool gather = a->mode == COLL_KGATHER;
+            for (int o = 0; o < a->ndst; o++)
+                d[o] = (char *)a->dst[o] + (gather ? j * seg * esz : 0);
+            for (int k = 0; k < a->n; k++)
+                x[k] = (const char *)a->src[k] + (gather ? 0 : j * seg * esz);
+            if (gather)
+                coll_reduce_multi(a->dt, a->op, d, a->ndst, &x[j], 1, seg);
+            else
+                coll_reduce_multi(a->dt, a->op, &d[j], 1, x, a->n, seg);
+        }
     }
     n_launches++;
     return end(CUDA_SUCCESS);

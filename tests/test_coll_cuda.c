@@ -354,6 +354,97 @@ static void test_fan(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Allgather and reduce-scatter in one launch too (the kernel's segmented
+ * shapes), on the communicator's streams and the caller's, out of place
+ * and in place (NCCL's layouts), every element checked; above the fan's
+ * 1 MiB, the schedules (copies for allgather, a launch per rank for
+ * reduce-scatter). */
+static void test_fan_segments(void **state)
+{
+    (void)state;
+    if (!coll_kernel_image)
+        skip();
+    use_fake("devices=1,mem=64");
+    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
+    const size_t cap = 4 << 20;
+    int32_t *sb[4], *rb[4];
+    ump_stream_t st[4];
+    for (int r = 0; r < 4; r++) {
+        sb[r] = tu_alloc(pool, cap, r);
+        rb[r] = tu_alloc(pool, cap, r);
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
+    }
+    for (int gather = 0; gather < 2; gather++)
+        for (int mode = 0; mode < 3; mode++) /* own, caller's, large */
+            for (int ip = 0; ip < 2; ip++) {
+                size_t count = mode == 2 ? 128 << 10 : 1000;
+                const void *send[4];
+                void *recv[4];
+                for (int r = 0; r < 4; r++) {
+                    /* in place: the small buffer is rank r's block of the
+                     * big one */
+                    int32_t *big = gather ? rb[r] : sb[r];
+                    int32_t *small = ip ? big + r * count
+                                        : gather ? sb[r] : rb[r];
+                    send[r] = gather ? small : big;
+                    recv[r] = gather ? big : small;
+                    memset(rb[r], 0xff, 4 * count * 4);
+                    int32_t *s = (int32_t *)send[r];
+                    for (size_t i = 0; i < count * (gather ? 1 : 4); i++)
+                        s[i] = r * 1000000 + (int32_t)i;
+                }
+                long l0 = fake_count("launches"), w0 = fake_count("waits");
+                long s0 = fake_count("syncs");
+                int coll = gather ? UMP_COLL_ALLGATHER
+                                  : UMP_COLL_REDUCE_SCATTER;
+                assert_int_equal(coll_case_call(comm, coll, send, recv, count,
+                                                UMP_INT32, UMP_SUM, 0,
+                                                mode == 1 ? st : NULL),
+                                 0);
+                long launches = fake_count("launches") - l0;
+                long waits = fake_count("waits") - w0;
+                long syncs = fake_count("syncs") - s0;
+                if (mode == 0) {
+                    assert_int_equal(launches, 1);
+                    assert_int_equal(waits, 0);
+                    assert_int_equal(syncs, 1);
+                } else if (mode == 1) {
+                    assert_int_equal(launches, 1);
+                    assert_int_equal(waits, 6);
+                    assert_int_equal(syncs, 0);
+                    for (int r = 0; r < 4; r++)
+                        assert_int_equal(ump_stream_synchronize(pool, st[r]),
+                                         0);
+                } else {
+                    assert_int_equal(launches, gather ? 0 : 4);
+                }
+                for (int r = 0; r < 4; r++) {
+                    const int32_t *got = recv[r];
+                    for (size_t i = 0; i < count * (gather ? 4 : 1); i++) {
+                        int32_t want =
+                            gather ? (int32_t)(i / count) * 1000000 +
+                                         (int32_t)(i % count)
+                                   : 6000000 + 4 * (int32_t)(r * count + i);
+                        if (got[i] != want)
+                            fail_msg("%s, mode %d%s: rank %d element %zu is "
+                                     "%d, not %d",
+                                     gather ? "allgather" : "reduce-scatter",
+                                     mode, ip ? ", in place" : "", r, i,
+                                     got[i], want);
+                    }
+                }
+            }
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
+        tu_free(pool, sb[r]);
+        tu_free(pool, rb[r]);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
+}
+
 /* Calls on the caller's streams return once queued; an offloadable buffer
  * stays acquired until the call is done and reaped (next call, destroy). */
 static void test_streams_and_holds(void **state)
@@ -420,55 +511,67 @@ static void links_grew(ump_pool_t *pool, uint64_t before[5][5],
 }
 
 /* The GPU executor counts each copy between the ranks' devices (peers),
- * or through pinned host memory (no peers); a broadcast's non-root send
- * pointers are not looked at, even when they alias the root's buffer. */
+ * what the fan's one kernel reads and writes (rank 0's device: every send
+ * buffer in, every receive buffer out), or through pinned host memory (no
+ * peers); a broadcast's non-root send pointers are not looked at, even when
+ * they alias the root's buffer. */
 static void test_traffic(void **state)
 {
     (void)state;
-    const size_t s = 64 * 1024;
-    for (int nopeer = 0; nopeer < 2; nopeer++) {
-        use_fake(nopeer ? "devices=4,mem=64,nopeer" : "devices=4,mem=64");
-        ump_pool_t *pool = tu_pool_create("backend:cuda");
-        ump_comm_t *comm;
-        assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
-        void *sb[4], *rb[4];
-        for (int r = 0; r < 4; r++) {
-            sb[r] = tu_alloc(pool, 4 * s, r);
-            rb[r] = tu_alloc(pool, 4 * s, r);
-        }
-        uint64_t base[5][5] = {{0}}, want[5][5] = {{0}};
-        links_grew(pool, base, want, "nothing yet");
-        assert_int_equal(ump_allgather(comm, (const void *const *)sb, rb,
-                                       s / 4, UMP_FLOAT32, NULL), 0);
-        for (int k = 0; k < 4; k++)
+    for (int nopeer = 0; nopeer < 2; nopeer++)
+        for (int large = 0; large < 2; large++) {
+            /* 4 x 64 KiB is the fan's (one launch on rank 0's device), 4 x
+             * 512 KiB the direct schedule's; without peers, staging */
+            const size_t s = large ? 512 * 1024 : 64 * 1024;
+            use_fake(nopeer ? "devices=4,mem=64,nopeer" : "devices=4,mem=64");
+            ump_pool_t *pool = tu_pool_create("backend:cuda");
+            ump_comm_t *comm;
+            assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
+            void *sb[4], *rb[4];
+            for (int r = 0; r < 4; r++) {
+                sb[r] = tu_alloc(pool, 4 * s, r);
+                rb[r] = tu_alloc(pool, 4 * s, r);
+            }
+            uint64_t base[5][5] = {{0}}, want[5][5] = {{0}};
+            links_grew(pool, base, want, "nothing yet");
+            assert_int_equal(ump_allgather(comm, (const void *const *)sb, rb,
+                                           s / 4, UMP_FLOAT32, NULL), 0);
+            for (int k = 0; k < 4; k++)
+                for (int r = 0; r < 4; r++)
+                    if (k == r)
+                        continue;
+                    else if (nopeer) {
+                        want[k][4] = s;  /* k's copy into pinned memory */
+                        want[4][r] += s; /* read by each peer from there */
+                    } else if (large) {
+                        want[k][r] = s;
+                    } else if (k == 0) { /* the fan writes whole buffers */
+                        want[0][r] = 4 * s;
+                    } else if (r == 0) { /* and reads every send buffer */
+                        want[k][0] = s;
+                    }
+            links_grew(pool, base, want, nopeer  ? "staged all-gather"
+                                         : large ? "all-gather"
+                                                 : "fanned all-gather");
+            const void *alias[4] = {sb[2], sb[2], sb[2], sb[2]};
+            assert_int_equal(ump_broadcast(comm, alias, rb, s / 4,
+                                           UMP_FLOAT32, 2, NULL), 0);
+            memset(want, 0, sizeof(want));
             for (int r = 0; r < 4; r++)
-                if (k != r && !nopeer)
-                    want[k][r] = s;
-                else if (k != r) {
-                    want[k][4] = s;     /* k's copy into pinned memory */
-                    want[4][r] += s;    /* read by each peer from there */
-                }
-        links_grew(pool, base, want, nopeer ? "staged all-gather"
-                                            : "all-gather");
-        const void *alias[4] = {sb[2], sb[2], sb[2], sb[2]};
-        assert_int_equal(ump_broadcast(comm, alias, rb, s / 4, UMP_FLOAT32, 2,
-                                       NULL), 0);
-        memset(want, 0, sizeof(want));
-        for (int r = 0; r < 4; r++)
-            if (r != 2 && !nopeer)
-                want[2][r] = s;
-            else if (r != 2)
-                want[4][r] = s;
-        if (nopeer)
-            want[2][4] = s;
-        links_grew(pool, base, want, "broadcast from rank 2");
-        for (int r = 0; r < 4; r++) {
-            tu_free(pool, sb[r]);
-            tu_free(pool, rb[r]);
+                if (r != 2 && !nopeer)
+                    want[2][r] = s;
+                else if (r != 2)
+                    want[4][r] = s;
+            if (nopeer)
+                want[2][4] = s;
+            links_grew(pool, base, want, "broadcast from rank 2");
+            for (int r = 0; r < 4; r++) {
+                tu_free(pool, sb[r]);
+                tu_free(pool, rb[r]);
+            }
+            assert_int_equal(ump_comm_destroy(comm), 0);
+            tu_pool_destroy(pool);
         }
-        assert_int_equal(ump_comm_destroy(comm), 0);
-        tu_pool_destroy(pool);
-    }
 }
 
 #else /* without cuda.h there is no fake driver */
@@ -478,6 +581,7 @@ NO_FAKE(test_no_peer_staging)
 NO_FAKE(test_peer_not_transitive)
 NO_FAKE(test_launch_failure)
 NO_FAKE(test_fan)
+NO_FAKE(test_fan_segments)
 NO_FAKE(test_streams_and_holds)
 NO_FAKE(test_traffic)
 #endif
@@ -491,6 +595,7 @@ int main(void)
         cmocka_unit_test(test_peer_not_transitive),
         cmocka_unit_test(test_launch_failure),
         cmocka_unit_test(test_fan),
+        cmocka_unit_test(test_fan_segments),
         cmocka_unit_test(test_streams_and_holds),
         cmocka_unit_test(test_traffic),
     };

@@ -13,12 +13,16 @@
 
 #include "testutil.h"
 
+#include "coll/kernel.h"
 #include "coll/reduce.h"
 
 #ifdef HAVE_KERNEL_HOST_TEST
 size_t coll_kernel_host_case(int dt, int op, int n, int ndst, size_t count,
                              size_t off, int skew, size_t nthreads,
                              unsigned inplace, char *why, size_t len);
+size_t coll_kernel_host_seg_case(int dt, int op, int mode, int n, size_t seg,
+                                 size_t off, size_t nthreads, bool inplace,
+                                 char *why, size_t len);
 
 /* The shapes of a case: destinations (1, or n: two-shot), which of them
  * are in place (none, all, every other: mixed), and a pointer one element
@@ -60,11 +64,53 @@ static void test_every_case(void **state)
                                      bad, why);
                     }
 }
+
+/* The segmented shapes (allgather and reduce-scatter in one launch): every
+ * type, a few ops, 1 to 5 ranks, segments of whole vectors and not, at a
+ * 16-byte boundary and an element off it, in place and not. */
+static void test_segments(void **state)
+{
+    (void)state;
+    static const int ns[] = {1, 2, 3, 4, 5};
+    static const size_t segs[] = {0, 1, 7, 16, 33, 1024};
+    static const size_t threads[] = {1, 5, 256};
+    for (int dt = 0; dt < COLL_NDTYPE; dt++)
+        for (int op = 0; op < COLL_NOP; op += 2)
+            for (int mode = COLL_KGATHER; mode <= COLL_KSPLIT; mode++)
+                for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                    for (size_t si = 0; si < sizeof(segs) / sizeof(segs[0]);
+                         si++)
+                        for (int shape = 0; shape < 4; shape++) {
+                            bool ip = shape & 1;
+                            size_t off = shape & 2 ? coll_dtype_size(dt) : 0;
+                            size_t nth = threads[(si + ni) % 3];
+                            char why[160] = "";
+                            size_t bad = coll_kernel_host_seg_case(
+                                dt, op, mode, ns[ni], segs[si], off, nth, ip,
+                                why, sizeof(why));
+                            if (bad)
+                                fail_msg("%s %s %s, %d ranks, segments of "
+                                         "%zu at offset %zu%s, %zu threads: "
+                                         "%zu differ, first at %s",
+                                         mode == COLL_KGATHER ? "gather"
+                                                              : "split",
+                                         coll_dtype_name(dt),
+                                         coll_op_name(op), ns[ni], segs[si],
+                                         off, ip ? ", in place" : "", nth,
+                                         bad, why);
+                        }
+}
 #else
 static void test_every_case(void **state)
 {
     (void)state;
     skip(); /* built without nvcc: no kernel */
+}
+
+static void test_segments(void **state)
+{
+    (void)state;
+    skip();
 }
 #endif
 
@@ -72,6 +118,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_case),
+        cmocka_unit_test(test_segments),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

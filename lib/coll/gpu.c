@@ -17,8 +17,10 @@
  *    overwrites a buffer a peer still reads.
  *
  * Small calls go in one launch (the fan): allreduce (one-shot),
- * broadcast and reduce of up to COLL_FAN_MAX bytes per rank, when every
- * device reaches every other. One rank's stream (rank 0's; the root's)
+ * broadcast, reduce, allgather and reduce-scatter whose largest buffer is
+ * at most COLL_FAN_MAX bytes, when every device reaches every other
+ * (allgather and reduce-scatter use the kernel's segmented shapes,
+ * kernel.h). One rank's stream (rank 0's; the root's)
  * runs the kernel over every rank's buffers at once: n sources, n
  * destinations (the kernel's contract, kernel.h, allows a destination
  * that is its own source: in place needs no scratch). Its stream waits
@@ -251,15 +253,19 @@ static void srcs_at(const struct gcall *g, int r, size_t off,
         out[k] = g->src[r][k] + off;
 }
 
-/* The kernel on rank r's stream: each of the ndst destinations = the
- * fold of nsrc sources of count elements (kernel.h; one source: a copy). */
-static void launch(struct gcall *g, int r, void *const *dst, int ndst,
-                   const void *const *src, int nsrc, size_t count)
+/* The kernel on rank r's stream, in one of its shapes (kernel.h): FOLD,
+ * each of the ndst destinations = the fold of nsrc sources of count
+ * elements (one source: a copy); GATHER and SPLIT, count elements cut in
+ * segments of seg. */
+static void launch_shape(struct gcall *g, int r, int mode, void *const *dst,
+                         int ndst, const void *const *src, int nsrc,
+                         size_t count, size_t seg)
 {
     if (g->rc || !count)
         return;
-    struct coll_kargs k = {.count = count, .n = nsrc, .ndst = ndst,
-                           .dt = g->a->dt, .op = g->a->op};
+    struct coll_kargs k = {.count = count, .seg = seg, .n = nsrc,
+                           .ndst = ndst, .dt = g->a->dt, .op = g->a->op,
+                           .mode = mode};
     for (int i = 0; i < nsrc; i++)
         k.src[i] = src[i];
     for (int o = 0; o < ndst; o++)
@@ -273,12 +279,18 @@ static void launch(struct gcall *g, int r, void *const *dst, int ndst,
                                  COLL_KERNEL_REDUCE, (unsigned)blocks,
                                  COLL_KERNEL_THREADS, &k);
     /* rank r's kernel reads every source and stores every destination */
+    size_t sbytes = (mode == COLL_KGATHER ? seg : count) * g->esz;
+    size_t dbytes = (mode == COLL_KSPLIT ? seg : count) * g->esz;
     for (int i = 0; !g->rc && i < nsrc; i++)
-        coll_traffic(g->c->pool, loc_of(g, src[i]), g->c->dev[r],
-                     count * g->esz);
+        coll_traffic(g->c->pool, loc_of(g, src[i]), g->c->dev[r], sbytes);
     for (int o = 0; !g->rc && o < ndst; o++)
-        coll_traffic(g->c->pool, g->c->dev[r], loc_of(g, dst[o]),
-                     count * g->esz);
+        coll_traffic(g->c->pool, g->c->dev[r], loc_of(g, dst[o]), dbytes);
+}
+
+static void launch(struct gcall *g, int r, void *const *dst, int ndst,
+                   const void *const *src, int nsrc, size_t count)
+{
+    launch_shape(g, r, COLL_KFOLD, dst, ndst, src, nsrc, count, 0);
 }
 
 /* Rank r: each of the ndst destinations = the fold of nsrc sources of
@@ -310,17 +322,22 @@ static void barrier(struct gcall *g)
 }
 
 /* The fan (see the top): the rank whose stream runs a small call in one
- * launch, or -1 when the call takes the schedules. */
+ * launch, or -1 when the call takes the schedules. Small: a rank's largest
+ * buffer (allgather's receive, reduce-scatter's send buffer: the size
+ * nccl-tests reports) within COLL_FAN_MAX. */
 static int fan_rank(const struct gcall *g, int algo)
 {
     const struct coll_args *a = g->a;
-    if (!g->c->reach_all || !coll_kernel_image || g->s > COLL_FAN_MAX)
+    bool wide = a->coll == UMP_COLL_ALLGATHER ||
+                a->coll == UMP_COLL_REDUCE_SCATTER;
+    if (!g->c->reach_all || !coll_kernel_image ||
+        g->s > COLL_FAN_MAX / (wide ? (size_t)g->c->n : 1))
         return -1;
     if (a->coll == UMP_COLL_ALLREDUCE)
         return algo == COLL_ONESHOT ? 0 : -1;
     if (a->coll == UMP_COLL_BROADCAST || a->coll == UMP_COLL_REDUCE)
         return a->root;
-    return -1;
+    return wide ? 0 : -1;
 }
 
 /* Runs the call in one launch on rank q's stream. On streams of the
@@ -346,8 +363,13 @@ static void fan(struct gcall *g, int q, bool wait)
         launch(g, q, dst, n, src, n, a->count);
     else if (a->coll == UMP_COLL_BROADCAST)
         launch(g, q, dst, n, &src[q], 1, a->count);
-    else /* reduce: the root's receive buffer */
+    else if (a->coll == UMP_COLL_REDUCE) /* the root's receive buffer */
         launch(g, q, &dst[q], 1, src, n, a->count);
+    else /* every rank's block into every rank's, or slice r into rank r */
+        launch_shape(g, q,
+                     a->coll == UMP_COLL_ALLGATHER ? COLL_KGATHER
+                                                   : COLL_KSPLIT,
+                     dst, n, src, n, (size_t)n * a->count, a->count);
     if (wait || g->rc || (g->rc = g->be->event_record(g->bctx, c->ev[q],
                                                       g->st[q])))
         return;

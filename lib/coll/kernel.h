@@ -16,6 +16,21 @@
  * destinations: two-shot, where a rank stores its reduced slice into every
  * rank's receive buffer.
  *
+ * Two more shapes cut the count elements into segments of seg elements
+ * (count = seg x the number of segments), so that the small allgather and
+ * reduce-scatter are one launch too (gpu.c, the fan):
+ *  - COLL_KGATHER: n segments, segment j copied from source j:
+ *    dst[o][j * seg + i] = src[j][i], for every o < ndst (allgather: every
+ *    rank's send buffer into every rank's receive buffer);
+ *  - COLL_KSPLIT: ndst segments, segment j folded into destination j:
+ *    dst[j][i] = src[0][j * seg + i] op ... op src[n-1][j * seg + i]
+ *    (reduce-scatter: rank j's slice of every send buffer into its own
+ *    receive buffer).
+ * A segment is a reduction of the first shape over its own pointers, with
+ * the same bits; in place (a destination segment that is its source's own
+ * bytes, NCCL's in-place layouts) each element is read before it is
+ * written, by the same thread, as above.
+ *
  * This header is C and CUDA: no pool types in it.
  */
 #ifndef UMP_COLL_KERNEL_H
@@ -28,16 +43,22 @@
 
 #define COLL_KERNEL_REDUCE "ump_coll_reduce"
 
+/* coll_kargs.mode */
+enum { COLL_KFOLD, COLL_KGATHER, COLL_KSPLIT };
+
 /* Passed by value (cuLaunchKernel's kernelParams[0] points at it): 8-byte
  * fields first, no padding that differs between the compilers. */
 struct coll_kargs {
     const void *src[UMP_MAX_DEVICES];
     void *dst[UMP_MAX_DEVICES];
-    uint64_t count; /* elements */
+    uint64_t count; /* elements, in all (every segment) */
+    uint64_t seg;   /* elements of a segment (GATHER, SPLIT); else unused */
     int32_t n;      /* sources used, 1..UMP_MAX_DEVICES */
     int32_t ndst;   /* destinations used, 1..UMP_MAX_DEVICES */
     int32_t dt;     /* ump_dtype_t */
     int32_t op;     /* ump_redop_t */
+    int32_t mode;   /* COLL_KFOLD, COLL_KGATHER, COLL_KSPLIT */
+    int32_t pad;    /* 0: the struct's size is a multiple of 8 everywhere */
 };
 
 /* Threads per block, and the most blocks one launch uses (the loop strides

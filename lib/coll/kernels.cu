@@ -12,8 +12,9 @@
  * other two keep subnormals and IEEE division, as on the host.
  *
  * One launch reduces count elements with a grid-stride loop and stores
- * each result into every destination; the (type, op) dispatch happens once
- * per thread, outside the loop.
+ * each result into every destination (or, in the segmented shapes, one
+ * such loop per segment); the (type, op) dispatch happens once per
+ * thread, outside the loops.
  */
 #include "coll/kernel.h"
 #include "coll/reduce.h"
@@ -104,20 +105,32 @@ template <class T> union Vec {
  * flight), then the next batch. */
 #define BATCH 4
 
-/* Elements [0, count) of the reduction, the thread tid of nthreads taking
- * every nthreads-th vector of 16 bytes where every pointer is 16-byte
- * aligned, then every nthreads-th element of what is left. */
+/* One reduction of the first shape (kernel.h): nsrc sources, each soff
+ * bytes past its pointer, folded into ndst destinations, each doff bytes
+ * past its own; a segment of the other shapes is one of these. */
+struct Part {
+    const void *const *src;
+    void *const *dst;
+    size_t soff, doff, count;
+    int n, ndst;
+};
+
+/* Elements [0, count) of a part, the thread tid of nthreads taking every
+ * nthreads-th vector of 16 bytes where every pointer is 16-byte aligned,
+ * then every nthreads-th element of what is left. */
 template <class T, class A, class S, int CV, int OP>
-HD void run(const coll_kargs &a, size_t tid, size_t nthreads)
+HD void run(const Part &p, size_t tid, size_t nthreads)
 {
     typedef Vec<T> W;
-    const int V = W::V, n = a.n;
-    uintptr_t bits = 0;
+    const int V = W::V, n = p.n;
+    uintptr_t bits = p.soff | p.doff;
     for (int k = 0; k < n; k++)
-        bits |= (uintptr_t)a.src[k];
-    for (int o = 0; o < a.ndst; o++)
-        bits |= (uintptr_t)a.dst[o];
-    size_t nvec = bits % 16 ? 0 : a.count / V;
+        bits |= (uintptr_t)p.src[k];
+    for (int o = 0; o < p.ndst; o++)
+        bits |= (uintptr_t)p.dst[o];
+#define SRC(k) ((const char *)p.src[k] + p.soff)
+#define DST(o) ((char *)p.dst[o] + p.doff)
+    size_t nvec = bits % 16 ? 0 : p.count / V;
     for (size_t v = tid; v < nvec; v += nthreads) {
         Fold<T, A, S, CV, OP> f[16 / sizeof(T)];
         W first, x[BATCH];
@@ -125,7 +138,7 @@ HD void run(const coll_kargs &a, size_t tid, size_t nthreads)
 #pragma unroll
             for (int b = 0; b < BATCH; b++)
                 if (k0 + b < n)
-                    x[b].u = ((const uint4 *)a.src[k0 + b])[v];
+                    x[b].u = ((const uint4 *)SRC(k0 + b))[v];
             if (!k0)
                 first = x[0];
 #pragma unroll
@@ -139,17 +152,47 @@ HD void run(const coll_kargs &a, size_t tid, size_t nthreads)
 #pragma unroll
         for (int e = 0; e < V; e++)
             out.e[e] = f[e].result(n, first.e[e]);
-        for (int o = 0; o < a.ndst; o++)
-            ((uint4 *)a.dst[o])[v] = out.u;
+        for (int o = 0; o < p.ndst; o++)
+            ((uint4 *)DST(o))[v] = out.u;
     }
-    for (size_t i = nvec * V + tid; i < a.count; i += nthreads) {
+    for (size_t i = nvec * V + tid; i < p.count; i += nthreads) {
         Fold<T, A, S, CV, OP> f;
         for (int k = 0; k < n; k++)
-            f.take(k, ((const T *)a.src[k])[i]);
-        T out = f.result(n, ((const T *)a.src[0])[i]);
-        for (int o = 0; o < a.ndst; o++)
-            ((T *)a.dst[o])[i] = out;
+            f.take(k, ((const T *)SRC(k))[i]);
+        T out = f.result(n, ((const T *)SRC(0))[i]);
+        for (int o = 0; o < p.ndst; o++)
+            ((T *)DST(o))[i] = out;
     }
+#undef SRC
+#undef DST
+}
+
+/* Every part of the call (kernel.h's shapes), one after the other: a
+ * thread takes its share of each. */
+template <class T, class A, class S, int CV, int OP>
+HD void run(const coll_kargs &a, size_t tid, size_t nthreads)
+{
+    size_t esz = sizeof(T), seg = (size_t)a.seg;
+    Part p = {a.src, a.dst, 0, 0, (size_t)a.count, a.n, a.ndst};
+    if (a.mode == COLL_KFOLD) {
+        run<T, A, S, CV, OP>(p, tid, nthreads);
+        return;
+    }
+    p.count = seg;
+    if (a.mode == COLL_KGATHER) /* segment j: source j, every destination */
+        for (int j = 0; j < a.n; j++) {
+            p.src = &a.src[j];
+            p.n = 1;
+            p.doff = j * seg * esz;
+            run<T, A, S, CV, OP>(p, tid, nthreads);
+        }
+    else /* COLL_KSPLIT, segment j: every source, destination j */
+        for (int j = 0; j < a.ndst; j++) {
+            p.dst = &a.dst[j];
+            p.ndst = 1;
+            p.soff = j * seg * esz;
+            run<T, A, S, CV, OP>(p, tid, nthreads);
+        }
 }
 
 /* The five ops of an integer type: U its unsigned twin (SUM, PROD and

@@ -10,7 +10,8 @@
 # median of ten 0.67, against 0.54 before). The check takes the median of
 # seven runs and fails below 0.5: a guard against a return to the slow
 # schedules (0.38 for the pulling all-gather), not the target, which this
-# machine's noise does not let a gate hold without false failures. Under
+# machine's noise does not let a gate hold without false failures (below:
+# rounds). Under
 # the sanitizers it reports only (the reduction is instrumented, memcpy
 # not).
 set -eu
@@ -24,25 +25,39 @@ fi
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/test_bench_coll.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
-echo "check: allreduce 4 x 64 MiB on sim against memcpy, median of 7"
-for run in 1 2 3 4 5 6 7; do
-    "$bench" --config backend:sim,sim_devices:4,sim_device_mem:1G coll \
-        allreduce -b 64M -e 64M -n 5 >"$tmp/r$run.out" 2>"$tmp/r$run.err" ||
-        { cat "$tmp/r$run.out" "$tmp/r$run.err"; echo "FAIL: bench"; exit 1; }
-done
-# copy/time is column 15 of the row (tools/bench/coll.c), #wrong 9
-cat "$tmp"/r*.out | awk '$1 == 67108864 { print $15, $9 }' | sort -n >"$tmp/ratios"
-awk '{ printf "  copy/allreduce %s\n", $1; if ($2 != 0) bad = 1 }
-     END { exit bad }' "$tmp/ratios" || { echo "FAIL: wrong elements"; exit 1; }
-[ "$(wc -l <"$tmp/ratios")" -eq 7 ] || { echo "FAIL: not 7 rows"; exit 1; }
-median=$(sed -n 4p "$tmp/ratios" | cut -d' ' -f1)
-echo "  median $median (target 0.7, fails below 0.5)"
-if awk -v m="$median" 'BEGIN { exit !(m < 0.5) }'; then
+# A round: seven runs, their median. A round below 0.5 is run again, up to
+# three rounds (another test hogging a core for a while slows the four
+# ranks' threads more than the one memcpy): the guard fails only when three
+# rounds in a row are below it.
+round() {
+    for run in 1 2 3 4 5 6 7; do
+        "$bench" --config backend:sim,sim_devices:4,sim_device_mem:1G coll \
+            allreduce -b 64M -e 64M -n 5 >"$tmp/r$run.out" \
+            2>"$tmp/r$run.err" ||
+            { cat "$tmp/r$run.out" "$tmp/r$run.err"; echo "FAIL: bench"
+              exit 1; }
+    done
+    # copy/time is column 15 of the row (tools/bench/coll.c), #wrong 9
+    cat "$tmp"/r*.out | awk '$1 == 67108864 { print $15, $9 }' |
+        sort -n >"$tmp/ratios"
+    awk '{ printf "  copy/allreduce %s\n", $1; if ($2 != 0) bad = 1 }
+         END { exit bad }' "$tmp/ratios" ||
+        { echo "FAIL: wrong elements"; exit 1; }
+    [ "$(wc -l <"$tmp/ratios")" -eq 7 ] || { echo "FAIL: not 7 rows"; exit 1; }
+    median=$(sed -n 4p "$tmp/ratios" | cut -d' ' -f1)
+    echo "  median $median (target 0.7, fails below 0.5)"
+}
+
+for try in 1 2 3; do
+    echo "check: allreduce 4 x 64 MiB on sim against memcpy, median of 7" \
+        "(round $try of at most 3)"
+    round
+    awk -v m="$median" 'BEGIN { exit !(m < 0.5) }' || { echo "PASS"; exit 0; }
     if [ -n "${UMPOOL_SANITIZED:-}" ]; then
         echo "  (a sanitizer build: reported, not failed)"
-    else
-        echo "FAIL: the allreduce is below 0.5 of the copy"
-        exit 1
+        echo "PASS"
+        exit 0
     fi
-fi
-echo "PASS"
+done
+echo "FAIL: the allreduce is below 0.5 of the copy in 3 rounds"
+exit 1

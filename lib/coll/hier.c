@@ -205,8 +205,90 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
     return rc;
 }
 
+/* A staged allreduce goes between the processes in pieces of this many
+ * bytes (pipelined, below): small enough that the copies of the pieces
+ * around it hide behind a piece's exchange, large enough that a piece's
+ * round between the processes costs more than its start. */
+#define STAGE_PIECE ((size_t)512 << 10)
+
+/* The world's staging streams (world.h), made at their first use. */
+static int stage_streams(ump_comm_t *c)
+{
+    struct coll_world *w = c->world;
+    if (w->stage_st_made)
+        return 0;
+    int rc = ump_stream_create(c->pool, c->dev[0], &w->stage_st[0]);
+    if (!rc && (rc = ump_stream_create(c->pool, c->dev[0], &w->stage_st[1])))
+        ump_stream_destroy(c->pool, w->stage_st[0]);
+    w->stage_st_made = !rc;
+    return rc;
+}
+
+/* Elements [i * per, ...) of count: piece i's length in elements. */
+static size_t piece_len(size_t count, size_t per, size_t i)
+{
+    return (i + 1) * per < count ? per : count - i * per;
+}
+
+/* Allreduce across the processes of p, count elements of device memory
+ * the CPU cannot reach, through pinned host memory (coll_stage_alloc) in
+ * pieces of STAGE_PIECE bytes: while the calling thread takes piece i
+ * between the processes, piece i + 1 comes down (stage_st[0]) and piece
+ * i - 1 goes up (stage_st[1]). Every element is folded as the whole
+ * buffer's would be (in process order, proc_allreduce): the cuts do not
+ * change the bits. A copy that fails with its device marks this process's
+ * part bad (local): the remaining pieces still go between the processes,
+ * with whatever the host buffer holds, so that no peer waits, and the
+ * call's agreement makes it -EIO everywhere. */
+static int pipelined_allreduce(ump_comm_t *c, const struct coll_args *a,
+                               void *p)
+{
+    struct coll_world *w = c->world;
+    ump_pool_t *pool = c->pool;
+    size_t esz = esz_of(a), count = a->count, per = STAGE_PIECE / esz;
+    size_t npiece = (count + per - 1) / per;
+    int op = reduce_op(a->op);
+    char *h = coll_stage_alloc(pool, count * esz), *d = p;
+    if (!h)
+        return -ENOMEM;
+    ump_stream_t *st = w->stage_st;
+    int rc = 0, cr = ump_memcpy_async(pool, h, d, piece_len(count, per, 0) *
+                                                      esz, st[0]);
+    for (size_t i = 0; i < npiece && !rc; i++) {
+        size_t off = i * per * esz, len = piece_len(count, per, i) * esz;
+        if (!cr && !w->bad && !(cr = ump_stream_synchronize(pool, st[0])))
+            coll_traffic(pool, coll_loc(pool, d + off), TRAFFIC_HOST, len);
+        if (!cr && !w->bad && i + 1 < npiece)
+            cr = ump_memcpy_async(pool, h + off + len, d + off + len,
+                                  piece_len(count, per, i + 1) * esz, st[0]);
+        if (cr && !w->bad && (rc = local(c, cr)))
+            break;
+        rc = proc_allreduce(c, h + off, len / esz, a->dt, op, a->fn);
+        if (!rc && a->op == UMP_AVG)
+            coll_avg_finish(a->dt, h + off, len / esz, c->nall);
+        if (!rc && !w->bad) {
+            int e = ump_memcpy_async(pool, d + off, h + off, len, st[1]);
+            if (!e)
+                coll_traffic(pool, TRAFFIC_HOST, coll_loc(pool, d + off),
+                             len);
+            else if ((rc = local(c, e)))
+                break;
+        }
+    }
+    /* Nothing of h may still be copied when it is freed. */
+    int e0 = ump_stream_synchronize(pool, st[0]);
+    int e1 = ump_stream_synchronize(pool, st[1]);
+    if (!rc && !w->bad)
+        rc = local(c, e1 ? e1 : e0);
+    if (w->broken) /* an abandoned send may still read it (xchg.c) */
+        return rc;
+    coll_stage_free(pool, h);
+    return rc;
+}
+
 /* Allreduce, hierarchical: reduce to local rank 0's recv, allreduce across
- * the processes, broadcast from local rank 0. */
+ * the processes (pipelined when staged and larger than a piece), broadcast
+ * from local rank 0. */
 static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
 {
     size_t s = a->count * esz_of(a);
@@ -214,16 +296,21 @@ static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
     int rc = phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op, 0);
     if (!rc)
         rc = sync_rank(c, a, 0);
-    void *h = NULL;
-    if (!rc)
-        rc = stage_in(c, a->recv[0], s, true, &h);
     if (rc)
         return rc;
-    rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
-    if (!rc && a->op == UMP_AVG)
-        coll_avg_finish(a->dt, h, a->count, c->nall);
-    int e = stage_out(c, a->recv[0], h, s, !rc);
-    rc = rc ? rc : e;
+    if (!c->world->bad && s > STAGE_PIECE &&
+        !coll_host_ok(c->pool, a->recv[0]) && !stage_streams(c)) {
+        rc = pipelined_allreduce(c, a, a->recv[0]);
+    } else {
+        void *h = NULL;
+        if ((rc = stage_in(c, a->recv[0], s, true, &h)))
+            return rc;
+        rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
+        if (!rc && a->op == UMP_AVG)
+            coll_avg_finish(a->dt, h, a->count, c->nall);
+        int e = stage_out(c, a->recv[0], h, s, !rc);
+        rc = rc ? rc : e;
+    }
     if (!rc && c->n > 1)
         rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
                    a->recv, a->count, 0, 0);
@@ -565,7 +652,7 @@ static int views(ump_comm_t *c, void *const *buf, size_t len, bool copy,
     }
     for (int i = 0; rc && i < r; i++)
         if (h[i] != buf[i])
-            free(h[i]);
+            coll_stage_free(c->pool, h[i]);
     return rc;
 }
 

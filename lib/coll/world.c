@@ -291,6 +291,9 @@ void coll_world_destroy(ump_comm_t *c)
 {
     struct coll_world *w = c->world;
     coll_nccl_stop(c);
+    if (w->stage_st_made)
+        for (int i = 0; i < 2; i++)
+            ump_stream_destroy(c->pool, w->stage_st[i]);
     /* A shrunk communicator's own eng (a map) first, then the share. */
     if (w->engine && w->eng.destroy)
         w->eng.destroy(w->eng.ctx);

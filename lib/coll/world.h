@@ -61,6 +61,11 @@ struct coll_world {
      * fault its pages in every time. */
     void *tmp[2];
     size_t tmp_len[2];
+    /* (the comm's lock) The streams of staged allreduce's pipeline
+     * (hier.c): pieces come down on [0] and go up on [1]; made at the
+     * first staged call, on local rank 0's device. */
+    ump_stream_t stage_st[2];
+    bool stage_st_made;
 };
 
 /* World w's host buffer slot (0 or 1) of at least bytes, kept for the next
@@ -123,8 +128,14 @@ void coll_xchg_traffic(ump_comm_t *c, const struct coll_msg *m, int nm);
 /* Memory the CPU may read and write directly: every sim buffer, host-tier
  * memory on cuda. */
 bool coll_host_ok(ump_pool_t *pool, const void *p);
+/* Host memory of len bytes the devices copy to and from at the link's
+ * speed: the pool's own cached pinned memory (ump_host_alloc), not pinned
+ * per call, or malloc'd memory where the pool has no more of it
+ * (pinned_limit). Freed by coll_stage_free. */
+void *coll_stage_alloc(ump_pool_t *pool, size_t len);
+void coll_stage_free(ump_pool_t *pool, void *h);
 /* A host view of len bytes at p: p itself when the CPU reaches it, else a
- * host copy (*h allocated; copy: fill it from p). */
+ * host copy (*h from coll_stage_alloc; copy: fill it from p). */
 int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h);
 /* The view's end: back into p when copy (and a copy was made), freed. Once
  * the communicator failed it is never freed: an abandoned send may still

@@ -264,6 +264,27 @@ static void lsan_ignore(const void *p)
 #endif
 }
 
+void *coll_stage_alloc(ump_pool_t *pool, size_t len)
+{
+    void *h = NULL;
+    /* Out of pinned memory (pinned_limit) is an info line, not an error:
+     * pageable memory still works, at the slower copies. The sim has no
+     * pinning to save. */
+    if (strcmp(pool->be->name, "sim") && ump_host_alloc(pool, len, &h))
+        h = NULL;
+    return h ? h : malloc(len ? len : 1);
+}
+
+void coll_stage_free(ump_pool_t *pool, void *h)
+{
+    ump_ptr_info_t in;
+    const char *why;
+    if (h && !pool_ptr_info(pool, h, &in, &why) && in.kind == UMP_KIND_HOST)
+        ump_host_free(pool, h);
+    else
+        free(h);
+}
+
 int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
 {
     ump_pool_t *pool = c->pool;
@@ -271,14 +292,14 @@ int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
         *h = p;
         return 0;
     }
-    void *b = malloc(len ? len : 1);
+    void *b = coll_stage_alloc(pool, len);
     if (!b)
         return -ENOMEM;
     int rc = copy ? ump_memcpy_async(pool, b, p, len, NULL) : 0;
     if (!rc && copy)
         rc = ump_stream_synchronize(pool, NULL);
     if (rc) {
-        free(b);
+        coll_stage_free(pool, b);
         return rc;
     }
     if (copy)
@@ -300,6 +321,6 @@ int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
         lsan_ignore(h);
         return rc;
     }
-    free(h);
+    coll_stage_free(c->pool, h);
     return rc;
 }

@@ -344,6 +344,15 @@ static void sizes_and_streams(ump_comm_t *c)
                 one_case(c, &l, ndev, all_devs, coll, UMP_FLOAT32, UMP_SUM,
                          root, counts[i], i % 2, i % 2 ? st : NULL,
                          "sizes, roots, streams");
+    /* Allreduce of device memory goes between the processes in pieces of
+     * 512 KiB (hier.c, on cuda): exactly one piece, one element over it,
+     * seven pieces and a rest; AVG divides piece by piece. */
+    static const size_t big[] = {131072, 131073, 400000};
+    static const int big_dt[] = {UMP_FLOAT32, UMP_FLOAT32, UMP_FLOAT64};
+    for (size_t i = 0; i < sizeof(big) / sizeof(*big); i++)
+        one_case(c, &l, ndev, all_devs, UMP_COLL_ALLREDUCE, big_dt[i],
+                 i == 1 ? UMP_AVG : UMP_SUM, 0, big[i], i % 2,
+                 i % 2 ? st : NULL, "allreduce in pieces");
     for (int r = 0; r < ndev; r++)
         ump_stream_destroy(pool, st[r]);
 }

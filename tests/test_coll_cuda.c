@@ -278,6 +278,37 @@ static void test_launch_failure(void **state)
     }
 }
 
+/* One int32 SUM call of the fan's tests on 4 ranks, mode 0: on the
+ * communicator's own streams (one launch, no wait, one sync), 1: on the
+ * caller's streams st (one launch, 2(n-1) waits, no sync; the streams are
+ * synchronized after), 2: large (not checked here). Returns the launches
+ * it made. */
+static long fan_call(ump_pool_t *pool, ump_comm_t *comm, int coll,
+                     const void **send, void **recv, size_t count, int root,
+                     int mode, ump_stream_t *st)
+{
+    long l0 = fake_count("launches"), w0 = fake_count("waits");
+    long s0 = fake_count("syncs");
+    assert_int_equal(coll_case_call(comm, coll, send, recv, count, UMP_INT32,
+                                    UMP_SUM, root, mode == 1 ? st : NULL),
+                     0);
+    long launches = fake_count("launches") - l0;
+    long waits = fake_count("waits") - w0;
+    long syncs = fake_count("syncs") - s0;
+    if (mode == 0) {
+        assert_int_equal(launches, 1);
+        assert_int_equal(waits, 0);
+        assert_int_equal(syncs, 1);
+    } else if (mode == 1) {
+        assert_int_equal(launches, 1);
+        assert_int_equal(waits, 6);
+        assert_int_equal(syncs, 0);
+        for (int r = 0; r < 4; r++)
+            assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+    }
+    return launches;
+}
+
 /* The fan: a small allreduce, broadcast or reduce is one launch on one
  * rank's stream. Synchronous (the communicator's own streams), it waits for
  * no event and syncs one stream: the floor. On the caller's streams, the
@@ -312,28 +343,10 @@ static void test_fan(void **state)
                 memset(b[r], 0, count * 4);
                 ((int32_t *)b[r])[count - 1] = r + 1;
             }
-            long l0 = fake_count("launches"), w0 = fake_count("waits");
-            long s0 = fake_count("syncs");
-            int rc = coll_case_call(comm, colls[coll], send, b, count,
-                                    UMP_INT32, UMP_SUM, 2,
-                                    mode == 1 ? st : NULL);
-            assert_int_equal(rc, 0);
-            long launches = fake_count("launches") - l0;
-            long waits = fake_count("waits") - w0;
-            long syncs = fake_count("syncs") - s0;
-            if (mode == 0) {
-                assert_int_equal(launches, 1);
-                assert_int_equal(waits, 0);
-                assert_int_equal(syncs, 1);
-            } else if (mode == 1) {
-                assert_int_equal(launches, 1);
-                assert_int_equal(waits, 6);
-                assert_int_equal(syncs, 0);
-                for (int r = 0; r < 4; r++)
-                    assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
-            } else if (colls[coll] == UMP_COLL_ALLREDUCE) {
+            long launches = fan_call(pool, comm, colls[coll], send, b,
+                                     count, 2, mode, st);
+            if (mode == 2 && colls[coll] == UMP_COLL_ALLREDUCE)
                 assert_int_equal(launches, 4); /* one-shot: each rank's */
-            }
             for (int r = 0; r < 4; r++) {
                 int32_t got = ((int32_t *)b[r])[count - 1];
                 int32_t want = colls[coll] == UMP_COLL_BROADCAST ? 3
@@ -395,31 +408,12 @@ static void test_fan_segments(void **state)
                     for (size_t i = 0; i < count * (gather ? 1 : 4); i++)
                         s[i] = r * 1000000 + (int32_t)i;
                 }
-                long l0 = fake_count("launches"), w0 = fake_count("waits");
-                long s0 = fake_count("syncs");
-                int coll = gather ? UMP_COLL_ALLGATHER
-                                  : UMP_COLL_REDUCE_SCATTER;
-                assert_int_equal(coll_case_call(comm, coll, send, recv, count,
-                                                UMP_INT32, UMP_SUM, 0,
-                                                mode == 1 ? st : NULL),
-                                 0);
-                long launches = fake_count("launches") - l0;
-                long waits = fake_count("waits") - w0;
-                long syncs = fake_count("syncs") - s0;
-                if (mode == 0) {
-                    assert_int_equal(launches, 1);
-                    assert_int_equal(waits, 0);
-                    assert_int_equal(syncs, 1);
-                } else if (mode == 1) {
-                    assert_int_equal(launches, 1);
-                    assert_int_equal(waits, 6);
-                    assert_int_equal(syncs, 0);
-                    for (int r = 0; r < 4; r++)
-                        assert_int_equal(ump_stream_synchronize(pool, st[r]),
-                                         0);
-                } else {
+                long launches = fan_call(
+                    pool, comm,
+                    gather ? UMP_COLL_ALLGATHER : UMP_COLL_REDUCE_SCATTER,
+                    send, recv, count, 0, mode, st);
+                if (mode == 2)
                     assert_int_equal(launches, gather ? 0 : 4);
-                }
                 for (int r = 0; r < 4; r++) {
                     const int32_t *got = recv[r];
                     for (size_t i = 0; i < count * (gather ? 4 : 1); i++) {

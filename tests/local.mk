@@ -79,7 +79,8 @@ CLEANFILES += $(COLL_KERNEL_HOST_OBJ)
 endif
 
 SCRIPT_TESTS = tests/test_bench.sh tests/test_bench_cold.sh tests/test_bench_offload.sh \
-	tests/test_bench_replay.sh tests/test_bench_coll.sh tests/test_exports.sh
+	tests/test_bench_replay.sh tests/test_bench_coll.sh tests/test_exports.sh \
+	tests/test_hot_path.sh
 # Checks of the source itself (the layers, the man pages): no cmocka needed.
 SOURCE_CHECKS = lib/check-layers.sh
 # The allocation trace test_replay replays (scripts/gen-train-trace --preset
@@ -89,6 +90,13 @@ EXTRA_DIST += tests/plaintest.h tests/testutil.h tests/coll_call.h tests/coll_ca
 TESTS = $(SOURCE_CHECKS)
 check_PROGRAMS =
 if HAVE_CMOCKA
-check_PROGRAMS += $(UNIT_TESTS)
+check_PROGRAMS += $(UNIT_TESTS) tests/hot_pair
 TESTS += $(UNIT_TESTS) $(SCRIPT_TESTS)
 endif
+
+# The hot path's instruction count (tests/test_hot_path.sh): the shared
+# library, as programs link it; -no-install: a real executable, not
+# libtool's wrapper script, runs under valgrind.
+tests_hot_pair_SOURCES = tests/hot_pair.c
+tests_hot_pair_LDADD = lib/libumpool.la
+tests_hot_pair_LDFLAGS = -no-install

@@ -236,21 +236,36 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
     return 0;
 }
 
+/* An object of class cls on device dev from the thread's bin, if the bin
+ * exists and holds one and no other thread wants the cache (else false,
+ * nothing changed): the cached path. */
+static inline __attribute__((always_inline)) bool
+alloc_cached(struct tcache *tc, int dev, unsigned cls,
+                                size_t size, void **ptr_p)
+{
+    if (ump_unlikely(!tc_try_enter(tc)))
+        return false;
+    struct tc_bin *b = atomic_load_explicit(&tc->bins[dev],
+                                            memory_order_relaxed);
+    if (ump_likely(b && b[cls].count)) {
+        struct tc_bin *bin = &b[cls];
+        struct obj_ref it = bin->items[--bin->count];
+        ctr_add_u(&bin->allocs, 1);
+        tc_add_bytes(&tc->obj_bytes[dev], -(int64_t)sc_size(cls));
+        tc_exit(tc);
+        give_object(&it, size, ptr_p);
+        return true;
+    }
+    tc_exit(tc);
+    return false;
+}
+
 static int alloc_small(ump_pool_t *pool, struct tcache *tc,
                        const ump_place_request_t *req, unsigned cls,
                        void **ptr_p)
 {
-    tc_enter(tc);
-    struct tc_bin *bin = tcache_bin(tc, req->device, cls);
-    if (ump_likely(bin && bin->count)) {
-        struct obj_ref it = bin->items[--bin->count];
-        ctr_add_u(&bin->allocs, 1);
-        tc_add_bytes(&tc->obj_bytes[req->device], -(int64_t)sc_size(cls));
-        tc_exit(tc);
-        give_object(&it, req->size, ptr_p);
+    if (alloc_cached(tc, req->device, cls, req->size, ptr_p))
         return 0;
-    }
-    tc_exit(tc);
     return alloc_small_slow(pool, tc, req, cls, ptr_p);
 }
 
@@ -407,8 +422,12 @@ static int alloc_begin(ump_pool_t *pool, const char *fn, size_t size,
     return ump_likely(*tc_p != NULL) ? 0 : -ENOMEM;
 }
 
-UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
-                         void **ptr_p)
+/* ump_alloc the full way: every check, hints, policies, the slow paths.
+ * Out of line, so that the cached path (ump_alloc) saves no registers. */
+static __attribute__((noinline)) int alloc_full(ump_pool_t *pool,
+                                                size_t size,
+                                                const ump_hints_t *hints,
+                                                void **ptr_p)
 {
     struct tcache *tc;
     int rc = alloc_begin(pool, "ump_alloc", size, ptr_p, &tc);
@@ -435,6 +454,24 @@ UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints
         rc = alloc_placed(pool, tc, &pr, ptr_p);
     }
     return rc;
+}
+
+UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints,
+                         void **ptr_p)
+{
+    /* The cached path: no hints, a size served from slabs, a pool in no
+     * rare state (check.h: pool_quiet), an object in the thread's bin of
+     * its current device. It is what alloc_full does for such a call,
+     * without building a placement request; anything else, errors
+     * included, goes the full way, which checks and logs as before. */
+    if (ump_likely(!hints && pool && ptr_p && size - 1 < pool->small_max &&
+                   pool_quiet(pool))) {
+        struct tcache *tc = tcache_hit(pool);
+        if (ump_likely(tc != NULL) &&
+            alloc_cached(tc, tc->device, sc_index(size), size, ptr_p))
+            return 0;
+    }
+    return alloc_full(pool, size, hints, ptr_p);
 }
 
 UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)
@@ -626,8 +663,9 @@ static int free_begin(ump_pool_t *pool, void *ptr, unsigned to,
     return claim(pool, ptr, to, fn, host, c);
 }
 
-/* ump_free and ump_host_free: the same free, of the places they own. */
-static int free_now(ump_pool_t *pool, void *ptr, const char *fn, bool host)
+/* ump_free and ump_host_free: the same free, of the places they own
+ * (out of line: ump_free's cached path saves no registers for it). */
+static __attribute__((noinline)) int free_now(ump_pool_t *pool, void *ptr, const char *fn, bool host)
 {
     struct tcache *tc;
     struct claim c;
@@ -641,8 +679,57 @@ static int free_now(ump_pool_t *pool, void *ptr, const char *fn, bool host)
     return 0;
 }
 
+/* ump_free's cached path: ptr the start of a live slab object of a
+ * device place (not ump_host_alloc's), claimed (live to free, atomically:
+ * a racing second free fails its claim), and pushed onto the thread's bin,
+ * which exists and has room, its device not failed. False, having changed
+ * nothing, for anything else: free_now then does it all, and says what is
+ * wrong where something is. The claim comes last, inside the cache's
+ * section (as free_small reads the failure bit there). */
+static inline bool free_cached(ump_pool_t *pool, void *ptr)
+{
+    const struct vas *v = &pool->vas;
+    if (!vas_contains(v, ptr))
+        return false;
+    size_t g = vas_index(v, ptr);
+    uintptr_t tag = vas_tag(v, g);
+    if (vas_tag_kind(tag) != VAS_SLAB)
+        return false;
+    struct slab *s = vas_tag_owner(tag);
+    uint32_t off = (uint32_t)((char *)ptr - s->base);
+    uint32_t idx = slab_index(s, off);
+    int d = s->device;
+    if (s->granule != g || idx * s->size != off || idx >= s->nobj ||
+        d == place_host(pool))
+        return false;
+    struct tcache *tc = tcache_hit(pool);
+    if (ump_unlikely(!tc || !tc_try_enter(tc)))
+        return false;
+    struct tc_bin *b = atomic_load_explicit(&tc->bins[d],
+                                            memory_order_relaxed);
+    struct tc_bin *bin = b ? &b[s->cls] : NULL;
+    _Atomic uint32_t *word = &s->word[idx];
+    uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+    /* (no failed device: pool_quiet) */
+    if (ump_unlikely(!bin || bin->count >= bin->cap ||
+                     obj_state(w) != OBJ_LIVE ||
+                     !atomic_compare_exchange_strong_explicit(
+                         word, &w, obj_word(OBJ_FREE, obj_req(w)),
+                         memory_order_acq_rel, memory_order_acquire))) {
+        tc_exit(tc);
+        return false;
+    }
+    ctr_add_u(&bin->frees, 1);
+    bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
+    tc_add_bytes(&tc->obj_bytes[d], s->size);
+    tc_exit(tc);
+    return true;
+}
+
 UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
 {
+    if (ump_likely(pool && pool_quiet(pool)) && free_cached(pool, ptr))
+        return 0;
     return free_now(pool, ptr, "ump_free", false);
 }
 

@@ -41,6 +41,24 @@ static inline int pool_check(const ump_pool_t *pool, const char *fn)
     return pool_refused(rc, fn);
 }
 
+/* Is the pool in none of the rare states the hot path leaves to the full
+ * checks (pool_check and the rest): a device that failed (handled or
+ * not), a suspended pool? One branch for them (ump_alloc's and ump_free's
+ * cached paths); pool not NULL. A pool inherited across fork needs no test
+ * here: the child forgets its thread's caches (registry.c), so the cached
+ * paths, which start from the thread's cache of the pool, miss and take
+ * the full path, which refuses the pool. After a device failure every
+ * call takes the full path: slower, and the failure is rare. */
+static inline bool pool_quiet(const ump_pool_t *pool)
+{
+    ump_pool_t *p = (ump_pool_t *)pool;
+    uint32_t rare =
+        atomic_load_explicit(&p->failing, memory_order_relaxed) |
+        atomic_load_explicit(&p->failed, memory_order_relaxed) |
+        (uint32_t)atomic_load_explicit(&p->suspended, memory_order_relaxed);
+    return ump_likely(!rare);
+}
+
 /* rc of a backend call: an -EIO that came with a device failure has the
  * failure handled before the caller sees it. */
 static inline int pool_io_result(ump_pool_t *pool, int rc)

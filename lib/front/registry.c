@@ -8,6 +8,8 @@
  */
 #include "config.h"
 
+#include <string.h>
+
 #include <pthread.h>
 
 #include "front/registry.h"
@@ -96,6 +98,10 @@ static void postfork_parent(void)
 static void postfork_child(void)
 {
     atomic_fetch_add(&fork_generation, 1);
+    /* The child's thread forgets its caches: the hot path starts from
+     * them (front/check.h: pool_quiet), so an inherited pool's calls take
+     * the full path, which refuses them. */
+    memset(tls_slots, 0, sizeof(tls_slots));
     /* membarrier registration belongs to the address space: do it again. */
     tcache_register_membarrier();
     /* The child's only thread is the one that took every lock in prefork:

@@ -59,8 +59,14 @@ struct tcache {
 extern bool tc_asym_fence; /* membarrier(2) is usable */
 void tc_enter_slow(struct tcache *tc);
 
-/* The owner starts using its bins. */
-static inline void tc_enter(struct tcache *tc)
+static inline void tc_exit(struct tcache *tc)
+{
+    atomic_store_explicit(&tc->active, 0, memory_order_release);
+}
+/* The owner starts using its bins, unless another thread wants them: then
+ * false, the bins not entered (the hot path takes the full path, whose
+ * tc_enter waits). */
+static inline bool tc_try_enter(struct tcache *tc)
 {
     if (ump_likely(tc_asym_fence)) {
         atomic_store_explicit(&tc->active, 1, memory_order_relaxed);
@@ -68,13 +74,18 @@ static inline void tc_enter(struct tcache *tc)
     } else {
         atomic_store_explicit(&tc->active, 1, memory_order_seq_cst);
     }
-    if (ump_unlikely(atomic_load_explicit(&tc->flush_req,
-                                          memory_order_acquire)))
-        tc_enter_slow(tc);
+    if (ump_likely(!atomic_load_explicit(&tc->flush_req,
+                                         memory_order_acquire)))
+        return true;
+    tc_exit(tc);
+    return false;
 }
-static inline void tc_exit(struct tcache *tc)
+/* The owner starts using its bins (waiting while another thread has
+ * them). */
+static inline void tc_enter(struct tcache *tc)
 {
-    atomic_store_explicit(&tc->active, 0, memory_order_release);
+    if (ump_unlikely(!tc_try_enter(tc)))
+        tc_enter_slow(tc);
 }
 /* Another thread takes tc's bins until tc_release. pool->lock held. */
 void tc_seize(struct tcache *tc);
@@ -108,11 +119,19 @@ struct tls_slot {
 extern _Thread_local struct tls_slot tls_slots[TLS_SLOTS]
     __attribute__((tls_model("initial-exec")));
 
-static inline struct tcache *tcache_get(ump_pool_t *pool)
+/* The thread's cache for pool when it sits in the first slot (the common
+ * case: the pool last used), else NULL: the hot path's lookup, no call. */
+static inline struct tcache *tcache_hit(const ump_pool_t *pool)
 {
     if (ump_likely(tls_slots[0].pool == pool && tls_slots[0].id == pool->id))
         return tls_slots[0].tc;
-    return tcache_lookup_slow(pool);
+    return NULL;
+}
+
+static inline struct tcache *tcache_get(ump_pool_t *pool)
+{
+    struct tcache *tc = tcache_hit(pool);
+    return ump_likely(tc != NULL) ? tc : tcache_lookup_slow(pool);
 }
 
 struct tc_bin *tcache_bin_slow(struct tcache *tc, int device, unsigned bin);

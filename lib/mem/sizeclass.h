@@ -26,13 +26,19 @@ static inline unsigned sc_index(size_t size)
     return 4u + (lg - 10u) * 4u + quarter;
 }
 
-/* Object size of class idx. */
+/* Object size of class idx, as a constant expression (the table below). */
+#define SC_SIZE(idx)                                                         \
+    ((idx) < 4 ? ((idx) + 1) * SC_QUANTUM                                   \
+               : (1024u << (((idx) - 4) / 4)) +                             \
+                     (((idx) - 4) % 4 + 1) * ((1024u << (((idx) - 4) / 4)) / 4))
+
+/* SC_SIZE of every class: one load on the hot path (sizeclass.c). */
+extern const uint32_t sc_bytes[SC_COUNT];
+
+/* Object size of class idx < SC_COUNT. */
 static inline size_t sc_size(unsigned idx)
 {
-    if (idx < 4)
-        return (size_t)(idx + 1) * SC_QUANTUM;
-    size_t base = (size_t)1024 << ((idx - 4) / 4);
-    return base + ((idx - 4) % 4 + 1) * (base / 4);
+    return sc_bytes[idx];
 }
 
 /* Number of classes whose objects fit at least twice in a chunk of

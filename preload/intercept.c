@@ -128,19 +128,28 @@ static bool owned(ump_pool_t *pool, CUdeviceptr p, ump_ptr_info_t *in)
 /* In the pool's address range (ump_pool_range: nothing else is mapped
  * there)? The frees' test: two compares where a lookup costs as much as
  * the free itself. */
-static bool in_range(ump_pool_t *pool, CUdeviceptr p)
+static _Atomic uintptr_t range_lo, range_hi;
+
+static bool range_load(ump_pool_t *pool)
 {
-    static _Atomic uintptr_t lo, hi;
-    uintptr_t l = atomic_load_explicit(&lo, memory_order_relaxed);
-    if (!l) {
-        void *b;
-        size_t n;
-        if (ump_pool_range(pool, &b, &n))
+    void *b;
+    size_t n;
+    if (ump_pool_range(pool, &b, &n))
+        return false;
+    atomic_store(&range_hi, (uintptr_t)b + n);
+    atomic_store(&range_lo, (uintptr_t)b);
+    return true;
+}
+
+static inline bool in_range(ump_pool_t *pool, CUdeviceptr p)
+{
+    uintptr_t l = atomic_load_explicit(&range_lo, memory_order_relaxed);
+    if (__builtin_expect(!l, 0)) {
+        if (!range_load(pool))
             return false;
-        atomic_store(&hi, (uintptr_t)b + n);
-        atomic_store(&lo, l = (uintptr_t)b);
+        l = atomic_load_explicit(&range_lo, memory_order_relaxed);
     }
-    return p >= l && p < atomic_load_explicit(&hi, memory_order_relaxed);
+    return p >= l && p < atomic_load_explicit(&range_hi, memory_order_relaxed);
 }
 
 /* --- stream-ordered frees ---------------------------------------------- */
@@ -156,10 +165,8 @@ static struct pending *_Atomic pend;
 /* Is p waiting for its stream (a cuMemFreeAsync not done yet)? A second
  * free of it is the caller's error, and must not reach the pool: the pool
  * still holds the allocation, and the pending free will return it. */
-static bool pending_has(void *p)
+static bool pending_search(void *p)
 {
-    if (!atomic_load_explicit(&pend, memory_order_acquire))
-        return false;
     bool found = false;
     preload_enter();
     pthread_mutex_lock(&pend_lock);
@@ -168,6 +175,13 @@ static bool pending_has(void *p)
     pthread_mutex_unlock(&pend_lock);
     preload_leave();
     return found;
+}
+
+/* pending_search, in line where nothing is pending (the common case). */
+static inline bool pending_has(void *p)
+{
+    return atomic_load_explicit(&pend, memory_order_acquire) &&
+           pending_search(p);
 }
 
 void intercept_poll(void)

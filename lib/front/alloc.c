@@ -422,6 +422,29 @@ static int alloc_begin(ump_pool_t *pool, const char *fn, size_t size,
     return ump_likely(*tc_p != NULL) ? 0 : -ENOMEM;
 }
 
+/* The device a small allocation with hints h goes to, when the hints ask
+ * nothing the cached path does not do: flags at most UMP_HINT_NO_SPILL
+ * (it matters only where a new slab is made), a valid access pattern, a
+ * device of the pool or the current one, no policy or "local" (small
+ * sizes come from slabs near the device whatever the policy: a policy
+ * named otherwise must still be looked up, and may not exist). Else -1:
+ * the full path (the interposer's hints are these, device and "local"). */
+static inline int simple_hints(const ump_pool_t *pool, const struct tcache *tc,
+                               const ump_hints_t *h)
+{
+    /* "local", compared in line: a call to strcmp costs the pair a tenth
+     * (the bytes are read only up to the first that differs) */
+    const char *pn = h->policy;
+    if ((h->flags & ~UMP_HINT_NO_SPILL) || h->access < UMP_ACCESS_PRIVATE ||
+        h->access > UMP_ACCESS_STREAMING ||
+        (pn && !(pn[0] == 'l' && pn[1] == 'o' && pn[2] == 'c' &&
+                 pn[3] == 'a' && pn[4] == 'l' && !pn[5])))
+        return -1;
+    if (h->device == UMP_DEVICE_CURRENT)
+        return tc->device;
+    return h->device >= 0 && h->device < pool->ndev ? h->device : -1;
+}
+
 /* ump_alloc the full way: every check, hints, policies, the slow paths.
  * Out of line, so that the cached path (ump_alloc) saves no registers. */
 static __attribute__((noinline)) int alloc_full(ump_pool_t *pool,
@@ -429,6 +452,15 @@ static __attribute__((noinline)) int alloc_full(ump_pool_t *pool,
                                                 const ump_hints_t *hints,
                                                 void **ptr_p)
 {
+    /* The cached path of simple hints (the interposer's): here, so that
+     * ump_alloc's own, without hints, stays free of the policy's strcmp. */
+    if (hints && pool && ptr_p && size - 1 < pool->small_max &&
+        pool_quiet(pool)) {
+        struct tcache *tc = tcache_hit(pool);
+        int dev = tc ? simple_hints(pool, tc, hints) : -1;
+        if (dev >= 0 && alloc_cached(tc, dev, sc_index(size), size, ptr_p))
+            return 0;
+    }
     struct tcache *tc;
     int rc = alloc_begin(pool, "ump_alloc", size, ptr_p, &tc);
     if (rc)
@@ -474,7 +506,10 @@ UMP_EXPORT int ump_alloc(ump_pool_t *pool, size_t size, const ump_hints_t *hints
     return alloc_full(pool, size, hints, ptr_p);
 }
 
-UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)
+/* ump_host_alloc the full way (out of line, as alloc_full). */
+static __attribute__((noinline)) int host_alloc_full(ump_pool_t *pool,
+                                                     size_t size,
+                                                     void **ptr_p)
 {
     struct tcache *tc;
     int rc = alloc_begin(pool, "ump_host_alloc", size, ptr_p, &tc);
@@ -495,6 +530,22 @@ UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)
                 .device = place_host(pool), .access = UMP_ACCESS_PRIVATE},
         .policy = pool->place.local};
     return alloc_placed(pool, tc, &pr, ptr_p);
+}
+
+UMP_EXPORT int ump_host_alloc(ump_pool_t *pool, size_t size, void **ptr_p)
+{
+    /* The cached path, as ump_alloc's: whole pages of a slab class, from
+     * the thread's bin of the host place (served while suspended too). */
+    if (ump_likely(pool && ptr_p && size - 1 < pool->small_max &&
+                   pool_no_failure(pool))) {
+        size_t page = host_page_size();
+        size_t whole = (size + page - 1) & ~(page - 1);
+        struct tcache *tc = tcache_hit(pool);
+        if (ump_likely(tc != NULL && whole <= pool->small_max) &&
+            alloc_cached(tc, place_host(pool), sc_index(whole), whole, ptr_p))
+            return 0;
+    }
+    return host_alloc_full(pool, size, ptr_p);
 }
 
 /* --- frees ------------------------------------------------------------- */
@@ -679,14 +730,16 @@ static __attribute__((noinline)) int free_now(ump_pool_t *pool, void *ptr, const
     return 0;
 }
 
-/* ump_free's cached path: ptr the start of a live slab object of a
- * device place (not ump_host_alloc's), claimed (live to free, atomically:
+/* ump_free's cached path (ump_host_free's with host): ptr the start of a
+ * live slab object of a device place (host: of the host place, which
+ * ump_host_alloc serves), claimed (live to free, atomically:
  * a racing second free fails its claim), and pushed onto the thread's bin,
  * which exists and has room, its device not failed. False, having changed
  * nothing, for anything else: free_now then does it all, and says what is
  * wrong where something is. The claim comes last, inside the cache's
  * section (as free_small reads the failure bit there). */
-static inline bool free_cached(ump_pool_t *pool, void *ptr)
+static inline __attribute__((always_inline)) bool
+free_cached(ump_pool_t *pool, void *ptr, bool host)
 {
     const struct vas *v = &pool->vas;
     if (!vas_contains(v, ptr))
@@ -700,7 +753,7 @@ static inline bool free_cached(ump_pool_t *pool, void *ptr)
     uint32_t idx = slab_index(s, off);
     int d = s->device;
     if (s->granule != g || idx * s->size != off || idx >= s->nobj ||
-        d == place_host(pool))
+        (d == place_host(pool)) != host)
         return false;
     struct tcache *tc = tcache_hit(pool);
     if (ump_unlikely(!tc || !tc_try_enter(tc)))
@@ -710,7 +763,7 @@ static inline bool free_cached(ump_pool_t *pool, void *ptr)
     struct tc_bin *bin = b ? &b[s->cls] : NULL;
     _Atomic uint32_t *word = &s->word[idx];
     uint32_t w = atomic_load_explicit(word, memory_order_acquire);
-    /* (no failed device: pool_quiet) */
+    /* (no failed device: pool_no_failure) */
     if (ump_unlikely(!bin || bin->count >= bin->cap ||
                      obj_state(w) != OBJ_LIVE ||
                      !atomic_compare_exchange_strong_explicit(
@@ -728,13 +781,17 @@ static inline bool free_cached(ump_pool_t *pool, void *ptr)
 
 UMP_EXPORT int ump_free(ump_pool_t *pool, void *ptr)
 {
-    if (ump_likely(pool && pool_quiet(pool)) && free_cached(pool, ptr))
+    if (ump_likely(pool && pool_no_failure(pool)) &&
+        free_cached(pool, ptr, false))
         return 0;
     return free_now(pool, ptr, "ump_free", false);
 }
 
 UMP_EXPORT int ump_host_free(ump_pool_t *pool, void *ptr)
 {
+    if (ump_likely(pool && pool_no_failure(pool)) &&
+        free_cached(pool, ptr, true))
+        return 0;
     return free_now(pool, ptr, "ump_host_free", true);
 }
 

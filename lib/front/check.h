@@ -41,14 +41,24 @@ static inline int pool_check(const ump_pool_t *pool, const char *fn)
     return pool_refused(rc, fn);
 }
 
-/* Is the pool in none of the rare states the hot path leaves to the full
- * checks (pool_check and the rest): a device that failed (handled or
- * not), a suspended pool? One branch for them (ump_alloc's and ump_free's
- * cached paths); pool not NULL. A pool inherited across fork needs no test
- * here: the child forgets its thread's caches (registry.c), so the cached
+/* Has no device of the pool failed (handled or not)? The hot path's test
+ * of the rare states (ump_free's cached path, and with pool_quiet
+ * ump_alloc's): after a device failure every call takes the full path,
+ * slower, and the failure is rare. A pool inherited across fork needs no
+ * test: the child forgets its thread's caches (registry.c), so the cached
  * paths, which start from the thread's cache of the pool, miss and take
- * the full path, which refuses the pool. After a device failure every
- * call takes the full path: slower, and the failure is rare. */
+ * the full path, which refuses the pool. pool not NULL. */
+static inline bool pool_no_failure(const ump_pool_t *pool)
+{
+    ump_pool_t *p = (ump_pool_t *)pool;
+    return ump_likely(
+        !(atomic_load_explicit(&p->failing, memory_order_relaxed) |
+          atomic_load_explicit(&p->failed, memory_order_relaxed)));
+}
+
+/* pool_no_failure, and the pool not suspended (device memory is not
+ * served then: ump_alloc's full path says so): the rare states of an
+ * allocation of device memory in one branch. */
 static inline bool pool_quiet(const ump_pool_t *pool)
 {
     ump_pool_t *p = (ump_pool_t *)pool;

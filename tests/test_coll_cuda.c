@@ -559,6 +559,25 @@ static void test_traffic(void **state)
             if (nopeer)
                 want[2][4] = s;
             links_grew(pool, base, want, "broadcast from rank 2");
+            /* A reduce into pinned host memory (the processes' one-hop
+             * allreduce, hier.c), with peers: the root's device reads
+             * every send buffer and writes the host. */
+            void *h;
+            assert_int_equal(ump_host_alloc(pool, s, &h), 0);
+            void *rh[4] = {rb[0], rb[1], h, rb[3]};
+            if (!nopeer) {
+                assert_int_equal(ump_reduce(comm, (const void *const *)sb,
+                                            rh, s / 4, UMP_FLOAT32, UMP_SUM,
+                                            2, NULL),
+                                 0);
+                memset(want, 0, sizeof(want));
+                for (int k = 0; k < 4; k++)
+                    if (k != 2)
+                        want[k][2] = s;
+                want[2][4] = s;
+                links_grew(pool, base, want, "reduce into host memory");
+            }
+            assert_int_equal(ump_host_free(pool, h), 0);
             for (int r = 0; r < 4; r++) {
                 tu_free(pool, sb[r]);
                 tu_free(pool, rb[r]);

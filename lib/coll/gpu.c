@@ -205,7 +205,9 @@ struct gcall {
 
 /* Where p lies for the link counters (comm.h: coll_traffic): a staging
  * copy is host memory, a rank's scratch is on its device, and a rank's
- * send and receive buffers count at its device, as on sim (job.h). p lies
+ * send and receive buffers count at its device, as on sim (job.h), or at
+ * the host when they are the pool's pinned host memory (the processes'
+ * one-hop allreduce hands the in-process phases such a buffer, hier.c). p lies
  * in one of the buffers the call uses: the one that starts nearest below
  * it (only the root's send buffer is read in broadcast and scatter, only
  * its receive buffer written in reduce and gather: the others' pointers
@@ -232,7 +234,9 @@ static int loc_of(const struct gcall *g, const void *p)
                 at = c->dev[k];
             }
     }
-    return at;
+    return best && at != TRAFFIC_HOST && pool_ptr_on_host(c->pool, best)
+               ? TRAFFIC_HOST
+               : at;
 }
 
 static void copy(struct gcall *g, int r, void *dst, const void *src,

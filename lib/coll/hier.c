@@ -286,13 +286,58 @@ static int pipelined_allreduce(ump_comm_t *c, const struct coll_args *a,
     return rc;
 }
 
+/* Allreduce, hierarchical, of at most a piece of device memory the CPU
+ * cannot reach (cuda): one host hop. The in-process reduce stores rank 0's
+ * partial straight into pinned host memory of the pool (a GPU writes it
+ * over its host link), the processes fold it there, and the in-process
+ * broadcast reads it from there into every rank's buffer: no staging
+ * copies, and none of their syncs. 1 when the pool has no pinned memory
+ * left (pinned_limit): the caller stages instead. */
+static int onehop_allreduce(ump_comm_t *c, const struct coll_args *a)
+{
+    struct coll_world *w = c->world;
+    size_t s = a->count * esz_of(a);
+    int op = reduce_op(a->op);
+    void *h;
+    if (ump_host_alloc(c->pool, s, &h))
+        return 1;
+    void *recv[COLL_MAX_RANKS];
+    const void *from[COLL_MAX_RANKS];
+    for (int r = 0; r < c->n; r++) {
+        recv[r] = r ? a->recv[r] : h;
+        from[r] = h;
+    }
+    int rc = phase(c, a, UMP_COLL_REDUCE, a->send, recv, a->count, op, 0);
+    if (!rc)
+        rc = sync_rank(c, a, 0);
+    if (!rc)
+        rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
+    if (!rc && a->op == UMP_AVG)
+        coll_avg_finish(a->dt, h, a->count, c->nall);
+    if (!rc)
+        rc = phase(c, a, UMP_COLL_BROADCAST, from, a->recv, a->count, 0, 0);
+    /* The broadcast reads h, on the caller's streams after the call
+     * returns: their work is waited for before h goes back. */
+    int e = sync_all(c, a);
+    if (w->broken) /* an abandoned send may still read it (xchg.c) */
+        return rc;
+    ump_host_free(c->pool, h);
+    return rc ? rc : e;
+}
+
 /* Allreduce, hierarchical: reduce to local rank 0's recv, allreduce across
- * the processes (pipelined when staged and larger than a piece), broadcast
- * from local rank 0. */
+ * the processes (in one host hop when small and staged, pipelined when
+ * larger than a piece), broadcast from local rank 0. */
 static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
 {
     size_t s = a->count * esz_of(a);
     int op = reduce_op(a->op);
+    if (!c->world->bad && s <= STAGE_PIECE &&
+        !coll_host_ok(c->pool, a->recv[0])) {
+        int one = onehop_allreduce(c, a);
+        if (one <= 0)
+            return one;
+    }
     int rc = phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op, 0);
     if (!rc)
         rc = sync_rank(c, a, 0);

@@ -882,6 +882,18 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
     return 0;
 }
 
+bool pool_ptr_on_host(ump_pool_t *pool, const void *ptr)
+{
+    if (!vas_contains(&pool->vas, ptr))
+        return false;
+    uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, ptr));
+    if (vas_tag_kind(tag) == VAS_SLAB)
+        return ((struct slab *)vas_tag_owner(tag))->device == place_host(pool);
+    if (vas_tag_kind(tag) == VAS_RUN)
+        return ((struct run *)vas_tag_owner(tag))->device == place_host(pool);
+    return false;
+}
+
 bool pool_ptr_movable(ump_pool_t *pool, const void *ptr)
 {
     if (!vas_contains(&pool->vas, ptr))

@@ -53,6 +53,10 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
  * (made with UMP_HINT_OFFLOAD, or tracked by the tiers)? false for slab
  * objects and for anything not allocated. */
 bool pool_ptr_movable(ump_pool_t *pool, const void *ptr);
+/* Is ptr in pinned host memory of ump_host_alloc (the host place)? For a
+ * pointer into a live allocation, which the caller keeps live: no lock (a
+ * live allocation's slab or run keeps its place). */
+bool pool_ptr_on_host(ump_pool_t *pool, const void *ptr);
 
 /* A run or a slab object that a restore made (front/restore.c) becomes
  * live as ump_alloc would have left it: its state, size, age, and the

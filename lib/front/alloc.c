@@ -737,7 +737,7 @@ static __attribute__((noinline)) int free_now(ump_pool_t *pool, void *ptr, const
  * which exists and has room, its device not failed. False, having changed
  * nothing, for anything else: free_now then does it all, and says what is
  * wrong where something is. The claim comes last, inside the cache's
- * section (as free_small reads the failure bit there). */
+ * section (as free_small reads the failure bit there: below). */
 static inline __attribute__((always_inline)) bool
 free_cached(ump_pool_t *pool, void *ptr, bool host)
 {
@@ -763,8 +763,15 @@ free_cached(ump_pool_t *pool, void *ptr, bool host)
     struct tc_bin *bin = b ? &b[s->cls] : NULL;
     _Atomic uint32_t *word = &s->word[idx];
     uint32_t w = atomic_load_explicit(word, memory_order_acquire);
-    /* (no failed device: pool_no_failure) */
+    /* A device that failed since pool_no_failure: its bit is read again
+     * inside the section, as free_small reads it, so that a failure's
+     * flush of the caches either waits for this free or is seen by it
+     * (else a failed device's object could go into the bin after the
+     * flush, and out again to the next allocation). Any bit: the full
+     * path then does what it does per device. */
     if (ump_unlikely(!bin || bin->count >= bin->cap ||
+                     atomic_load_explicit(&pool->failed,
+                                          memory_order_relaxed) ||
                      obj_state(w) != OBJ_LIVE ||
                      !atomic_compare_exchange_strong_explicit(
                          word, &w, obj_word(OBJ_FREE, obj_req(w)),

@@ -44,16 +44,16 @@ static inline int pool_check(const ump_pool_t *pool, const char *fn)
 /* Has no device of the pool failed (handled or not)? The hot path's test
  * of the rare states (ump_free's cached path, and with pool_quiet
  * ump_alloc's): after a device failure every call takes the full path,
- * slower, and the failure is rare. A pool inherited across fork needs no
- * test: the child forgets its thread's caches (registry.c), so the cached
- * paths, which start from the thread's cache of the pool, miss and take
- * the full path, which refuses the pool. pool not NULL. */
+ * slower, and the failure is rare. One load: the handled bits (failed)
+ * are a subset of the told ones (failing), which only grow
+ * (front/failure.c takes failed from failing). A pool inherited across
+ * fork needs no test: the child forgets its thread's caches (registry.c),
+ * so the cached paths, which start from the thread's cache of the pool,
+ * miss and take the full path, which refuses the pool. pool not NULL. */
 static inline bool pool_no_failure(const ump_pool_t *pool)
 {
-    ump_pool_t *p = (ump_pool_t *)pool;
-    return ump_likely(
-        !(atomic_load_explicit(&p->failing, memory_order_relaxed) |
-          atomic_load_explicit(&p->failed, memory_order_relaxed)));
+    return ump_likely(!atomic_load_explicit(
+        &((ump_pool_t *)pool)->failing, memory_order_relaxed));
 }
 
 /* pool_no_failure, and the pool not suspended (device memory is not
@@ -64,7 +64,6 @@ static inline bool pool_quiet(const ump_pool_t *pool)
     ump_pool_t *p = (ump_pool_t *)pool;
     uint32_t rare =
         atomic_load_explicit(&p->failing, memory_order_relaxed) |
-        atomic_load_explicit(&p->failed, memory_order_relaxed) |
         (uint32_t)atomic_load_explicit(&p->suspended, memory_order_relaxed);
     return ump_likely(!rare);
 }

@@ -280,9 +280,7 @@ static int pipelined_allreduce(ump_comm_t *c, const struct coll_args *a,
     int e1 = ump_stream_synchronize(pool, st[1]);
     if (!rc && !w->bad)
         rc = local(c, e1 ? e1 : e0);
-    if (w->broken) /* an abandoned send may still read it (xchg.c) */
-        return rc;
-    coll_stage_free(pool, h);
+    coll_stage_drop(c, h);
     return rc;
 }
 
@@ -295,7 +293,6 @@ static int pipelined_allreduce(ump_comm_t *c, const struct coll_args *a,
  * left (pinned_limit): the caller stages instead. */
 static int onehop_allreduce(ump_comm_t *c, const struct coll_args *a)
 {
-    struct coll_world *w = c->world;
     size_t s = a->count * esz_of(a);
     int op = reduce_op(a->op);
     void *h;
@@ -319,9 +316,7 @@ static int onehop_allreduce(ump_comm_t *c, const struct coll_args *a)
     /* The broadcast reads h, on the caller's streams after the call
      * returns: their work is waited for before h goes back. */
     int e = sync_all(c, a);
-    if (w->broken) /* an abandoned send may still read it (xchg.c) */
-        return rc;
-    ump_host_free(c->pool, h);
+    coll_stage_drop(c, h);
     return rc ? rc : e;
 }
 

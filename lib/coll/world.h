@@ -137,11 +137,17 @@ void coll_stage_free(ump_pool_t *pool, void *h);
 /* A host view of len bytes at p: p itself when the CPU reaches it, else a
  * host copy (*h from coll_stage_alloc; copy: fill it from p). */
 int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h);
-/* The view's end: back into p when copy (and a copy was made), freed. Once
- * the communicator failed it is never freed: an abandoned send may still
- * read it whenever its peer takes the message (MPI cannot take a send
- * back, nor say when it is done with it), even after ump_comm_destroy. A
- * failed communicator costs its last call's staging memory. */
+/* The view's end: back into p when copy (and a copy was made), then
+ * dropped (coll_stage_drop). */
 int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy);
+/* Frees staging memory h of coll_stage_alloc. Once the communicator
+ * failed, an abandoned send may still read it whenever its peer takes the
+ * message (MPI cannot take a send back, nor say when it is done with it),
+ * even after ump_comm_destroy: malloc'd memory is then never freed (a
+ * failed communicator costs its last call's staging memory), the pool's
+ * pinned memory goes back to the pool, which keeps it mapped until it
+ * trims or is destroyed (a pool with a live allocation could not be
+ * destroyed at all). */
+void coll_stage_drop(ump_comm_t *c, void *h);
 
 #endif

@@ -308,6 +308,21 @@ int coll_stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
     return 0;
 }
 
+void coll_stage_drop(ump_comm_t *c, void *h)
+{
+    /* Once the communicator failed, an abandoned send may still read h
+     * (MPI cannot take a send back): malloc'd memory is left to the
+     * process; the pool's pinned memory goes back to the pool, where it
+     * stays mapped (a late read reads stale bytes) until the pool trims
+     * it or is destroyed; kept live, it would keep the pool from being
+     * destroyed at all. */
+    if (c->world && c->world->broken && !pool_ptr_on_host(c->pool, h)) {
+        lsan_ignore(h);
+        return;
+    }
+    coll_stage_free(c->pool, h);
+}
+
 int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
 {
     if (h == p)
@@ -317,10 +332,6 @@ int coll_stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
         rc = ump_stream_synchronize(c->pool, NULL);
     if (!rc && copy)
         coll_traffic(c->pool, TRAFFIC_HOST, coll_loc(c->pool, p), len);
-    if (c->world && c->world->broken) {
-        lsan_ignore(h);
-        return rc;
-    }
-    coll_stage_free(c->pool, h);
+    coll_stage_drop(c, h);
     return rc;
 }

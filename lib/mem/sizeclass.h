@@ -26,11 +26,14 @@ static inline unsigned sc_index(size_t size)
     return 4u + (lg - 10u) * 4u + quarter;
 }
 
-/* Object size of class idx, as a constant expression (the table below). */
+/* Object size of class idx, as a constant expression (the table below):
+ * the first four step by the quantum, then four per doubling from 1 KiB.
+ * SC_BASE's shift stays non-negative for every idx (compilers check the
+ * branch not taken too). */
+#define SC_BASE(idx) (1024u << ((idx) < 4 ? 0 : ((idx) - 4) / 4))
 #define SC_SIZE(idx)                                                         \
     ((idx) < 4 ? ((idx) + 1) * SC_QUANTUM                                   \
-               : (1024u << (((idx) - 4) / 4)) +                             \
-                     (((idx) - 4) % 4 + 1) * ((1024u << (((idx) - 4) / 4)) / 4))
+               : SC_BASE(idx) + (((idx) - 4) % 4 + 1) * (SC_BASE(idx) / 4))
 
 /* SC_SIZE of every class: one load on the hot path (sizeclass.c). */
 extern const uint32_t sc_bytes[SC_COUNT];

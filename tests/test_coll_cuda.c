@@ -278,6 +278,19 @@ static void test_launch_failure(void **state)
     }
 }
 
+/* The fan's tests' communicator: 4 ranks on one fake GPU shown as 4
+ * devices (SKIP without the kernel). */
+static ump_comm_t *fan_comm(ump_pool_t **pool_p, const char *config)
+{
+    if (!coll_kernel_image)
+        skip();
+    use_fake("devices=1,mem=64");
+    *pool_p = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(*pool_p, 4, NULL, config, &comm), 0);
+    return comm;
+}
+
 /* One int32 SUM call of the fan's tests on 4 ranks, mode 0: on the
  * communicator's own streams (one launch, no wait, one sync), 1: on the
  * caller's streams st (one launch, 2(n-1) waits, no sync; the streams are
@@ -318,13 +331,8 @@ static long fan_call(ump_pool_t *pool, ump_comm_t *comm, int coll,
 static void test_fan(void **state)
 {
     (void)state;
-    if (!coll_kernel_image)
-        skip();
-    use_fake("devices=1,mem=64");
-    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
-    ump_comm_t *comm;
-    assert_int_equal(ump_comm_create(pool, 4, NULL, "coll_algo:oneshot",
-                                     &comm), 0);
+    ump_pool_t *pool;
+    ump_comm_t *comm = fan_comm(&pool, "coll_algo:oneshot");
     const size_t big = 2 << 20;
     void *b[4];
     const void *send[4];
@@ -375,12 +383,8 @@ static void test_fan(void **state)
 static void test_fan_segments(void **state)
 {
     (void)state;
-    if (!coll_kernel_image)
-        skip();
-    use_fake("devices=1,mem=64");
-    ump_pool_t *pool = tu_pool_create("backend:cuda,cuda_virtual_devices:4");
-    ump_comm_t *comm;
-    assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
+    ump_pool_t *pool;
+    ump_comm_t *comm = fan_comm(&pool, NULL);
     const size_t cap = 4 << 20;
     int32_t *sb[4], *rb[4];
     ump_stream_t st[4];

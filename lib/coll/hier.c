@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "coll/hier.h"
 #include "coll/model.h"
 #include "coll/reduce.h"
 #include "coll/run.h"
@@ -56,24 +57,14 @@ static double eng_us(const struct coll_world *w, int rounds, double bytes)
            bytes / ((net ? ENG_NET_GBPS : ENG_NODE_GBPS) * 1e3);
 }
 
-static int reduce_op(int op)
-{
-    return op == UMP_AVG ? UMP_SUM : op;
-}
-
-static size_t esz_of(const struct coll_args *a)
-{
-    return coll_dtype_size(a->dt);
-}
-
 /* A failed device (or a lost buffer) on this process's side of a call
  * must not make it skip the exchanges: its peers would wait for it until
  * comm_timeout and the communicator would break. So the in-process phases
- * go through local(): once a rank's device has failed (or a phase says
+ * go through hier_local(): once a rank's device has failed (or a phase says
  * -EIO), w->bad records it and the phase's error is swallowed; the
  * schedule runs on with stand-in data, every exchange happens, and the
  * call's agreement (agree) makes it -EIO on every process. */
-static int local(ump_comm_t *c, int rc)
+int hier_local(ump_comm_t *c, int rc)
 {
     struct coll_world *w = c->world;
     if (!rc)
@@ -88,12 +79,12 @@ static int local(ump_comm_t *c, int rc)
 
 /* An in-process phase of the call a: the collective coll on this
  * process's ranks (world->local, run.c) with a's element type and streams,
- * under local(). Its log lines name the caller's collective. */
-static int phase(ump_comm_t *c, const struct coll_args *a, int coll,
+ * under hier_local(). Its log lines name the caller's collective. */
+int hier_phase(ump_comm_t *c, const struct coll_args *a, int coll,
                  const void *const *send, void *const *recv, size_t count,
                  int op, int root)
 {
-    return local(c, coll_run_local(c->world->local,
+    return hier_local(c, coll_run_local(c->world->local,
                                    &(const struct coll_args){
                                        a->fn, coll, send, recv, count, a->dt,
                                        op, root, a->streams}));
@@ -105,7 +96,7 @@ static int phase(ump_comm_t *c, const struct coll_args *a, int coll,
 static int stage_in(ump_comm_t *c, void *p, size_t len, bool copy, void **h)
 {
     int rc = c->world->bad ? -EIO : coll_stage_in(c, p, len, copy, h);
-    if (!rc || local(c, rc))
+    if (!rc || hier_local(c, rc))
         return rc;
     *h = calloc(1, len ? len : 1);
     return *h ? 0 : -ENOMEM;
@@ -120,22 +111,22 @@ static int stage_out(ump_comm_t *c, void *p, void *h, size_t len, bool copy)
         coll_stage_out(c, p, h, len, false);
         return 0;
     }
-    return local(c, coll_stage_out(c, p, h, len, copy));
+    return hier_local(c, coll_stage_out(c, p, h, len, copy));
 }
 
 /* Local rank r's stream, as the call's in-process phases use it. */
-static int sync_rank(ump_comm_t *c, const struct coll_args *a, int r)
+int hier_sync_rank(ump_comm_t *c, const struct coll_args *a, int r)
 {
-    return local(c, a->streams ? ump_stream_synchronize(c->pool,
+    return hier_local(c, a->streams ? ump_stream_synchronize(c->pool,
                                                         a->streams[r])
                                : 0);
 }
 
-static int sync_all(ump_comm_t *c, const struct coll_args *a)
+int hier_sync_all(ump_comm_t *c, const struct coll_args *a)
 {
     int rc = 0;
     for (int r = 0; !rc && r < c->n; r++)
-        rc = sync_rank(c, a, r);
+        rc = hier_sync_rank(c, a, r);
     return rc;
 }
 
@@ -158,7 +149,7 @@ static struct coll_msg msg(const struct coll_world *w, void *buf,
  * and sends it to all (allgather), 2 rounds of 2(P-1)/P of the bytes. Small:
  * every process sends all of h to all and folds everything, one round.
  * Both fold every element in the same order: the same bits. */
-static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
+int hier_proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
                           int op, const char *fn)
 {
     struct coll_world *w = c->world;
@@ -205,155 +196,33 @@ static int proc_allreduce(ump_comm_t *c, void *h, size_t count, int dt,
     return rc;
 }
 
-/* A staged allreduce goes between the processes in pieces of this many
- * bytes (pipelined, below): small enough that the copies of the pieces
- * around it hide behind a piece's exchange, large enough that a piece's
- * round between the processes costs more than its start. */
-#define STAGE_PIECE ((size_t)512 << 10)
-
-/* The world's staging streams (world.h), made at their first use. */
-static int stage_streams(ump_comm_t *c)
-{
-    struct coll_world *w = c->world;
-    if (w->stage_st_made)
-        return 0;
-    int rc = ump_stream_create(c->pool, c->dev[0], &w->stage_st[0]);
-    if (!rc && (rc = ump_stream_create(c->pool, c->dev[0], &w->stage_st[1])))
-        ump_stream_destroy(c->pool, w->stage_st[0]);
-    w->stage_st_made = !rc;
-    return rc;
-}
-
-/* Elements [i * per, ...) of count: piece i's length in elements. */
-static size_t piece_len(size_t count, size_t per, size_t i)
-{
-    return (i + 1) * per < count ? per : count - i * per;
-}
-
-/* Allreduce across the processes of p, count elements of device memory
- * the CPU cannot reach, through pinned host memory (coll_stage_alloc) in
- * pieces of STAGE_PIECE bytes: while the calling thread takes piece i
- * between the processes, piece i + 1 comes down (stage_st[0]) and piece
- * i - 1 goes up (stage_st[1]). Every element is folded as the whole
- * buffer's would be (in process order, proc_allreduce): the cuts do not
- * change the bits. A copy that fails with its device marks this process's
- * part bad (local): the remaining pieces still go between the processes,
- * with whatever the host buffer holds, so that no peer waits, and the
- * call's agreement makes it -EIO everywhere. */
-static int pipelined_allreduce(ump_comm_t *c, const struct coll_args *a,
-                               void *p)
-{
-    struct coll_world *w = c->world;
-    ump_pool_t *pool = c->pool;
-    size_t esz = esz_of(a), count = a->count, per = STAGE_PIECE / esz;
-    size_t npiece = (count + per - 1) / per;
-    int op = reduce_op(a->op);
-    char *h = coll_stage_alloc(pool, count * esz), *d = p;
-    if (!h)
-        return -ENOMEM;
-    ump_stream_t *st = w->stage_st;
-    int rc = 0, cr = ump_memcpy_async(pool, h, d, piece_len(count, per, 0) *
-                                                      esz, st[0]);
-    for (size_t i = 0; i < npiece && !rc; i++) {
-        size_t off = i * per * esz, len = piece_len(count, per, i) * esz;
-        if (!cr && !w->bad && !(cr = ump_stream_synchronize(pool, st[0])))
-            coll_traffic(pool, coll_loc(pool, d + off), TRAFFIC_HOST, len);
-        if (!cr && !w->bad && i + 1 < npiece)
-            cr = ump_memcpy_async(pool, h + off + len, d + off + len,
-                                  piece_len(count, per, i + 1) * esz, st[0]);
-        if (cr && !w->bad && (rc = local(c, cr)))
-            break;
-        rc = proc_allreduce(c, h + off, len / esz, a->dt, op, a->fn);
-        if (!rc && a->op == UMP_AVG)
-            coll_avg_finish(a->dt, h + off, len / esz, c->nall);
-        if (!rc && !w->bad) {
-            int e = ump_memcpy_async(pool, d + off, h + off, len, st[1]);
-            if (!e)
-                coll_traffic(pool, TRAFFIC_HOST, coll_loc(pool, d + off),
-                             len);
-            else if ((rc = local(c, e)))
-                break;
-        }
-    }
-    /* Nothing of h may still be copied when it is freed. */
-    int e0 = ump_stream_synchronize(pool, st[0]);
-    int e1 = ump_stream_synchronize(pool, st[1]);
-    if (!rc && !w->bad)
-        rc = local(c, e1 ? e1 : e0);
-    coll_stage_drop(c, h);
-    return rc;
-}
-
-/* Allreduce, hierarchical, of at most a piece of device memory the CPU
- * cannot reach (cuda): one host hop. The in-process reduce stores rank 0's
- * partial straight into pinned host memory of the pool (a GPU writes it
- * over its host link), the processes fold it there, and the in-process
- * broadcast reads it from there into every rank's buffer: no staging
- * copies, and none of their syncs. 1 when the pool has no pinned memory
- * left (pinned_limit): the caller stages instead. */
-static int onehop_allreduce(ump_comm_t *c, const struct coll_args *a)
-{
-    size_t s = a->count * esz_of(a);
-    int op = reduce_op(a->op);
-    void *h;
-    if (ump_host_alloc(c->pool, s, &h))
-        return 1;
-    void *recv[COLL_MAX_RANKS];
-    const void *from[COLL_MAX_RANKS];
-    for (int r = 0; r < c->n; r++) {
-        recv[r] = r ? a->recv[r] : h;
-        from[r] = h;
-    }
-    int rc = phase(c, a, UMP_COLL_REDUCE, a->send, recv, a->count, op, 0);
-    if (!rc)
-        rc = sync_rank(c, a, 0);
-    if (!rc)
-        rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
-    if (!rc && a->op == UMP_AVG)
-        coll_avg_finish(a->dt, h, a->count, c->nall);
-    if (!rc)
-        rc = phase(c, a, UMP_COLL_BROADCAST, from, a->recv, a->count, 0, 0);
-    /* The broadcast reads h, on the caller's streams after the call
-     * returns: their work is waited for before h goes back. */
-    int e = sync_all(c, a);
-    coll_stage_drop(c, h);
-    return rc ? rc : e;
-}
-
 /* Allreduce, hierarchical: reduce to local rank 0's recv, allreduce across
- * the processes (in one host hop when small and staged, pipelined when
- * larger than a piece), broadcast from local rank 0. */
+ * the processes, broadcast from local rank 0. Device memory the CPU cannot
+ * reach goes through pinned host memory in one hop or in pipelined pieces
+ * (staged.c); otherwise the host view of rank 0's buffer is folded. */
 static int hier_allreduce(ump_comm_t *c, const struct coll_args *a)
 {
+    int rc = coll_staged_allreduce(c, a);
+    if (rc <= 0)
+        return rc;
     size_t s = a->count * esz_of(a);
     int op = reduce_op(a->op);
-    if (!c->world->bad && s <= STAGE_PIECE &&
-        !coll_host_ok(c->pool, a->recv[0])) {
-        int one = onehop_allreduce(c, a);
-        if (one <= 0)
-            return one;
-    }
-    int rc = phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op, 0);
+    rc = hier_phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op, 0);
     if (!rc)
-        rc = sync_rank(c, a, 0);
+        rc = hier_sync_rank(c, a, 0);
     if (rc)
         return rc;
-    if (!c->world->bad && s > STAGE_PIECE &&
-        !coll_host_ok(c->pool, a->recv[0]) && !stage_streams(c)) {
-        rc = pipelined_allreduce(c, a, a->recv[0]);
-    } else {
-        void *h = NULL;
-        if ((rc = stage_in(c, a->recv[0], s, true, &h)))
-            return rc;
-        rc = proc_allreduce(c, h, a->count, a->dt, op, a->fn);
-        if (!rc && a->op == UMP_AVG)
-            coll_avg_finish(a->dt, h, a->count, c->nall);
-        int e = stage_out(c, a->recv[0], h, s, !rc);
-        rc = rc ? rc : e;
-    }
+    void *h = NULL;
+    if ((rc = stage_in(c, a->recv[0], s, true, &h)))
+        return rc;
+    rc = hier_proc_allreduce(c, h, a->count, a->dt, op, a->fn);
+    if (!rc && a->op == UMP_AVG)
+        coll_avg_finish(a->dt, h, a->count, c->nall);
+    int e = stage_out(c, a->recv[0], h, s, !rc);
+    rc = rc ? rc : e;
     if (!rc && c->n > 1)
-        rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
-                   a->recv, a->count, 0, 0);
+        rc = hier_phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
+                        a->recv, a->count, 0, 0);
     return rc;
 }
 
@@ -472,9 +341,9 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
     if (!m)
         return -ENOMEM;
     if (w->me == q) {
-        rc = phase(c, a, UMP_COLL_BROADCAST, a->send, a->recv, a->count, 0, lr);
+        rc = hier_phase(c, a, UMP_COLL_BROADCAST, a->send, a->recv, a->count, 0, lr);
         if (!rc)
-            rc = sync_rank(c, a, lr);
+            rc = hier_sync_rank(c, a, lr);
         if (!rc)
             rc = stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < w->nproc; p++)
@@ -494,7 +363,7 @@ static int hier_broadcast(ump_comm_t *c, const struct coll_args *a)
             rc = rc ? rc : e;
         }
         if (!rc && c->n > 1)
-            rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
+            rc = hier_phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
                        a->recv, a->count, 0, 0);
     }
     free(m);
@@ -507,7 +376,7 @@ static void *scratch(ump_comm_t *c, size_t bytes, int *rc)
     hints.device = c->dev[0];
     hints.flags = UMP_HINT_NO_SPILL;
     void *p = NULL;
-    *rc = local(c, ump_alloc(c->pool, bytes ? bytes : 1, &hints, &p));
+    *rc = hier_local(c, ump_alloc(c->pool, bytes ? bytes : 1, &hints, &p));
     return p;
 }
 
@@ -529,10 +398,10 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         const void **src = calloc((size_t)np, sizeof(*src));
         rc = tmp && src ? 0 : -ENOMEM;
         if (!rc)
-            rc = phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op,
+            rc = hier_phase(c, a, UMP_COLL_REDUCE, a->send, a->recv, a->count, op,
                        lr);
         if (!rc)
-            rc = sync_rank(c, a, lr);
+            rc = hier_sync_rank(c, a, lr);
         if (!rc)
             rc = stage_in(c, a->recv[lr], s, true, &h);
         for (int p = 0; !rc && p < np; p++)
@@ -555,9 +424,9 @@ static int hier_reduce(ump_comm_t *c, const struct coll_args *a)
         void *S = scratch(c, s, &rc);
         void *R[COLL_MAX_RANKS] = {S};
         if (!rc)
-            rc = phase(c, a, UMP_COLL_REDUCE, a->send, R, a->count, op, 0);
+            rc = hier_phase(c, a, UMP_COLL_REDUCE, a->send, R, a->count, op, 0);
         if (!rc)
-            rc = sync_rank(c, a, 0);
+            rc = hier_sync_rank(c, a, 0);
         if (!rc)
             rc = stage_in(c, S, s, true, &h);
         if (!rc) {
@@ -582,9 +451,9 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     void *R[COLL_MAX_RANKS];
     for (int r = 0; r < c->n; r++)
         R[r] = (char *)a->recv[r] + (size_t)c->first * s;
-    int rc = phase(c, a, UMP_COLL_ALLGATHER, a->send, R, a->count, 0, 0), k = 0;
+    int rc = hier_phase(c, a, UMP_COLL_ALLGATHER, a->send, R, a->count, 0, 0), k = 0;
     if (!rc)
-        rc = sync_rank(c, a, 0);
+        rc = hier_sync_rank(c, a, 0);
     char *h = NULL;
     if (!rc)
         rc = stage_in(c, a->recv[0], all, true, (void **)&h);
@@ -605,7 +474,7 @@ static int hier_allgather(ump_comm_t *c, const struct coll_args *a)
     int e = stage_out(c, a->recv[0], h, all, !rc);
     rc = rc ? rc : e;
     if (!rc && c->n > 1)
-        rc = phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
+        rc = hier_phase(c, a, UMP_COLL_BROADCAST, (const void *const *)a->recv,
                    a->recv, a->count * (size_t)c->nall, 0, 0);
     return rc;
 }
@@ -622,10 +491,10 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     char *S = scratch(c, all, &rc), *h = NULL;
     void *R[COLL_MAX_RANKS] = {S};
     if (!rc)
-        rc = phase(c, a, UMP_COLL_REDUCE, a->send, R,
+        rc = hier_phase(c, a, UMP_COLL_REDUCE, a->send, R,
                    a->count * (size_t)c->nall, op, 0);
     if (!rc)
-        rc = sync_rank(c, a, 0);
+        rc = hier_sync_rank(c, a, 0);
     if (!rc)
         rc = stage_in(c, S, all, true, (void **)&h);
     if (rc) {
@@ -662,7 +531,7 @@ static int hier_reduce_scatter(ump_comm_t *c, const struct coll_args *a)
     /* Once the part failed there is nothing right to scatter (and S is
      * freed at once below: nothing may still read it). */
     if (!rc && !w->bad)
-        rc = phase(c, a, UMP_COLL_SCATTER, from, a->recv, a->count, 0, 0);
+        rc = hier_phase(c, a, UMP_COLL_SCATTER, from, a->recv, a->count, 0, 0);
     /* The scatter's ranks are done reading S when local rank 0's stream
      * is past it (its last barrier). */
     if (S && a->streams && !w->bad)
@@ -728,9 +597,9 @@ static int hier_alltoall(ump_comm_t *c, const struct coll_args *a)
     int rc = views(c, (void *const *)a->send, all, true, inplace, hs);
     if (rc)
         return rc;
-    rc = phase(c, a, UMP_COLL_ALLTOALL, S, R, a->count, 0, 0);
+    rc = hier_phase(c, a, UMP_COLL_ALLTOALL, S, R, a->count, 0, 0);
     if (!rc)
-        rc = sync_all(c, a);
+        rc = hier_sync_all(c, a);
     if (!rc)
         rc = views(c, a->recv, all, true, false, hr);
     if (rc) {
@@ -776,9 +645,9 @@ static int hier_gather(ump_comm_t *c, const struct coll_args *a)
         void *R[COLL_MAX_RANKS] = {0};
         R[lr] = (char *)a->recv[lr] + (size_t)c->first * s;
         char *h = NULL;
-        rc = phase(c, a, UMP_COLL_GATHER, a->send, R, a->count, 0, lr);
+        rc = hier_phase(c, a, UMP_COLL_GATHER, a->send, R, a->count, 0, lr);
         if (!rc)
-            rc = sync_rank(c, a, lr);
+            rc = hier_sync_rank(c, a, lr);
         if (!rc)
             rc = stage_in(c, a->recv[lr], all, true, (void **)&h);
         if (!rc) {
@@ -819,7 +688,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         const void *S[COLL_MAX_RANKS] = {0};
         S[lr] = (const char *)a->send[lr] + (size_t)c->first * s;
         char *h = NULL;
-        rc = phase(c, a, UMP_COLL_SCATTER, S, a->recv, a->count, 0, lr);
+        rc = hier_phase(c, a, UMP_COLL_SCATTER, S, a->recv, a->count, 0, lr);
         if (!rc)
             rc = stage_in(c, (void *)a->send[lr], all, true,
                                (void **)&h);
@@ -833,7 +702,7 @@ static int hier_scatter(ump_comm_t *c, const struct coll_args *a)
         }
         /* The in-process scatter reads the root's send meanwhile: wait for
          * it before the caller may change it (streams NULL: done). */
-        int e = sync_all(c, a);
+        int e = hier_sync_all(c, a);
         rc = rc ? rc : e;
     } else {
         void *hr[COLL_MAX_RANKS];
@@ -976,7 +845,7 @@ int coll_world_run(ump_comm_t *c, const struct coll_args *a, int bad)
     /* The work queued before the call on the ranks' streams (the
      * producers of the send buffers, readers of the recv buffers) is done
      * before the CPU or the engine touches them. */
-    int rc = sync_all(c, a);
+    int rc = hier_sync_all(c, a);
     if (!rc)
         rc = schedule(c, a);
     /* An error of the schedule itself (out of memory, the engine): the

@@ -19,7 +19,8 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/reduce.c lib/coll/reduce.h \
 	lib/coll/model.c lib/coll/model.h \
 	lib/coll/world.c lib/coll/world.h \
-	lib/coll/hier.c \
+	lib/coll/hier.c lib/coll/hier.h \
+	lib/coll/staged.c \
 	lib/coll/xchg.c \
 	lib/coll/p2p.c \
 	lib/coll/nccl.c lib/coll/nccl.h

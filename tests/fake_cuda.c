@@ -1471,24 +1471,8 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
         prot = PROT_NONE;
         if (pass)
             break;
-        if (a->mode == COLL_KFOLD) {
-            coll_reduce_multi(a->dt, a->op, a->dst, a->ndst, a->src, a->n,
-                              seg);
-            continue;
-        }
-        for (size_t j = 0; j < nseg; j++) { /* segment j of the shape */
-            void *d[UMP_MAX_DEVICES];
-            const void *x[UMP_MAX_DEVICES];
-            bool gather = a->mode == COLL_KGATHER;
-            for (int o = 0; o < a->ndst; o++)
-                d[o] = (char *)a->dst[o] + (gather ? j * seg * esz : 0);
-            for (int k = 0; k < a->n; k++)
-                x[k] = (const char *)a->src[k] + (gather ? 0 : j * seg * esz);
-            if (gather)
-                coll_reduce_multi(a->dt, a->op, d, a->ndst, &x[j], 1, seg);
-            else
-                coll_reduce_multi(a->dt, a->op, &d[j], 1, x, a->n, seg);
-        }
+        coll_reduce_shape(a->dt, a->op, a->mode, a->dst, a->ndst, a->src,
+                          a->n, a->count, seg);
     }
     n_launches++;
     return end(CUDA_SUCCESS);

@@ -17,6 +17,7 @@
 #include "coll/model.h"
 #include "coll/reduce.h"
 #include "backend/backend.h"
+#include "backend/sim/sim.h"
 #include "mem/pool.h"
 #include <time.h>
 
@@ -248,6 +249,117 @@ static void late_write(void *arg)
     usleep(20000);
     for (size_t i = 0; i < l->c; i++)
         l->p[i] = l->v;
+}
+
+/* What the sim's streams were asked to do by one call. */
+static struct sim_stream_counts counts_of(ump_pool_t *pool,
+                                          struct sim_stream_counts *before)
+{
+    struct sim_stream_counts now;
+    sim_stream_counts(pool->bctx, &now);
+    struct sim_stream_counts d = {now.funcs - before->funcs,
+                                  now.waits - before->waits,
+                                  now.syncs - before->syncs};
+    *before = now;
+    return d;
+}
+
+struct peek {
+    int32_t *p;
+    int32_t seen;
+};
+
+static void peek_first(void *arg)
+{
+    struct peek *k = arg;
+    k->seen = k->p[0];
+}
+
+/* Small calls in one launch on sim, as on the GPU (issue 30): the fan is
+ * one host function on one rank's stream; synchronous, one sync and no
+ * wait; on the caller's streams, no sync, and the streams joined with
+ * events both ways (n - 1 waits on the fan's stream, n - 1 on the
+ * others'). Above the fan's size, every rank's stream runs its share. */
+static void test_fan_shape(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
+                                      "sim_device_mem:64M");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, N, NULL, NULL, &comm), 0);
+    size_t big = 4 << 20, c = 1024; /* 4 KiB of int32 per rank */
+    int32_t *in[N], *out[N];
+    ump_stream_t st[N];
+    for (int r = 0; r < N; r++) {
+        in[r] = tu_alloc(pool, big, r);
+        out[r] = tu_alloc(pool, big, r);
+        for (size_t i = 0; i < big / 4; i++)
+            in[r][i] = (int32_t)(r + 1 + i % 7);
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
+    }
+    const void *send[N] = {in[0], in[1], in[2], in[3]};
+    void *recv[N] = {out[0], out[1], out[2], out[3]};
+    struct sim_stream_counts base, d;
+    sim_stream_counts(pool->bctx, &base);
+    for (int k = 0; k < 5; k++) {
+        int rc = k == 0   ? ump_allreduce(comm, send, recv, c, UMP_INT32,
+                                          UMP_SUM, NULL)
+                 : k == 1 ? ump_allgather(comm, send, recv, c / N, UMP_INT32,
+                                          NULL)
+                 : k == 2 ? ump_reduce_scatter(comm, send, recv, c / N,
+                                               UMP_INT32, UMP_SUM, NULL)
+                 : k == 3 ? ump_broadcast(comm, send, recv, c, UMP_INT32, 2,
+                                          NULL)
+                          : ump_reduce(comm, send, recv, c, UMP_INT32,
+                                       UMP_SUM, 1, NULL);
+        assert_int_equal(rc, 0);
+        d = counts_of(pool, &base);
+        if (d.funcs != 1 || d.syncs != 1 || d.waits != 0)
+            fail_msg("call %d: %lu launches, %lu syncs, %lu waits; want 1, "
+                     "1, 0", k, d.funcs, d.syncs, d.waits);
+    }
+    /* The last, reduce to rank 1: exact. */
+    for (size_t i = 0; i < c; i++)
+        assert_int_equal(out[1][i], (int32_t)(10 + 4 * (i % 7)));
+
+    /* On the caller's streams, in place: the fan's stream waits for a late
+     * producer on rank 3's, and work queued after the call on rank 1's
+     * sees the result. */
+    struct late l = {in[3], c, 100};
+    assert_int_equal(ump_launch_host_func(pool, st[3], late_write, &l), 0);
+    sim_stream_counts(pool->bctx, &base);
+    assert_int_equal(ump_allreduce(comm, send, (void *const *)send, c,
+                                   UMP_INT32, UMP_SUM, st), 0);
+    d = counts_of(pool, &base);
+    if (d.funcs != 1 || d.syncs != 0 || d.waits != 2 * (N - 1))
+        fail_msg("on streams: %lu launches, %lu syncs, %lu waits; want 1, 0,"
+                 " %d", d.funcs, d.syncs, d.waits, 2 * (N - 1));
+    struct peek pk = {in[1], 0};
+    assert_int_equal(ump_launch_host_func(pool, st[1], peek_first, &pk), 0);
+    for (int r = 0; r < N; r++)
+        assert_int_equal(ump_stream_synchronize(pool, st[r]), 0);
+    int32_t want0 = 1 + 2 + 3 + 100;
+    assert_int_equal(pk.seen, want0);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; i < c; i++)
+            if (in[r][i] != (int32_t)(6 + 3 * (i % 7) + 100))
+                fail_msg("in place: rank %d [%zu] = %d", r, i, in[r][i]);
+
+    /* Above the fan: every rank's stream, one sync each. */
+    sim_stream_counts(pool->bctx, &base);
+    assert_int_equal(ump_allreduce(comm, send, recv, big / 4, UMP_INT32,
+                                   UMP_SUM, NULL), 0);
+    d = counts_of(pool, &base);
+    assert_int_equal(d.funcs, N);
+    assert_int_equal(d.syncs, N);
+    for (int r = 0; r < N; r++) {
+        tu_free(pool, in[r]);
+        tu_free(pool, out[r]);
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
 }
 
 static void test_waits_for_every_stream(void **state)
@@ -747,18 +859,29 @@ static void test_failed_device(void **state)
     for (int trial = 0; trial < 12; trial++) {
         ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
                                           "sim_device_mem:64M");
+        /* The sim fails a device at its nth operation. Small calls run as
+         * a fan (model.h): one host function on one rank's stream, the
+         * peers' devices untouched by operations, as a GPU's kernel
+         * reading them is no operation of theirs. So odd trials run the
+         * ranks' own schedules (ring: every rank's stream works in every
+         * call), and fail any device; even ones run fans, and fail the
+         * device of rank 0, which runs the fans of allreduce and
+         * allgather (two operations a call: the launch and the sync). */
+        bool fans = trial % 2 == 0;
         ump_comm_t *comm;
-        assert_int_equal(ump_comm_create(pool, 4, NULL, NULL, &comm), 0);
+        assert_int_equal(ump_comm_create(pool, 4, NULL,
+                                         fans ? NULL : "coll_algo:ring",
+                                         &comm), 0);
         int32_t *snd[4], *rcv[4];
         for (int r = 0; r < 4; r++) {
             snd[r] = tu_alloc(pool, FCOUNT * 4, r);
             rcv[r] = tu_alloc(pool, FCOUNT * 4, r);
         }
         rs = rs * 6364136223846793005ull + 1442695040888963407ull;
-        int dead = (int)(rs >> 33) % 4;
+        int dead = fans ? 0 : (int)(rs >> 33) % 4;
         /* Trial 0: failed before the first call; the others at a random
          * operation of the device within the series. */
-        int nth = trial ? 1 + (int)((rs >> 40) % 30) : 0;
+        int nth = trial ? 1 + (int)((rs >> 40) % (fans ? 20 : 30)) : 0;
         assert_int_equal(sim_fail_device(pool->bctx, dead, nth), 0);
         bool failed = false;
         for (int call = 0; call < 20; call++) {
@@ -863,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_every_collective_type_op),
         cmocka_unit_test(test_pooled_and_host_buffers),
         cmocka_unit_test(test_waits_for_every_stream),
+        cmocka_unit_test(test_fan_shape),
         cmocka_unit_test(test_failed_device),
         cmocka_unit_test(test_failed_device_p2p),
         cmocka_unit_test(test_shrink_bad_input),

@@ -213,8 +213,9 @@ static void test_crossovers(void **state)
 {
     (void)state;
     /* vLLM: one-shot always at 2 ranks, below 512 KiB at 4, below 256 KiB
-     * at 8. The model's crossovers sit at 484 KiB and 255 KiB, so the last
-     * power of two with one-shot is 256 KiB at 4 ranks and 128 KiB at 8. */
+     * at 8. The model's schedules cross at 484 KiB and 255 KiB; the fan
+     * (one launch, no barrier) moves the last power of two with one-shot
+     * to 512 KiB at 4 ranks and 256 KiB at 8. */
     assert_int_equal(oneshot_limit(2), GiB);
     size_t at4 = oneshot_limit(4), at8 = oneshot_limit(8);
     fprintf(stderr, "one-shot up to %zu KiB at 4 ranks, %zu KiB at 8\n",
@@ -223,6 +224,74 @@ static void test_crossovers(void **state)
     assert_true(at8 >= 128 * KiB && at8 <= 256 * KiB);
     assert_true(oneshot_limit(3) >= at4);
     assert_true(oneshot_limit(5) <= at4 && oneshot_limit(5) >= at8);
+}
+
+/* The fan (model.h): which calls it takes, on which rank, and its time. */
+static void test_fan(void **state)
+{
+    struct coll_topo t;
+    (void)state;
+
+    comm_on("dgx-h200", 8, NULL, &t);
+    /* 8 B on 8 ranks: the launch and one NVLink hop, no barrier. */
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 8,
+                                    0), 0);
+    double us = coll_model_us(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 8);
+    assert_true(us > 3.6 && us < 3.61);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_BROADCAST, COLL_DIRECT, 4096,
+                                    5), 5);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_REDUCE, COLL_DIRECT, 4096,
+                                    3), 3);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLGATHER, COLL_DIRECT,
+                                    4096, 3), 0);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_REDUCE_SCATTER, COLL_DIRECT,
+                                     4096, 0), 0);
+    /* Not the fan's: other algorithms and collectives, bad arguments. */
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_TWOSHOT, 8,
+                                    0), -1);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_RING, 8, 0),
+                     -1);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLTOALL, COLL_DIRECT, 8, 0),
+                     -1);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_GATHER, COLL_DIRECT, 8, 0),
+                     -1);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_BROADCAST, COLL_DIRECT, 8,
+                                    8), -1);
+    assert_int_equal(coll_model_fan(NULL, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 8,
+                                    0), -1);
+    /* Too big: above COLL_FAN_MAX, or where every byte through one port
+     * costs more than the schedule: an allgather's fan stores the whole
+     * 1 MiB into each of 7 peers, direct reads 7 x 128 KiB a rank. */
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT,
+                                    COLL_FAN_MAX + 1, 0), -1);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT,
+                                    COLL_FAN_MAX, 0), 0);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLGATHER, COLL_DIRECT,
+                                    COLL_FAN_MAX, 0), -1);
+    assert_true(coll_model_us(&t, UMP_COLL_ALLGATHER, COLL_DIRECT,
+                              COLL_FAN_MAX) < 7.0 * MiB / 450e3);
+    /* No peer access between some ranks: no fan. */
+    comm_on("pcie-4gpu", 4, NULL, &t);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 8,
+                                    0), -1);
+    /* One rank: a local copy, no fan. */
+    comm_on("dgx-h200", 1, NULL, &t);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 8,
+                                    0), -1);
+
+    /* The executed fan's time from its log, and a bad log. */
+    comm_on("dgx-h200", 4, NULL, &t);
+    struct coll_xfer log[7] = {{1, 0, 0, 2 * 4096}};
+    for (int r = 1; r < 4; r++) {
+        log[2 * r - 1] = (struct coll_xfer){1, r, 0, 4096};
+        log[2 * r] = (struct coll_xfer){1, 0, r, 4096};
+    }
+    double exec = coll_model_exec_fan_us(&t, log, 7);
+    double plan = coll_model_us(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 4096);
+    assert_true(fabs(exec - plan) < 1e-9);
+    log[3].to = 4;
+    assert_true(isnan(coll_model_exec_fan_us(&t, log, 7)));
+    assert_true(isnan(coll_model_exec_fan_us(&t, NULL, 7)));
 }
 
 /* Every collective and algorithm on t: finite, positive and growing with
@@ -423,6 +492,7 @@ int main(void)
         cmocka_unit_test(test_views),
         cmocka_unit_test(test_dgx_targets),
         cmocka_unit_test(test_crossovers),
+        cmocka_unit_test(test_fan),
         cmocka_unit_test(test_every_collective),
         cmocka_unit_test(test_one_rank),
         cmocka_unit_test(test_pcie_host_path),

@@ -1173,6 +1173,80 @@ static void set_flag(void *arg)
     *(int *)arg = 42;
 }
 
+static void copy_flag(void *arg)
+{
+    int *f = arg;
+    f[1] = f[0];
+}
+
+/* A stream waits for an event of another stream (cuStreamWaitEvent): the
+ * work queued after the wait runs after the work the event captured, and
+ * the caller does not wait. */
+static void test_stream_wait_event(void **state)
+{
+    struct ump_topology topo;
+    void *ctx = open_sim(2, 64 * MiB, &topo);
+    void *s, *s2, *ev, *ev2;
+    struct gate g;
+    int f[2] = {0, 0};
+
+    (void)state;
+    gate_init(&g);
+    assert_int_equal(B->stream_create(ctx, 0, &s), 0);
+    assert_int_equal(B->stream_create(ctx, 1, &s2), 0);
+    assert_int_equal(B->event_create(ctx, &ev), 0);
+    assert_int_equal(B->event_create(ctx, &ev2), 0);
+    assert_int_equal(B->host_func(ctx, s, gate_pass, &g), 0);
+    assert_int_equal(B->host_func(ctx, s, set_flag, &f[0]), 0);
+    assert_int_equal(B->event_record(ctx, ev, s), 0);
+    assert_int_equal(B->stream_wait_event(ctx, s2, ev), 0);
+    assert_int_equal(B->host_func(ctx, s2, copy_flag, f), 0);
+    /* A record after the wait does not change it (ev2: s2's own end). */
+    assert_int_equal(B->event_record(ctx, ev, NULL), 0);
+    assert_int_equal(B->event_record(ctx, ev2, s2), 0);
+    gate_wait_entered(&g);
+    usleep(20000);
+    assert_int_equal(B->event_query(ctx, ev2), -EAGAIN); /* held back */
+    assert_int_equal(f[1], 0);
+    gate_open(&g);
+    assert_int_equal(B->stream_sync(ctx, s2), 0);
+    assert_int_equal(f[1], 42);
+    /* Never recorded, or on the waiting stream itself: no wait; on the
+     * default stream, the caller waits. */
+    void *ev3;
+    assert_int_equal(B->event_create(ctx, &ev3), 0);
+    assert_int_equal(B->stream_wait_event(ctx, s2, ev3), 0);
+    assert_int_equal(B->event_record(ctx, ev3, s2), 0);
+    assert_int_equal(B->stream_wait_event(ctx, s2, ev3), 0);
+    assert_int_equal(B->event_record(ctx, ev3, s), 0);
+    assert_int_equal(B->stream_wait_event(ctx, NULL, ev3), 0);
+    assert_int_equal(B->event_query(ctx, ev3), 0);
+    assert_int_equal(B->stream_sync(ctx, s2), 0);
+    /* Bad handles. */
+    assert_int_equal(B->stream_wait_event(ctx, s2, NULL), -EINVAL);
+    assert_int_equal(B->stream_wait_event(ctx, s2, f), -EINVAL);
+    assert_int_equal(B->stream_wait_event(ctx, f, ev), -EINVAL);
+    /* The waited stream destroyed first: the event keeps it. */
+    gate_fini(&g);
+    gate_init(&g);
+    assert_int_equal(B->host_func(ctx, s, gate_pass, &g), 0);
+    assert_int_equal(B->event_record(ctx, ev, s), 0);
+    assert_int_equal(B->stream_wait_event(ctx, s2, ev), 0);
+    f[1] = 0;
+    assert_int_equal(B->host_func(ctx, s2, copy_flag, f), 0);
+    gate_wait_entered(&g);
+    gate_open(&g);
+    assert_int_equal(B->stream_destroy(ctx, s), 0);
+    assert_int_equal(B->stream_sync(ctx, s2), 0);
+    assert_int_equal(f[1], 42);
+    assert_int_equal(B->event_destroy(ctx, ev3), 0);
+    assert_int_equal(B->event_destroy(ctx, ev2), 0);
+    assert_int_equal(B->event_destroy(ctx, ev), 0);
+    assert_int_equal(B->stream_destroy(ctx, s2), 0);
+    gate_fini(&g);
+    B->close(ctx);
+}
+
 static void test_default_stream(void **state)
 {
     struct ump_topology topo;
@@ -1456,6 +1530,7 @@ int main(void)
         cmocka_unit_test(test_host_numa),
         cmocka_unit_test(test_host_fault),
         cmocka_unit_test(test_stream_order),
+        cmocka_unit_test(test_stream_wait_event),
         cmocka_unit_test(test_events),
         cmocka_unit_test(test_default_stream),
         cmocka_unit_test(test_host_func_no_backend),

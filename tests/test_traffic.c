@@ -194,7 +194,8 @@ static void expect_coll(ump_pool_t *pool, int coll, uint64_t calls,
 static void test_collectives(void **state)
 {
     (void)state;
-    const size_t b = 1 << 20, count = b / sizeof(float);
+    /* Above the fan's 1 MiB (model.h): the algorithms' own schedules. */
+    const size_t b = 2 << 20, count = b / sizeof(float);
     ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
                                       "sim_device_mem:64M");
     void *send[NDEV], *recv[NDEV];
@@ -229,12 +230,14 @@ static void test_collectives(void **state)
          {2, 3, b});
     expect_coll(pool, UMP_COLL_ALLGATHER, 1, NDEV * b, 1, 3 * b);
 
-    /* Broadcast from rank 2: the peers read its buffer; bus factor 1. */
+    /* Broadcast from rank 2: the peers read its buffer; bus factor 1.
+     * (At 2 MiB the model prefers a ring; at 1 MiB direct and the fan
+     * move the same bytes.) */
     STEP(pool, 1,
-         expect_rc(ump_broadcast(one, sd, recv, count, UMP_FLOAT32, 2, NULL),
-                   0),
-         "broadcast", {2, 0, b}, {2, 1, b}, {2, 3, b});
-    expect_coll(pool, UMP_COLL_BROADCAST, 1, b, 1, b);
+         expect_rc(ump_broadcast(one, sd, recv, count / 2, UMP_FLOAT32, 2,
+                                 NULL), 0),
+         "broadcast", {2, 0, b / 2}, {2, 1, b / 2}, {2, 3, b / 2});
+    expect_coll(pool, UMP_COLL_BROADCAST, 1, b / 2, 1, b / 2);
 
     /* On streams: counted, not timed. */
     ump_stream_t st[NDEV];
@@ -249,6 +252,32 @@ static void test_collectives(void **state)
     expect_rc(ump_allreduce(one, sd, recv, count, (ump_dtype_t)99, UMP_SUM,
                             NULL), -EINVAL);
     expect_coll(pool, UMP_COLL_ALLREDUCE, 3, 3 * b, 2, 3 * b);
+
+    /* Small calls run as a fan: rank 0 (the root of a broadcast) reads
+     * what each peer contributes and stores each peer's result. */
+    const size_t f = 16 << 10, fcount = f / sizeof(float);
+    STEP(pool, 1,
+         expect_rc(ump_allreduce(one, sd, recv, fcount, UMP_FLOAT32, UMP_SUM,
+                                 NULL), 0),
+         "fan allreduce", {1, 0, f}, {2, 0, f}, {3, 0, f}, {0, 1, f},
+         {0, 2, f}, {0, 3, f});
+    STEP(pool, 1,
+         expect_rc(ump_allgather(one, sd, recv, fcount, UMP_FLOAT32, NULL), 0),
+         "fan all-gather", {1, 0, f}, {2, 0, f}, {3, 0, f}, {0, 1, NDEV * f},
+         {0, 2, NDEV * f}, {0, 3, NDEV * f});
+    STEP(pool, 1,
+         expect_rc(ump_reduce_scatter(one, sd, recv, fcount, UMP_FLOAT32,
+                                      UMP_SUM, NULL), 0),
+         "fan reduce-scatter", {1, 0, NDEV * f}, {2, 0, NDEV * f},
+         {3, 0, NDEV * f}, {0, 1, f}, {0, 2, f}, {0, 3, f});
+    STEP(pool, 1,
+         expect_rc(ump_broadcast(one, sd, recv, fcount, UMP_FLOAT32, 2, NULL),
+                   0),
+         "fan broadcast", {2, 0, f}, {2, 1, f}, {2, 3, f});
+    STEP(pool, 1,
+         expect_rc(ump_reduce(one, sd, recv, fcount, UMP_FLOAT32, UMP_SUM, 1,
+                              NULL), 0),
+         "fan reduce", {0, 1, f}, {2, 1, f}, {3, 1, f});
 
     /* Point-to-point: rank 0 to rank 3. */
     STEP(pool, 1,

@@ -103,9 +103,9 @@ struct backend_ops {
     /* 0 when that work is done, -EAGAIN while it is not. */
     int (*event_query)(void *ctx, void *event);
     int (*event_sync)(void *ctx, void *event);
-    /* Optional (NULL on sim, which runs no device code). The work queued
-     * on stream from now on waits, on the device, for the work event
-     * captured (cuStreamWaitEvent); event may be of another device. */
+    /* Optional. The work queued on stream from now on waits, on the
+     * device (sim: in the stream's worker), for the work event captured
+     * (cuStreamWaitEvent); event may be of another device. */
     int (*stream_wait_event)(void *ctx, void *stream, void *event);
     /* Optional (NULL on sim). Queues kernel `name` of the module image (a
      * fatbin or PTX, loaded once per GPU on first use and kept until

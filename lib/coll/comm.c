@@ -10,6 +10,7 @@
 #include "coll/job.h"
 #include "coll/model.h"
 #include "coll/reduce.h"
+#include "coll/run.h"
 #include "coll/world.h"
 #include "front/check.h"
 #include "util/internal.h"
@@ -199,8 +200,8 @@ int coll_comm_make(ump_pool_t *pool, int ndev, const int *devices,
     c->last_us = NAN;
     /* A backend that runs kernels runs the collectives there (gpu.c). */
     c->gpu = pool->be->kernel_launch && pool->be->stream_wait_event;
-    if (!rc && c->gpu)
-        rc = coll_gpu_init(c);
+    if (!rc)
+        rc = c->gpu ? coll_gpu_init(c) : coll_run_init(c);
     for (int k = 0; k < COLL_NCOLL; k++)
         c->algos[k] = c->gpu ? coll_gpu_algos(c, k) : COLL_ALGOS_ALL;
     if (rc) {
@@ -332,6 +333,8 @@ int coll_comm_free(ump_comm_t *comm)
     }
     if (comm->gpu)
         coll_gpu_fini(comm);
+    else
+        coll_run_fini(comm);
     for (int r = 0; r < comm->n; r++) {
         int e = ump_stream_destroy(comm->pool, comm->own[r]);
         if (e && !rc)

@@ -37,10 +37,11 @@ struct ump_comm {
     /* The algorithms each collective may use (bits 1u << enum coll_algo):
      * every one on sim, the GPU executor's on cuda (gpu.h). */
     unsigned algos[COLL_NCOLL];
-    /* The GPU executor (gpu.c): false on sim, and the rest unused. */
+    /* The GPU executor (gpu.c): false on sim (which uses only ev below). */
     bool gpu;
     bool reach_all; /* every device of the pool maps every other's memory */
-    void *ev[COLL_MAX_RANKS]; /* (lock) rank r's barrier event */
+    void *ev[COLL_MAX_RANKS]; /* (lock) rank r's event: gpu.c's barriers, a
+                                 fan's joins (sim: NULL without them) */
     void *last; /* (lock) recorded on rank 0's stream after each call */
     /* (lock) Pinned host copies of the send buffers of ranks some peer
      * cannot reach (cuMemHostRegister'ed), grown as calls need. */

@@ -73,12 +73,10 @@
 
 #include "coll/gpu.h"
 #include "coll/kernel.h"
+#include "coll/model.h"
 #include "coll/reduce.h"
 #include "front/front.h"
 #include "util/log.h"
-
-/* The most bytes per rank a call runs in one launch (the fan, above). */
-#define COLL_FAN_MAX ((size_t)1 << 20)
 
 /* A call that holds acquired buffers until its work is done. */
 struct coll_gjob {

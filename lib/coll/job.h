@@ -36,6 +36,7 @@ struct coll_rank {
 
 struct coll_job {
     int coll, algo, n, dt, op, root;
+    int fan; /* the rank that runs the whole call (model.h), or -1 */
     size_t count; /* elements, as the call's count means it */
     size_t esz;   /* bytes of one element */
     bool inplace; /* some rank's send and recv are the same buffer */
@@ -137,5 +138,10 @@ void coll_algo_run(struct coll_job *job, int r);
 /* Does algorithm a need a scratch buffer per rank for this job, and how
  * many bytes (0: none)? */
 size_t coll_algo_scratch(const struct coll_job *job);
+
+/* Runs the whole job as one rank, q, in one go (fan.c): the sim's fan
+ * (model.h), with no barrier. Logs its transfers into q's log as one step
+ * after the launch. */
+void coll_fan_run(struct coll_job *job, int q);
 
 #endif

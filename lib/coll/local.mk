@@ -14,6 +14,7 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/run.c lib/coll/run.h \
 	lib/coll/job.c lib/coll/job.h \
 	lib/coll/algo.c \
+	lib/coll/fan.c \
 	lib/coll/gpu.c lib/coll/gpu.h \
 	lib/coll/kernel.h \
 	lib/coll/reduce.c lib/coll/reduce.h \

@@ -37,7 +37,8 @@
  *     PCI hop latency; the host path crosses PCIe twice, so it pays twice.
  *   LAUNCH_US 3.0: a kernel launch and its first loads. With one barrier it
  *     makes an 8-rank one-shot of 512 B take 6 us, TensorRT-LLM's measured
- *     one-shot on 8 x H100.
+ *     one-shot on 8 x H100 (a schedule across processes, whose ranks meet
+ *     with flags; in one process the fan takes 3.6 us: a launch and a hop).
  *   FLAG_US 0.35: each peer a rank flags (a remote store and a fenced poll)
  *     in a barrier. Fit to vLLM's custom-allreduce thresholds (one-shot
  *     below 256 KiB at 8 ranks, 512 KiB at 4, always at 2): the model puts
@@ -491,14 +492,104 @@ static double barrier_us(const bool used[COLL_MAX_RANKS][COLL_MAX_RANKS],
            (t->nranks - 1) * FLAG_US;
 }
 
-double coll_model_root_us(const struct coll_topo *t, int coll,
-                          enum coll_algo a, size_t bytes, int root)
+/* --- the fan: a small call in one launch --------------------------------
+ *
+ * Rank q (the root; rank 0 for allreduce, allgather and reduce-scatter)
+ * runs the whole call in one launch over every rank's buffers: it reads
+ * what each peer contributes and stores each peer's result, with no
+ * barrier between ranks (the executors join the streams with events, which
+ * the launch stands for). Its time is the launch, one hop for the remote
+ * loads and stores in flight together, and the bytes on the busiest
+ * resource. Every byte crosses q's port: for allreduce that is what each
+ * port carries under one-shot anyway, so the fan always beats one-shot's
+ * schedule (no barrier), and two-shot, moving less, overtakes it as the
+ * buffers grow (at 4 ranks of dgx-h200 past 512 KiB, at 8 past 256 KiB);
+ * allgather's fan stores n times what direct reads through one port, so
+ * direct takes over early (on 4 NVLink ranks between 16 and 64 KiB a
+ * rank). It applies to the calls the GPU's kernel runs in one launch
+ * (kernel.h): allreduce under one-shot, broadcast, reduce, allgather and
+ * reduce-scatter under direct, where every rank maps every other's memory
+ * and the largest buffer is at most COLL_FAN_MAX. */
+static bool fan_applies(const struct coll_topo *t, int coll,
+                        enum coll_algo a, size_t bytes)
+{
+    if (t->nranks < 2 || bytes > COLL_FAN_MAX)
+        return false;
+    for (int i = 0; i < t->nranks; i++)
+        for (int j = 0; j < t->nranks; j++)
+            if (!t->peer[i][j])
+                return false;
+    if (coll == UMP_COLL_ALLREDUCE)
+        return a == COLL_ONESHOT;
+    return a == COLL_DIRECT &&
+           (coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ||
+            coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_REDUCE_SCATTER);
+}
+
+/* The fan's bytes (the executor logs the same, run.c): what q reads from
+ * each peer (in), what it stores into each (out), and what it touches of
+ * its own buffers. */
+static void sched_fan(struct sched *s, int coll, int q, double S,
+                      double chunk)
+{
+    double in = S, out = S;
+    switch (coll) {
+    case UMP_COLL_BROADCAST:
+        in = 0;
+        break;
+    case UMP_COLL_REDUCE:
+        out = 0;
+        break;
+    case UMP_COLL_ALLGATHER:
+        in = chunk;
+        break;
+    case UMP_COLL_REDUCE_SCATTER:
+        out = chunk;
+        break;
+    default:
+        break;
+    }
+    for (int r = 0; r < s->n; r++) {
+        s->own[r] = r == q ? own_bytes(coll, true, S, chunk) : 0;
+        if (r == q)
+            continue;
+        if (in > 0)
+            move(s, r, q, in);
+        if (out > 0)
+            move(s, q, r, out);
+    }
+}
+
+/* The fan's modeled time, INFINITY where it does not apply. */
+static double fan_us(const struct coll_topo *t, int coll, enum coll_algo a,
+                     size_t bytes, int q)
+{
+    struct sched s;
+    struct res r;
+    if (!fan_applies(t, coll, a, bytes))
+        return INFINITY;
+    memset(&s, 0, sizeof(s));
+    s.n = t->nranks;
+    sched_fan(&s, coll, q, (double)bytes, (double)bytes / s.n);
+    sched_res(&s, t, &r);
+    return LAUNCH_US +
+           sched_hop_us(&s, t, nccl_hop_nvl_us[NCCL_RING][PROTO_LL],
+                        nccl_hop_pci_us[NCCL_RING][PROTO_LL]) +
+           res_us(&r, t, 1.0);
+}
+
+/* The rank that runs a fan: the root of broadcast and reduce, else 0. */
+static int fan_rank(int coll, int root)
+{
+    return coll == UMP_COLL_BROADCAST || coll == UMP_COLL_REDUCE ? root : 0;
+}
+
+static double sched_us(const struct coll_topo *t, int coll, enum coll_algo a,
+                       size_t bytes, int root)
 {
     struct sched s;
     struct res r;
 
-    if (!topo_ok(t) || !coll_algo_applies(coll, a) || !rank_ok(t, root))
-        return INFINITY;
     sched_build(&s, t, coll, a, root, (double)bytes);
     sched_res(&s, t, &r);
     if (t->nranks == 1) /* a local copy, whatever the algorithm */
@@ -517,6 +608,26 @@ double coll_model_root_us(const struct coll_topo *t, int coll,
         return best;
     }
     return LAUNCH_US + s.rounds * barrier_us(s.used, t) + res_us(&r, t, 1.0);
+}
+
+int coll_model_fan(const struct coll_topo *t, int coll, enum coll_algo a,
+                   size_t bytes, int root)
+{
+    if (!topo_ok(t) || !coll_algo_applies(coll, a) || !rank_ok(t, root))
+        return -1;
+    int q = fan_rank(coll, root);
+    double fan = fan_us(t, coll, a, bytes, q);
+    return fan <= sched_us(t, coll, a, bytes, root) ? q : -1;
+}
+
+double coll_model_root_us(const struct coll_topo *t, int coll,
+                          enum coll_algo a, size_t bytes, int root)
+{
+    if (!topo_ok(t) || !coll_algo_applies(coll, a) || !rank_ok(t, root))
+        return INFINITY;
+    double us = sched_us(t, coll, a, bytes, root);
+    double fan = fan_us(t, coll, a, bytes, fan_rank(coll, root));
+    return fan <= us ? fan : us;
 }
 
 double coll_model_us(const struct coll_topo *t, int coll, enum coll_algo a,
@@ -576,6 +687,29 @@ enum coll_algo coll_model_choose_among(const struct coll_topo *t, int coll,
  *
  * A hop's latency is charged per step, not per transfer: the transfers of
  * a step are in flight together, so their latencies overlap. */
+double coll_model_exec_fan_us(const struct coll_topo *t,
+                              const struct coll_xfer *log, size_t nlog)
+{
+    bool used[COLL_MAX_RANKS][COLL_MAX_RANKS] = {{false}};
+    struct res r;
+
+    if (!topo_ok(t) || (nlog && !log))
+        return NAN;
+    memset(&r, 0, sizeof(r));
+    for (size_t e = 0; e < nlog; e++) {
+        const struct coll_xfer *x = &log[e];
+        if (!rank_ok(t, x->from) || !rank_ok(t, x->to))
+            return NAN;
+        if (x->from != x->to)
+            used[x->from][x->to] = true;
+        res_add(&r, t, x->from, x->to, (double)x->bytes);
+    }
+    return LAUNCH_US +
+           used_hop_us(used, t, nccl_hop_nvl_us[NCCL_RING][PROTO_LL],
+                       nccl_hop_pci_us[NCCL_RING][PROTO_LL]) +
+           res_us(&r, t, 1.0);
+}
+
 double coll_model_exec_us(const struct coll_topo *t, enum coll_algo a,
                           const struct coll_xfer *const log[],
                           const size_t nlog[], unsigned nsteps)

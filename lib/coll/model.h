@@ -61,6 +61,21 @@ double coll_model_us(const struct coll_topo *t, int coll, enum coll_algo a,
 double coll_model_root_us(const struct coll_topo *t, int coll,
                           enum coll_algo a, size_t bytes, int root);
 
+/* The fan (model.c): a small call run in one launch by one rank over every
+ * rank's buffers, with no barrier between the ranks. Calls whose largest
+ * buffer per rank is at most COLL_FAN_MAX bytes (nccl-tests' size), where
+ * every rank maps every other's memory: allreduce under one-shot,
+ * broadcast, reduce, allgather and reduce-scatter under direct. The model
+ * charges such a call the cheaper of the fan and the algorithm's schedule
+ * (coll_model_us); coll_model_fan says which: the rank that runs the fan
+ * (the root of broadcast and reduce, else rank 0), or -1 when the
+ * schedule is as cheap or the fan does not apply (or t, coll, a or root is
+ * not valid). The sim's executor follows it (run.c); the GPU's runs every
+ * call that fits in one launch (gpu.c). */
+#define COLL_FAN_MAX ((size_t)1 << 20)
+int coll_model_fan(const struct coll_topo *t, int coll, enum coll_algo a,
+                   size_t bytes, int root);
+
 /* The fastest applicable algorithm for coll on bytes, its time in *us_p
  * (may be NULL). Ties go to the first in the order oneshot, direct,
  * twoshot, tree, ring: fewest synchronisation rounds first. COLL_NALGO and
@@ -105,5 +120,11 @@ struct coll_xfer {
 double coll_model_exec_us(const struct coll_topo *t, enum coll_algo a,
                           const struct coll_xfer *const log[],
                           const size_t nlog[], unsigned nsteps);
+
+/* The same for a fan (above): the one launch, the slowest hop it loads or
+ * stores over, and every transfer of the fan's one log on the resources it
+ * crosses. NAN for a bad topology or log entry. */
+double coll_model_exec_fan_us(const struct coll_topo *t,
+                              const struct coll_xfer *log, size_t nlog);
 
 #endif

@@ -26,6 +26,7 @@
 #include "config.h"
 
 #include "coll/reduce.h"
+#include "coll/kernel.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -219,6 +220,37 @@ void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
         return;
     }
     reduce_table[dt][op](dst, ndst, src, n, count);
+}
+
+void coll_reduce_shape(int dt, int op, int mode, void *const *dst, int ndst,
+                       const void *const *src, int n, size_t count,
+                       size_t seg)
+{
+    if (mode == COLL_KFOLD) {
+        coll_reduce_multi(dt, op, dst, ndst, src, n, count);
+        return;
+    }
+    /* Segment j: GATHER copies source j into segment j of every
+     * destination, SPLIT folds segment j of every source into destination
+     * j. In place, a destination segment is its source's own bytes
+     * (coll_reduce_multi allows that). */
+    bool gather = mode == COLL_KGATHER;
+    size_t esz = coll_dtype_size(dt), nseg = gather ? (size_t)n : (size_t)ndst;
+    if (!esz || !seg || n < 1 || ndst < 1 || n > UMP_MAX_DEVICES ||
+        ndst > UMP_MAX_DEVICES)
+        return;
+    for (size_t j = 0; j < nseg && j * seg < count; j++) {
+        void *d[UMP_MAX_DEVICES];
+        const void *x[UMP_MAX_DEVICES];
+        for (int o = 0; o < ndst; o++)
+            d[o] = (char *)dst[o] + (gather ? j * seg * esz : 0);
+        for (int k = 0; k < n; k++)
+            x[k] = (const char *)src[k] + (gather ? 0 : j * seg * esz);
+        if (gather)
+            coll_reduce_multi(dt, op, d, ndst, &x[j], 1, seg);
+        else
+            coll_reduce_multi(dt, op, &d[j], 1, x, n, seg);
+    }
 }
 
 void coll_reduce(int dt, int op, void *dst, const void *const *src, int n,

@@ -116,10 +116,15 @@ static void account(struct coll_job *j)
         nlog[r] = j->rank[r].nlog;
         full |= j->rank[r].log_full;
     }
-    /* Every rank passed the same barriers: each waits for all the others. */
-    double us = full ? NAN
-                     : coll_model_exec_us(&j->comm->topo, j->algo, log, nlog,
-                                          j->rank[0].step);
+    /* Every rank passed the same barriers: each waits for all the others.
+     * A fan logged into its one rank's log. */
+    double us = full         ? NAN
+                : j->fan >= 0 ? coll_model_exec_fan_us(&j->comm->topo,
+                                                      log[j->fan],
+                                                      nlog[j->fan])
+                             : coll_model_exec_us(&j->comm->topo, j->algo,
+                                                  log, nlog,
+                                                  j->rank[0].step);
     coll_comm_set_last_us(j->comm, us);
 }
 
@@ -145,6 +150,8 @@ static void count_traffic(struct coll_job *j)
  * stops there, none waits for a rank that will not come, and the call is
  * -EIO. The sim runs a failed device's queued host functions all the same
  * (only new work is refused), so every rank does reach its barriers. */
+static void rank_end(struct coll_job *j, int ranks);
+
 static void rank_main(void *arg)
 {
     struct coll_rank *cr = arg;
@@ -152,8 +159,33 @@ static void rank_main(void *arg)
     if (coll_barrier(j, cr->r))
         coll_algo_run(j, cr->r);
     coll_barrier(j, cr->r);
+    rank_end(j, 1);
+}
+
+/* The fan (model.h, fan.c): the whole call in one host function on rank
+ * q's stream, which the launch has joined to the others (launch_fan). A
+ * device failed by then: the call is -EIO and nothing is written. */
+static void fan_main(void *arg)
+{
+    struct coll_rank *cr = arg;
+    struct coll_job *j = cr->job;
     pthread_mutex_lock(&j->mu);
-    bool last = ++j->done == j->n;
+    if (coll_job_dev_failed(j))
+        j->abort = true;
+    bool ok = !j->abort;
+    pthread_mutex_unlock(&j->mu);
+    if (ok)
+        coll_fan_run(j, cr->r);
+    rank_end(j, j->n);
+}
+
+/* After `ranks` ranks' shares are done: the last rank of the job counts
+ * its traffic, accounts its time and lets the job go. */
+static void rank_end(struct coll_job *j, int ranks)
+{
+    pthread_mutex_lock(&j->mu);
+    j->done += ranks;
+    bool last = j->done == j->n;
     /* A failure during the last step: no barrier after it saw it. */
     if (last && coll_job_dev_failed(j))
         j->abort = true;
@@ -170,13 +202,14 @@ static void rank_main(void *arg)
 }
 
 static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
-                                int algo, bool inplace)
+                                int algo, int fan, bool inplace)
 {
     struct coll_job *j = calloc(1, sizeof(*j));
     if (!j)
         return NULL;
     j->coll = a->coll;
     j->algo = algo;
+    j->fan = fan;
     j->n = c->n;
     j->dt = a->dt;
     j->op = a->op;
@@ -192,7 +225,8 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     }
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
-    atomic_init(&j->left, c->n + 1); /* + the caller's (launch) */
+    /* + the caller's (launch); a fan runs as one */
+    atomic_init(&j->left, (fan >= 0 ? 1 : c->n) + 1);
     j->failing = &c->pool->failing;
     j->failed = &c->pool->failed;
     for (int r = 0; r < c->n; r++)
@@ -202,7 +236,7 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     j->logs = calloc((size_t)c->n * j->log_cap, sizeof(*j->logs));
     for (int r = 0; j->logs && r < c->n; r++)
         j->rank[r].log = j->logs + (size_t)r * j->log_cap;
-    j->scratch_bytes = coll_algo_scratch(j);
+    j->scratch_bytes = fan >= 0 ? 0 : coll_algo_scratch(j);
     if (!j->logs) {
         job_free(j);
         return NULL;
@@ -215,29 +249,63 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     return j;
 }
 
-/* Queues every rank's share; on a failure half way, the ranks queued are
- * told to stop at their first barrier and the error comes back. wait: the
- * caller's own streams, so the call is synchronous: waits for every rank
- * to be done and says -EIO when a device failed meanwhile. Streams that
- * drained mean every rank is past its last barrier (the fast path, one
- * wake-up per stream); only when one refuses (its device failed: sim
- * refuses at once, while its rank may still run) is the job itself
- * waited for, since it must outlive its ranks. */
+/* Queues the fan on rank q's stream (model.h): on streams of the caller's,
+ * q's waits for what the others queued before the call and theirs wait for
+ * the fan's end, with events, as on the GPU (gpu.c); the communicator's
+ * own streams (wait: the call is synchronous and nothing else runs on
+ * them) need neither. *queued: whether fan_main is queued (then the job
+ * runs to its end whatever this returns). */
+static int queue_fan(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
+                     bool wait, bool *queued)
+{
+    const struct backend_ops *be = c->pool->be;
+    void *bctx = c->pool->bctx;
+    int q = j->fan, rc = 0;
+    for (int r = 0; r < c->n && !wait && !rc; r++)
+        if (st[r] != st[q] &&
+            !(rc = be->event_record(bctx, c->ev[r], st[r])))
+            rc = be->stream_wait_event(bctx, st[q], c->ev[r]);
+    if (!rc)
+        rc = ump_launch_host_func(c->pool, st[q], fan_main, &j->rank[q]);
+    *queued = !rc;
+    if (rc || wait || (rc = be->event_record(bctx, c->ev[q], st[q])))
+        return rc;
+    for (int r = 0; r < c->n && !rc; r++)
+        if (st[r] != st[q])
+            rc = be->stream_wait_event(bctx, st[r], c->ev[q]);
+    return rc;
+}
+
+/* Queues every rank's share (or the fan); on a failure half way, the ranks
+ * queued are told to stop at their first barrier and the error comes back.
+ * wait: the caller's own streams, so the call is synchronous: waits for
+ * every rank to be done and says -EIO when a device failed meanwhile.
+ * Streams that drained mean every rank is past its last barrier (the fast
+ * path, one wake-up per stream; a fan's one stream); only when one refuses
+ * (its device failed: sim refuses at once, while its rank may still run)
+ * is the job itself waited for, since it must outlive its ranks. */
 static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                   const char *fn, bool wait)
 {
-    int r = 0, rc = 0;
-    for (; r < c->n; r++) {
-        rc = ump_launch_host_func(c->pool, st[r], rank_main, &j->rank[r]);
-        if (rc)
-            break;
+    int r = 0, rc = 0, nrun = j->fan >= 0 ? 1 : c->n;
+    bool fan_queued = false;
+    if (j->fan >= 0) {
+        rc = queue_fan(c, j, st, wait, &fan_queued);
+        r = fan_queued;
+    } else {
+        for (; r < c->n; r++) {
+            rc = ump_launch_host_func(c->pool, st[r], rank_main, &j->rank[r]);
+            if (rc)
+                break;
+        }
     }
     if (!rc) {
         bool aborted = false;
         if (wait) {
             bool drained = true;
-            for (int q = 0; q < c->n && drained; q++)
-                drained = ump_stream_synchronize(c->pool, st[q]) == 0;
+            for (int k = 0; k < c->n && drained; k++)
+                if (j->fan < 0 || k == j->fan)
+                    drained = ump_stream_synchronize(c->pool, st[k]) == 0;
             pthread_mutex_lock(&j->mu);
             while (!drained && j->done < j->n)
                 pthread_cond_wait(&j->cv, &j->mu);
@@ -258,6 +326,15 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                       c->first + (f < 0 ? 0 : f), c->dev[f < 0 ? 0 : f]);
         return -EIO;
     }
+    if (fan_queued) {
+        /* The fan runs to its end; the joins after it did not all queue:
+         * the caller's streams run on only once it is done. */
+        for (int k = 0; k < c->n; k++)
+            ump_stream_synchronize(c->pool, st[k]);
+        if (atomic_fetch_sub(&j->left, 1) == 1)
+            job_finish(j);
+        return rc;
+    }
     pthread_mutex_lock(&j->mu);
     j->abort = true;
     pthread_cond_broadcast(&j->cv);
@@ -269,7 +346,7 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                       c->dev[f < 0 ? r : f]);
     }
     /* The ranks never queued, and the caller's reference. */
-    if (atomic_fetch_sub(&j->left, c->n - r + 1) == c->n - r + 1)
+    if (atomic_fetch_sub(&j->left, nrun - r + 1) == nrun - r + 1)
         job_finish(j);
     return rc;
 }
@@ -297,7 +374,10 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a)
         /* Streams NULL: the call returns when its work is done. */
         rc = coll_gpu_run(c, a, algo, st, !a->streams);
     } else {
-        struct coll_job *j = job_new(c, a, algo, inplace);
+        int fan = c->ev[0] ? coll_model_fan(&c->topo, a->coll, algo, bytes,
+                                            a->root)
+                           : -1;
+        struct coll_job *j = job_new(c, a, algo, fan, inplace);
         rc = j ? hold_buffers(c, a, j) : -ENOMEM;
         if (rc && j)
             job_free(j);
@@ -308,4 +388,26 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a)
     if (!a->streams)
         coll_comm_reap(c);
     return rc;
+}
+
+int coll_run_init(ump_comm_t *c)
+{
+    const struct backend_ops *be = c->pool->be;
+    int rc = 0;
+    /* Without a backend that joins streams, no fan: the ranks' schedules
+     * meet in their host functions. */
+    for (int r = 0; r < c->n && !rc && be->stream_wait_event; r++)
+        rc = be->event_create(c->pool->bctx, &c->ev[r]);
+    if (rc)
+        coll_run_fini(c);
+    return rc;
+}
+
+void coll_run_fini(ump_comm_t *c)
+{
+    for (int r = 0; r < c->n; r++) {
+        if (c->ev[r])
+            c->pool->be->event_destroy(c->pool->bctx, c->ev[r]);
+        c->ev[r] = NULL;
+    }
 }

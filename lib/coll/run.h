@@ -16,4 +16,11 @@
  * the caller counts its own call. */
 int coll_run_local(ump_comm_t *c, const struct coll_args *a);
 
+/* The sim's side of a communicator that is not c->gpu: the events that
+ * join the ranks' streams around a fan (model.h), where the backend can
+ * make a stream wait for one. Called once the streams exist; fini is safe
+ * on a half-made one. */
+int coll_run_init(ump_comm_t *c);
+void coll_run_fini(ump_comm_t *c);
+
 #endif

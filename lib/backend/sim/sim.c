@@ -399,6 +399,7 @@ const struct backend_ops sim_backend_ops = {
     .event_record = sim_event_record,
     .event_query = sim_event_query,
     .event_sync = sim_event_sync,
+    .stream_wait_event = sim_stream_wait_event,
     .driver_ns = sim_driver_ns,
     .watch_failures = sim_watch_failures,
 };

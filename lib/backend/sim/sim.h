@@ -7,6 +7,7 @@
 #define UMP_SIM_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "util/list.h"
 #include <stdbool.h>
@@ -26,6 +27,9 @@ struct sim_streams {
     struct ump_list streams; /* of struct sim_stream, by link */
     struct ump_list events;  /* of struct sim_event, by link */
     int ndev;
+    /* For tests (sim_stream_counts): host functions queued, stream waits
+     * for an event, and stream syncs, since the context began. */
+    atomic_ulong n_funcs, n_waits, n_syncs;
 };
 
 /* The registry of the context (sim.c). */
@@ -85,5 +89,12 @@ int sim_event_destroy(void *ctx, void *event);
 int sim_event_record(void *ctx, void *event, void *stream);
 int sim_event_query(void *ctx, void *event);
 int sim_event_sync(void *ctx, void *event);
+int sim_stream_wait_event(void *ctx, void *stream, void *event);
+/* What the context's streams were asked to do so far (tests count a
+ * collective's launches, waits and syncs with it). */
+struct sim_stream_counts {
+    unsigned long funcs, waits, syncs;
+};
+void sim_stream_counts(void *ctx, struct sim_stream_counts *out);
 
 #endif

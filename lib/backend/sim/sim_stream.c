@@ -32,6 +32,11 @@
  * when the worker (or, on the default stream, the caller) starts it, and a
  * stream sync no sooner than an empty one would.
  *
+ * A stream waits for an event (stream_wait_event) as cuStreamWaitEvent
+ * does: the work queued after the wait runs once the work the event's last
+ * record covered has finished, without the caller waiting; the worker
+ * thread blocks on the other stream's progress.
+ *
  * Lock order: registry lock alone; event lock, then stream lock.
  */
 #include "config.h"
@@ -53,7 +58,7 @@
 
 #define EVENT_MAGIC 0x53494d45u  /* "SIME" */
 
-enum sim_op_kind { OP_COPY, OP_SET, OP_FUNC };
+enum sim_op_kind { OP_COPY, OP_SET, OP_FUNC, OP_WAIT };
 
 struct sim_op {
     enum sim_op_kind kind;
@@ -65,6 +70,10 @@ struct sim_op {
     void (*fn)(void *);
     void *arg;
     uint64_t queued; /* h200-timed: when it was queued (ump_clock_ns) */
+    /* OP_WAIT: the stream an event was recorded on (a reference the op
+     * holds) and the count of its operations the event waits for */
+    struct sim_stream *waited;
+    uint64_t target;
     struct sim_op *next;
 };
 
@@ -167,6 +176,12 @@ static void op_run(const struct sim_op *op)
         op->fn(op->arg);
         in_host_func = false;
         break;
+    case OP_WAIT:
+        pthread_mutex_lock(&op->waited->lock);
+        while (op->waited->finished < op->target)
+            pthread_cond_wait(&op->waited->done, &op->waited->lock);
+        pthread_mutex_unlock(&op->waited->lock);
+        break;
     }
 }
 
@@ -198,6 +213,8 @@ static void *stream_main(void *arg)
             s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
         op_run(op);
+        if (op->waited)
+            stream_unref(op->waited);
         free(op);
         pthread_mutex_lock(&s->lock);
         s->finished++;
@@ -251,6 +268,9 @@ int sim_streams_init(struct sim_streams *ss, int ndev)
     ss->streams = (struct ump_list){NULL, NULL};
     ss->events = (struct ump_list){NULL, NULL};
     ss->ndev = ndev;
+    atomic_init(&ss->n_funcs, 0);
+    atomic_init(&ss->n_waits, 0);
+    atomic_init(&ss->n_syncs, 0);
     return 0;
 }
 
@@ -428,6 +448,8 @@ int sim_stream_sync(void *ctx, void *stream)
         return err;
     /* The default stream has nothing pending: the cost of an empty sync. */
     if (!stream) {
+        atomic_fetch_add_explicit(&sim_streams_of(ctx)->n_syncs, 1,
+                                  memory_order_relaxed);
         if (t0)
             ump_clock_wait_until(sim_sync_end(ctx, t0));
         return 0;
@@ -435,6 +457,8 @@ int sim_stream_sync(void *ctx, void *stream)
     s = stream_get(sim_streams_of(ctx), stream, "stream_sync");
     if (!s)
         return -EINVAL;
+    atomic_fetch_add_explicit(&sim_streams_of(ctx)->n_syncs, 1,
+                              memory_order_relaxed);
     /* A failed device's sync fails, but only once its queued work has
      * run: the caller frees or remaps what the copies touch as soon as
      * this returns, and the stream's thread must not reach it after
@@ -599,6 +623,9 @@ int sim_host_func(void *ctx, void *stream, void (*fn)(void *), void *arg)
     err = st ? sim_device_op(ctx, st->device) : 0;
     if (!err)
         err = submit(st, &op, "host_func");
+    if (!err)
+        atomic_fetch_add_explicit(&sim_streams_of(ctx)->n_funcs, 1,
+                                  memory_order_relaxed);
     if (st)
         stream_unref(st);
     return err;
@@ -754,4 +781,54 @@ int sim_event_sync(void *ctx, void *event)
     pthread_mutex_unlock(&s->lock);
     stream_unref(s);
     return 0;
+}
+
+int sim_stream_wait_event(void *ctx, void *stream, void *event)
+{
+    struct sim_stream *st, *w;
+    struct sim_event *ev;
+    uint64_t target;
+    int err;
+
+    err = sim_check_caller("stream_wait_event");
+    if (err)
+        return err;
+    ev = event_of(event, "stream_wait_event");
+    if (!ev)
+        return -EINVAL;
+    /* The default stream runs its work in the caller: it waits now. */
+    if (!stream)
+        return sim_event_sync(ctx, event);
+    st = stream_get(sim_streams_of(ctx), stream, "stream_wait_event");
+    if (!st)
+        return -EINVAL;
+    /* The event as it is now: a later record does not change this wait. */
+    pthread_mutex_lock(&ev->lock);
+    w = ev->stream;
+    target = ev->target;
+    if (w)
+        atomic_fetch_add(&w->refs, 1);
+    pthread_mutex_unlock(&ev->lock);
+    err = sim_device_op(ctx, st->device);
+    if (!err && w && w != st) { /* on st itself, the order is the stream's */
+        struct sim_op op = {.kind = OP_WAIT, .waited = w, .target = target};
+        err = submit(st, &op, "stream_wait_event");
+        if (!err)
+            w = NULL; /* the op's reference now */
+    }
+    if (!err)
+        atomic_fetch_add_explicit(&sim_streams_of(ctx)->n_waits, 1,
+                                  memory_order_relaxed);
+    if (w)
+        stream_unref(w);
+    stream_unref(st);
+    return err;
+}
+
+void sim_stream_counts(void *ctx, struct sim_stream_counts *out)
+{
+    struct sim_streams *ss = sim_streams_of(ctx);
+    out->funcs = atomic_load_explicit(&ss->n_funcs, memory_order_relaxed);
+    out->waits = atomic_load_explicit(&ss->n_waits, memory_order_relaxed);
+    out->syncs = atomic_load_explicit(&ss->n_syncs, memory_order_relaxed);
 }

@@ -235,6 +235,62 @@ static void test_user_streams(void **state)
     tu_pool_destroy(pool);
 }
 
+static void hold_until(void *arg)
+{
+    while (!atomic_load((atomic_int *)arg))
+        usleep(1000);
+}
+
+/* A fan queued behind other work, and a peer's device failing before it
+ * runs: it writes nothing (a GPU's kernel would fault on the lost memory;
+ * the sim's must not write results made of it), and the next call is
+ * -EIO. */
+static void test_fan_failure(void **state)
+{
+    (void)state;
+    enum { N = 4 };
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
+                                      "sim_device_mem:64M");
+    ump_comm_t *comm;
+    assert_int_equal(ump_comm_create(pool, N, NULL, NULL, &comm), 0);
+    size_t c = 1024;
+    int32_t *in[N], *out[N];
+    ump_stream_t st[N];
+    for (int r = 0; r < N; r++) {
+        in[r] = tu_alloc(pool, c * 4, r);
+        out[r] = tu_alloc(pool, c * 4, r);
+        for (size_t i = 0; i < c; i++) {
+            in[r][i] = r + 1;
+            out[r][i] = -7;
+        }
+        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
+    }
+    const void *send[N] = {in[0], in[1], in[2], in[3]};
+    void *recv[N] = {out[0], out[1], out[2], out[3]};
+    atomic_int go = 0;
+    assert_int_equal(ump_launch_host_func(pool, st[0], hold_until, &go), 0);
+    assert_int_equal(ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM,
+                                   st), 0);
+    assert_int_equal(sim_fail_device(pool->bctx, 2, 0), 0);
+    atomic_store(&go, 1);
+    assert_int_equal(ump_stream_synchronize(pool, st[0]), 0);
+    for (int r = 0; r < N; r++)
+        for (size_t i = 0; r != 2 && i < c; i++)
+            if (out[r][i] != -7)
+                fail_msg("rank %d [%zu] = %d: the fan wrote after a peer's "
+                         "device failed", r, i, out[r][i]);
+    assert_int_equal(ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM,
+                                   NULL), -EIO);
+    for (int r = 0; r < N; r++) {
+        ump_stream_synchronize(pool, st[r]);
+        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
+        ump_free(pool, in[r]);
+        ump_free(pool, out[r]);
+    }
+    assert_int_equal(ump_comm_destroy(comm), 0);
+    tu_pool_destroy(pool);
+}
+
 /* A slow producer: work queued before the collective on a rank's stream
  * that writes its send buffer late. Every algorithm must wait for it. */
 struct late {
@@ -987,6 +1043,7 @@ int main(void)
         cmocka_unit_test(test_pooled_and_host_buffers),
         cmocka_unit_test(test_waits_for_every_stream),
         cmocka_unit_test(test_fan_shape),
+        cmocka_unit_test(test_fan_failure),
         cmocka_unit_test(test_failed_device),
         cmocka_unit_test(test_failed_device_p2p),
         cmocka_unit_test(test_shrink_bad_input),

@@ -270,6 +270,22 @@ static void test_fan(void **state)
                                     COLL_FAN_MAX, 0), -1);
     assert_true(coll_model_us(&t, UMP_COLL_ALLGATHER, COLL_DIRECT,
                               COLL_FAN_MAX) < 7.0 * MiB / 450e3);
+    /* One-shot's fan against two-shot's schedule, between powers of two:
+     * at 8 ranks they cross at 460 KiB, at 4 at 791 KiB. */
+    assert_int_equal(coll_model_choose(&t, UMP_COLL_ALLREDUCE, 448 * KiB,
+                                       NULL), COLL_ONESHOT);
+    assert_int_equal(coll_model_choose(&t, UMP_COLL_ALLREDUCE, 472 * KiB,
+                                       NULL), COLL_TWOSHOT);
+    comm_on("dgx-h200", 4, NULL, &t);
+    assert_int_equal(coll_model_choose(&t, UMP_COLL_ALLREDUCE, 784 * KiB,
+                                       NULL), COLL_ONESHOT);
+    assert_int_equal(coll_model_choose(&t, UMP_COLL_ALLREDUCE, 800 * KiB,
+                                       NULL), COLL_TWOSHOT);
+    /* The root of a rooted fan, and any root of the others. */
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_BROADCAST, COLL_DIRECT, 64,
+                                    3), 3);
+    assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 64,
+                                    -1), 0);
     /* No peer access between some ranks: no fan. */
     comm_on("pcie-4gpu", 4, NULL, &t);
     assert_int_equal(coll_model_fan(&t, UMP_COLL_ALLREDUCE, COLL_ONESHOT, 8,

@@ -253,7 +253,7 @@ static void test_collectives(void **state)
                             NULL), -EINVAL);
     expect_coll(pool, UMP_COLL_ALLREDUCE, 3, 3 * b, 2, 3 * b);
 
-    /* Small calls run as a fan: rank 0 (the root of a broadcast) reads
+    /* Small calls run as a fan: rank 0 (a broadcast's or reduce's root) reads
      * what each peer contributes and stores each peer's result. */
     const size_t f = 16 << 10, fcount = f / sizeof(float);
     STEP(pool, 1,

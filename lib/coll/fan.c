@@ -52,7 +52,10 @@ void coll_fan_run(struct coll_job *j, int q)
     default: /* allreduce: every rank's buffer folded into every rank's */
         break;
     }
-    coll_reduce_shape(j->dt, j->op, mode, d, ndst, s, nsrc, total, seg);
+    /* Broadcast and allgather copy: their op is no argument of theirs
+     * (checked only for the reductions), so the fold gets a valid one. */
+    int op = nsrc == 1 || mode == COLL_KGATHER ? UMP_SUM : j->op;
+    coll_reduce_shape(j->dt, op, mode, d, ndst, s, nsrc, total, seg);
     /* One step after the launch: every transfer is in flight at once. */
     j->rank[q].step = 1;
     coll_log(j, q, q, q, own);

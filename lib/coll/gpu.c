@@ -18,7 +18,9 @@
  *
  * Small calls go in one launch (the fan): allreduce (one-shot),
  * broadcast, reduce, allgather and reduce-scatter whose largest buffer is
- * at most COLL_FAN_MAX bytes, when every device reaches every other
+ * at most COLL_FAN_MAX bytes, when every device reaches every other and
+ * the cost model finds the one launch cheaper than the schedule
+ * (model.h: coll_model_fan; the sim's executor asks it the same)
  * (allgather and reduce-scatter use the kernel's segmented shapes,
  * kernel.h). One rank's stream (rank 0's; the root's)
  * runs the kernel over every rank's buffers at once: n sources, n
@@ -324,22 +326,19 @@ static void barrier(struct gcall *g)
 }
 
 /* The fan (see the top): the rank whose stream runs a small call in one
- * launch, or -1 when the call takes the schedules. Small: a rank's largest
- * buffer (allgather's receive, reduce-scatter's send buffer: the size
- * nccl-tests reports) within COLL_FAN_MAX. */
+ * launch, or -1 when the call takes the schedules. The cost model says
+ * which (model.h: coll_model_fan, as the sim's executor asks it): a rank's
+ * largest buffer (allgather's receive, reduce-scatter's send buffer: the
+ * size nccl-tests reports) within COLL_FAN_MAX, and the one launch
+ * cheaper than the algorithm's schedule on the communicator's links. */
 static int fan_rank(const struct gcall *g, int algo)
 {
     const struct coll_args *a = g->a;
-    bool wide = a->coll == UMP_COLL_ALLGATHER ||
-                a->coll == UMP_COLL_REDUCE_SCATTER;
-    if (!g->c->reach_all || !coll_kernel_image ||
-        g->s > COLL_FAN_MAX / (wide ? (size_t)g->c->n : 1))
+    if (!g->c->reach_all || !coll_kernel_image)
         return -1;
-    if (a->coll == UMP_COLL_ALLREDUCE)
-        return algo == COLL_ONESHOT ? 0 : -1;
-    if (a->coll == UMP_COLL_BROADCAST || a->coll == UMP_COLL_REDUCE)
-        return a->root;
-    return wide ? 0 : -1;
+    return coll_model_fan(&g->c->topo, a->coll, (enum coll_algo)algo,
+                          coll_bytes(a->coll, a->count, g->esz, g->c->n),
+                          a->root);
 }
 
 /* Runs the call in one launch on rank q's stream. On streams of the

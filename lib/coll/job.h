@@ -52,6 +52,7 @@ struct coll_job {
     bool abort; /* (mu) not every rank was launched, or a rank's device
                    failed (fail_mask): nobody waits, the call is -EIO */
     int done;   /* (mu) ranks past their last barrier */
+    bool launched; /* (mu) a fan's launch queued everything: it may run */
     /* The pool's failure bits (failing: told by the backend, failed:
      * handled) and the bits of the job's devices: the barrier's last
      * arrival reads them, so that a device failing mid-call stops every

@@ -44,7 +44,9 @@
  *     below 256 KiB at 8 ranks, 512 KiB at 4, always at 2): the model puts
  *     the crossover at 255 KiB for 8 ranks and 484 KiB for 4 on NVSwitch,
  *     and at 2 ranks one-shot moves no more bytes than two-shot, so it
- *     always wins.
+ *     always wins. (Those are the schedules' crossovers; the fan, one
+ *     process's one launch, has no barrier and keeps one-shot up to
+ *     460 KiB at 8 ranks and 791 KiB at 4.)
  *   Peer-pointer loads run at the path's full bandwidth (factor 1): they
  *   are plain loads, no FIFO and no flags in the data.
  */
@@ -526,7 +528,7 @@ static bool fan_applies(const struct coll_topo *t, int coll,
             coll == UMP_COLL_ALLGATHER || coll == UMP_COLL_REDUCE_SCATTER);
 }
 
-/* The fan's bytes (the executor logs the same, run.c): what q reads from
+/* The fan's bytes (the executor logs the same, fan.c): what q reads from
  * each peer (in), what it stores into each (out), and what it touches of
  * its own buffers. */
 static void sched_fan(struct sched *s, int coll, int q, double S,
@@ -613,6 +615,10 @@ static double sched_us(const struct coll_topo *t, int coll, enum coll_algo a,
 int coll_model_fan(const struct coll_topo *t, int coll, enum coll_algo a,
                    size_t bytes, int root)
 {
+    /* The root matters to the rooted ones only (the others' may be
+     * anything: ump_allreduce has none). */
+    if (coll != UMP_COLL_BROADCAST && coll != UMP_COLL_REDUCE)
+        root = 0;
     if (!topo_ok(t) || !coll_algo_applies(coll, a) || !rank_ok(t, root))
         return -1;
     int q = fan_rank(coll, root);

@@ -69,9 +69,11 @@ double coll_model_root_us(const struct coll_topo *t, int coll,
  * charges such a call the cheaper of the fan and the algorithm's schedule
  * (coll_model_us); coll_model_fan says which: the rank that runs the fan
  * (the root of broadcast and reduce, else rank 0), or -1 when the
- * schedule is as cheap or the fan does not apply (or t, coll, a or root is
- * not valid). The sim's executor follows it (run.c); the GPU's runs every
- * call that fits in one launch (gpu.c). */
+ * schedule is as cheap or the fan does not apply (or t, coll or a is not
+ * valid, or the root of broadcast or reduce; the others' root is
+ * ignored). Both executors follow it (the sim's: run.c and fan.c; the
+ * GPU's: gpu.c, where the kernel exists and every device reaches every
+ * other). */
 #define COLL_FAN_MAX ((size_t)1 << 20)
 int coll_model_fan(const struct coll_topo *t, int coll, enum coll_algo a,
                    size_t bytes, int root);

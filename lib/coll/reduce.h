@@ -122,7 +122,7 @@ void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
                        const void *const *src, int n, size_t count);
 /* The GPU kernel's work on the host, shape by shape (kernel.h: mode is
  * COLL_KFOLD, COLL_KGATHER or COLL_KSPLIT, count the elements in all, seg
- * those of a segment): the sim's fan (run.c) and the fake driver's kernel
+ * those of a segment): the sim's fan (fan.c) and the fake driver's kernel
  * (tests/fake_cuda.c). The caller has checked the arguments as the kernel
  * would (count a multiple of seg for the segmented shapes). */
 void coll_reduce_shape(int dt, int op, int mode, void *const *dst, int ndst,

@@ -163,13 +163,18 @@ static void rank_main(void *arg)
 }
 
 /* The fan (model.h, fan.c): the whole call in one host function on rank
- * q's stream, which the launch has joined to the others (launch_fan). A
- * device failed by then: the call is -EIO and nothing is written. */
+ * q's stream, which the launch has joined to the others (queue_fan). It
+ * starts once the launch has queued everything (the joins after it too),
+ * as the ranks' schedules start at their first barrier: a launch that
+ * failed half way writes nothing. A device failed by then: the call is
+ * -EIO and nothing is written either. */
 static void fan_main(void *arg)
 {
     struct coll_rank *cr = arg;
     struct coll_job *j = cr->job;
     pthread_mutex_lock(&j->mu);
+    while (!j->launched && !j->abort)
+        pthread_cond_wait(&j->cv, &j->mu);
     if (coll_job_dev_failed(j))
         j->abort = true;
     bool ok = !j->abort;
@@ -277,7 +282,8 @@ static int queue_fan(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
 }
 
 /* Queues every rank's share (or the fan); on a failure half way, the ranks
- * queued are told to stop at their first barrier and the error comes back.
+ * queued are told to stop at their first barrier (the fan, before it
+ * starts) and the error comes back.
  * wait: the caller's own streams, so the call is synchronous: waits for
  * every rank to be done and says -EIO when a device failed meanwhile.
  * Streams that drained mean every rank is past its last barrier (the fast
@@ -298,6 +304,12 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
             if (rc)
                 break;
         }
+    }
+    if (!rc && j->fan >= 0) { /* the fan may start */
+        pthread_mutex_lock(&j->mu);
+        j->launched = true;
+        pthread_cond_broadcast(&j->cv);
+        pthread_mutex_unlock(&j->mu);
     }
     if (!rc) {
         bool aborted = false;
@@ -326,24 +338,17 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                       c->first + (f < 0 ? 0 : f), c->dev[f < 0 ? 0 : f]);
         return -EIO;
     }
-    if (fan_queued) {
-        /* The fan runs to its end; the joins after it did not all queue:
-         * the caller's streams run on only once it is done. */
-        for (int k = 0; k < c->n; k++)
-            ump_stream_synchronize(c->pool, st[k]);
-        if (atomic_fetch_sub(&j->left, 1) == 1)
-            job_finish(j);
-        return rc;
-    }
+    /* A fan queued before a join failed writes nothing (fan_main). */
     pthread_mutex_lock(&j->mu);
     j->abort = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
     if (rc == -EIO) {
         int f = coll_comm_failed_rank(c);
+        int at = j->fan >= 0 ? j->fan : r; /* whose queueing failed */
         ump_log_error("%s: rank %d's device %d failed while the call was "
-                      "queued: -EIO", fn, c->first + (f < 0 ? r : f),
-                      c->dev[f < 0 ? r : f]);
+                      "queued: -EIO", fn, c->first + (f < 0 ? at : f),
+                      c->dev[f < 0 ? at : f]);
     }
     /* The ranks never queued, and the caller's reference. */
     if (atomic_fetch_sub(&j->left, nrun - r + 1) == nrun - r + 1)

@@ -28,7 +28,8 @@ struct sim_streams {
     struct ump_list events;  /* of struct sim_event, by link */
     int ndev;
     /* For tests (sim_stream_counts): host functions queued, stream waits
-     * for an event, and stream syncs, since the context began. */
+     * for an event asked for (queued or, the event complete, not needed),
+     * and stream syncs, since the context began. */
     atomic_ulong n_funcs, n_waits, n_syncs;
 };
 

@@ -330,6 +330,10 @@ void sim_streams_forget(struct sim_streams *ss)
     ump_list_for_each_safe(s, sn, &ss->streams, struct sim_stream, link) {
         for (op = s->head; op; op = opn) {
             opn = op->next;
+            /* A queued wait's reference; the last one frees a stream
+             * this loop has passed already. */
+            if (op->waited && atomic_fetch_sub(&op->waited->refs, 1) == 1)
+                free(op->waited);
             free(op);
         }
         if (atomic_fetch_sub(&s->refs, 1) == 1)

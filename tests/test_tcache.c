@@ -208,6 +208,73 @@ static void test_fill_flush_run(void **state)
     tu_pool_destroy(pool);
 }
 
+/* The cached path of runs (ump_alloc without hints or with the interposer's,
+ * ump_free, ump_host_alloc/free): the same run comes back with no chunk
+ * made, and whatever the path does not take (an interior pointer, a second
+ * free, the other kind's free, an offloadable run) goes the
+ * full way, which refuses it or serves it, losing nothing. */
+static void test_cached_run_paths(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:2,"
+                                      "sim_device_mem:64M,host_limit:64M");
+    const size_t sz = 4 * TU_MIB;
+    const unsigned rb = pool->nsmall + 2 - 1; /* bin of 2-chunk runs */
+    void *p, *q;
+    assert_int_equal(ump_alloc(pool, sz, NULL, &p), 0);
+    assert_int_equal(ump_free(pool, p), 0);
+    struct tc_bin *bin = my_bin(pool, 0, rb);
+    assert_int_equal(bin->count, 1);
+    uint64_t created = tu_stats(pool, 0).chunks_created;
+    assert_int_equal(ump_alloc(pool, sz - 1, NULL, &q), 0); /* no hints */
+    assert_ptr_equal(q, p);
+    assert_int_equal(bin->count, 0);
+    assert_int_equal(tu_stats(pool, 0).chunks_created, created);
+
+    /* Refused, nothing changed: inside it, the host's free of it. */
+    assert_int_equal(ump_free(pool, (char *)p + 4096), -EINVAL);
+    assert_int_equal(ump_free(pool, (char *)p + 2 * TU_MIB), -EINVAL);
+    assert_int_equal(ump_host_free(pool, p), -EINVAL);
+    assert_int_equal(bin->count, 0);
+    assert_int_equal(tu_stats(pool, 0).live_bytes, sz);
+    assert_int_equal(ump_free(pool, p), 0);
+    assert_int_equal(bin->count, 1);
+    assert_int_equal(ump_free(pool, p), -EINVAL); /* twice */
+    assert_int_equal(bin->count, 1);
+    assert_int_equal(tu_stats(pool, 0).live_bytes, 0);
+
+    /* The interposer's hints (device 0, "local", no spill): the cached
+     * run. */
+    ump_hints_t h = tu_hints(0);
+    h.policy = "local";
+    h.flags = UMP_HINT_NO_SPILL;
+    assert_int_equal(ump_alloc(pool, sz, &h, &q), 0);
+    assert_ptr_equal(q, p);
+    assert_int_equal(bin->count, 0);
+    assert_int_equal(ump_free(pool, q), 0);
+    assert_int_equal(bin->count, 1);
+    /* Offloadable: never given back to a thread's bin (the full path
+     * may reuse what the bins hold: it flushes them before growing). */
+    h = tu_hints(0);
+    h.flags = UMP_HINT_OFFLOAD;
+    assert_int_equal(ump_alloc(pool, sz, &h, &q), 0);
+    unsigned held = bin->count;
+    assert_int_equal(ump_free(pool, q), 0);
+    assert_int_equal(bin->count, held);
+
+    /* Pinned host runs: the host place's bin, and a device free of one
+     * is refused. */
+    void *hp, *hq;
+    assert_int_equal(ump_host_alloc(pool, sz, &hp), 0);
+    assert_int_equal(ump_free(pool, hp), -EINVAL);
+    assert_int_equal(ump_host_free(pool, hp), 0);
+    assert_int_equal(ump_host_alloc(pool, sz - 4096, &hq), 0);
+    assert_ptr_equal(hq, hp);
+    assert_int_equal(ump_host_free(pool, hq), 0);
+    assert_int_equal(ump_host_free(pool, hq), -EINVAL);
+    tu_pool_destroy(pool);
+}
+
 /* ---- a thread's exit ---------------------------------------------------- */
 
 struct exiter {
@@ -534,6 +601,7 @@ int main(void)
         cmocka_unit_test(test_fill_flush_slab),
         cmocka_unit_test(test_bin_overflow),
         cmocka_unit_test(test_fill_flush_run),
+        cmocka_unit_test(test_cached_run_paths),
         cmocka_unit_test(test_thread_exit_folds),
         cmocka_unit_test(test_cache_across_pools),
         cmocka_unit_test(test_many_threads),

@@ -262,6 +262,17 @@ static void test_cached_run_paths(void **state)
     assert_int_equal(ump_free(pool, q), 0);
     assert_int_equal(bin->count, held);
 
+    /* A size past the reservation is -ENOMEM whatever the bins hold (a
+     * wrapped chunk count must not reach a slab class's bin). */
+    void *small;
+    assert_int_equal(ump_alloc(pool, pool->small_max, NULL, &small), 0);
+    assert_int_equal(ump_free(pool, small), 0);
+    assert_int_equal(ump_alloc(pool, SIZE_MAX, NULL, &q), -ENOMEM);
+    assert_int_equal(ump_alloc(pool, SIZE_MAX - TU_MIB, &h, &q), -ENOMEM);
+    assert_int_equal(ump_host_alloc(pool, pool->small_max, &small), 0);
+    assert_int_equal(ump_host_free(pool, small), 0);
+    assert_int_equal(ump_host_alloc(pool, SIZE_MAX - 8192, &q), -ENOMEM);
+
     /* Pinned host runs: the host place's bin, and a device free of one
      * is refused. */
     void *hp, *hq;

@@ -450,10 +450,15 @@ static inline int simple_hints(const ump_pool_t *pool, const struct tcache *tc,
  * placement is the requesting device dev under policy pol with flags (no
  * UMP_HINT_OFFLOAD), without building a placement request. False, having
  * changed nothing, when the thread's bin has no run of that many chunks. */
-static inline bool run_cached(ump_pool_t *pool, struct tcache *tc, int dev,
+static inline __attribute__((always_inline)) bool
+run_cached(ump_pool_t *pool, struct tcache *tc, int dev,
                               const struct policy_inst *pol, unsigned flags,
                               size_t size, void **ptr_p)
 {
+    /* A size past the reservation is the full path's -ENOMEM (and its
+     * chunk count would wrap to a slab class's bin). */
+    if (size > pool->vas.size - pool->chunk_size)
+        return false;
     size_t n = (size + pool->chunk_size - 1) >> pool->chunk_shift;
     if (n > RUN_TCACHE_MAX || !policy_prefers_requester(&pool->place, pol) ||
         !tc_try_enter(tc))
@@ -774,32 +779,37 @@ static __attribute__((noinline)) int free_now(ump_pool_t *pool, void *ptr, const
     return 0;
 }
 
-/* ump_free's cached path for a run (free_cached, below): ptr r's start, a
- * run a thread may cache (not mixed, not offloadable) of the
- * place the caller frees, claimed live to free inside the cache's section
- * and pushed onto its bin, which exists and has room, no device failed.
- * What free_run's cached step does, and claim's checks before it. Out of
- * line: the slab objects' path saves no registers for it. Its steps in the
- * cache's section are free_cached's for a slab object; one inline helper
- * for both cost the 256 B pair 5 instructions (callgrind: 199 to 204), so
- * the two are written out. */
+/* free_run, out of line and cold for free_run_cached (below), which rarely
+ * needs it and saves no registers for it. */
+static __attribute__((noinline, cold)) void
+free_run_changed(ump_pool_t *pool, struct tcache *tc, struct run *r)
+{
+    free_run(pool, tc, r);
+}
+
+/* ump_free's cached path for a run (free_cached, below): ptr r's start, of
+ * the place the caller frees, claimed live to free inside the cache's
+ * section (no device failed), then pushed onto the thread's bin if the run
+ * is one a thread may cache (not mixed, not offloadable) and the bin has
+ * room, else freed as free_run frees. False, having changed nothing, when
+ * it is not claimed: free_now then says what is wrong. claim's checks and
+ * free_run's cached step. Out of line: the slab objects' path saves no
+ * registers for it. Its steps in the cache's section are like
+ * free_cached's for a slab object; one inline helper for both cost the
+ * 256 B pair 5 instructions (callgrind: 199 to 204), so the two are
+ * written out. */
 static __attribute__((noinline)) bool
 free_run_cached(ump_pool_t *pool, struct run *r, void *ptr, bool host)
 {
     int d = r->device;
-    if (ptr != vas_addr(&pool->vas, r->start) || !run_cacheable(r) ||
-        r->res ||
+    if (ptr != vas_addr(&pool->vas, r->start) ||
         (d == place_host(pool)) != host)
         return false;
     struct tcache *tc = tcache_hit(pool);
     if (ump_unlikely(!tc || !tc_try_enter(tc)))
         return false;
-    struct tc_bin *b = atomic_load_explicit(&tc->bins[d],
-                                            memory_order_relaxed);
-    struct tc_bin *bin = b ? &b[run_bin(pool, r->n)] : NULL;
     uint32_t w = atomic_load_explicit(&r->word, memory_order_acquire);
-    if (ump_unlikely(!bin || bin->count >= bin->cap ||
-                     atomic_load_explicit(&pool->failed,
+    if (ump_unlikely(atomic_load_explicit(&pool->failed,
                                           memory_order_relaxed) ||
                      obj_state(w) != OBJ_LIVE ||
                      !atomic_compare_exchange_strong_explicit(
@@ -808,10 +818,22 @@ free_run_cached(ump_pool_t *pool, struct run *r, void *ptr, bool host)
         tc_exit(tc);
         return false;
     }
+    /* Claimed: the free happens here. What decides its way is read after
+     * the claim, as the full path reads it: a run a suspend's move tracks
+     * (res), a mixed or long one, or a full bin take free_run's way. */
+    size_t n = r->n;
+    struct tc_bin *b = atomic_load_explicit(&tc->bins[d],
+                                            memory_order_relaxed);
+    struct tc_bin *bin = b && n <= RUN_TCACHE_MAX ? &b[run_bin(pool, n)]
+                                                  : NULL;
+    if (ump_unlikely(!bin || bin->count >= bin->cap || r->res || r->mixed)) {
+        tc_exit(tc);
+        free_run_changed(pool, tc, r);
+        return true;
+    }
     ctr_add_u(&bin->frees, 1);
-    bin->items[bin->count++] = (struct obj_ref){
-        vas_addr(&pool->vas, r->start), r, 0};
-    tc_add_bytes(&tc->run_bytes[d], (int64_t)(r->n << pool->chunk_shift));
+    bin->items[bin->count++] = (struct obj_ref){ptr, r, 0};
+    tc_add_bytes(&tc->run_bytes[d], (int64_t)(n << pool->chunk_shift));
     tc_exit(tc);
     return true;
 }

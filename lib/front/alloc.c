@@ -489,21 +489,23 @@ static __attribute__((noinline)) int alloc_full(ump_pool_t *pool,
 {
     /* The cached path of simple hints (the interposer's): here, so that
      * ump_alloc's own, without hints, stays free of the policy's strcmp. */
-    if (pool && ptr_p && size && pool_quiet(pool)) {
+    if (hints && pool && ptr_p && size - 1 < pool->small_max &&
+        pool_quiet(pool)) {
+        struct tcache *tc = tcache_hit(pool);
+        int dev = tc ? simple_hints(pool, tc, hints) : -1;
+        if (dev >= 0 && alloc_cached(tc, dev, sc_index(size), size, ptr_p))
+            return 0;
+    } else if (pool && ptr_p && size > pool->small_max && pool_quiet(pool)) {
+        /* A run the thread has cached, under no hints or simple ones. */
         struct tcache *tc = tcache_hit(pool);
         int dev = !tc ? -1 : hints ? simple_hints(pool, tc, hints)
                                    : tc->device;
-        if (dev < 0) {
-            /* the full path */
-        } else if (size <= pool->small_max) {
-            if (hints && alloc_cached(tc, dev, sc_index(size), size, ptr_p))
-                return 0;
-        } else if (run_cached(pool, tc, dev,
-                              hints && hints->policy ? pool->place.local
-                                                     : pool->place.dflt,
-                              hints ? hints->flags : 0, size, ptr_p)) {
+        if (dev >= 0 &&
+            run_cached(pool, tc, dev,
+                       hints && hints->policy ? pool->place.local
+                                              : pool->place.dflt,
+                       hints ? hints->flags : 0, size, ptr_p))
             return 0;
-        }
     }
     struct tcache *tc;
     int rc = alloc_begin(pool, "ump_alloc", size, ptr_p, &tc);

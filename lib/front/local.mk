@@ -5,7 +5,8 @@
 lib_libumpool_core_la_SOURCES += \
 	lib/front/tcache.c lib/front/tcache.h \
 	lib/front/pool.c \
-	lib/front/alloc.c \
+	lib/front/alloc.c lib/front/count.h \
+	lib/front/free.c \
 	lib/front/ptrinfo.c \
 	lib/front/stats.c \
 	lib/front/traffic.c \

@@ -1,6 +1,6 @@
 /*
  * Pool lifetime, runs, devices and trim. The allocation hot paths are in
- * alloc.c, the thread caches in tcache.c.
+ * alloc.c and free.c, the thread caches in tcache.c.
  */
 #include "config.h"
 

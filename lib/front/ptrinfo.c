@@ -3,7 +3,7 @@
  * allocation, its place and tier), ump_pool_range, and the internal
  * lookups the other layers ask (front.h: pool_ptr_info, pool_ptr_movable,
  * pool_ptr_on_host). Read from the granule tags that the allocator
- * (alloc.c) keeps.
+ * (alloc.c, free.c) keeps.
  */
 #include "config.h"
 

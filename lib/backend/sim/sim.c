@@ -315,9 +315,14 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
         ump_log_error("sim: pthread_mutex_init: %s", strerror(-err));
         goto err_release;
     }
+    err = -pthread_rwlock_init(&c->bytes, NULL);
+    if (err) {
+        ump_log_error("sim: pthread_rwlock_init: %s", strerror(-err));
+        goto err_mutex;
+    }
     err = sim_timed_init(c, cfg);
     if (err)
-        goto err_mutex;
+        goto err_rwlock;
     err = sim_streams_init(&c->streams, c->ndev);
     if (err)
         goto err_timed;
@@ -328,6 +333,8 @@ static int sim_open(const struct ump_config *cfg, struct ump_topology *topo,
 
 err_timed:
     sim_timed_fini(c);
+err_rwlock:
+    pthread_rwlock_destroy(&c->bytes);
 err_mutex:
     pthread_mutex_destroy(&c->lock);
 err_release:
@@ -347,6 +354,7 @@ static void sim_close(void *ctx)
     sim_streams_fini(&c->streams);
     release_all(c);
     sim_timed_fini(c);
+    pthread_rwlock_destroy(&c->bytes);
     pthread_mutex_destroy(&c->lock);
     free(c);
 }

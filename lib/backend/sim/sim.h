@@ -50,6 +50,11 @@ char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p);
  * CUDA does not permit driver calls there, so sim refuses them. Else 0. */
 int sim_check_caller(const char *op);
 
+/* Around the bytes a copy or memset moves (never around a call that takes
+ * the context's lock): a device failing meanwhile poisons its memory only
+ * once they are moved (sim_fail.c). */
+void sim_bytes_hold(void *ctx);
+void sim_bytes_drop(void *ctx);
 /* sim_dev_op for the streams, which hold no context lock: an operation on
  * a stream of device. Takes the context's lock. */
 int sim_device_op(void *ctx, int device);

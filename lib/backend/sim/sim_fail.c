@@ -11,7 +11,10 @@
  * to -EIO too). Unmap and release still succeed, so the pool can give the
  * memory back. Its chunks' memory is overwritten with a poison pattern at
  * the moment of failure: the data is gone, and a byte that the pool
- * wrongly reports as surviving reads as poison in the tests.
+ * wrongly reports as surviving reads as poison in the tests. A copy a
+ * stream runs meanwhile (a move's, queued before the failure) ends first:
+ * the poison waits for it (sim_bytes_hold), as a DMA in flight when a GPU
+ * falls off the bus ends or is lost, never half-poisoned at random.
  */
 #include "config.h"
 
@@ -33,13 +36,25 @@ static void fail_now(struct sim_ctx *c, int d)
     c->fail_dev = -1;
     ump_log_error("sim: device %d failed (injected): its memory is lost and "
                   "its operations are -EIO from now on", d);
+    pthread_rwlock_wrlock(&c->bytes);
     for (size_t i = 0; i < c->slots_touched; i++) {
         struct sim_chunk *ch = &c->slots[i];
         if (ch->device == d && !ch->host && !ch->released)
             memset(c->dev[d].win + ch->off, POISON, ch->size);
     }
+    pthread_rwlock_unlock(&c->bytes);
     if (c->watch)
         atomic_fetch_or(c->watch, 1u << d);
+}
+
+void sim_bytes_hold(void *ctx)
+{
+    pthread_rwlock_rdlock(&((struct sim_ctx *)ctx)->bytes);
+}
+
+void sim_bytes_drop(void *ctx)
+{
+    pthread_rwlock_unlock(&((struct sim_ctx *)ctx)->bytes);
 }
 
 int sim_dev_op(struct sim_ctx *c, int device)

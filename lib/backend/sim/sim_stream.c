@@ -127,7 +127,9 @@ static void copy_run(void *ctx, char *dst, const char *src, size_t size)
         char *d = sim_view_of(ctx, dst, n, &n);
         const char *s = sim_view_of(ctx, src, n, &n);
 
+        sim_bytes_hold(ctx);
         memcpy(d ? d : dst, s ? s : src, n);
+        sim_bytes_drop(ctx);
         dst += n;
         src += n;
         size -= n;
@@ -140,7 +142,9 @@ static void set_run(void *ctx, char *dst, int value, size_t size)
         size_t n = size;
         char *d = sim_view_of(ctx, dst, n, &n);
 
+        sim_bytes_hold(ctx);
         memset(d ? d : dst, value, n);
+        sim_bytes_drop(ctx);
         dst += n;
         size -= n;
     }

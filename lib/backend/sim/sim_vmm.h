@@ -93,6 +93,11 @@ struct sim_ctx {
     long fail_left;
     uint32_t failed;
     _Atomic uint32_t *watch;
+    /* The bytes of the chunks' memory: copies and memsets hold it for
+     * reading while they move bytes, a device failing takes it for writing
+     * to poison its memory (sim_bytes_hold, sim_fail.c). Taken inside the
+     * lock by the failure, never held while taking the lock by a copy. */
+    pthread_rwlock_t bytes;
     /* sim_driver_costs:h200 and h200-timed: the driver time the calls on
      * device chunks would have taken on an H200, per device of the chunk
      * (sim_vmm.c adds under the lock, sim_driver_ns reads with none). */

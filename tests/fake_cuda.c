@@ -79,6 +79,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -86,6 +87,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cuda.h>
@@ -207,6 +209,8 @@ struct fake_alloc {
     CUmemLocation loc; /* as created */
     int retained;      /* references cuMemRetainAllocationHandle handed out */
     bool released;
+    bool shareable;    /* made with a POSIX file descriptor handle type */
+    bool imported;     /* another process's memory: not counted here */
     struct fake_alloc *next;
 };
 
@@ -382,7 +386,9 @@ static void alloc_put(struct fake_alloc *a)
             *pp = a->next;
             break;
         }
-    if (a->host)
+    if (a->imported)
+        ;
+    else if (a->host)
         used_host -= a->size;
     else
         used[a->dev] -= a->size;
@@ -845,7 +851,14 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
     a = calloc(1, sizeof(*a));
     if (!a)
         return end(CUDA_ERROR_OUT_OF_MEMORY);
-    a->fd = memfd_create("fake-cuda", MFD_CLOEXEC);
+    /* Named for its place, which an importer reads back (the driver's
+     * own handle carries it). */
+    char name[32];
+    if (host)
+        snprintf(name, sizeof(name), "fake-cuda-host");
+    else
+        snprintf(name, sizeof(name), "fake-cuda-dev%d", dev);
+    a->fd = memfd_create(name, MFD_CLOEXEC);
     if (a->fd < 0 || ftruncate(a->fd, (off_t)size) != 0) {
         if (a->fd >= 0)
             close(a->fd);
@@ -861,6 +874,7 @@ static CUresult fake_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
         last_dev_loc = dev;
     a->size = size;
     a->refs = 1;
+    a->shareable = prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE;
     a->next = allocs;
     allocs = a;
     if (host)
@@ -927,6 +941,74 @@ static CUresult fake_cuMemGetAllocationPropertiesFromHandle(
     memset(prop, 0, sizeof(*prop));
     prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop->location = a->loc;
+    if (a->shareable)
+        prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    return end(CUDA_SUCCESS);
+}
+
+/* The allocation's memfd, a new descriptor of it: as the driver's, a
+ * POSIX descriptor that another process imports. */
+static CUresult fake_cuMemExportToShareableHandle(
+    void *shareable, CUmemGenericAllocationHandle h,
+    CUmemAllocationHandleType type, unsigned long long flags)
+{
+    struct fake_alloc *a;
+    int fd;
+
+    BEGIN();
+    a = alloc_any(h);
+    if (!shareable || flags || !a || (a->released && !a->retained) ||
+        type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    if (!a->shareable)
+        return end(CUDA_ERROR_NOT_SUPPORTED);
+    fd = fcntl(a->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    *(int *)shareable = fd;
+    return end(CUDA_SUCCESS);
+}
+
+/* A new handle on the memory of an exported descriptor (which stays the
+ * caller's): a fake allocation of its size on the device its name says. */
+static CUresult fake_cuMemImportFromShareableHandle(
+    CUmemGenericAllocationHandle *h, void *shareable,
+    CUmemAllocationHandleType type)
+{
+    int fd = (int)(intptr_t)shareable, dev;
+    char link[64], name[128];
+    struct fake_alloc *a;
+    struct stat st;
+    ssize_t len;
+
+    BEGIN();
+    if (!h || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    len = readlink(link, name, sizeof(name) - 1);
+    if (len < 0 || fstat(fd, &st) != 0)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    name[len] = '\0';
+    if (sscanf(name, "/memfd:fake-cuda-dev%d ", &dev) != 1 || !dev_ok(dev) ||
+        st.st_size <= 0)
+        return end(CUDA_ERROR_INVALID_VALUE);
+    a = calloc(1, sizeof(*a));
+    if (!a)
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    a->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (a->fd < 0) {
+        free(a);
+        return end(CUDA_ERROR_OUT_OF_MEMORY);
+    }
+    a->dev = dev;
+    a->loc.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a->loc.id = dev;
+    a->size = (size_t)st.st_size;
+    a->refs = 1;
+    a->shareable = a->imported = true;
+    a->next = allocs;
+    allocs = a;
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)a;
     return end(CUDA_SUCCESS);
 }
 
@@ -1735,6 +1817,8 @@ static const struct {
     FAKE_ENTRY(cuMemSetAccess),
     FAKE_ENTRY(cuMemRetainAllocationHandle),
     FAKE_ENTRY(cuMemGetAllocationPropertiesFromHandle),
+    FAKE_ENTRY(cuMemExportToShareableHandle),
+    FAKE_ENTRY(cuMemImportFromShareableHandle),
     FAKE_ENTRY(cuStreamCreate),
     FAKE_ENTRY(cuStreamDestroy),
     FAKE_ENTRY(cuStreamSynchronize),

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <limits.h>
@@ -1404,6 +1405,68 @@ static void test_fake_stream_wrap_virtual(void **state)
     assert_fake_clean();
 }
 
+/* A device chunk's POSIX descriptor (cuMemExportToShareableHandle) is
+ * imported as a chunk of the same GPU's memory, mapped elsewhere: one
+ * memory at two addresses. A descriptor of another GPU's memory, no
+ * chunk's, or a part of one is refused; a chunk made without a shareable
+ * handle is -ENOTSUP. The driver holds nothing after the releases. */
+static void test_fake_chunk_share(void **state)
+{
+    (void)state;
+    const struct backend_ops *be = &cuda_backend_ops;
+    struct ump_topology *topo = calloc(1, sizeof(*topo));
+    struct ump_config cfg;
+    void *ctx = NULL;
+    ump_handle_t h, h2, hx;
+    uint64_t off = 7;
+    char *va, *vb;
+    int fd = -1, devs[2] = {0, 1};
+
+    assert_non_null(topo);
+    for (int nofd = 0; nofd < 2; nofd++) {
+        use_fake(nofd ? "devices=2,nofd" : "devices=2");
+        conf_defaults(&cfg);
+        cfg.backend = UMP_BACKEND_CUDA;
+        assert_int_equal(be->open(&cfg, topo, &ctx), 0);
+        size_t g = be->granularity(ctx, 1);
+        assert_int_equal(be->reserve(ctx, 2 * g, 0, (void **)&va), 0);
+        vb = va + g;
+        assert_int_equal(be->chunk_create(ctx, 1, g, &h), 0);
+        assert_int_equal(be->map(ctx, va, g, h), 0);
+        assert_int_equal(be->set_access(ctx, va, g, devs, 2), 0);
+        memset(va, 0x5c, g);
+        if (nofd) {
+            assert_int_equal(be->chunk_export(ctx, h, &fd, &off), -ENOTSUP);
+        } else {
+            assert_int_equal(be->chunk_export(ctx, h, &fd, &off), 0);
+            assert_int_equal(off, 0);
+            assert_int_equal(be->chunk_import(ctx, fd, 0, g, 0, &hx),
+                             -EINVAL);
+            assert_int_equal(be->chunk_import(ctx, fd, g / 2, g, 1, &hx),
+                             -EINVAL);
+            int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+            assert_int_equal(be->chunk_import(ctx, other, 0, g, 1, &hx),
+                             -EINVAL);
+            close(other);
+            assert_int_equal(be->chunk_import(ctx, fd, 0, g, 1, &h2), 0);
+            close(fd); /* the driver's handle keeps the memory */
+            assert_int_equal(be->map(ctx, vb, g, h2), 0);
+            assert_int_equal(be->set_access(ctx, vb, g, devs, 2), 0);
+            assert_int_equal(vb[g - 1], 0x5c);
+            vb[3] = 1;
+            assert_int_equal(va[3], 1);
+            assert_int_equal(be->unmap(ctx, vb, g), 0);
+            assert_int_equal(be->chunk_release(ctx, h2), 0);
+        }
+        assert_int_equal(be->unmap(ctx, va, g), 0);
+        assert_int_equal(be->chunk_release(ctx, h), 0);
+        assert_int_equal(be->unreserve(ctx, va, 2 * g), 0);
+        be->close(ctx);
+        assert_fake_clean();
+    }
+    free(topo);
+}
+
 /* An event follows its stream's context: recorded on a stream of device 1,
  * then on the default stream (device 0's context here), then back. */
 static void test_fake_event_contexts(void **state)
@@ -2244,6 +2307,7 @@ NO_FAKE(test_fake_stream_left)
 NO_FAKE(test_fake_stream_wrap)
 NO_FAKE(test_fake_stream_wrap_virtual)
 NO_FAKE(test_fake_event_contexts)
+NO_FAKE(test_fake_chunk_share)
 NO_FAKE(test_fake_threads)
 NO_FAKE(test_fake_auto)
 NO_FAKE(test_fake_fork)
@@ -2300,6 +2364,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_stream_wrap, test_setup),
         cmocka_unit_test_setup(test_fake_stream_wrap_virtual, test_setup),
         cmocka_unit_test_setup(test_fake_event_contexts, test_setup),
+        cmocka_unit_test_setup(test_fake_chunk_share, test_setup),
         cmocka_unit_test_setup(test_fake_threads, test_setup),
         cmocka_unit_test_setup(test_fake_auto, test_setup),
         cmocka_unit_test_setup(test_fake_fork, test_setup),

@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1506,6 +1507,139 @@ static void test_close_in_child(void **state)
     B->close(ctx);
 }
 
+/* File descriptors this process has open. */
+static int open_fds(void)
+{
+    int n = 0;
+    char path[64];
+
+    for (int fd = 0; fd < 1024; fd++) {
+        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+        n += access(path, F_OK) == 0;
+    }
+    return n;
+}
+
+/* A device chunk exported by one context is imported by another process
+ * (a forked child, which opens a context of its own) and by another
+ * context of this one: both map the exporter's bytes, and writes go both
+ * ways. An import is not counted in the importer's capacity, holds one
+ * descriptor until released, and a failure of the importer's device does
+ * not poison the exporter's memory. */
+static void test_chunk_export_import(void **state)
+{
+    struct ump_topology topo;
+    void *a = open_sim(2, 8 * MiB, &topo), *b = open_sim(2, 4 * MiB, &topo);
+    int devs[2] = {0, 1}, fd, status;
+    ump_handle_t h, hb, hb2;
+    uint64_t off;
+    char *va, *vb;
+    pid_t pid;
+
+    (void)state;
+    /* A chunk after another, so that its extent is not at offset 0. */
+    ump_handle_t pad;
+    assert_int_equal(B->chunk_create(a, 1, G, &pad), 0);
+    va = map_new(a, 1, 2 * G, &h);
+    for (size_t i = 0; i < 2 * G; i++)
+        va[i] = (char)(i * 7 + 3);
+    assert_int_equal(B->chunk_export(a, h, &fd, &off), 0);
+    assert_true(fd >= 0);
+    assert_int_equal(off, G);
+
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* another process, with a context of its own */
+        struct ump_topology t2;
+        struct ump_config cfg;
+        void *c = NULL, *v, *s;
+        ump_handle_t hc;
+        int bad = 0;
+
+        memset(&cfg, 0, sizeof(cfg));
+        cfg.sim_devices = 2;
+        cfg.sim_device_mem = 4 * MiB;
+        if (B->open(&cfg, &t2, &c) || B->reserve(c, 2 * G, 0, &v) ||
+            B->chunk_import(c, fd, off, 2 * G, 1, &hc) ||
+            B->map(c, v, 2 * G, hc) || B->set_access(c, v, 2 * G, devs, 2) ||
+            B->stream_create(c, 0, &s))
+            _exit(2);
+        for (size_t i = 0; i < 2 * G; i += 4093)
+            bad += ((char *)v)[i] != (char)(i * 7 + 3);
+        /* Written by a stream's copy (no window of its own here) and by
+         * the CPU: the exporter sees both. */
+        static const char mark[] = "from the child";
+        if (B->memcpy_async(c, (char *)v + 100, mark, sizeof(mark), s) ||
+            B->stream_sync(c, s))
+            _exit(3);
+        ((char *)v)[2 * G - 1] = 42;
+        _exit(bad ? 1 : 0);
+    }
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+    assert_string_equal(va + 100, "from the child");
+    assert_int_equal(va[2 * G - 1], 42);
+
+    /* Bad imports: another device's memory, a file that is no device's
+     * memory, extents out of bounds or unaligned. Nothing is held. */
+    int before = open_fds();
+    int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    assert_true(other >= 0);
+    assert_int_equal(B->chunk_import(b, fd, off, 2 * G, 0, &hb), -EINVAL);
+    assert_int_equal(B->chunk_import(b, other, 0, 2 * G, 1, &hb), -EINVAL);
+    assert_int_equal(B->chunk_import(b, fd, off + 1, 2 * G, 1, &hb), -EINVAL);
+    assert_int_equal(B->chunk_import(b, fd, off, G + 1, 1, &hb), -EINVAL);
+    assert_int_equal(B->chunk_import(b, fd, off, 0, 1, &hb), -EINVAL);
+    assert_int_equal(B->chunk_import(b, fd, 8 * MiB - G, 2 * G, 1, &hb),
+                     -EINVAL);
+    assert_int_equal(B->chunk_import(b, fd, off, 2 * G, 2, &hb), -EINVAL);
+    assert_int_equal(B->chunk_import(b, -1, off, 2 * G, 1, &hb), -EINVAL);
+    close(other);
+    assert_int_equal(open_fds(), before);
+    /* Bad exports: a released chunk, no chunk, a host chunk. */
+    int fd2;
+    uint64_t off2;
+    assert_int_equal(B->chunk_release(a, pad), 0);
+    assert_int_equal(B->chunk_export(a, pad, &fd2, &off2), -EINVAL);
+    assert_int_equal(B->chunk_export(a, (ump_handle_t)12345, &fd2, &off2),
+                     -EINVAL);
+    assert_int_equal(B->chunk_export(a, h, NULL, &off2), -EINVAL);
+    assert_int_equal(open_fds(), before);
+
+    /* Another context of this process: its device stays free for its own
+     * chunks (4 MiB each), and the import holds a descriptor until it is
+     * released and unmapped. */
+    assert_int_equal(B->reserve(b, 2 * G, 0, (void **)&vb), 0);
+    assert_int_equal(B->chunk_import(b, fd, off, 2 * G, 1, &hb), 0);
+    close(fd); /* the import keeps its own in place of it */
+    assert_int_equal(open_fds(), before);
+    assert_int_equal(B->map(b, vb, 2 * G, hb), 0);
+    assert_int_equal(B->set_access(b, vb, 2 * G, &devs[1], 1), 0);
+    assert_int_equal(vb[5], (char)(5 * 7 + 3));
+    vb[6] = 9;
+    assert_int_equal(va[6], 9);
+    assert_int_equal(B->chunk_create(b, 1, 4 * MiB, &hb2), 0);
+    assert_int_equal(B->chunk_release(b, hb2), 0);
+    /* Re-exported from the importer: the same memory. */
+    assert_int_equal(B->chunk_export(b, hb, &fd2, &off2), 0);
+    assert_int_equal(off2, off);
+    close(fd2);
+    /* The importer's device fails: its own memory is poisoned, not the
+     * exporter's. */
+    assert_int_equal(sim_fail_device(b, 1, 0), 0);
+    assert_int_equal(va[7], (char)(7 * 7 + 3));
+    assert_int_equal(B->chunk_export(b, hb, &fd2, &off2), -EIO);
+    assert_int_equal(B->chunk_release(b, hb), 0);
+    assert_int_equal(open_fds(), before); /* the mapping holds it */
+    assert_int_equal(B->unmap(b, vb, 2 * G), 0);
+    assert_int_equal(open_fds(), before - 1);
+    assert_int_equal(B->unreserve(b, vb, 2 * G), 0);
+    B->close(b);
+    unmap_free(a, va, 2 * G, h);
+    B->close(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1538,6 +1672,7 @@ int main(void)
         cmocka_unit_test(test_fault_injection),
         cmocka_unit_test(test_close_with_leftovers),
         cmocka_unit_test(test_close_in_child),
+        cmocka_unit_test(test_chunk_export_import),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

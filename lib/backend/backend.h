@@ -50,6 +50,22 @@ struct backend_ops {
     /* -ENOMEM when the device is full. */
     int (*chunk_create)(void *ctx, int device, size_t size, ump_handle_t *h_p);
     int (*chunk_release)(void *ctx, ump_handle_t h);
+    /* Optional (NULL: -ENOTSUP by the caller). A new file descriptor (the
+     * caller closes it) through which another process of the same user
+     * imports device chunk h, and where in that file the chunk starts. On
+     * cuda cuMemExportToShareableHandle (a POSIX file descriptor, offset
+     * 0; -ENOTSUP where the chunk was made without one); on sim the
+     * device's memfd at the chunk's extent. */
+    int (*chunk_export)(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p);
+    /* Optional. A chunk of this context, of size bytes on device, from
+     * what chunk_export gave in another process (fd stays the caller's).
+     * Mapped, given access and released as the context's own; the
+     * exporter keeps its chunk until the importers have released theirs
+     * (on sim its release gives the memory back for reuse). -EINVAL,
+     * logged, when fd is not that: another file, another device's memory,
+     * an extent out of its bounds. */
+    int (*chunk_import)(void *ctx, int fd, uint64_t off, size_t size,
+                        int device, ump_handle_t *h_p);
     /* Pinned host memory on NUMA node numa_node (-1: no preference), a chunk
      * like a device's: mapped with map(), made usable with set_access_host().
      * -ENOMEM when it cannot be had. On cuda: cuMemCreate with

@@ -189,6 +189,9 @@ int cuvmm_reserve_at(void *ctx, void *va, size_t size, size_t align);
 int cuvmm_unreserve(void *ctx, void *va, size_t size);
 int cuvmm_chunk_create(void *ctx, int device, size_t size, ump_handle_t *h_p);
 int cuvmm_chunk_release(void *ctx, ump_handle_t h);
+int cuvmm_chunk_export(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p);
+int cuvmm_chunk_import(void *ctx, int fd, uint64_t off, size_t size,
+                       int device, ump_handle_t *h_p);
 int cuvmm_host_chunk_create(void *ctx, int numa_node, size_t size,
                             ump_handle_t *h_p);
 int cuvmm_host_register(void *ctx, void *p, size_t size);

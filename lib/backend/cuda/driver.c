@@ -155,6 +155,8 @@ static const struct {
     CUDRV_TABLE(cuMemSetAccess),
     CUDRV_TABLE(cuMemRetainAllocationHandle),
     CUDRV_TABLE(cuMemGetAllocationPropertiesFromHandle),
+    CUDRV_TABLE(cuMemExportToShareableHandle),
+    CUDRV_TABLE(cuMemImportFromShareableHandle),
     CUDRV_TABLE(cuStreamCreate),
     CUDRV_TABLE(cuStreamDestroy),
     CUDRV_TABLE(cuStreamSynchronize),

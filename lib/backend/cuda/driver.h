@@ -76,6 +76,8 @@ struct cudrv_api {
     CUDRV_ENTRY(cuMemSetAccess);
     CUDRV_ENTRY(cuMemRetainAllocationHandle);
     CUDRV_ENTRY(cuMemGetAllocationPropertiesFromHandle);
+    CUDRV_ENTRY(cuMemExportToShareableHandle);
+    CUDRV_ENTRY(cuMemImportFromShareableHandle);
     CUDRV_ENTRY(cuStreamCreate);
     CUDRV_ENTRY(cuStreamDestroy);
     CUDRV_ENTRY(cuStreamSynchronize);

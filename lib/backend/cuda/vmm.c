@@ -318,6 +318,104 @@ int cuvmm_chunk_release(void *ctx, ump_handle_t h)
                              (unsigned long long)h);
 }
 
+/* --- chunks shared with another process -------------------------------- */
+
+/* The chunk's properties (its GPU, its handle types); logs. */
+static int chunk_props(struct cuda_ctx *c, CUmemGenericAllocationHandle h,
+                       CUmemAllocationProp *prop, const char *op)
+{
+    CUresult res = c->api.cuMemGetAllocationPropertiesFromHandle(prop, h);
+    if (res != CUDA_SUCCESS)
+        return cudrv_fail(&c->api, res, UMP_LOG_ERROR,
+                          "%s: handle %#llx", op, (unsigned long long)h);
+    return 0;
+}
+
+int cuvmm_chunk_export(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p)
+{
+    struct cuda_ctx *c = ctx;
+    CUmemAllocationProp prop;
+    CUcontext saved;
+    int fd = -1, err;
+
+    if (!fd_p || !off_p) {
+        ump_log_error("cuda: chunk_export: NULL result pointer");
+        return -EINVAL;
+    }
+    err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    err = chunk_props(c, (CUmemGenericAllocationHandle)h, &prop,
+                      "chunk_export");
+    if (!err && prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
+        ump_log_error("cuda: chunk_export: handle %#llx is not device "
+                      "memory", (unsigned long long)h);
+        err = -EINVAL;
+    } else if (!err && !(prop.requestedHandleTypes &
+                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+        ump_log_error("cuda: chunk_export: GPU %d made the chunk without a "
+                      "shareable handle (the driver refused them here)",
+                      prop.location.id);
+        err = -ENOTSUP;
+    } else if (!err) {
+        CUresult res = c->api.cuMemExportToShareableHandle(
+            &fd, (CUmemGenericAllocationHandle)h,
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        if (res != CUDA_SUCCESS)
+            err = cudrv_fail(&c->api, res, UMP_LOG_ERROR,
+                             "cuMemExportToShareableHandle of %#llx",
+                             (unsigned long long)h);
+    }
+    cudrv_ctx_leave(&c->api, c->pctx[CUDA_ANY_DEVICE], saved);
+    if (err)
+        return err;
+    *fd_p = fd;
+    *off_p = 0; /* the file is the chunk */
+    return 0;
+}
+
+int cuvmm_chunk_import(void *ctx, int fd, uint64_t off, size_t size,
+                       int device, ump_handle_t *h_p)
+{
+    struct cuda_ctx *c = ctx;
+    CUmemGenericAllocationHandle h;
+    CUmemAllocationProp prop;
+    CUcontext saved;
+    int err;
+
+    if (!h_p || !cuda_device_ok(c, device, "chunk_import"))
+        return -EINVAL;
+    if (off || !size || size % c->gran[cuda_phys(c, device)]) {
+        ump_log_error("cuda: chunk_import: [%llu, +%zu) is not a whole "
+                      "exported chunk", (unsigned long long)off, size);
+        return -EINVAL;
+    }
+    err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
+    if (err)
+        return err;
+    CUresult res = c->api.cuMemImportFromShareableHandle(
+        &h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (res != CUDA_SUCCESS) {
+        err = cudrv_fail(&c->api, res, UMP_LOG_ERROR,
+                         "cuMemImportFromShareableHandle of descriptor %d",
+                         fd);
+        if (err == -EINVAL || err == -ENOTSUP)
+            err = -EINVAL; /* not an exported chunk: the caller's input */
+    } else if (!(err = chunk_props(c, h, &prop, "chunk_import")) &&
+               (prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+                prop.location.id != cuda_phys(c, device))) {
+        ump_log_error("cuda: chunk_import: descriptor %d is not memory of "
+                      "device %d (GPU %d)", fd, device, cuda_phys(c, device));
+        err = -EINVAL;
+    }
+    if (err && res == CUDA_SUCCESS)
+        c->api.cuMemRelease(h);
+    cudrv_ctx_leave(&c->api, c->pctx[CUDA_ANY_DEVICE], saved);
+    if (!err)
+        *h_p = (ump_handle_t)h;
+    return err;
+}
+
 /* --- mappings and access ----------------------------------------------- */
 
 int cuvmm_map(void *ctx, void *va, size_t size, ump_handle_t h)

@@ -229,9 +229,13 @@ static void release_all(struct sim_ctx *c)
         free(r);
     }
     c->resv = NULL;
-    for (size_t i = 0; i < c->slots_touched; i++)
-        if (c->slots[i].device >= 0)
-            free(c->slots[i].spare);
+    for (size_t i = 0; i < c->slots_touched; i++) {
+        if (c->slots[i].device < 0)
+            continue;
+        free(c->slots[i].spare);
+        if (c->slots[i].imported)
+            close(c->slots[i].fd);
+    }
     if (c->slots)
         munmap(c->slots, c->slots_bytes);
     for (int i = 0; i < c->ndev; i++)
@@ -390,6 +394,8 @@ const struct backend_ops sim_backend_ops = {
     .reserve_at = sim_reserve_at,
     .chunk_create = sim_chunk_create,
     .chunk_release = sim_chunk_release,
+    .chunk_export = sim_chunk_export,
+    .chunk_import = sim_chunk_import,
     .host_chunk_create = sim_host_chunk_create,
     .io_view = sim_io_view,
     .map = sim_map,

@@ -39,7 +39,7 @@ static void fail_now(struct sim_ctx *c, int d)
     pthread_rwlock_wrlock(&c->bytes);
     for (size_t i = 0; i < c->slots_touched; i++) {
         struct sim_chunk *ch = &c->slots[i];
-        if (ch->device == d && !ch->host && !ch->released)
+        if (ch->device == d && !ch->host && !ch->released && !ch->imported)
             memset(c->dev[d].win + ch->off, POISON, ch->size);
     }
     pthread_rwlock_unlock(&c->bytes);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/sim/sim_vmm.h"
@@ -176,11 +177,22 @@ static struct sim_device *chunk_mem(struct sim_ctx *c,
     return ch->host ? &c->host[ch->device] : &c->dev[ch->device];
 }
 
+/* The file a live chunk's memory is in, at ch->off. Lock held. */
+static int chunk_fd(struct sim_ctx *c, const struct sim_chunk *ch)
+{
+    return ch->imported ? ch->fd : chunk_mem(c, ch)->fd;
+}
+
 /* Gives a released, unmapped chunk's memory back. Lock held. */
 void sim_chunk_free(struct sim_ctx *c, struct sim_chunk *ch)
 {
     struct sim_device *d = chunk_mem(c, ch);
 
+    if (ch->imported) { /* the exporter's memory: only let go of it */
+        close(ch->fd);
+        slot_put(c, ch);
+        return;
+    }
     if (fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   (off_t)ch->off, (off_t)ch->size) != 0)
         ump_log_warn("sim: cannot punch a hole in %s %d's memory: %s",
@@ -365,6 +377,135 @@ out:
     return err;
 }
 
+/* --- chunks shared with another process -------------------------------- */
+
+/*
+ * A device chunk's memory is an extent of the device's memfd: exporting it
+ * hands out that memfd (a new descriptor of it) and the extent's offset,
+ * which the importer maps as it maps its own. The memfd holds all of the
+ * device's memory in this context, as a CUDA process's devices hold every
+ * allocation of its own: only a process of the same user gets it (the
+ * pool's transport checks), and the pool uses only the extent. The memory
+ * is not counted: the exporter must keep its chunk until every importer
+ * has released its own (the pool's protocol does), since a release here
+ * gives the extent back for reuse; on cuda the driver counts.
+ */
+
+int sim_chunk_export(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_chunk *ch;
+    int err = sim_check_caller("chunk_export");
+
+    if (err)
+        return err;
+    if (!fd_p || !off_p) {
+        ump_log_error("sim: chunk_export: NULL result pointer");
+        return -EINVAL;
+    }
+    pthread_mutex_lock(&c->lock);
+    ch = chunk_of(c, h);
+    if (!ch || ch->host) {
+        ump_log_error("sim: chunk_export: handle %#llx is not a live device "
+                      "chunk", (unsigned long long)h);
+        err = -EINVAL;
+    } else if (!(err = sim_dev_op(c, ch->device))) {
+        int fd = fcntl(chunk_fd(c, ch), F_DUPFD_CLOEXEC, 0);
+        if (fd < 0) {
+            err = -errno;
+            ump_log_error("sim: chunk_export: %s", strerror(-err));
+        } else {
+            *fd_p = fd;
+            *off_p = ch->off;
+        }
+    }
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+/* 0 when fd is device `device`'s memory of a sim context (its memfd's
+ * name says so: another file, or another device's memory, is not
+ * importable as this device's) holding [off, off + size). Logs. */
+static int import_check(int fd, uint64_t off, size_t size, int device)
+{
+    char link[64], name[128], want[64];
+    struct stat st;
+    ssize_t len;
+
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+    len = readlink(link, name, sizeof(name) - 1);
+    if (len < 0 || fstat(fd, &st) != 0) {
+        ump_log_error("sim: chunk_import: descriptor %d: %s", fd,
+                      strerror(errno));
+        return -EINVAL;
+    }
+    name[len] = '\0';
+    snprintf(want, sizeof(want), "/memfd:umpool-sim-dev%d ", device);
+    if (strncmp(name, want, strlen(want)) != 0) {
+        ump_log_error("sim: chunk_import: descriptor %d (%s) is not device "
+                      "%d's memory", fd, name, device);
+        return -EINVAL;
+    }
+    if (!size || size % SIM_GRAN || off % SIM_GRAN ||
+        off > (uint64_t)st.st_size || size > (uint64_t)st.st_size - off) {
+        ump_log_error("sim: chunk_import: [%llu, +%zu) is not a "
+                      "granularity-aligned extent of device %d's %lld bytes",
+                      (unsigned long long)off, size, device,
+                      (long long)st.st_size);
+        return -EINVAL;
+    }
+    return 0;
+}
+
+int sim_chunk_import(void *ctx, int fd, uint64_t off, size_t size, int device,
+                     ump_handle_t *h_p)
+{
+    struct sim_ctx *c = ctx;
+    struct sim_chunk *ch;
+    struct sim_call k;
+    int err = sim_check_caller("chunk_import");
+
+    if (err)
+        return err;
+    if (!h_p || device < 0 || device >= c->ndev) {
+        ump_log_error("sim: chunk_import: %s", h_p ? "no such device"
+                                                   : "NULL handle pointer");
+        return -EINVAL;
+    }
+    err = import_check(fd, off, size, device);
+    if (err)
+        return err;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) {
+        err = -errno;
+        ump_log_error("sim: chunk_import: %s", strerror(-err));
+        return err;
+    }
+    sim_call_begin(c, &k);
+    pthread_mutex_lock(&c->lock);
+    err = sim_dev_op(c, device);
+    ch = err ? NULL : slot_get(c);
+    if (!err && !ch) {
+        ump_log_error("sim: chunk table is full");
+        err = -ENOMEM;
+    }
+    if (!err) {
+        memset(ch, 0, sizeof(*ch));
+        ch->device = device;
+        ch->size = size;
+        ch->off = off;
+        ch->imported = true;
+        ch->fd = own;
+        drv_account(c, ch, DRV_CREATE, &k);
+        *h_p = (ump_handle_t)(uintptr_t)ch;
+    }
+    pthread_mutex_unlock(&c->lock);
+    sim_call_end(c, &k);
+    if (err)
+        close(own);
+    return err;
+}
+
 void *sim_io_view(void *ctx, void *va, size_t size)
 {
     size_t len = 0;
@@ -449,8 +590,8 @@ int sim_map(void *ctx, void *va, size_t size, ump_handle_t h)
         }
     }
     /* PROT_NONE: like CUDA, nothing is accessible before set_access. */
-    p = mmap(va, size, PROT_NONE, MAP_SHARED | MAP_FIXED,
-             chunk_mem(c, ch)->fd, (off_t)ch->off);
+    p = mmap(va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, chunk_fd(c, ch),
+             (off_t)ch->off);
     if (p == MAP_FAILED) {
         err = -errno;
         ump_log_error("sim: map: mmap at %p: %s%s", va, strerror(-err),
@@ -675,7 +816,8 @@ char *sim_view_of(void *ctx, const void *p, size_t max, size_t *len_p)
             continue;
         size_t i = (a - b) / SIM_GRAN, in = (a - b) % SIM_GRAN;
         struct sim_granule *g = &r->g[i];
-        if (!g->chunk || !g->access)
+        /* An imported chunk has no window here: copies use p itself. */
+        if (!g->chunk || !g->access || g->chunk->imported)
             break;
         size_t at = g->chunk->off + (size_t)g->idx * SIM_GRAN + in;
         size_t left = g->chunk->size - (size_t)g->idx * SIM_GRAN - in;

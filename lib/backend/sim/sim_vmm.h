@@ -34,6 +34,11 @@ struct sim_chunk {
     size_t size, off;         /* extent in the device's (node's) memfd */
     struct sim_extent *spare; /* gives the extent back without allocating */
     struct sim_chunk *next_free;
+    /* Imported (sim_chunk_import): off is in fd, another process's (or
+     * context's) device memory, which this one holds open; not in the
+     * device's memfd, not counted in its capacity, never poisoned here. */
+    bool imported;
+    int fd;
 };
 
 struct sim_device {
@@ -167,6 +172,9 @@ int sim_host_chunk_create(void *ctx, int numa_node, size_t size,
                           ump_handle_t *h_p);
 void *sim_io_view(void *ctx, void *va, size_t size);
 int sim_chunk_release(void *ctx, ump_handle_t h);
+int sim_chunk_export(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p);
+int sim_chunk_import(void *ctx, int fd, uint64_t off, size_t size, int device,
+                     ump_handle_t *h_p);
 int sim_map(void *ctx, void *va, size_t size, ump_handle_t h);
 int sim_unmap(void *ctx, void *va, size_t size);
 int sim_set_access(void *ctx, void *va, size_t size, const int *devices,

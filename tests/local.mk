@@ -5,6 +5,7 @@
 # one line in UNIT_TESTS, grouped by the layer it tests.
 UNIT_TESTS = \
 	tests/test_conf \
+	tests/test_unixsock \
 	tests/test_topology \
 	tests/test_drivercost \
 	tests/test_sim \

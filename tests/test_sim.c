@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fdcount.h"
 #include "backend/backend.h"
 #include "util/conf.h"
 #include "topo/drivercost.h"
@@ -1505,19 +1506,6 @@ static void test_close_in_child(void **state)
     unmap_free(ctx, va, G, h);
     unmap_free(ctx, hva, G, hh);
     B->close(ctx);
-}
-
-/* File descriptors this process has open. */
-static int open_fds(void)
-{
-    int n = 0;
-    char path[64];
-
-    for (int fd = 0; fd < 1024; fd++) {
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n += access(path, F_OK) == 0;
-    }
-    return n;
 }
 
 /* A device chunk exported by one context is imported by another process

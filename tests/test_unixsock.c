@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fdcount.h"
 #include "util/unixsock.h"
 
 /* A fresh directory standing for $XDG_RUNTIME_DIR. */
@@ -41,18 +42,6 @@ static int teardown(void **state)
     (void)state;
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
     return system(cmd) == 0 ? 0 : -1;
-}
-
-/* Descriptors this process has open. */
-static int open_fds(void)
-{
-    int n = 0;
-    char path[64];
-    for (int fd = 0; fd < 1024; fd++) {
-        snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-        n += access(path, F_OK) == 0;
-    }
-    return n;
 }
 
 static void test_names(void **state)

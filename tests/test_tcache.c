@@ -42,7 +42,7 @@ static size_t my_run_bytes(ump_pool_t *pool, int d)
 {
     struct tcache *tc = tcache_get(pool);
     assert_non_null(tc);
-    return atomic_load(&tc->run_bytes[d]);
+    return tcache_run_bytes(tc, d);
 }
 
 static void flush_mine(ump_pool_t *pool)

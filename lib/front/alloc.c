@@ -149,10 +149,8 @@ static int alloc_small_slow(ump_pool_t *pool, struct tcache *tc,
     /* got may have failed since: its objects are not cached. */
     struct tc_bin *b = pool_dev_failed(pool, got) ? NULL
                                                   : tcache_bin(tc, got, cls);
-    for (; b && i < n && b->count < b->cap; i++)
-        b->items[b->count++] = items[i];
-    if (i > 1)
-        tc_add_bytes(&tc->obj_bytes[got], (int64_t)((i - 1) * sc_size(cls)));
+    for (; b && i < n && bin_count(b) < b->cap; i++)
+        bin_push(b, items[i]);
     count_bin(tc, got, cls, sc_size(cls), COUNT_ALLOC);
     tc_exit(tc);
     if (i < n) {
@@ -176,11 +174,10 @@ alloc_cached(struct tcache *tc, int dev, unsigned cls,
         return false;
     struct tc_bin *b = atomic_load_explicit(&tc->bins[dev],
                                             memory_order_relaxed);
-    if (ump_likely(b && b[cls].count)) {
+    if (ump_likely(b && bin_count(&b[cls]))) {
         struct tc_bin *bin = &b[cls];
-        struct obj_ref it = bin->items[--bin->count];
+        struct obj_ref it = bin_pop(bin);
         ctr_add_u(&bin->allocs, 1);
-        tc_add_bytes(&tc->obj_bytes[dev], -(int64_t)sc_size(cls));
         tc_exit(tc);
         give_object(&it, size, ptr_p);
         return true;
@@ -227,11 +224,9 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
         policy_prefers_requester(&pool->place, pr->policy)) {
         tc_enter(tc);
         struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
-        if (bin && bin->count) {
-            struct obj_ref it = bin->items[--bin->count];
+        if (bin && bin_count(bin)) {
+            struct obj_ref it = bin_pop(bin);
             ctr_add_u(&bin->allocs, 1);
-            tc_add_bytes(&tc->run_bytes[dev],
-                         -(int64_t)(n << pool->chunk_shift));
             tc_exit(tc);
             /* Statistics read it under the lock (stats.c): relaxed. */
             atomic_store_explicit(&((struct run *)it.meta)->flags,
@@ -395,13 +390,12 @@ run_cached(ump_pool_t *pool, struct tcache *tc, int dev,
     struct tc_bin *b = atomic_load_explicit(&tc->bins[dev],
                                             memory_order_relaxed);
     struct tc_bin *bin = b ? &b[run_bin(pool, n)] : NULL;
-    if (ump_unlikely(!bin || !bin->count)) {
+    if (ump_unlikely(!bin || !bin_count(bin))) {
         tc_exit(tc);
         return false;
     }
-    struct obj_ref it = bin->items[--bin->count];
+    struct obj_ref it = bin_pop(bin);
     ctr_add_u(&bin->allocs, 1);
-    tc_add_bytes(&tc->run_bytes[dev], -(int64_t)(n << pool->chunk_shift));
     tc_exit(tc);
     atomic_store_explicit(&((struct run *)it.meta)->flags,
                           (unsigned char)flags, memory_order_relaxed);

@@ -121,18 +121,16 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
      * cache's section, so a flush cannot miss it). */
     if (ump_unlikely(pool_dev_failed(pool, s->device))) {
         back[k++] = (struct obj_ref){ptr, s, idx};
-    } else if (ump_likely(bin && bin->count < bin->cap)) {
-        bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
-        tc_add_bytes(&tc->obj_bytes[s->device], s->size);
+    } else if (ump_likely(bin && bin_count(bin) < bin->cap)) {
+        bin_push(bin, (struct obj_ref){ptr, s, idx});
         tc_exit(tc);
         return;
     } else if (bin && bin->cap) { /* full: half goes back to the slabs */
-        k = bin->count / 2;
-        bin->count -= k;
-        memcpy(back, bin->items + bin->count, k * sizeof(*back));
-        bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
-        tc_add_bytes(&tc->obj_bytes[s->device],
-                     (1 - (int64_t)k) * (int64_t)s->size);
+        uint32_t left = bin_count(bin) - bin_count(bin) / 2;
+        k = bin_count(bin) / 2;
+        memcpy(back, bin->items + left, k * sizeof(*back));
+        bin_set_count(bin, left);
+        bin_push(bin, (struct obj_ref){ptr, s, idx});
     } else {
         back[k++] = (struct obj_ref){ptr, s, idx};
     }
@@ -154,12 +152,10 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
         struct tc_bin *bin = tcache_bin(tc, r->device, b);
         /* After a device failure runs are not cached by threads: one may
          * hold a failed chunk (runs_free gives those back). */
-        if (bin && bin->count < bin->cap && !r->res &&
+        if (bin && bin_count(bin) < bin->cap && !r->res &&
             !pool_any_failed(pool)) {
-            bin->items[bin->count++] = (struct obj_ref){
-                vas_addr(&pool->vas, r->start), r, 0};
-            tc_add_bytes(&tc->run_bytes[r->device],
-                         (int64_t)(r->n << pool->chunk_shift));
+            bin_push(bin, (struct obj_ref){vas_addr(&pool->vas, r->start),
+                                           r, 0});
             tc_exit(tc);
             return;
         }
@@ -250,14 +246,14 @@ free_run_cached(ump_pool_t *pool, struct run *r, void *ptr, bool host)
                                             memory_order_relaxed);
     struct tc_bin *bin = b && n <= RUN_TCACHE_MAX ? &b[run_bin(pool, n)]
                                                   : NULL;
-    if (ump_unlikely(!bin || bin->count >= bin->cap || r->res || r->mixed)) {
+    if (ump_unlikely(!bin || bin_count(bin) >= bin->cap || r->res ||
+                     r->mixed)) {
         tc_exit(tc);
         free_run_changed(pool, tc, r);
         return true;
     }
     ctr_add_u(&bin->frees, 1);
-    bin->items[bin->count++] = (struct obj_ref){ptr, r, 0};
-    tc_add_bytes(&tc->run_bytes[d], (int64_t)(n << pool->chunk_shift));
+    bin_push(bin, (struct obj_ref){ptr, r, 0});
     tc_exit(tc);
     return true;
 }
@@ -302,7 +298,7 @@ free_cached(ump_pool_t *pool, void *ptr, bool host)
      * (else a failed device's object could go into the bin after the
      * flush, and out again to the next allocation). Any bit: the full
      * path then does what it does per device. */
-    if (ump_unlikely(!bin || bin->count >= bin->cap ||
+    if (ump_unlikely(!bin || bin_count(bin) >= bin->cap ||
                      atomic_load_explicit(&pool->failed,
                                           memory_order_relaxed) ||
                      obj_state(w) != OBJ_LIVE ||
@@ -313,8 +309,7 @@ free_cached(ump_pool_t *pool, void *ptr, bool host)
         return false;
     }
     ctr_add_u(&bin->frees, 1);
-    bin->items[bin->count++] = (struct obj_ref){ptr, s, idx};
-    tc_add_bytes(&tc->obj_bytes[d], s->size);
+    bin_push(bin, (struct obj_ref){ptr, s, idx});
     tc_exit(tc);
     return true;
 }

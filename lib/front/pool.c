@@ -46,8 +46,7 @@ static bool runs_kept(ump_pool_t *pool, int device)
 {
     bool kept = pool->dev[device].parked != 0;
     for (struct tcache *tc = pool->tcaches; tc && !kept; tc = tc->next)
-        kept = atomic_load_explicit(&tc->run_bytes[device],
-                                    memory_order_relaxed) != 0;
+        kept = tcache_holds(tc, device, pool->nsmall, pool->nbins);
     return kept;
 }
 
@@ -57,8 +56,7 @@ static bool runs_kept(ump_pool_t *pool, int device)
 static bool objects_kept(ump_pool_t *pool, int device)
 {
     for (struct tcache *tc = pool->tcaches; tc; tc = tc->next)
-        if (atomic_load_explicit(&tc->obj_bytes[device],
-                                 memory_order_relaxed))
+        if (tcache_holds(tc, device, 0, pool->nsmall))
             return true;
     return false;
 }

@@ -26,8 +26,7 @@ void stats_device(ump_pool_t *pool, int d, ump_stats_t *st)
     size_t parked = 0;
     for (struct tcache *tc = pool->tcaches; tc; tc = tc->next) {
         tcache_sum(tc, d, &live, &allocs, &frees);
-        parked += atomic_load_explicit(&tc->run_bytes[d],
-                                       memory_order_relaxed);
+        parked += tcache_run_bytes(tc, d);
     }
     size_t empty_slabs = 0;
     for (unsigned c = 0; c < pool->nsmall; c++)

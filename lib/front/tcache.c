@@ -130,6 +130,27 @@ void tcache_sum(const struct tcache *tc, int d, int64_t *live_p,
     *frees_p += f;
 }
 
+bool tcache_holds(const struct tcache *tc, int d, unsigned lo, unsigned hi)
+{
+    const struct tc_bin *bins =
+        atomic_load_explicit(&tc->bins[d], memory_order_acquire);
+    for (unsigned b = lo; bins && b < hi; b++)
+        if (bin_count(&bins[b]))
+            return true;
+    return false;
+}
+
+size_t tcache_run_bytes(const struct tcache *tc, int d)
+{
+    const ump_pool_t *pool = tc->pool;
+    const struct tc_bin *bins =
+        atomic_load_explicit(&tc->bins[d], memory_order_acquire);
+    size_t bytes = 0;
+    for (unsigned b = pool->nsmall; bins && b < pool->nbins; b++)
+        bytes += bin_count(&bins[b]) * tcache_bin_bytes(pool, b);
+    return bytes;
+}
+
 void tcache_flush(struct tcache *tc)
 {
     ump_pool_t *pool = tc->pool;
@@ -139,12 +160,10 @@ void tcache_flush(struct tcache *tc)
         if (!bins)
             continue;
         for (unsigned b = 0; b < pool->nbins; b++) {
-            for (uint32_t i = 0; i < bins[b].count; i++)
+            for (uint32_t i = 0; i < bin_count(&bins[b]); i++)
                 release_item(pool, b, &bins[b].items[i]);
-            bins[b].count = 0;
+            bin_set_count(&bins[b], 0);
         }
-        atomic_store_explicit(&tc->run_bytes[d], 0, memory_order_relaxed);
-        atomic_store_explicit(&tc->obj_bytes[d], 0, memory_order_relaxed);
     }
     tc_release(tc);
 }
@@ -211,17 +230,13 @@ int tcache_global_init(void)
 
 static struct tcache *tcache_new(ump_pool_t *pool)
 {
-    /* The cache, its counters and its parked-run and object bytes in one
-     * block of whole cache lines: the owner writes them on every call, and
-     * no other thread's data may share those lines. */
+    /* The cache and its counters in one block of whole cache lines: the
+     * owner writes them on every call, and no other thread's data may
+     * share those lines. */
     size_t nplace = (size_t)pool->nplace;
     size_t off_cnt = UMP_ALIGN_UP(sizeof(struct tcache), UMP_CACHELINE);
-    size_t off_run = off_cnt + UMP_ALIGN_UP(nplace * sizeof(struct counters),
-                                            UMP_CACHELINE);
-    size_t off_obj =
-        off_run + UMP_ALIGN_UP(nplace * sizeof(size_t), UMP_CACHELINE);
-    size_t bytes =
-        off_obj + UMP_ALIGN_UP(nplace * sizeof(size_t), UMP_CACHELINE);
+    size_t bytes = off_cnt + UMP_ALIGN_UP(nplace * sizeof(struct counters),
+                                          UMP_CACHELINE);
     struct tcache *tc = aligned_alloc(UMP_CACHELINE, bytes);
     if (!tc)
         return NULL;
@@ -229,8 +244,6 @@ static struct tcache *tcache_new(ump_pool_t *pool)
     tc->pool = pool;
     tc->owner = pthread_self();
     tc->cnt = (struct counters *)((char *)tc + off_cnt);
-    tc->run_bytes = (_Atomic size_t *)((char *)tc + off_run);
-    tc->obj_bytes = (_Atomic size_t *)((char *)tc + off_obj);
     pthread_mutex_lock(&pool->lock);
     tc->next = pool->tcaches;
     if (pool->tcaches)

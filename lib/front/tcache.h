@@ -33,7 +33,13 @@
  * owner (written by the owner only, read by statistics): live bytes are
  * (allocs - frees) * class size, with no extra counter on the hot path. */
 struct tc_bin {
-    uint32_t count, cap;
+    /* Items held: written by the owner (or a thread that seized the
+     * cache) only, read by others with no lock (front/pool.c asks whether
+     * a device's objects or runs sit in caches, stats.c sums the parked
+     * runs): relaxed, through bin_count and bin_push/bin_pop. Counting
+     * bytes beside it cost every allocation and free a store more. */
+    _Atomic uint32_t count;
+    uint32_t cap;
     struct obj_ref *items;
     _Atomic uint64_t allocs, frees;
 };
@@ -49,10 +55,6 @@ struct tcache {
      * stopping the owner) */
     _Atomic(struct tc_bin *) bins[UMP_MAX_PLACES];
     struct counters *cnt;              /* per place: what no bin counts */
-    _Atomic size_t *run_bytes;         /* per place: runs parked here */
-    /* per place: bytes of the slab objects in its bins, which keep their
-     * slabs from being wholly free (room making reads it, front/pool.c) */
-    _Atomic size_t *obj_bytes;
     struct tcache *prev, *next;        /* the pool's list (pool->lock) */
 };
 
@@ -148,13 +150,30 @@ static inline struct tc_bin *tcache_bin(struct tcache *tc, int device,
     return tcache_bin_slow(tc, device, bin);
 }
 
-/* Adds delta to one of the owner's per-place byte counts (run_bytes,
- * obj_bytes): only the owner, or a thread that seized the cache, writes
- * them; others read them with no lock. */
-static inline void tc_add_bytes(_Atomic size_t *c, int64_t delta)
+static inline uint32_t bin_count(const struct tc_bin *b)
 {
-    size_t v = atomic_load_explicit(c, memory_order_relaxed);
-    atomic_store_explicit(c, v + (size_t)delta, memory_order_relaxed);
+    return atomic_load_explicit(&b->count, memory_order_relaxed);
+}
+
+static inline void bin_set_count(struct tc_bin *b, uint32_t n)
+{
+    atomic_store_explicit(&b->count, n, memory_order_relaxed);
+}
+
+/* Puts it on b, which has room (the caller checked). */
+static inline void bin_push(struct tc_bin *b, struct obj_ref it)
+{
+    uint32_t n = bin_count(b);
+    b->items[n] = it;
+    bin_set_count(b, n + 1);
+}
+
+/* Takes b's last item; b is not empty (the caller checked). */
+static inline struct obj_ref bin_pop(struct tc_bin *b)
+{
+    uint32_t n = bin_count(b) - 1;
+    bin_set_count(b, n);
+    return b->items[n];
 }
 
 /* Bytes one allocation of bin b stands for. */
@@ -164,6 +183,11 @@ static inline size_t tcache_bin_bytes(const ump_pool_t *pool, unsigned b)
                             : (size_t)(b - pool->nsmall + 1) << pool->chunk_shift;
 }
 
+/* Whether tc's bins [lo, hi) of place d hold items, and the bytes of the
+ * runs parked in its run bins there: read with no lock by any thread (an
+ * owner working meanwhile may change them). */
+bool tcache_holds(const struct tcache *tc, int d, unsigned lo, unsigned hi);
+size_t tcache_run_bytes(const struct tcache *tc, int d);
 /* Adds tc's counts for device d (bins and the rest) to *c. */
 void tcache_sum(const struct tcache *tc, int d, int64_t *live_p,
                 uint64_t *allocs_p, uint64_t *frees_p);

@@ -654,6 +654,14 @@ class TorchEntryTest(unittest.TestCase):
         for key in ("reserved_bytes", "mapped_bytes"):
             self.assertGreaterEqual(st0[key] - st1[key], 16 << 20, key)
         self.assertTrue(got and got[0])
+        # join() returns before the thread's C destructors run (CPython
+        # releases the join lock first): its kept q goes back in them, so
+        # wait until the kernel has the thread no more.
+        task = "/proc/self/task/%d" % t.native_id
+        deadline = time.monotonic() + 10
+        while os.path.exists(task) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        self.assertFalse(os.path.exists(task))
         self.assertEqual(self.live(), 0)  # the thread's exit gave q back
 
     def test_record_stream(self):

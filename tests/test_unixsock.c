@@ -11,7 +11,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,19 +49,21 @@ static int teardown(void **state)
 static void test_names(void **state)
 {
     (void)state;
+    /* 64 characters and 65 */
     const char *good[] = {"a", "pool-1", "A_b-9",
-                          "0123456789012345678901234567890123456789012345678"
-                          "901234567890123"};
+                          ("0123456789012345678901234567890123456789012345678"
+                           "901234567890123")};
     const char *bad[] = {"", "a/b", "..", "a.b", "a b", "x\n", "-\xc3\xa9",
-                         "0123456789012345678901234567890123456789012345678"
-                         "9012345678901234"};
+                         ("0123456789012345678901234567890123456789012345678"
+                          "9012345678901234")};
     for (size_t i = 0; i < sizeof(good) / sizeof(*good); i++)
         assert_int_equal(usock_name_check(good[i]), 0);
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++)
         assert_int_equal(usock_name_check(bad[i]), -EINVAL);
     assert_int_equal(usock_name_check(NULL), -EINVAL);
+    struct usock_listener l;
     int fd;
-    assert_int_equal(usock_listen("../x", &fd), -EINVAL);
+    assert_int_equal(usock_listen("../x", &l), -EINVAL);
     assert_int_equal(usock_connect("a/b", &fd), -EINVAL);
 }
 
@@ -102,34 +106,64 @@ static void test_dir(void **state)
     assert_int_equal(rename(moved, want), 0);
     assert_int_equal(usock_dir(dir, sizeof(dir)), 0);
 
-    /* Without $XDG_RUNTIME_DIR (or a relative one): /tmp/umpool-UID. */
-    assert_int_equal(setenv("XDG_RUNTIME_DIR", "relative", 1), 0);
-    assert_int_equal(usock_dir(dir, sizeof(dir)), 0);
+    /* Without $XDG_RUNTIME_DIR (or a relative one): /tmp/umpool-UID,
+     * removed again if this test made it. */
     snprintf(want, sizeof(want), "/tmp/umpool-%u", (unsigned)geteuid());
-    assert_string_equal(dir, want);
+    bool made = access(want, F_OK) != 0;
+    assert_int_equal(setenv("XDG_RUNTIME_DIR", "relative", 1), 0);
+    int rc = usock_dir(dir, sizeof(dir));
     assert_int_equal(setenv("XDG_RUNTIME_DIR", tmp, 1), 0);
+    if (made)
+        rmdir(want);
+    assert_int_equal(rc, 0);
+    assert_string_equal(dir, want);
 }
 
-/* A live socket is not taken over; a stale one (its process killed) is
- * replaced; a file that is no socket is left alone. */
+/* A live socket is not taken over, not even one whose queue is full
+ * (nothing waits on it); a stale one (its process killed) is replaced; a
+ * file that is no socket is left alone. Stopping removes the socket only
+ * while it is the listener's own. */
 static void test_stale(void **state)
 {
     (void)state;
-    int pipefd[2], lfd, lfd2, c, status;
+    struct usock_listener l, l2;
+    int pipefd[2], c, status, q[80], nq = 0;
     char path[256], buf = 0;
 
-    assert_int_equal(usock_listen("live", &lfd), 0);
-    assert_int_equal(usock_listen("live", &lfd2), -EADDRINUSE);
+    assert_int_equal(usock_listen("live", &l), 0);
+    assert_int_equal(usock_listen("live", &l2), -EADDRINUSE);
     assert_int_equal(usock_connect("live", &c), 0);
     close(c);
-    close(lfd);
+    while (nq < 80 && usock_connect("live", &q[nq]) == 0)
+        nq++;
+    assert_true(nq < 80); /* the queue filled: -EAGAIN, not a wait */
+    assert_int_equal(usock_connect("live", &c), -EAGAIN);
+    assert_int_equal(usock_listen("live", &l2), -EADDRINUSE);
+    for (int i = 0; i < nq; i++)
+        close(q[i]);
+    usock_unlisten(&l);
+    assert_int_equal(usock_connect("live", &c), -ENOENT);
+
+    /* l's socket taken for stale and replaced by l2: l's stop leaves l2's. */
+    assert_int_equal(usock_listen("moved", &l), 0);
+    close(l.fd); /* as if l's process had gone: nothing listens */
+    int sp[2]; /* l's socket now: one no connection reaches */
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0,
+                                sp), 0);
+    l.fd = sp[0];
+    assert_int_equal(usock_listen("moved", &l2), 0);
+    usock_unlisten(&l);
+    close(sp[1]);
+    assert_int_equal(usock_connect("moved", &c), 0);
+    close(c);
+    usock_unlisten(&l2);
+    assert_int_equal(usock_connect("moved", &c), -ENOENT);
 
     assert_int_equal(pipe(pipefd), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        int fd;
-        if (usock_listen("stale", &fd))
+        if (usock_listen("stale", &l))
             _exit(1);
         (void)!write(pipefd[1], "x", 1);
         pause();
@@ -141,17 +175,17 @@ static void test_stale(void **state)
     close(pipefd[0]);
     close(pipefd[1]);
     assert_int_equal(usock_connect("stale", &c), -ECONNREFUSED);
-    assert_int_equal(usock_listen("stale", &lfd), 0);
+    assert_int_equal(usock_listen("stale", &l), 0);
     assert_int_equal(usock_connect("stale", &c), 0);
     close(c);
-    close(lfd);
+    usock_unlisten(&l);
 
     assert_int_equal(usock_connect("none", &c), -ENOENT);
     snprintf(path, sizeof(path), "%s/umpool/plain", tmp);
     int f = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
     assert_true(f >= 0);
     close(f);
-    assert_int_equal(usock_listen("plain", &lfd), -EEXIST);
+    assert_int_equal(usock_listen("plain", &l), -EEXIST);
     assert_int_equal(access(path, F_OK), 0);
 }
 
@@ -228,7 +262,8 @@ static void test_other_user(void **state)
     if (geteuid() != 0)
         skip();
     char dir[160], path[200];
-    int lfd, c, status;
+    struct usock_listener l;
+    int c, status;
     pid_t peer = 0;
 
     assert_int_equal(chmod(tmp, 0711), 0); /* mkdtemp's 0700 */
@@ -236,7 +271,8 @@ static void test_other_user(void **state)
     assert_int_equal(mkdir(dir, 0777), 0);
     assert_int_equal(chmod(dir, 0777), 0);
     snprintf(path, sizeof(path), "%s/sock", dir);
-    assert_int_equal(usock_listen_path(path, &lfd), 0);
+    assert_int_equal(usock_listen_path(path, &l), 0);
+    int lfd = l.fd;
     assert_int_equal(chmod(path, 0666), 0);
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -246,6 +282,8 @@ static void test_other_user(void **state)
             _exit(2);
         _exit(usock_connect_path(path, &fd) ? 3 : 0);
     }
+    struct pollfd pf = {.fd = lfd, .events = POLLIN};
+    assert_int_equal(poll(&pf, 1, 10000), 1); /* the child connected */
     c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
     assert_true(c >= 0);
     assert_int_equal(usock_peer_check(c, &peer), -EPERM);
@@ -261,8 +299,8 @@ static void test_other_user(void **state)
     assert_int_equal(peer, getpid());
     close(s);
     close(c);
-    close(lfd);
-    unlink(path);
+    usock_unlisten(&l);
+    assert_int_equal(access(path, F_OK), -1);
     assert_int_equal(chmod(tmp, 0700), 0);
 }
 

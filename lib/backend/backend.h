@@ -63,7 +63,8 @@ struct backend_ops {
      * exporter keeps its chunk until the importers have released theirs
      * (on sim its release gives the memory back for reuse). -EINVAL,
      * logged, when fd is not that: another file, another device's memory,
-     * an extent out of its bounds. */
+     * an extent out of its bounds (on cuda, where the file is the whole
+     * chunk, a size other than the chunk's is refused by map). */
     int (*chunk_import)(void *ctx, int fd, uint64_t off, size_t size,
                         int device, ump_handle_t *h_p);
     /* Pinned host memory on NUMA node numa_node (-1: no preference), a chunk

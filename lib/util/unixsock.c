@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -93,9 +94,9 @@ static int addr_of(const char *path, struct sockaddr_un *a)
     return 0;
 }
 
-static int new_socket(int *fd_p)
+static int new_socket(int *fd_p, int flags)
 {
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | flags, 0);
     if (fd < 0) {
         int err = -errno;
         ump_log_error("socket: %s", strerror(-err));
@@ -105,24 +106,36 @@ static int new_socket(int *fd_p)
     return 0;
 }
 
-/* connect() to path; quiet: refusals are not logged (the stale check). */
+/* connect() to path; quiet: refusals are not logged (the stale check).
+ * Non-blocking: a Unix socket's connect waits while the listener's queue
+ * is full, which a wedged listener would make forever. */
 static int connect_to(const char *path, int *fd_p, bool quiet)
 {
     struct sockaddr_un a;
-    int fd, err = addr_of(path, &a);
+    int fd = -1, err = addr_of(path, &a);
 
-    if (err || (err = new_socket(&fd)))
+    if (err || (err = new_socket(&fd, SOCK_NONBLOCK)))
         return err;
     while (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
         if (errno == EINTR)
             continue;
-        err = -errno;
+        err = errno == EINPROGRESS ? -EAGAIN : -errno;
         close(fd);
-        if (!quiet || (err != -ENOENT && err != -ECONNREFUSED))
+        if (!quiet || (err != -ENOENT && err != -ECONNREFUSED &&
+                       err != -EAGAIN))
             ump_log_error("cannot connect to %s: %s%s", path, strerror(-err),
                           err == -ECONNREFUSED ? " (a stale socket: its "
                                                  "process has ended)"
-                                               : "");
+                          : err == -EAGAIN ? " (its process accepts no "
+                                             "more connections now)"
+                                           : "");
+        return err;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        err = -errno;
+        ump_log_error("cannot connect to %s: %s", path, strerror(-err));
+        close(fd);
         return err;
     }
     *fd_p = fd;
@@ -152,8 +165,9 @@ static int bind_fresh(int fd, const char *path, const struct sockaddr_un *a)
         return -EEXIST;
     }
     err = connect_to(path, &other, true);
-    if (!err) {
-        close(other);
+    if (!err || err == -EAGAIN) {
+        if (!err)
+            close(other);
         ump_log_error("%s is in use by a live process", path);
         return -EADDRINUSE;
     }
@@ -174,24 +188,43 @@ static int bind_fresh(int fd, const char *path, const struct sockaddr_un *a)
     return 0;
 }
 
-int usock_listen_path(const char *path, int *fd_p)
+/* The flock that orders the replacements of path's socket and their
+ * removal: its descriptor (closing it unlocks), or a negative errno. */
+static int name_lock(const char *path)
 {
     char lockpath[sizeof(((struct sockaddr_un *)0)->sun_path) + 8];
-    struct sockaddr_un a;
-    int fd, lock, err = addr_of(path, &a);
+    int lock, err;
 
-    if (err || (err = new_socket(&fd)))
-        return err;
     snprintf(lockpath, sizeof(lockpath), "%s.lock", path);
     lock = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (lock < 0) {
         err = -errno;
         ump_log_error("cannot open %s: %s", lockpath, strerror(-err));
-        close(fd);
         return err;
     }
-    while (flock(lock, LOCK_EX) != 0 && errno == EINTR)
-        ;
+    while (flock(lock, LOCK_EX) != 0) {
+        if (errno == EINTR)
+            continue;
+        err = -errno;
+        ump_log_error("cannot lock %s: %s", lockpath, strerror(-err));
+        close(lock);
+        return err;
+    }
+    return lock;
+}
+
+int usock_listen_path(const char *path, struct usock_listener *l)
+{
+    struct sockaddr_un a;
+    int fd = -1, lock, err = addr_of(path, &a);
+
+    if (err || (err = new_socket(&fd, 0)))
+        return err;
+    lock = name_lock(path);
+    if (lock < 0) {
+        close(fd);
+        return lock;
+    }
     err = bind_fresh(fd, path, &a);
     if (!err && chmod(path, 0600) != 0) {
         err = -errno;
@@ -208,8 +241,44 @@ int usock_listen_path(const char *path, int *fd_p)
         close(fd);
         return err;
     }
-    *fd_p = fd;
+    l->fd = fd;
+    strcpy(l->path, path);
     return 0;
+}
+
+/* Whether l's path leads to l: its pending connections dropped, a
+ * connection made through the path then waits on l, and on nothing else
+ * (a file's identity would not do: a replacement may get the same inode
+ * number and time stamps). Name lock held, so no replacement meanwhile. */
+static bool path_is_own(const struct usock_listener *l)
+{
+    int fl = fcntl(l->fd, F_GETFL), c;
+    bool own = false;
+
+    if (fl < 0 || fcntl(l->fd, F_SETFL, fl | O_NONBLOCK) != 0)
+        return false;
+    while ((c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+        close(c);
+    if (connect_to(l->path, &c, true) == 0) {
+        struct pollfd pf = {.fd = l->fd, .events = POLLIN};
+        own = poll(&pf, 1, 0) == 1;
+        close(c);
+    }
+    return own;
+}
+
+void usock_unlisten(struct usock_listener *l)
+{
+    if (l->fd < 0)
+        return;
+    int lock = name_lock(l->path);
+    if (lock >= 0) { /* else left: the next listener finds it stale */
+        if (path_is_own(l))
+            unlink(l->path);
+        close(lock);
+    }
+    close(l->fd);
+    l->fd = -1;
 }
 
 /* DIR/name into buf, both checked. */
@@ -228,11 +297,11 @@ static int path_of(const char *name, char *buf, size_t size)
     return 0;
 }
 
-int usock_listen(const char *name, int *fd_p)
+int usock_listen(const char *name, struct usock_listener *l)
 {
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     int err = path_of(name, path, sizeof(path));
-    return err ? err : usock_listen_path(path, fd_p);
+    return err ? err : usock_listen_path(path, l);
 }
 
 int usock_connect(const char *name, int *fd_p)

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include <sys/types.h>
+#include <sys/un.h>
 
 /* The most descriptors one message carries. */
 #define USOCK_MAX_FDS 64
@@ -30,16 +31,28 @@ int usock_name_check(const char *name);
  * there could be another user's. -ENAMETOOLONG when it does not fit. */
 int usock_dir(char *buf, size_t size);
 
+/* A listening socket and the path of its file. */
+struct usock_listener {
+    int fd;
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+};
+
 /* Listens on the socket file `path` (mode 0600). A socket file there that
  * refuses connections is stale (its process died without removing it) and
- * is replaced; one that accepts is -EADDRINUSE. The caller unlinks path
- * when done. */
-int usock_listen_path(const char *path, int *fd_p);
+ * is replaced; one that accepts, or whose queue of connections is full, is
+ * -EADDRINUSE. */
+int usock_listen_path(const char *path, struct usock_listener *l);
+/* Stops listening: closes l's socket and removes its file, if the file is
+ * still l's own (not a replacement another process made, having taken l's
+ * for stale): a connection through it reaches l. Pending connections are
+ * dropped. */
+void usock_unlisten(struct usock_listener *l);
 /* Connects to `path`: -ENOENT when nothing is there, -ECONNREFUSED when a
- * stale socket is. */
+ * stale socket is, -EAGAIN when the listener's queue is full (it is not
+ * accepting: never waited for). */
 int usock_connect_path(const char *path, int *fd_p);
 /* The same for NAME in the user's socket directory (usock_dir). */
-int usock_listen(const char *name, int *fd_p);
+int usock_listen(const char *name, struct usock_listener *l);
 int usock_connect(const char *name, int *fd_p);
 
 /* 0 when the process at the other end of sock runs as this process's

@@ -361,6 +361,7 @@ int cuvmm_chunk_export(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p)
         CUresult res = c->api.cuMemExportToShareableHandle(
             &fd, (CUmemGenericAllocationHandle)h,
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+        cuda_note_result(c, prop.location.id, NULL, res);
         if (res != CUDA_SUCCESS)
             err = cudrv_fail(&c->api, res, UMP_LOG_ERROR,
                              "cuMemExportToShareableHandle of %#llx",
@@ -395,6 +396,7 @@ int cuvmm_chunk_import(void *ctx, int fd, uint64_t off, size_t size,
         return err;
     CUresult res = c->api.cuMemImportFromShareableHandle(
         &h, (void *)(uintptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    cuda_note_result(c, cuda_phys(c, device), NULL, res);
     if (res != CUDA_SUCCESS) {
         err = cudrv_fail(&c->api, res, UMP_LOG_ERROR,
                          "cuMemImportFromShareableHandle of descriptor %d",

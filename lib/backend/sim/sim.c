@@ -181,10 +181,12 @@ static int hosts_open(struct sim_ctx *c, const struct ump_config *cfg)
 
 /* Enough slots for every granule of every device and host node: a chunk
  * still mapped after its release keeps its memory, so live slots never
- * exceed that. */
+ * exceed that. Imported chunks take no memory here: they have slots of
+ * their own on top (SIM_IMPORTS at most live), so that imports never use
+ * up the room of the context's own chunks. */
 static int slots_init(struct sim_ctx *c)
 {
-    size_t n = 1, page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t n = 1 + SIM_IMPORTS, page = (size_t)sysconf(_SC_PAGESIZE);
 
     for (int i = 0; i < c->ndev; i++)
         n += c->dev[i].cap / SIM_GRAN;

@@ -11,10 +11,12 @@
  * to -EIO too). Unmap and release still succeed, so the pool can give the
  * memory back. Its chunks' memory is overwritten with a poison pattern at
  * the moment of failure: the data is gone, and a byte that the pool
- * wrongly reports as surviving reads as poison in the tests. A copy a
- * stream runs meanwhile (a move's, queued before the failure) ends first:
- * the poison waits for it (sim_bytes_hold), as a DMA in flight when a GPU
- * falls off the bus ends or is lost, never half-poisoned at random.
+ * wrongly reports as surviving reads as poison in the tests. The piece of
+ * a copy a stream is moving meanwhile (up to a chunk: a copy runs chunk by
+ * chunk) ends first, and the poison waits for it (sim_bytes_hold), so that
+ * the two never write the same bytes at once; later pieces of that copy
+ * move what is there then, poison or not, as a DMA in flight when a GPU
+ * falls off the bus moves what it finds.
  */
 #include "config.h"
 

@@ -190,6 +190,7 @@ void sim_chunk_free(struct sim_ctx *c, struct sim_chunk *ch)
 
     if (ch->imported) { /* the exporter's memory: only let go of it */
         close(ch->fd);
+        c->nimported--;
         slot_put(c, ch);
         return;
     }
@@ -446,7 +447,8 @@ static int import_check(int fd, uint64_t off, size_t size, int device)
                       "%d's memory", fd, name, device);
         return -EINVAL;
     }
-    if (!size || size % SIM_GRAN || off % SIM_GRAN ||
+    if (!size || size % SIM_GRAN || size / SIM_GRAN > UINT32_MAX ||
+        off % SIM_GRAN ||
         off > (uint64_t)st.st_size || size > (uint64_t)st.st_size - off) {
         ump_log_error("sim: chunk_import: [%llu, +%zu) is not a "
                       "granularity-aligned extent of device %d's %lld bytes",
@@ -472,18 +474,28 @@ int sim_chunk_import(void *ctx, int fd, uint64_t off, size_t size, int device,
                                                    : "NULL handle pointer");
         return -EINVAL;
     }
-    err = import_check(fd, off, size, device);
-    if (err)
-        return err;
+    /* Checked on a descriptor of its own: the caller's number could
+     * name another file by the time it is used. */
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (own < 0) {
         err = -errno;
-        ump_log_error("sim: chunk_import: %s", strerror(-err));
+        ump_log_error("sim: chunk_import: descriptor %d: %s", fd,
+                      strerror(-err));
+        return err == -EBADF ? -EINVAL : err;
+    }
+    err = import_check(own, off, size, device);
+    if (err) {
+        close(own);
         return err;
     }
     sim_call_begin(c, &k);
     pthread_mutex_lock(&c->lock);
     err = sim_dev_op(c, device);
+    if (!err && c->nimported >= SIM_IMPORTS) {
+        ump_log_error("sim: chunk_import: %d imported chunks are live, the "
+                      "most a context holds", SIM_IMPORTS);
+        err = -ENOMEM;
+    }
     ch = err ? NULL : slot_get(c);
     if (!err && !ch) {
         ump_log_error("sim: chunk table is full");
@@ -496,6 +508,7 @@ int sim_chunk_import(void *ctx, int fd, uint64_t off, size_t size, int device,
         ch->off = off;
         ch->imported = true;
         ch->fd = own;
+        c->nimported++;
         drv_account(c, ch, DRV_CREATE, &k);
         *h_p = (ump_handle_t)(uintptr_t)ch;
     }

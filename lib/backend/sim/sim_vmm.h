@@ -20,6 +20,7 @@
 
 #define SIM_GRAN ((size_t)2 << 20)          /* like cuMemCreate on an H200 */
 #define SIM_DEFAULT_MEM ((size_t)16 << 30)
+#define SIM_IMPORTS 4096 /* imported chunks live at once, at most */
 
 struct sim_extent {
     size_t off, len;
@@ -40,6 +41,7 @@ struct sim_chunk {
     bool imported;
     int fd;
 };
+
 
 struct sim_device {
     int fd;
@@ -103,6 +105,7 @@ struct sim_ctx {
      * to poison its memory (sim_bytes_hold, sim_fail.c). Taken inside the
      * lock by the failure, never held while taking the lock by a copy. */
     pthread_rwlock_t bytes;
+    size_t nimported; /* imported chunks live (under the lock) */
     /* sim_driver_costs:h200 and h200-timed: the driver time the calls on
      * device chunks would have taken on an H200, per device of the chunk
      * (sim_vmm.c adds under the lock, sim_driver_ns reads with none). */

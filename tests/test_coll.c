@@ -241,6 +241,48 @@ static void hold_until(void *arg)
         usleep(1000);
 }
 
+/* The fan tests' pool: 4 sim devices, a communicator over them, and per
+ * rank a stream and bytes of int32 in (r + 1 + i % 7) and out (-7). */
+enum { FAN_N = 4 };
+struct fan_fx {
+    ump_pool_t *pool;
+    ump_comm_t *comm;
+    int32_t *in[FAN_N], *out[FAN_N];
+    ump_stream_t st[FAN_N];
+    const void *send[FAN_N];
+    void *recv[FAN_N];
+};
+
+static void fan_fx_make(struct fan_fx *f, size_t bytes)
+{
+    f->pool = tu_pool_create("backend:sim,sim_devices:4,sim_device_mem:64M");
+    assert_int_equal(ump_comm_create(f->pool, FAN_N, NULL, NULL, &f->comm),
+                     0);
+    for (int r = 0; r < FAN_N; r++) {
+        f->in[r] = tu_alloc(f->pool, bytes, r);
+        f->out[r] = tu_alloc(f->pool, bytes, r);
+        for (size_t i = 0; i < bytes / 4; i++) {
+            f->in[r][i] = (int32_t)(r + 1 + i % 7);
+            f->out[r][i] = -7;
+        }
+        assert_int_equal(ump_stream_create(f->pool, r, &f->st[r]), 0);
+        f->send[r] = f->in[r];
+        f->recv[r] = f->out[r];
+    }
+}
+
+static void fan_fx_drop(struct fan_fx *f)
+{
+    for (int r = 0; r < FAN_N; r++) {
+        ump_stream_synchronize(f->pool, f->st[r]);
+        assert_int_equal(ump_stream_destroy(f->pool, f->st[r]), 0);
+        tu_free(f->pool, f->in[r]);
+        tu_free(f->pool, f->out[r]);
+    }
+    assert_int_equal(ump_comm_destroy(f->comm), 0);
+    tu_pool_destroy(f->pool);
+}
+
 /* A fan queued behind other work, and a peer's device failing before it
  * runs: it writes nothing (a GPU's kernel would fault on the lost memory;
  * the sim's must not write results made of it), and the next call is
@@ -248,25 +290,16 @@ static void hold_until(void *arg)
 static void test_fan_failure(void **state)
 {
     (void)state;
-    enum { N = 4 };
-    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
-                                      "sim_device_mem:64M");
-    ump_comm_t *comm;
-    assert_int_equal(ump_comm_create(pool, N, NULL, NULL, &comm), 0);
+    enum { N = FAN_N };
     size_t c = 1024;
-    int32_t *in[N], *out[N];
-    ump_stream_t st[N];
-    for (int r = 0; r < N; r++) {
-        in[r] = tu_alloc(pool, c * 4, r);
-        out[r] = tu_alloc(pool, c * 4, r);
-        for (size_t i = 0; i < c; i++) {
-            in[r][i] = r + 1;
-            out[r][i] = -7;
-        }
-        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
-    }
-    const void *send[N] = {in[0], in[1], in[2], in[3]};
-    void *recv[N] = {out[0], out[1], out[2], out[3]};
+    struct fan_fx f;
+    fan_fx_make(&f, c * 4);
+    ump_pool_t *pool = f.pool;
+    ump_comm_t *comm = f.comm;
+    int32_t **out = f.out;
+    ump_stream_t *st = f.st;
+    const void **send = f.send;
+    void **recv = f.recv;
     atomic_int go = 0;
     assert_int_equal(ump_launch_host_func(pool, st[0], hold_until, &go), 0);
     assert_int_equal(ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM,
@@ -281,14 +314,7 @@ static void test_fan_failure(void **state)
                          "device failed", r, i, out[r][i]);
     assert_int_equal(ump_allreduce(comm, send, recv, c, UMP_INT32, UMP_SUM,
                                    NULL), -EIO);
-    for (int r = 0; r < N; r++) {
-        ump_stream_synchronize(pool, st[r]);
-        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
-        ump_free(pool, in[r]);
-        ump_free(pool, out[r]);
-    }
-    assert_int_equal(ump_comm_destroy(comm), 0);
-    tu_pool_destroy(pool);
+    fan_fx_drop(&f);
 }
 
 /* A slow producer: work queued before the collective on a rank's stream
@@ -339,23 +365,16 @@ static void peek_first(void *arg)
 static void test_fan_shape(void **state)
 {
     (void)state;
-    enum { N = 4 };
-    ump_pool_t *pool = tu_pool_create("backend:sim,sim_devices:4,"
-                                      "sim_device_mem:64M");
-    ump_comm_t *comm;
-    assert_int_equal(ump_comm_create(pool, N, NULL, NULL, &comm), 0);
+    enum { N = FAN_N };
     size_t big = 4 << 20, c = 1024; /* 4 KiB of int32 per rank */
-    int32_t *in[N], *out[N];
-    ump_stream_t st[N];
-    for (int r = 0; r < N; r++) {
-        in[r] = tu_alloc(pool, big, r);
-        out[r] = tu_alloc(pool, big, r);
-        for (size_t i = 0; i < big / 4; i++)
-            in[r][i] = (int32_t)(r + 1 + i % 7);
-        assert_int_equal(ump_stream_create(pool, r, &st[r]), 0);
-    }
-    const void *send[N] = {in[0], in[1], in[2], in[3]};
-    void *recv[N] = {out[0], out[1], out[2], out[3]};
+    struct fan_fx f;
+    fan_fx_make(&f, big);
+    ump_pool_t *pool = f.pool;
+    ump_comm_t *comm = f.comm;
+    int32_t **in = f.in, **out = f.out;
+    ump_stream_t *st = f.st;
+    const void **send = f.send;
+    void **recv = f.recv;
     struct sim_stream_counts base, d;
     sim_stream_counts(pool->bctx, &base);
     for (int k = 0; k < 5; k++) {
@@ -409,13 +428,7 @@ static void test_fan_shape(void **state)
     d = counts_of(pool, &base);
     assert_int_equal(d.funcs, N);
     assert_int_equal(d.syncs, N);
-    for (int r = 0; r < N; r++) {
-        tu_free(pool, in[r]);
-        tu_free(pool, out[r]);
-        assert_int_equal(ump_stream_destroy(pool, st[r]), 0);
-    }
-    assert_int_equal(ump_comm_destroy(comm), 0);
-    tu_pool_destroy(pool);
+    fan_fx_drop(&f);
 }
 
 static void test_waits_for_every_stream(void **state)

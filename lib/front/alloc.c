@@ -210,6 +210,21 @@ static void give_run(ump_pool_t *pool, struct run *r, size_t size,
     *ptr_p = vas_addr(&pool->vas, r->start);
 }
 
+/* Hands out the last run of bin (not empty; tc entered, and left here)
+ * with flags and size: the cached run's way, from the full path and the
+ * cached one alike. */
+static inline __attribute__((always_inline)) void
+take_run(ump_pool_t *pool, struct tcache *tc, struct tc_bin *bin,
+         unsigned flags, size_t size, void **ptr_p)
+{
+    struct obj_ref it = bin_pop(bin);
+    ctr_add_u(&bin->allocs, 1);
+    tc_exit(tc);
+    /* Statistics read it under the lock (stats.c): relaxed. */
+    atomic_store_explicit(&((struct run *)it.meta)->flags,
+                          (unsigned char)flags, memory_order_relaxed);
+    give_run(pool, it.meta, size, ptr_p);
+}
 
 static int alloc_run(ump_pool_t *pool, struct tcache *tc,
                      const struct place_req *pr, void **ptr_p)
@@ -225,14 +240,7 @@ static int alloc_run(ump_pool_t *pool, struct tcache *tc,
         tc_enter(tc);
         struct tc_bin *bin = tcache_bin(tc, dev, (unsigned)run_bin(pool, n));
         if (bin && bin_count(bin)) {
-            struct obj_ref it = bin_pop(bin);
-            ctr_add_u(&bin->allocs, 1);
-            tc_exit(tc);
-            /* Statistics read it under the lock (stats.c): relaxed. */
-            atomic_store_explicit(&((struct run *)it.meta)->flags,
-                                  (unsigned char)pr->req.flags,
-                                  memory_order_relaxed);
-            give_run(pool, it.meta, size, ptr_p);
+            take_run(pool, tc, bin, pr->req.flags, size, ptr_p);
             return 0;
         }
         tc_exit(tc);
@@ -394,12 +402,7 @@ run_cached(ump_pool_t *pool, struct tcache *tc, int dev,
         tc_exit(tc);
         return false;
     }
-    struct obj_ref it = bin_pop(bin);
-    ctr_add_u(&bin->allocs, 1);
-    tc_exit(tc);
-    atomic_store_explicit(&((struct run *)it.meta)->flags,
-                          (unsigned char)flags, memory_order_relaxed);
-    give_run(pool, it.meta, size, ptr_p);
+    take_run(pool, tc, bin, flags, size, ptr_p);
     return true;
 }
 

@@ -72,17 +72,17 @@ static inline void count_run(ump_pool_t *pool, struct tcache *tc, struct run *r,
     tc_enter(tc);
     if (run_cacheable(r)) {
         count_bin(tc, r->device, (unsigned)run_bin(pool, r->n), bytes, what);
-    } else if (!r->mixed) {
+        tc_exit(tc);
+        return;
+    }
+    if (!r->mixed)
         ctr_add_i(&tc->cnt[r->device].live_bytes, sign * (int64_t)bytes);
-    } else {
+    else
         for (size_t g = r->start; g < r->start + r->n; g++)
             ctr_add_i(&tc->cnt[r->res ? offload_home(r, g - r->start)
                                       : chunks_device(pool, g)].live_bytes,
                       sign * (int64_t)pool->chunk_size);
-    }
-    if (!run_cacheable(r))
-        count_event(&tc->cnt[r->device].allocs, &tc->cnt[r->device].frees,
-                    what);
+    count_event(&tc->cnt[r->device].allocs, &tc->cnt[r->device].frees, what);
     tc_exit(tc);
 }
 

@@ -160,7 +160,8 @@ void tcache_flush(struct tcache *tc)
         if (!bins)
             continue;
         for (unsigned b = 0; b < pool->nbins; b++) {
-            for (uint32_t i = 0; i < bin_count(&bins[b]); i++)
+            uint32_t n = bin_count(&bins[b]);
+            for (uint32_t i = 0; i < n; i++)
                 release_item(pool, b, &bins[b].items[i]);
             bin_set_count(&bins[b], 0);
         }

@@ -658,6 +658,46 @@ int ump_recv(ump_comm_t *c, int local, void *buf, size_t count,
 int ump_group_start(void);
 int ump_group_end(void);
 
+/*
+ * IPC handles: one allocation used by another process of the same user on
+ * the node, in the CUDA IPC style (cudaIpcGetMemHandle). The maker asks
+ * for a handle, sends its 64 bytes over any channel, and the other process
+ * opens it in a pool of its own: the allocation's physical memory is
+ * imported (a POSIX file descriptor of cuMemExportToShareableHandle on
+ * cuda, the device's memfd on sim, passed over a Unix socket of the
+ * maker's pool) and mapped at the maker's address where that is free in
+ * the opener, else elsewhere: *ptr_p says where. Every device of the
+ * opener that reaches the memory can use the pointer.
+ *
+ * Rules (see README, "Sharing an allocation between processes"):
+ *  - What can be exported: a device allocation of ump_alloc that never
+ *    moves (not made with UMP_HINT_OFFLOAD), over half a chunk (1 MiB
+ *    with the default chunk_size; smaller ones are slab objects, -ENOTSUP
+ *    for now). The handle covers the whole allocation; ptr is its start.
+ *    While exported it does not move: ump_evict and ump_pool_suspend are
+ *    -EBUSY.
+ *  - The maker frees, openers close. The maker's ump_free of an
+ *    allocation that is open elsewhere returns at once, and its memory and
+ *    addresses stay held until the last opener has closed it (or died).
+ *    After the free the handle opens nowhere (-EINVAL).
+ *  - A handle is opened once per opening pool: a second ump_ipc_open of
+ *    it returns the same pointer and needs a second ump_ipc_close; once
+ *    closed, it is refused (-EINVAL: replayed). ump_ipc_get_handle again
+ *    gives a fresh one.
+ *  - Bad handles (damaged bytes, another backend's, one of a pool that
+ *    is gone or never was, one of the opening pool itself, one whose
+ *    allocation was freed, one replayed after close): -EINVAL, logged,
+ *    nothing mapped. The maker's socket is checked to be this user's.
+ *  - ump_pool_destroy of the maker with handles still open elsewhere: the
+ *    openers' mappings stay valid until they close them. ump_pool_destroy
+ *    of an opener unmaps what it still has open.
+ */
+typedef struct ump_ipc_handle { unsigned char bytes[64]; } ump_ipc_handle_t;   /* plain bytes: memcpy, write, send */
+int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr, ump_ipc_handle_t *handle_p);
+int ump_ipc_open(ump_pool_t *pool, const ump_ipc_handle_t *handle, void **ptr_p);
+/* ptr: what ump_ipc_open returned. */
+int ump_ipc_close(ump_pool_t *pool, void *ptr);
+
 const char *ump_strerror(int err);
 
 #ifdef __cplusplus

@@ -6,6 +6,7 @@
 UNIT_TESTS = \
 	tests/test_conf \
 	tests/test_unixsock \
+	tests/test_ipc \
 	tests/test_topology \
 	tests/test_drivercost \
 	tests/test_sim \
@@ -86,7 +87,7 @@ SCRIPT_TESTS = tests/test_bench.sh tests/test_bench_cold.sh tests/test_bench_off
 SOURCE_CHECKS = lib/check-layers.sh
 # The allocation trace test_replay replays (scripts/gen-train-trace --preset
 # small writes it).
-EXTRA_DIST += tests/plaintest.h tests/fdcount.h tests/testutil.h tests/coll_call.h tests/coll_cases.h tests/fakecuda_util.h $(SCRIPT_TESTS) $(SOURCE_CHECKS) \
+EXTRA_DIST += tests/plaintest.h tests/fdcount.h tests/rundir.h tests/testutil.h tests/coll_call.h tests/coll_cases.h tests/fakecuda_util.h $(SCRIPT_TESTS) $(SOURCE_CHECKS) \
 	tests/train-small.trace
 TESTS = $(SOURCE_CHECKS)
 check_PROGRAMS =

@@ -1467,6 +1467,47 @@ static void test_fake_chunk_share(void **state)
     free(topo);
 }
 
+/* IPC handles on the driver: a pool's allocation opened by another pool
+ * (of this process: the fake driver's memory is one per process), its
+ * chunks exported as POSIX descriptors and imported; without shareable
+ * chunks the open says why. */
+static void test_fake_ipc(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/umpool-ipc-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(setenv("XDG_RUNTIME_DIR", dir, 1), 0);
+    for (int nofd = 0; nofd < 2; nofd++) {
+        use_fake(nofd ? "devices=2,mem=64,nofd" : "devices=2,mem=64");
+        ump_pool_t *a = tu_pool_create("backend:cuda");
+        ump_pool_t *b = tu_pool_create("backend:cuda");
+        ump_ipc_handle_t h;
+        void *q = NULL;
+        char *p = tu_alloc(a, 6 * TU_MIB, 1);
+        tu_fill(p, 6 * TU_MIB, 7);
+        assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+        if (nofd) {
+            assert_int_equal(ump_ipc_open(b, &h, &q), -ENOTSUP);
+            assert_null(q);
+        } else {
+            assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+            assert_ptr_not_equal(q, p);
+            tu_assert_pattern(q, 6 * TU_MIB, 7);
+            ((char *)q)[5] = 1;
+            assert_int_equal(p[5], 1);
+            assert_int_equal(ump_ipc_close(b, q), 0);
+        }
+        tu_free(a, p);
+        tu_pool_destroy(b);
+        tu_pool_destroy(a);
+        assert_fake_clean();
+    }
+    unsetenv("XDG_RUNTIME_DIR");
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* An event follows its stream's context: recorded on a stream of device 1,
  * then on the default stream (device 0's context here), then back. */
 static void test_fake_event_contexts(void **state)
@@ -2308,6 +2349,7 @@ NO_FAKE(test_fake_stream_wrap)
 NO_FAKE(test_fake_stream_wrap_virtual)
 NO_FAKE(test_fake_event_contexts)
 NO_FAKE(test_fake_chunk_share)
+NO_FAKE(test_fake_ipc)
 NO_FAKE(test_fake_threads)
 NO_FAKE(test_fake_auto)
 NO_FAKE(test_fake_fork)
@@ -2365,6 +2407,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_stream_wrap_virtual, test_setup),
         cmocka_unit_test_setup(test_fake_event_contexts, test_setup),
         cmocka_unit_test_setup(test_fake_chunk_share, test_setup),
+        cmocka_unit_test_setup(test_fake_ipc, test_setup),
         cmocka_unit_test_setup(test_fake_threads, test_setup),
         cmocka_unit_test_setup(test_fake_auto, test_setup),
         cmocka_unit_test_setup(test_fake_fork, test_setup),

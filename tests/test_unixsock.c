@@ -24,27 +24,8 @@
 #include <unistd.h>
 
 #include "fdcount.h"
+#include "rundir.h"
 #include "util/unixsock.h"
-
-/* A fresh directory standing for $XDG_RUNTIME_DIR. */
-static char tmp[64];
-
-static int setup(void **state)
-{
-    (void)state;
-    snprintf(tmp, sizeof(tmp), "/tmp/umpool-usock-XXXXXX");
-    if (!mkdtemp(tmp))
-        return -1;
-    return setenv("XDG_RUNTIME_DIR", tmp, 1);
-}
-
-static int teardown(void **state)
-{
-    char cmd[128];
-    (void)state;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmp);
-    return system(cmd) == 0 ? 0 : -1;
-}
 
 static void test_names(void **state)
 {
@@ -75,7 +56,7 @@ static void test_dir(void **state)
     char dir[256], want[128];
     struct stat st;
 
-    snprintf(want, sizeof(want), "%s/umpool", tmp);
+    snprintf(want, sizeof(want), "%s/umpool", rundir);
     assert_int_equal(usock_dir(dir, sizeof(dir)), 0);
     assert_string_equal(dir, want);
     assert_int_equal(lstat(dir, &st), 0);
@@ -93,7 +74,7 @@ static void test_dir(void **state)
         assert_int_equal(chown(want, 0, 0), 0);
     }
     char moved[160];
-    snprintf(moved, sizeof(moved), "%s/real", tmp);
+    snprintf(moved, sizeof(moved), "%s/real", rundir);
     assert_int_equal(rename(want, moved), 0);
     assert_int_equal(symlink(moved, want), 0);
     assert_int_equal(usock_dir(dir, sizeof(dir)), -EPERM);
@@ -112,7 +93,7 @@ static void test_dir(void **state)
     bool made = access(want, F_OK) != 0;
     assert_int_equal(setenv("XDG_RUNTIME_DIR", "relative", 1), 0);
     int rc = usock_dir(dir, sizeof(dir));
-    assert_int_equal(setenv("XDG_RUNTIME_DIR", tmp, 1), 0);
+    assert_int_equal(setenv("XDG_RUNTIME_DIR", rundir, 1), 0);
     if (made)
         rmdir(want);
     assert_int_equal(rc, 0);
@@ -181,7 +162,7 @@ static void test_stale(void **state)
     usock_unlisten(&l);
 
     assert_int_equal(usock_connect("none", &c), -ENOENT);
-    snprintf(path, sizeof(path), "%s/umpool/plain", tmp);
+    snprintf(path, sizeof(path), "%s/umpool/plain", rundir);
     int f = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
     assert_true(f >= 0);
     close(f);
@@ -256,6 +237,41 @@ static void test_messages(void **state)
 /* A process of another user is refused by usock_peer_check even where the
  * socket file is open to it (as root only: a process can change its user
  * only then; the directory's 0700 stops it before that). */
+/* usock_accept: none waiting is -EAGAIN (the listener non-blocking), a
+ * connection comes with its time-out; usock_unlisten_unique removes the
+ * name's lock file with the socket. */
+static void test_accept_unique(void **state)
+{
+    (void)state;
+    struct usock_listener l;
+    char lockpath[sizeof(l.path) + 8];
+    int c, a, nfds;
+    char byte = 0;
+    assert_int_equal(usock_listen("uniq", &l), 0);
+    snprintf(lockpath, sizeof(lockpath), "%s.lock", l.path);
+    assert_int_equal(access(lockpath, F_OK), 0);
+    assert_int_equal(fcntl(l.fd, F_SETFL, fcntl(l.fd, F_GETFL) | O_NONBLOCK),
+                     0);
+    assert_int_equal(usock_accept(&l, 100, &a), -EAGAIN);
+    assert_int_equal(usock_connect("uniq", &c), 0);
+    assert_int_equal(usock_accept(&l, 100, &a), 0);
+    /* Nothing sent: the receive times out instead of waiting for good. */
+    assert_int_equal(usock_recv(a, &byte, 1, NULL, 0, &nfds), -EAGAIN);
+    assert_int_equal(usock_send(c, "x", 1, NULL, 0), 0);
+    assert_int_equal(usock_recv(a, &byte, 1, NULL, 0, &nfds), 0);
+    assert_int_equal(byte, 'x');
+    close(a);
+    close(c);
+    usock_unlisten_unique(&l);
+    assert_int_equal(access(l.path, F_OK), -1);
+    assert_int_equal(access(lockpath, F_OK), -1);
+    /* The plain stop keeps the lock file (another listener may wait on
+     * it). */
+    assert_int_equal(usock_listen("uniq", &l), 0);
+    usock_unlisten(&l);
+    assert_int_equal(access(lockpath, F_OK), 0);
+}
+
 static void test_other_user(void **state)
 {
     (void)state;
@@ -266,8 +282,8 @@ static void test_other_user(void **state)
     int c, status;
     pid_t peer = 0;
 
-    assert_int_equal(chmod(tmp, 0711), 0); /* mkdtemp's 0700 */
-    snprintf(dir, sizeof(dir), "%s/open", tmp);
+    assert_int_equal(chmod(rundir, 0711), 0); /* mkdtemp's 0700 */
+    snprintf(dir, sizeof(dir), "%s/open", rundir);
     assert_int_equal(mkdir(dir, 0777), 0);
     assert_int_equal(chmod(dir, 0777), 0);
     snprintf(path, sizeof(path), "%s/sock", dir);
@@ -301,7 +317,7 @@ static void test_other_user(void **state)
     close(c);
     usock_unlisten(&l);
     assert_int_equal(access(path, F_OK), -1);
-    assert_int_equal(chmod(tmp, 0700), 0);
+    assert_int_equal(chmod(rundir, 0700), 0);
 }
 
 int main(void)
@@ -311,7 +327,8 @@ int main(void)
         cmocka_unit_test(test_dir),
         cmocka_unit_test(test_stale),
         cmocka_unit_test(test_messages),
+        cmocka_unit_test(test_accept_unique),
         cmocka_unit_test(test_other_user),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, rundir_setup, rundir_teardown);
 }

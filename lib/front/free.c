@@ -152,8 +152,11 @@ static void free_run(ump_pool_t *pool, struct tcache *tc, struct run *r)
         struct tc_bin *bin = tcache_bin(tc, r->device, b);
         /* After a device failure runs are not cached by threads: one may
          * hold a failed chunk (runs_free gives those back). */
+        /* Nor is an exported run: pool_run_free gives it to the IPC
+         * layer, which keeps it while other processes have it open. */
         if (bin && bin_count(bin) < bin->cap && !r->res &&
-            !pool_any_failed(pool)) {
+            !pool_any_failed(pool) &&
+            !atomic_load_explicit(&r->exported, memory_order_relaxed)) {
             bin_push(bin, (struct obj_ref){vas_addr(&pool->vas, r->start),
                                            r, 0});
             tc_exit(tc);
@@ -240,14 +243,17 @@ free_run_cached(ump_pool_t *pool, struct run *r, void *ptr, bool host)
     }
     /* Claimed: the free happens here. What decides its way is read after
      * the claim, as the full path reads it: a run a suspend's move tracks
-     * (res), a mixed or long one, or a full bin take free_run's way. */
+     * (res), a mixed or long one, an exported one, or a full bin take
+     * free_run's way. */
     size_t n = r->n;
     struct tc_bin *b = atomic_load_explicit(&tc->bins[d],
                                             memory_order_relaxed);
     struct tc_bin *bin = b && n <= RUN_TCACHE_MAX ? &b[run_bin(pool, n)]
                                                   : NULL;
     if (ump_unlikely(!bin || bin_count(bin) >= bin->cap || r->res ||
-                     r->mixed)) {
+                     r->mixed ||
+                     atomic_load_explicit(&r->exported,
+                                          memory_order_relaxed))) {
         tc_exit(tc);
         free_run_changed(pool, tc, r);
         return true;

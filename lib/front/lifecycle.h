@@ -18,6 +18,24 @@ struct pool_observer {
     void (*stop)(ump_pool_t *pool);
 };
 
+/* The IPC layer's hooks (lib/ipc), which it installs in the pool at its
+ * first call (pool->ipc_ops): front calls them without naming it. */
+struct run;
+struct pool_ipc_ops {
+    /* The maker freed run r, which is exported (r->exported): true when
+     * the layer keeps it (its chunks mapped, its addresses out of reuse)
+     * until no other process has it open; it then frees it itself with
+     * pool_run_free, r->exported cleared. Pool lock held. */
+    bool (*run_freed)(ump_pool_t *pool, struct run *r);
+    /* At ump_pool_destroy, before anything is torn down: the layer's
+     * thread stops, what it keeps is freed, what the pool imported is
+     * unmapped. No pool lock held. */
+    void (*stop)(ump_pool_t *pool);
+    /* The same in a child after fork(), where the layer only drops its
+     * copy: the parent's socket and mappings are left alone. */
+    void (*stop_in_child)(ump_pool_t *pool);
+};
+
 /* ump_pool_create: obs may be NULL. */
 int pool_create(const char *config, const struct pool_observer *obs,
                 ump_pool_t **pool_p);

@@ -116,6 +116,10 @@ bool pool_release_free_slabs(ump_pool_t *pool, int place)
 
 void pool_run_free(ump_pool_t *pool, struct run *r)
 {
+    if (ump_unlikely(atomic_load_explicit(&r->exported,
+                                          memory_order_relaxed)) &&
+        pool->ipc_ops->run_freed(pool, r))
+        return;
     if (r->res) /* it may have moved: not reusable as it is */
         offload_run_free(pool, r);
     else
@@ -408,6 +412,8 @@ static int destroy_in_child(ump_pool_t *pool)
     registry_remove(pool);
     if (pool->observer && pool->observer->stop) /* the child's copy only */
         pool->observer->stop(pool);
+    if (pool->ipc_ops)
+        pool->ipc_ops->stop_in_child(pool);
     offload_fini_in_child(pool);
     pool->be->close_in_child(pool->bctx);
     for (size_t g = 0; g < pool->vas.ngran;) { /* chunks still mapped */
@@ -453,6 +459,8 @@ int pool_destroy(ump_pool_t *pool)
      * registry first means exiting threads no longer touch it. */
     if (pool->observer && pool->observer->stop)
         pool->observer->stop(pool); /* its thread reads the pool */
+    if (pool->ipc_ops) /* its thread too; it frees what it kept */
+        pool->ipc_ops->stop(pool);
     registry_remove(pool);
     offload_stop(pool); /* no move may run while the pool goes */
     pthread_mutex_lock(&pool->lock);

@@ -30,6 +30,14 @@ UMP_EXPORT int ump_pool_suspend(ump_pool_t *pool, int tier)
         ump_log_error("%s: the pool is already suspended", fn);
         return -EBUSY;
     }
+    if (pool->exports) {
+        size_t n = pool->exports;
+        pthread_mutex_unlock(&pool->lock);
+        ump_log_error("%s: %zu allocations are exported (ump_ipc_get_handle): "
+                      "other processes may map their memory, which must not "
+                      "move; free them first", fn, n);
+        return -EBUSY;
+    }
     /* Refused from here on: an allocation now would take device memory
      * back, or hand out a slab object whose chunk is gone. */
     atomic_store(&pool->suspended, true);

@@ -42,6 +42,8 @@
 struct slab;
 struct tcache;
 struct pool_observer;
+struct pool_ipc_ops;
+struct ipc_state;
 
 /* A physical chunk: one backend handle of n granules (at most max_chunk
  * bytes), mapped at granules [g, g+n) or idle. Runs, slabs and cached
@@ -64,6 +66,11 @@ struct __attribute__((aligned(UMP_CACHELINE))) run {
     _Atomic size_t size;   /* as requested */
     int device;            /* the first chunk's device (the home device) */
     bool mixed;            /* chunks from more than one device */
+    /* An IPC handle names it (lib/ipc): its free takes the full path,
+     * which gives it to the layer (pool->ipc_ops) to keep while other
+     * processes have it open. Set under pool->lock while it is live, read
+     * by the frees after their claim: relaxed. */
+    _Atomic bool exported;
     /* Both written as it is handed out, maybe with no lock, and read
      * under the lock by statistics: relaxed atomics. */
     _Atomic unsigned char flags; /* UMP_HINT_* it was allocated with */
@@ -238,6 +245,15 @@ struct ump_pool {
      * so that it never names a layer above itself. */
     const struct pool_observer *observer;
     void *observer_state;               /* the observer's, or NULL */
+    /* IPC handles (lib/ipc): the layer's state and its hooks, both set
+     * once under pool->lock at the first ump_ipc_* call (front/lifecycle.h
+     * says when front calls them). */
+    struct ipc_state *ipc;
+    const struct pool_ipc_ops *ipc_ops;
+    /* (L) Runs exported now (r->exported), kept by lib/ipc: other
+     * processes map their chunks, so nothing may move them
+     * (ump_pool_suspend and ump_evict refuse). */
+    size_t exports;
     /* Live streams (front/stream.c): a hash set of handles, under its own
      * lock, of those ump_stream_create made and those ump_stream_wrap
      * registered (wrapped: the caller's native streams, never destroyed

@@ -369,6 +369,12 @@ int offload_evict(ump_pool_t *pool, void *ptr, size_t size, int tier)
                       ptr);
         rc = -EPERM;
     }
+    if (!rc && atomic_load_explicit(&r->exported, memory_order_relaxed)) {
+        ump_log_error("ump_evict: %p is exported (ump_ipc_get_handle): "
+                      "other processes may map its memory, which must not "
+                      "move", ptr);
+        rc = -EBUSY;
+    }
     struct res *res = NULL;
     if (!rc && !r->res && chunks_shared(pool, r->start, r->n)) {
         /* Carved: its edge chunks become its own, unless a neighbour may

@@ -21,6 +21,7 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -267,18 +268,69 @@ static bool path_is_own(const struct usock_listener *l)
     return own;
 }
 
-void usock_unlisten(struct usock_listener *l)
+static void unlisten(struct usock_listener *l, bool unique)
 {
     if (l->fd < 0)
         return;
     int lock = name_lock(l->path);
     if (lock >= 0) { /* else left: the next listener finds it stale */
-        if (path_is_own(l))
+        if (path_is_own(l)) {
             unlink(l->path);
+            if (unique) { /* nobody else waits on it: it goes too */
+                char lockpath[sizeof(l->path) + 8];
+                snprintf(lockpath, sizeof(lockpath), "%s.lock", l->path);
+                unlink(lockpath);
+            }
+        }
         close(lock);
     }
     close(l->fd);
     l->fd = -1;
+}
+
+void usock_unlisten(struct usock_listener *l)
+{
+    unlisten(l, false);
+}
+
+void usock_unlisten_unique(struct usock_listener *l)
+{
+    unlisten(l, true);
+}
+
+int usock_set_timeout(int sock, int timeout_ms)
+{
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+        int err = -errno;
+        ump_log_error("cannot set a socket's time-out: %s", strerror(-err));
+        return err;
+    }
+    return 0;
+}
+
+int usock_accept(struct usock_listener *l, int timeout_ms, int *fd_p)
+{
+    int c;
+    do
+        c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+    while (c < 0 && errno == EINTR);
+    if (c < 0) {
+        int err = -errno;
+        if (err != -EAGAIN && err != -EWOULDBLOCK && err != -ECONNABORTED)
+            ump_log_error("cannot accept on %s: %s", l->path, strerror(-err));
+        return err == -ECONNABORTED || err == -EWOULDBLOCK ? -EAGAIN : err;
+    }
+    int err = usock_peer_check(c, NULL);
+    if (!err)
+        err = usock_set_timeout(c, timeout_ms);
+    if (err) {
+        close(c);
+        return err;
+    }
+    *fd_p = c;
+    return 0;
 }
 
 /* DIR/name into buf, both checked. */

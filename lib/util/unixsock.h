@@ -47,6 +47,18 @@ int usock_listen_path(const char *path, struct usock_listener *l);
  * for stale): a connection through it reaches l. Pending connections are
  * dropped. */
 void usock_unlisten(struct usock_listener *l);
+/* The same, and the name's lock file (which a name keeps, so that every
+ * listener of it locks one file) goes too: for a name no other process
+ * ever listens on, one made unique per listener (a random part). */
+void usock_unlisten_unique(struct usock_listener *l);
+/* A connection waiting on l, whose socket the caller made non-blocking
+ * (-EAGAIN when none waits), with its peer checked (usock_peer_check:
+ * another user's is closed, -EPERM). Sends and receives on it time out
+ * after timeout_ms (-EAGAIN), so that a peer that stops reading, or stops
+ * in the middle of a request, cannot stall the caller. */
+int usock_accept(struct usock_listener *l, int timeout_ms, int *fd_p);
+/* Sends and receives on sock time out after timeout_ms (-EAGAIN). */
+int usock_set_timeout(int sock, int timeout_ms);
 /* Connects to `path`: -ENOENT when nothing is there, -ECONNREFUSED when a
  * stale socket is, -EAGAIN when the listener's queue is full (it is not
  * accepting: never waited for). */

@@ -131,6 +131,10 @@ int bench_plugin(const struct bench_opts *o);
 /* resilience.c: checkpoint, restore, suspend, resume beside the raw disk
  * and the pool's own moves (--config, --dir, --size, --reps of off). */
 int bench_resilience(const struct bench_offload_opts *o);
+/* ipc.c: an allocation opened by a peer process (--config, --sizes,
+ * --iters), and the peer itself (argv: ipc-peer CONFIG ROUNDS IN OUT). */
+int bench_ipc(const struct bench_opts *o);
+int bench_ipc_peer(int argc, char **argv);
 
 static inline uint64_t now_ns(void)
 {

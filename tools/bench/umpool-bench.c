@@ -87,6 +87,11 @@ static void usage(FILE *f)
             "  plugin  the PyTorch and CuPy entry points (umpool_torch_alloc+\n"
             "          free on a stream, umpool_cupy_malloc+free) beside\n"
             "          ump_alloc+ump_free, same run (--iters: pairs per batch)\n"
+            "  ipc     one allocation used by another process (ump_ipc_*):\n"
+            "          the handle, the open and close in a peer process, and\n"
+            "          its copy from the imported memory beside the same\n"
+            "          copy from the peer's own (--sizes, default 2M,16M,64M,\n"
+            "          256M; --iters rounds, default 20, at most 80)\n"
             "  resilience  checkpoint and restore of --size (default 2G) over\n"
             "          4 devices (sim, or --config backend:cuda,\n"
             "          cuda_virtual_devices:4) beside a raw disk write and\n"
@@ -154,7 +159,7 @@ static void usage_error(const char *fmt, ...)
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
           "scenarios: alloc, demo, placement, offload, replay, coll, preload, "
-          "plugin, resilience; see "
+          "plugin, ipc, resilience; see "
           "umpool-bench "
           "--help\n",
           stderr);
@@ -597,6 +602,9 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 int main(int argc, char **argv)
 {
     struct bench_opts o;
+    /* ipc's peer process (ipc.c runs it), not a scenario of its own. */
+    if (argc >= 2 && !strcmp(argv[1], "ipc-peer"))
+        return bench_ipc_peer(argc, argv);
     int rc = parse_args(argc, argv, &o);
 
     if (rc < 0)
@@ -669,6 +677,8 @@ int main(int argc, char **argv)
         rc = bench_preload(&o);
     } else if (!strcmp(o.scenario, "plugin")) {
         rc = bench_plugin(&o);
+    } else if (!strcmp(o.scenario, "ipc")) {
+        rc = bench_ipc(&o);
     } else if (!strcmp(o.scenario, "resilience")) {
         if (o.alloc_opts || o.off.budget) {
             usage_error("resilience takes --config, --dir, --size, --reps");

@@ -1,0 +1,121 @@
+/*
+ * IPC handles (issue 32; umpool.h: ump_ipc_*): what the files of lib/ipc
+ * share. A pool that exported anything runs a server thread (server.c) on
+ * a Unix socket named for the pool; an opener connects to it, asks for an
+ * export's chunks and receives them as file descriptors (wire.h). The
+ * exports (export.c) keep an allocation whose maker freed it while it is
+ * open elsewhere; the imports (import.c) are the opener's mappings.
+ *
+ * Locks: the exports are under pool->lock (a free reaches them there);
+ * the server's start and stop under srv_lock; the opener's peers and
+ * imports under imp_lock, held across a request and its reply (a peer's
+ * socket carries one exchange at a time). Order: imp_lock, then
+ * srv_lock, then pool->lock.
+ */
+#ifndef UMP_IPC_IPC_H
+#define UMP_IPC_IPC_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "mem/pool.h"
+#include "util/unixsock.h"
+
+#define IPC_BUCKETS 256
+
+/* One exported allocation of this pool. */
+struct ipc_export {
+    uint64_t gen;            /* this pool's export number, never reused */
+    struct run *run;
+    uint32_t opens;          /* opens by other pools now */
+    bool freed;              /* its maker freed it: kept while opened */
+    struct ipc_export *next; /* bucket chain, by the run's first granule */
+};
+
+/* A connected opener, on the server's side. Its opens are undone when it
+ * goes (closes its socket, or dies). */
+struct ipc_open {
+    uint64_t gen, ticket;
+    size_t g;                /* the export's first granule */
+    uint32_t count;
+};
+struct ipc_conn {
+    int fd;
+    struct ipc_open *opens;
+    size_t nopens, capopens;
+    uint64_t *closed;        /* tickets it closed: never opened again */
+    size_t nclosed, capclosed;
+};
+
+/* A connection to another pool's server, on the opener's side. */
+struct ipc_peer {
+    uint32_t pid;
+    uint64_t key;
+    int fd;
+    struct ipc_peer *next;
+};
+
+/* One handle this pool opened. */
+struct ipc_import {
+    uint64_t key, gen, ticket;
+    void *va;                /* the reservation */
+    size_t bytes;
+    void *ptr;               /* what ump_ipc_open returned */
+    uint32_t refs;
+    struct ipc_peer *peer;
+    size_t nchunks;
+    struct ipc_mapped { size_t off, size; ump_handle_t h; } *chunks;
+    struct ipc_import *next;
+};
+
+struct ipc_state {
+    uint64_t key;            /* random: the pool's identity in handles */
+    uint32_t pid;
+    /* Exports, (L) pool->lock. */
+    uint64_t next_gen, next_ticket;
+    struct ipc_export *buckets[IPC_BUCKETS];
+    /* The server, under srv_lock (its connections are its thread's while
+     * it runs, and stop's after the join). */
+    pthread_mutex_t srv_lock;
+    bool serving;
+    pthread_t thread;
+    struct usock_listener listener;
+    int wake[2];             /* a byte here stops the thread */
+    struct ipc_conn *conns;
+    size_t nconns, capconns;
+    /* Imports, under imp_lock. */
+    pthread_mutex_t imp_lock;
+    struct ipc_peer *peers;
+    struct ipc_import *imports;
+};
+
+/* The pool's IPC state, made (and the hooks installed) at the first call;
+ * NULL, logged, when out of memory or no randomness. */
+struct ipc_state *ipc_state_get(ump_pool_t *pool);
+/* The socket name of pool (pid, key). */
+void ipc_sock_name(uint32_t pid, uint64_t key, char *buf, size_t size);
+
+/* export.c. The export of run starting at granule g with number gen, or
+ * NULL. Pool lock held. */
+struct ipc_export *ipc_export_find(struct ipc_state *st, size_t g,
+                                   uint64_t gen);
+/* One open of e less; the export is freed when its maker freed it and
+ * this was the last. Pool lock held. */
+void ipc_export_unopen(ump_pool_t *pool, struct ipc_export *e);
+/* Every export kept for openers is freed (the pool goes). Pool lock held. */
+void ipc_exports_drop(ump_pool_t *pool);
+bool ipc_run_freed(ump_pool_t *pool, struct run *r);
+
+/* server.c: started at the first export (0, or the listen's error). */
+int ipc_server_start(ump_pool_t *pool);
+/* Stops the thread; the connections' opens are undone. */
+void ipc_server_stop(ump_pool_t *pool);
+/* In a child after fork: the descriptors are closed, nothing else. */
+void ipc_server_drop_in_child(ump_pool_t *pool);
+
+/* import.c: what the pool still has open is unmapped (in_child: only
+ * forgotten, with the descriptors closed). */
+void ipc_imports_drop(ump_pool_t *pool, bool in_child);
+
+#endif

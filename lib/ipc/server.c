@@ -1,0 +1,385 @@
+/*
+ * A pool's IPC server: one thread, started at the pool's first export,
+ * listening on the pool's socket (ipc_sock_name: its pid and key) in the
+ * user's socket directory (util/unixsock.h: another user's process is
+ * refused). Openers connect once per pool and send requests (wire.h):
+ * OPEN answers with the export's chunks as descriptors (chunk_export),
+ * CLOSE ends an open and UNDO takes back one that failed in the opener.
+ * Opens are counted per connection: a connection that goes (its process
+ * closed it, or died) closes what it had open, so the maker frees what
+ * only a dead process held. A connection that sends anything malformed
+ * is dropped the same way. Each socket times out (IPC_TIMEOUT_MS), so a
+ * peer that stops reading cannot stall the server.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ipc/ipc.h"
+#include "ipc/wire.h"
+#include "mem/chunks.h"
+#include "util/log.h"
+
+#define IPC_TIMEOUT_MS 10000
+
+/* Grows *arr (elements of size each) to hold one more. */
+static int grow(void **arr, size_t *cap, size_t n, size_t size)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? 2 * *cap : 8;
+    void *p = realloc(*arr, c * size);
+    if (!p)
+        return -ENOMEM;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+static int reply_status(int fd, int status)
+{
+    struct ipc_status_reply r = {.status = status};
+    return usock_send(fd, &r, sizeof(r), NULL, 0);
+}
+
+/* The chunks of export e's run, pool lock held: their handles and where
+ * they lie from the first one's start (*base_p), over *bytes_p. */
+static int collect(ump_pool_t *pool, struct ipc_export *e,
+                   struct ipc_chunk_desc **d_p, ump_handle_t **h_p,
+                   size_t *n_p, uint64_t *base_p, uint64_t *bytes_p)
+{
+    struct run *r = e->run;
+    size_t g0 = chunks_at(pool, r->start)->g;
+    struct chunk *last = chunks_at(pool, r->start + r->n - 1);
+    size_t end = last->g + last->n, n = 0;
+    for (size_t g = g0; g < end; g += chunks_at(pool, g)->n)
+        n++;
+    struct ipc_chunk_desc *d = calloc(n, sizeof(*d));
+    ump_handle_t *h = calloc(n, sizeof(*h));
+    if (!d || !h) {
+        free(d);
+        free(h);
+        return -ENOMEM;
+    }
+    size_t i = 0;
+    for (size_t g = g0; g < end; i++) {
+        struct chunk *c = chunks_at(pool, g);
+        d[i] = (struct ipc_chunk_desc){
+            .off = (uint64_t)(g - g0) << pool->chunk_shift,
+            .size = (uint64_t)c->n << pool->chunk_shift,
+            .device = c->device,
+        };
+        h[i] = c->handle;
+        g += c->n;
+    }
+    *d_p = d;
+    *h_p = h;
+    *n_p = n;
+    *base_p = (uint64_t)(uintptr_t)vas_addr(&pool->vas, g0);
+    *bytes_p = (uint64_t)(end - g0) << pool->chunk_shift;
+    return 0;
+}
+
+static struct ipc_open *find_open(struct ipc_conn *c, uint64_t ticket)
+{
+    for (size_t i = 0; i < c->nopens; i++)
+        if (c->opens[i].ticket == ticket)
+            return &c->opens[i];
+    return NULL;
+}
+
+static bool was_closed(const struct ipc_conn *c, uint64_t ticket)
+{
+    for (size_t i = 0; i < c->nclosed; i++)
+        if (c->closed[i] == ticket)
+            return true;
+    return false;
+}
+
+/* One open of (gen at granule g) less, pool lock taken. */
+static void unopen(ump_pool_t *pool, size_t g, uint64_t gen)
+{
+    pthread_mutex_lock(&pool->lock);
+    struct ipc_export *e = ipc_export_find(pool->ipc, g, gen);
+    if (e)
+        ipc_export_unopen(pool, e);
+    pthread_mutex_unlock(&pool->lock);
+}
+
+/* Sends the chunks' descriptors in messages of USOCK_MAX_FDS. */
+static int send_chunks(int fd, const struct ipc_chunk_desc *d, const int *fds,
+                       size_t n, uint64_t base, uint64_t bytes)
+{
+    struct ipc_open_reply *m = calloc(1, sizeof(*m));
+    if (!m)
+        return -ENOMEM;
+    int rc = 0;
+    for (size_t first = 0; first < n && !rc; first += USOCK_MAX_FDS) {
+        size_t k = n - first < USOCK_MAX_FDS ? n - first : USOCK_MAX_FDS;
+        memset(m, 0, sizeof(*m));
+        m->total = (uint32_t)n;
+        m->first = (uint32_t)first;
+        m->count = (uint32_t)k;
+        m->base = base;
+        m->bytes = bytes;
+        memcpy(m->chunk, d + first, k * sizeof(*d));
+        rc = usock_send(fd, m, sizeof(*m), fds + first, (int)k);
+    }
+    free(m);
+    return rc;
+}
+
+/* OPEN: a status reply for what is refused (the connection stays), else
+ * the chunks; a negative return drops the connection. */
+static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
+                      const struct ipc_req *q)
+{
+    struct ipc_open_reply no = {0};
+    void *addr = (void *)(uintptr_t)q->addr;
+    if (was_closed(c, q->ticket)) {
+        no.status = -EALREADY;
+        return usock_send(c->fd, &no, sizeof(no), NULL, 0);
+    }
+    if (grow((void **)&c->opens, &c->capopens, c->nopens,
+             sizeof(*c->opens))) {
+        no.status = -ENOMEM;
+        return usock_send(c->fd, &no, sizeof(no), NULL, 0);
+    }
+    pthread_mutex_lock(&pool->lock);
+    size_t g = vas_contains(&pool->vas, addr) ? vas_index(&pool->vas, addr)
+                                              : 0;
+    struct ipc_export *e = vas_contains(&pool->vas, addr)
+                               ? ipc_export_find(pool->ipc, g, q->gen)
+                               : NULL;
+    if (!e || e->freed || vas_addr(&pool->vas, g) != addr) {
+        pthread_mutex_unlock(&pool->lock);
+        no.status = -ENOENT;
+        return usock_send(c->fd, &no, sizeof(no), NULL, 0);
+    }
+    struct ipc_chunk_desc *d;
+    ump_handle_t *h;
+    size_t n;
+    uint64_t base, bytes;
+    int rc = collect(pool, e, &d, &h, &n, &base, &bytes);
+    if (!rc)
+        e->opens++; /* its chunks stay while the descriptors are made */
+    pthread_mutex_unlock(&pool->lock);
+    if (rc) {
+        no.status = rc;
+        return usock_send(c->fd, &no, sizeof(no), NULL, 0);
+    }
+    struct ipc_open *o = find_open(c, q->ticket);
+    if (o)
+        o->count++;
+    else
+        c->opens[c->nopens++] =
+            (struct ipc_open){.gen = q->gen, .ticket = q->ticket,
+                              .g = g, .count = 1};
+    int *fds = malloc(n * sizeof(*fds));
+    size_t made = 0;
+    rc = fds ? 0 : -ENOMEM;
+    for (; !rc && made < n; made++) {
+        rc = pool->be->chunk_export(pool->bctx, h[made], &fds[made],
+                                    &d[made].file_off);
+        if (rc)
+            break;
+    }
+    if (!rc) {
+        rc = send_chunks(c->fd, d, fds, n, base, bytes);
+        if (rc) /* the opener is gone or stuck: drop it */
+            rc = rc < 0 ? rc : -EPIPE;
+    } else { /* not made: take the open back, say why */
+        o = find_open(c, q->ticket);
+        if (!--o->count)
+            *o = c->opens[--c->nopens];
+        unopen(pool, g, q->gen);
+        no.status = rc;
+        rc = usock_send(c->fd, &no, sizeof(no), NULL, 0);
+    }
+    for (size_t i = 0; i < made; i++)
+        close(fds[i]);
+    free(fds);
+    free(d);
+    free(h);
+    return rc;
+}
+
+/* CLOSE and UNDO: one open of the ticket on this connection less; CLOSE
+ * refuses the ticket from then on. */
+static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
+                       const struct ipc_req *q)
+{
+    struct ipc_open *o = find_open(c, q->ticket);
+    if (!o || o->gen != q->gen)
+        return reply_status(c->fd, -ENOENT);
+    if (q->op == IPC_CLOSE) {
+        if (grow((void **)&c->closed, &c->capclosed, c->nclosed,
+                 sizeof(*c->closed)))
+            return reply_status(c->fd, -ENOMEM);
+        c->closed[c->nclosed++] = q->ticket;
+    }
+    size_t g = o->g;
+    if (!--o->count)
+        *o = c->opens[--c->nopens];
+    unopen(pool, g, q->gen);
+    return reply_status(c->fd, 0);
+}
+
+/* One request from c; negative: drop the connection. */
+static int serve_one(ump_pool_t *pool, struct ipc_conn *c)
+{
+    struct ipc_req q;
+    int nfds;
+    int rc = usock_recv(c->fd, &q, sizeof(q), NULL, 0, &nfds);
+    if (rc)
+        return rc;
+    if (q.key != pool->ipc->key)
+        return reply_status(c->fd, -ENOENT);
+    switch (q.op) {
+    case IPC_OPEN:
+        return serve_open(pool, c, &q);
+    case IPC_CLOSE:
+    case IPC_UNDO:
+        return serve_close(pool, c, &q);
+    default:
+        return -EPROTO;
+    }
+}
+
+/* A connection goes: its opens are closed. */
+static void drop_conn(ump_pool_t *pool, struct ipc_conn *c)
+{
+    for (size_t i = 0; i < c->nopens; i++)
+        for (uint32_t k = 0; k < c->opens[i].count; k++)
+            unopen(pool, c->opens[i].g, c->opens[i].gen);
+    close(c->fd);
+    free(c->opens);
+    free(c->closed);
+}
+
+static void *serve(void *arg)
+{
+    ump_pool_t *pool = arg;
+    struct ipc_state *st = pool->ipc;
+    struct pollfd *pf = NULL;
+    size_t cap = 0;
+    for (;;) {
+        size_t n = 2 + st->nconns;
+        if (n > cap) {
+            struct pollfd *p = realloc(pf, n * sizeof(*pf));
+            if (!p) { /* wait for memory: the stop still reaches us */
+                poll(&(struct pollfd){st->wake[0], POLLIN, 0}, 1, 100);
+                continue;
+            }
+            pf = p;
+            cap = n;
+        }
+        pf[0] = (struct pollfd){st->wake[0], POLLIN, 0};
+        pf[1] = (struct pollfd){st->listener.fd, POLLIN, 0};
+        for (size_t i = 0; i < st->nconns; i++)
+            pf[2 + i] = (struct pollfd){st->conns[i].fd, POLLIN, 0};
+        if (poll(pf, n, -1) < 0)
+            continue; /* EINTR */
+        if (pf[0].revents)
+            break;
+        /* Backwards: a dropped connection takes the last one's place. */
+        for (size_t i = n - 2; i-- > 0;) {
+            if (!pf[2 + i].revents)
+                continue;
+            if (serve_one(pool, &st->conns[i]) < 0) {
+                drop_conn(pool, &st->conns[i]);
+                st->conns[i] = st->conns[--st->nconns];
+            }
+        }
+        if (pf[1].revents) {
+            int fd;
+            if (grow((void **)&st->conns, &st->capconns, st->nconns,
+                     sizeof(*st->conns)) == 0 &&
+                usock_accept(&st->listener, IPC_TIMEOUT_MS, &fd) == 0)
+                st->conns[st->nconns++] = (struct ipc_conn){.fd = fd};
+        }
+    }
+    free(pf);
+    return NULL;
+}
+
+int ipc_server_start(ump_pool_t *pool)
+{
+    struct ipc_state *st = pool->ipc;
+    pthread_mutex_lock(&st->srv_lock);
+    if (st->serving) {
+        pthread_mutex_unlock(&st->srv_lock);
+        return 0;
+    }
+    char name[64];
+    ipc_sock_name(st->pid, st->key, name, sizeof(name));
+    int rc = usock_listen(name, &st->listener);
+    if (!rc && pipe2(st->wake, O_CLOEXEC) != 0)
+        rc = -errno;
+    if (!rc) {
+        int fl = fcntl(st->listener.fd, F_GETFL);
+        if (fl < 0 || fcntl(st->listener.fd, F_SETFL, fl | O_NONBLOCK) != 0)
+            rc = -errno;
+    }
+    if (!rc)
+        rc = -pthread_create(&st->thread, NULL, serve, pool);
+    if (rc) {
+        ump_log_error("ump_ipc_get_handle: cannot serve the pool's exports: "
+                      "%s", strerror(-rc));
+        usock_unlisten_unique(&st->listener);
+        for (int i = 0; i < 2; i++)
+            if (st->wake[i] >= 0)
+                close(st->wake[i]);
+        st->wake[0] = st->wake[1] = -1;
+    } else {
+        st->serving = true;
+    }
+    pthread_mutex_unlock(&st->srv_lock);
+    return rc;
+}
+
+void ipc_server_stop(ump_pool_t *pool)
+{
+    struct ipc_state *st = pool->ipc;
+    pthread_mutex_lock(&st->srv_lock);
+    if (st->serving) {
+        ssize_t w;
+        do
+            w = write(st->wake[1], "x", 1);
+        while (w < 0 && errno == EINTR);
+        pthread_join(st->thread, NULL);
+        for (size_t i = 0; i < st->nconns; i++)
+            drop_conn(pool, &st->conns[i]);
+        st->nconns = 0;
+        usock_unlisten_unique(&st->listener);
+        close(st->wake[0]);
+        close(st->wake[1]);
+        st->serving = false;
+    }
+    free(st->conns);
+    st->conns = NULL;
+    pthread_mutex_unlock(&st->srv_lock);
+}
+
+void ipc_server_drop_in_child(ump_pool_t *pool)
+{
+    struct ipc_state *st = pool->ipc;
+    if (!st->serving)
+        return;
+    /* The parent's: its socket file stays (its listener is the parent's
+     * thread), only the child's copies of the descriptors go. */
+    for (size_t i = 0; i < st->nconns; i++) {
+        close(st->conns[i].fd);
+        free(st->conns[i].opens);
+        free(st->conns[i].closed);
+    }
+    free(st->conns);
+    close(st->listener.fd);
+    close(st->wake[0]);
+    close(st->wake[1]);
+}

@@ -1,0 +1,388 @@
+/* IPC handles (lib/ipc; umpool.h ump_ipc_*): an allocation opened by
+ * another pool of this process and by other processes (this program run
+ * again as "peer"), the maker's free kept while it is open, replays,
+ * damaged and foreign handles, and an opener killed while it holds one. */
+#include "config.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fdcount.h"
+#include "rundir.h"
+#include "ipc/ipc.h"
+#include "mem/chunks.h"
+#include "umpool.h"
+
+#define MiB ((size_t)1 << 20)
+#define CONF                                                           \
+    "backend:sim,sim_devices:2,sim_device_mem:64M,host_limit:64M,"      \
+    "publish:false"
+
+static ump_pool_t *make_pool(const char *conf)
+{
+    ump_pool_t *p = NULL;
+    assert_int_equal(ump_pool_create(conf, &p), 0);
+    return p;
+}
+
+static unsigned char pattern(size_t i) { return (unsigned char)(i * 7 + 3); }
+
+static void fill(void *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        ((unsigned char *)p)[i] = pattern(i);
+}
+
+/* Bytes of p that are not the pattern, sampled. */
+static size_t wrong(const void *p, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i += 4093)
+        bad += ((const unsigned char *)p)[i] != pattern(i);
+    return bad + (((const unsigned char *)p)[n - 1] != pattern(n - 1));
+}
+
+/* Exports the maker keeps (live or freed and still open). */
+static size_t exports(ump_pool_t *pool)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&pool->lock);
+    if (pool->ipc)
+        for (int b = 0; b < IPC_BUCKETS; b++)
+            for (struct ipc_export *e = pool->ipc->buckets[b]; e; e = e->next)
+                n++;
+    pthread_mutex_unlock(&pool->lock);
+    return n;
+}
+
+static void test_open_in_process(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
+    void *p, *q, *q2;
+    ump_ipc_handle_t h;
+    assert_int_equal(ump_alloc(a, 8 * MiB, NULL, &p), 0);
+    fill(p, 8 * MiB);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+    /* Its addresses are a's own here: mapped elsewhere. */
+    assert_ptr_not_equal(q, p);
+    assert_int_equal(wrong(q, 8 * MiB), 0);
+    /* One memory: writes travel both ways, by the CPU and by a copy on
+     * the opener's stream. */
+    ((char *)q)[100] = 'b';
+    assert_int_equal(((char *)p)[100], 'b');
+    ((char *)p)[200] = 'a';
+    assert_int_equal(((char *)q)[200], 'a');
+    ump_stream_t s;
+    static const char mark[] = "copied by b";
+    assert_int_equal(ump_stream_create(b, 0, &s), 0);
+    assert_int_equal(ump_memcpy_async(b, (char *)q + 4096, mark,
+                                      sizeof(mark), s), 0);
+    assert_int_equal(ump_stream_synchronize(b, s), 0);
+    assert_string_equal((char *)p + 4096, mark);
+    assert_int_equal(ump_stream_destroy(b, s), 0);
+    /* A second open is the same mapping, and needs its own close. */
+    assert_int_equal(ump_ipc_open(b, &h, &q2), 0);
+    assert_ptr_equal(q2, q);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(((char *)q)[100], 'b');
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(ump_ipc_close(b, q), -EINVAL);
+    /* Replayed after close: refused; a fresh handle opens. */
+    assert_int_equal(ump_ipc_open(b, &h, &q), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    /* The maker's free with nothing open ends the export: its handles
+     * open nowhere. */
+    assert_int_equal(exports(a), 1);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), -EINVAL);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
+/* The maker frees what b has open: b's bytes stay, a's next allocations
+ * get other memory; b's close frees it. */
+static void test_free_while_open(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
+    void *p, *p2, *p3, *q;
+    ump_ipc_handle_t h;
+    assert_int_equal(ump_alloc(a, 16 * MiB, NULL, &p), 0);
+    fill(p, 16 * MiB);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+    /* Its memory is b's too: it does not move. */
+    assert_int_equal(ump_evict(a, p, 0, UMP_TIER_HOST), -EBUSY);
+    assert_int_equal(ump_pool_suspend(a, UMP_TIER_HOST), -EBUSY);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(ump_free(a, p), -EINVAL); /* freed is freed */
+    assert_int_equal(ump_pool_suspend(a, UMP_TIER_HOST), -EBUSY);
+    assert_int_equal(exports(a), 1);
+    assert_int_equal(ump_alloc(a, 16 * MiB, NULL, &p2), 0);
+    assert_ptr_not_equal(p2, p);
+    memset(p2, 0x5a, 16 * MiB);
+    assert_int_equal(wrong(q, 16 * MiB), 0);
+    /* Not opened again once freed, not even here. */
+    ump_ipc_handle_t h2 = h;
+    assert_int_equal(ump_ipc_get_handle(a, p, &h2), -EINVAL);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_pool_suspend(a, UMP_TIER_HOST), 0);
+    assert_int_equal(ump_pool_resume(a), 0);
+    assert_int_equal(((unsigned char *)p2)[77], 0x5a);
+    /* Given back to a's runs: the next allocation of its size takes it. */
+    assert_int_equal(ump_alloc(a, 16 * MiB, NULL, &p3), 0);
+    assert_ptr_equal(p3, p);
+    assert_int_equal(ump_free(a, p2), 0);
+    assert_int_equal(ump_free(a, p3), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
+/* An allocation of more chunks than one message carries (64). */
+static void test_many_chunks(void **state)
+{
+    (void)state;
+    const char *conf = "backend:sim,sim_devices:1,sim_device_mem:140M,"
+                       "publish:false";
+    ump_pool_t *a = make_pool(conf), *b = make_pool(conf);
+    void *p[70], *big, *q;
+    ump_ipc_handle_t h;
+    for (int i = 0; i < 70; i++)
+        assert_int_equal(ump_alloc(a, 2 * MiB, NULL, &p[i]), 0);
+    for (int i = 0; i < 70; i++)
+        assert_int_equal(ump_free(a, p[i]), 0);
+    /* No room for new memory: built from the 70 chunks. */
+    assert_int_equal(ump_alloc(a, 140 * MiB, NULL, &big), 0);
+    pthread_mutex_lock(&a->lock);
+    size_t g = vas_index(&a->vas, big), nch = 0;
+    for (size_t k = g; k < g + 70; k += chunks_at(a, k)->n)
+        nch++;
+    pthread_mutex_unlock(&a->lock);
+    assert_true(nch > USOCK_MAX_FDS);
+    fill(big, 140 * MiB);
+    int fds = open_fds();
+    assert_int_equal(ump_ipc_get_handle(a, big, &h), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+    assert_int_equal(wrong(q, 140 * MiB), 0);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(ump_free(a, big), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+    assert_true(open_fds() <= fds); /* the connection and the socket went */
+}
+
+static void test_bad_input(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
+    ump_pool_t *c = make_pool("backend:sim,sim_devices:2,sim_device_mem:64M,"
+                              "publish:false,host_limit:32M");
+    void *p, *small, *host, *off, *q = (void *)1;
+    ump_ipc_handle_t h, bad;
+    ump_hints_t hints = UMP_HINTS_INIT;
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p), 0);
+    assert_int_equal(ump_alloc(a, 4096, NULL, &small), 0);
+    assert_int_equal(ump_host_alloc(a, 4 * MiB, &host), 0);
+    hints.flags = UMP_HINT_OFFLOAD;
+    assert_int_equal(ump_alloc(c, 4 * MiB, &hints, &off), 0);
+    /* What cannot be exported. */
+    assert_int_equal(ump_ipc_get_handle(NULL, p, &h), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(a, p, NULL), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(a, (char *)p + 256, &h), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(a, &h, &h), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(b, p, &h), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(a, small, &h), -ENOTSUP);
+    assert_int_equal(ump_ipc_get_handle(a, host, &h), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(c, off, &h), -EINVAL);
+    assert_int_equal(exports(a), 0);
+    /* Bad handles: nothing mapped, nothing held. */
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_ipc_open(b, NULL, &q), -EINVAL);
+    assert_int_equal(ump_ipc_open(b, &h, NULL), -EINVAL);
+    for (int i = 0; i < 64; i += 7) {
+        bad = h;
+        bad.bytes[i] ^= 0x10;
+        assert_int_equal(ump_ipc_open(b, &bad, &q), -EINVAL);
+    }
+    memset(&bad, 0, sizeof(bad));
+    assert_int_equal(ump_ipc_open(b, &bad, &q), -EINVAL);
+    assert_int_equal(ump_ipc_open(a, &h, &q), -EINVAL); /* its own */
+    assert_ptr_equal(q, (void *)1);
+    assert_int_equal(ump_ipc_close(b, p), -EINVAL);
+    assert_int_equal(ump_ipc_close(b, NULL), -EINVAL);
+    /* A pool that is gone. */
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(ump_free(a, small), 0);
+    assert_int_equal(ump_host_free(a, host), 0);
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p), 0);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), -EINVAL);
+    assert_ptr_equal(q, (void *)1);
+    assert_int_equal(ump_free(c, off), 0);
+    assert_int_equal(ump_pool_destroy(c), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+}
+
+/* ---- another process: this program again, as "peer" ---- */
+
+static void hex(const ump_ipc_handle_t *h, char *out)
+{
+    for (int i = 0; i < 64; i++)
+        sprintf(out + 2 * i, "%02x", h->bytes[i]);
+}
+
+/* argv: peer MODE HANDLE SIZE. Opens the handle, checks the pattern,
+ * writes "peer" at the start; MODE close: closes and exits 0 (10 when
+ * the pointer is not the maker's address); MODE hold: says "open" on
+ * stdout and waits to be killed. */
+static int peer(char **argv)
+{
+    ump_ipc_handle_t h;
+    for (int i = 0; i < 64; i++) {
+        unsigned v;
+        if (sscanf(argv[3] + 2 * i, "%2x", &v) != 1)
+            return 2;
+        h.bytes[i] = (unsigned char)v;
+    }
+    size_t size = (size_t)atoll(argv[4]);
+    ump_pool_t *pool;
+    void *q;
+    if (ump_pool_create(CONF, &pool) || ump_ipc_open(pool, &h, &q))
+        return 3;
+    if (wrong(q, size))
+        return 4;
+    unsigned long long addr;
+    memcpy(&addr, h.bytes + 40, sizeof(addr)); /* wire.c: OFF_ADDR */
+    memcpy(q, "peer", 5);
+    if (!strcmp(argv[2], "hold")) {
+        printf("open\n");
+        fflush(stdout);
+        for (;;)
+            pause();
+    }
+    if (ump_ipc_close(pool, q) || ump_pool_destroy(pool))
+        return 5;
+    return (uintptr_t)q == addr ? 0 : 10;
+}
+
+static pid_t spawn(const char *mode, const ump_ipc_handle_t *h, size_t size,
+                   int *out_p)
+{
+    char hx[129], sz[32];
+    int fd[2];
+    hex(h, hx);
+    snprintf(sz, sizeof(sz), "%zu", size);
+    assert_int_equal(pipe(fd), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fd[1], 1);
+        close(fd[0]);
+        close(fd[1]);
+        execl("/proc/self/exe", "test_ipc", "peer", mode, hx, sz,
+              (char *)NULL);
+        _exit(99);
+    }
+    close(fd[1]);
+    *out_p = fd[0];
+    return pid;
+}
+
+static int wait_exit(pid_t pid)
+{
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_other_process(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF);
+    void *p;
+    ump_ipc_handle_t h;
+    int out;
+    /* Across both devices: 96 MiB where each holds 64. */
+    assert_int_equal(ump_alloc(a, 96 * MiB, NULL, &p), 0);
+    ump_ptr_info_t info;
+    assert_int_equal(ump_ptr_info(a, (char *)p + 95 * MiB, &info), 0);
+    assert_int_equal(info.device, 1);
+    fill(p, 96 * MiB);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    pid_t pid = spawn("close", &h, 96 * MiB, &out);
+    close(out);
+    /* At the maker's address: this process's pool is not there. */
+    assert_int_equal(wait_exit(pid), 0);
+    assert_string_equal((char *)p, "peer");
+    assert_int_equal(exports(a), 1);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
+/* An opener killed while it holds the allocation: the maker's free waits
+ * for it, and its death is the close. */
+static void test_opener_killed(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF);
+    void *p, *p2;
+    ump_ipc_handle_t h;
+    char line[16] = "";
+    int out;
+    assert_int_equal(ump_alloc(a, 8 * MiB, NULL, &p), 0);
+    fill(p, 8 * MiB);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    pid_t pid = spawn("hold", &h, 8 * MiB, &out);
+    FILE *f = fdopen(out, "r");
+    assert_non_null(fgets(line, sizeof(line), f));
+    fclose(f);
+    assert_string_equal(line, "open\n");
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(exports(a), 1); /* kept for the peer */
+    assert_int_equal(ump_alloc(a, 8 * MiB, NULL, &p2), 0);
+    assert_ptr_not_equal(p2, p);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+    /* The server hears the connection's end on its own thread. */
+    for (int i = 0; i < 1000 && exports(a); i++)
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_free(a, p2), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && !strcmp(argv[1], "peer"))
+        return peer(argv);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_open_in_process),
+        cmocka_unit_test(test_free_while_open),
+        cmocka_unit_test(test_many_chunks),
+        cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_other_process),
+        cmocka_unit_test(test_opener_killed),
+    };
+    return cmocka_run_group_tests(tests, rundir_setup, rundir_teardown);
+}

@@ -693,6 +693,9 @@ int ump_group_end(void);
  *    of an opener unmaps what it still has open.
  */
 typedef struct ump_ipc_handle { unsigned char bytes[64]; } ump_ipc_handle_t;   /* plain bytes: memcpy, write, send */
+/* A handle's first 4 bytes, so that a program (the preload) that takes
+ * handles of several kinds can tell umpool's. */
+#define UMP_IPC_HANDLE_TAG "UMPH"
 int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr, ump_ipc_handle_t *handle_p);
 int ump_ipc_open(ump_pool_t *pool, const ump_ipc_handle_t *handle, void **ptr_p);
 /* ptr: what ump_ipc_open returned. */

@@ -47,6 +47,9 @@ enum {
     E_ADDR_RANGE,
     E_PTR_ATTR,
     E_PTR_ATTRS,
+    E_IPC_GET,
+    E_IPC_OPEN,
+    E_IPC_CLOSE,
     E_NVML_MEM,
     E_NVML_MEM_V2,
     E_N
@@ -866,6 +869,135 @@ static void *intercept_lookup(const char *name, int version)
     return NULL;
 }
 
+/* --- IPC handles --------------------------------------------------------
+ * The driver gives no legacy IPC handle of virtual-memory allocations,
+ * which every pool allocation is, so cuIpcGetMemHandle of pool memory
+ * (PyTorch's CUDA tensors sent to another process) is umpool's: the
+ * handle of the allocation holding dptr (ump_ipc_get_handle; 64 bytes,
+ * the size of CUipcMemHandle), which names the allocation's start as the
+ * driver's names its allocation (the caller sends its offset beside it:
+ * cuMemGetAddressRange gives the start). cuIpcOpenMemHandle of a handle
+ * that begins with umpool's tag opens it in this process's pool, any
+ * other is the driver's; cuIpcCloseMemHandle of what umpool opened closes
+ * it (the list below), any other pointer is the driver's. */
+
+static pthread_mutex_t opened_lock = PTHREAD_MUTEX_INITIALIZER;
+static CUdeviceptr *opened; /* one entry per open not yet closed */
+static size_t nopened, capopened;
+
+static bool opened_add(CUdeviceptr p)
+{
+    pthread_mutex_lock(&opened_lock);
+    bool ok = nopened < capopened;
+    if (!ok) {
+        size_t cap = capopened ? 2 * capopened : 16;
+        CUdeviceptr *a = realloc(opened, cap * sizeof(*a));
+        if ((ok = a != NULL)) {
+            opened = a;
+            capopened = cap;
+        }
+    }
+    if (ok)
+        opened[nopened++] = p;
+    pthread_mutex_unlock(&opened_lock);
+    return ok;
+}
+
+/* One open of p off the list: false when umpool did not open it. */
+static bool opened_take(CUdeviceptr p)
+{
+    bool found = false;
+    pthread_mutex_lock(&opened_lock);
+    for (size_t i = 0; i < nopened && !found; i++)
+        if ((found = opened[i] == p))
+            opened[i] = opened[--nopened];
+    pthread_mutex_unlock(&opened_lock);
+    return found;
+}
+
+static CUresult ipc_result(int rc)
+{
+    switch (rc) {
+    case 0: return CUDA_SUCCESS;
+    case -ENOMEM: return CUDA_ERROR_OUT_OF_MEMORY;
+    case -ENOTSUP: return CUDA_ERROR_NOT_SUPPORTED;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle,
+                                          CUdeviceptr dptr)
+{
+    _Static_assert(sizeof(CUipcMemHandle) == sizeof(ump_ipc_handle_t),
+                   "a CUDA IPC handle holds umpool's");
+    ump_pool_t *pool = serving();
+    ump_ptr_info_t in;
+    if (pool && in_range(pool, dptr)) {
+        preload_count(E_IPC_GET, true);
+        if (!handle)
+            return CUDA_ERROR_INVALID_VALUE;
+        preload_enter();
+        int rc = owned(pool, dptr, &in) ? 0 : -EINVAL;
+        ump_ipc_handle_t h;
+        if (!rc)
+            rc = ump_ipc_get_handle(pool, in.base, &h);
+        preload_leave();
+        if (!rc)
+            memcpy(handle, &h, sizeof(h));
+        return ipc_result(rc);
+    }
+    preload_count(E_IPC_GET, false);
+    CUresult (*fn)(CUipcMemHandle *, CUdeviceptr) =
+        REAL(E_IPC_GET, CUresult (*)(CUipcMemHandle *, CUdeviceptr));
+    return fn ? fn(handle, dptr) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr,
+                                           CUipcMemHandle handle,
+                                           unsigned int flags)
+{
+    ump_pool_t *pool = serving();
+    if (pool && !memcmp(handle.reserved, UMP_IPC_HANDLE_TAG, 4)) {
+        preload_count(E_IPC_OPEN, true);
+        if (!pdptr)
+            return CUDA_ERROR_INVALID_VALUE;
+        ump_ipc_handle_t h;
+        void *p = NULL;
+        memcpy(&h, &handle, sizeof(h));
+        preload_enter();
+        int rc = ump_ipc_open(pool, &h, &p);
+        if (!rc && !opened_add((CUdeviceptr)(uintptr_t)p)) {
+            ump_ipc_close(pool, p);
+            rc = -ENOMEM;
+        }
+        preload_leave();
+        if (!rc)
+            *pdptr = (CUdeviceptr)(uintptr_t)p;
+        /* The driver's answer for a handle it cannot open. */
+        return rc == -EINVAL ? CUDA_ERROR_INVALID_HANDLE : ipc_result(rc);
+    }
+    preload_count(E_IPC_OPEN, false);
+    CUresult (*fn)(CUdeviceptr *, CUipcMemHandle, unsigned) =
+        REAL(E_IPC_OPEN, CUresult (*)(CUdeviceptr *, CUipcMemHandle,
+                                      unsigned));
+    return fn ? fn(pdptr, handle, flags) : NO_DRIVER;
+}
+
+EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+    ump_pool_t *pool = serving();
+    if (pool && opened_take(dptr)) {
+        preload_count(E_IPC_CLOSE, true);
+        preload_enter();
+        int rc = ump_ipc_close(pool, (void *)(uintptr_t)dptr);
+        preload_leave();
+        return ipc_result(rc);
+    }
+    preload_count(E_IPC_CLOSE, false);
+    CUresult (*fn)(CUdeviceptr) = REAL(E_IPC_CLOSE, CUresult (*)(CUdeviceptr));
+    return fn ? fn(dptr) : NO_DRIVER;
+}
+
 /* Both cuGetProcAddress: umpool's version of symbol into *pfn, counted
  * as a look-up by entry `counter`; false when it is the driver's to
  * answer. */
@@ -929,6 +1061,10 @@ static struct entry table[E_N] = {
     ROW(E_ADDR_RANGE, "cuMemGetAddressRange", 3020, cuMemGetAddressRange),
     ROW(E_PTR_ATTR, "cuPointerGetAttribute", 4000, cuPointerGetAttribute),
     ROW(E_PTR_ATTRS, "cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+    ROW(E_IPC_GET, "cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+    /* cuda.h's name is the 11.0 ABI's, cuIpcOpenMemHandle_v2. */
+    ROW(E_IPC_OPEN, "cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle),
+    ROW(E_IPC_CLOSE, "cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
     /* NVML's, reached through dlopen of libnvidia-ml.so.1 or by name; never
      * through cuGetProcAddress. */
     ROW(E_NVML_MEM, "nvmlDeviceGetMemoryInfo", INT_MAX,

@@ -1742,6 +1742,36 @@ static CUresult fake_cuMemGetAddressRange(CUdeviceptr *base, size_t *size,
     return end(CUDA_SUCCESS);
 }
 
+/* Legacy IPC: the fake has none of its own (the real driver's refuses
+ * virtual-memory allocations, the only kind a pool makes); counted, so
+ * that the preload's tests see what reached the driver. */
+static long n_ipc_calls;
+static CUresult fake_cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    (void)h;
+    (void)p;
+    BEGIN();
+    n_ipc_calls++;
+    return end(CUDA_ERROR_NOT_SUPPORTED);
+}
+static CUresult fake_cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h,
+                                        unsigned flags)
+{
+    (void)p;
+    (void)h;
+    (void)flags;
+    BEGIN();
+    n_ipc_calls++;
+    return end(CUDA_ERROR_INVALID_HANDLE);
+}
+static CUresult fake_cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    (void)p;
+    BEGIN();
+    n_ipc_calls++;
+    return end(CUDA_ERROR_INVALID_VALUE);
+}
+
 static CUresult fake_cuPointerGetAttribute(void *data,
                                            CUpointer_attribute attr,
                                            CUdeviceptr ptr)
@@ -1854,6 +1884,9 @@ static const struct {
     FAKE_ENTRY(cuMemGetAddressRange),
     FAKE_ENTRY(cuPointerGetAttribute),
     FAKE_ENTRY(cuPointerGetAttributes),
+    FAKE_ENTRY(cuIpcGetMemHandle),
+    FAKE_ENTRY(cuIpcOpenMemHandle),
+    FAKE_ENTRY(cuIpcCloseMemHandle),
 };
 
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn,
@@ -1940,6 +1973,20 @@ CUresult CUDAAPI cuMemHostGetDevicePointer(CUdeviceptr *d, void *p,
 CUresult CUDAAPI cuMemHostGetFlags(unsigned *f, void *p)
 {
     return fake_cuMemHostGetFlags(f, p);
+}
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *h, CUdeviceptr p)
+{
+    return fake_cuIpcGetMemHandle(h, p);
+}
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *p, CUipcMemHandle h,
+                                    unsigned f)
+{
+    return fake_cuIpcOpenMemHandle(p, h, f);
+}
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr p)
+{
+    return fake_cuIpcCloseMemHandle(p);
 }
 
 /* --- NVML ---------------------------------------------------------------- */
@@ -2237,6 +2284,8 @@ long fake_cuda_count(const char *what)
         n = __atomic_load_n(&n_child_calls, __ATOMIC_RELAXED);
     } else if (strcmp(what, "hostfn_calls") == 0) {
         n = __atomic_load_n(&n_hostfn_calls, __ATOMIC_RELAXED);
+    } else if (strcmp(what, "ipc_calls") == 0) {
+        n = n_ipc_calls;
     } else if (strcmp(what, "creates") == 0) {
         n = n_creates;
     } else if (strcmp(what, "fd_creates") == 0) {

@@ -14,7 +14,7 @@
 
 /* Byte offsets in the handle. */
 enum {
-    OFF_MAGIC = 0,    /* 4 */
+    OFF_MAGIC = 0,    /* 4: UMP_IPC_HANDLE_TAG */
     OFF_VERSION = 4,  /* 2 */
     OFF_BACKEND = 6,  /* 1, then 1 zero */
     OFF_PID = 8,      /* 4, then 4 zero */
@@ -44,10 +44,9 @@ static const struct field {
 
 void ipc_handle_pack(const struct ipc_handle_fields *f, ump_ipc_handle_t *h)
 {
-    uint32_t magic = IPC_MAGIC;
     uint16_t version = IPC_VERSION;
     memset(h, 0, sizeof(*h));
-    memcpy(h->bytes + OFF_MAGIC, &magic, 4);
+    memcpy(h->bytes + OFF_MAGIC, UMP_IPC_HANDLE_TAG, 4);
     memcpy(h->bytes + OFF_VERSION, &version, 2);
     for (size_t i = 0; i < NFIELDS; i++)
         memcpy(h->bytes + fields[i].off, (const char *)f + fields[i].at,
@@ -59,12 +58,12 @@ void ipc_handle_pack(const struct ipc_handle_fields *f, ump_ipc_handle_t *h)
 int ipc_handle_unpack(const ump_ipc_handle_t *h, struct ipc_handle_fields *f,
                       const char *fn)
 {
-    uint32_t magic, check;
+    uint32_t check;
     uint16_t version;
-    memcpy(&magic, h->bytes + OFF_MAGIC, 4);
     memcpy(&version, h->bytes + OFF_VERSION, 2);
     memcpy(&check, h->bytes + OFF_CHECK, 4);
-    if (magic != IPC_MAGIC || check != crc32c(0, h->bytes, OFF_CHECK)) {
+    if (memcmp(h->bytes + OFF_MAGIC, UMP_IPC_HANDLE_TAG, 4) ||
+        check != crc32c(0, h->bytes, OFF_CHECK)) {
         ump_log_error("%s: the handle is damaged (not the 64 bytes "
                       "ump_ipc_get_handle gave)", fn);
         return -EINVAL;

@@ -13,7 +13,6 @@
 #include "umpool.h"
 #include "util/unixsock.h"
 
-#define IPC_MAGIC 0x48504d55u /* "UMPH" */
 #define IPC_VERSION 1
 enum { IPC_BACKEND_SIM = 1, IPC_BACKEND_CUDA = 2 };
 

@@ -42,7 +42,7 @@ run() {
     fi
 }
 for prog in test_preload_byname test_preload_dlopen; do
-    for mode in basic host race omp none fork; do
+    for mode in basic host race omp none fork ipc; do
         run "$prog" "$mode"
     done
     run "$prog" overflow overflow:host

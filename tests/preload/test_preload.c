@@ -60,6 +60,9 @@ static struct {
     CUresult (*host_alloc_flags)(void **, size_t, unsigned);
     CUresult (*host_devptr)(CUdeviceptr *, void *, unsigned);
     CUresult (*host_flags)(unsigned *, void *);
+    CUresult (*ipc_get)(CUipcMemHandle *, CUdeviceptr);
+    CUresult (*ipc_open)(CUdeviceptr *, CUipcMemHandle, unsigned);
+    CUresult (*ipc_close)(CUdeviceptr);
 } cu;
 
 #ifdef VIA_DLOPEN
@@ -126,6 +129,9 @@ static void bind(void)
     GET(host_alloc_flags, "cuMemHostAlloc");
     GET(host_devptr, "cuMemHostGetDevicePointer");
     GET(host_flags, "cuMemHostGetFlags");
+    GET(ipc_get, "cuIpcGetMemHandle");
+    GET(ipc_open, "cuIpcOpenMemHandle");
+    GET(ipc_close, "cuIpcCloseMemHandle");
     /* The same through every version cudart asks with. */
     CHECK(get(gp, "cuMemAlloc", 12000) == get(gp, "cuMemAlloc", 13000),
           "cuMemAlloc differs between 12000 and 13000");
@@ -152,6 +158,9 @@ static void bind(void)
     cu.host_alloc_flags = cuMemHostAlloc;
     cu.host_devptr = cuMemHostGetDevicePointer;
     cu.host_flags = cuMemHostGetFlags;
+    cu.ipc_get = cuIpcGetMemHandle;
+    cu.ipc_open = cuIpcOpenMemHandle;
+    cu.ipc_close = cuIpcCloseMemHandle;
 }
 #endif
 
@@ -585,6 +594,84 @@ static void omp(void)
 #endif
 }
 
+static unsigned char ipc_pat(size_t i) { return (unsigned char)(i * 7 + 3); }
+
+/* IPC handles under the preload: cuIpcGetMemHandle of pool memory (even
+ * inside an allocation) gives umpool's handle of the allocation, with no
+ * driver call (the driver has none for virtual-memory allocations);
+ * another process, this program again as "ipc-peer", opens it with
+ * cuIpcOpenMemHandle, reads and writes the maker's bytes and closes it.
+ * Handles and pointers not umpool's go to the driver. */
+static void ipc(void)
+{
+    context(0);
+    const size_t n = 4 << 20;
+    CUdeviceptr p = 0;
+    CHECK(cu.alloc(&p, n) == CUDA_SUCCESS, "cuMemAlloc");
+    for (size_t i = 0; i < n; i++)
+        ((unsigned char *)(uintptr_t)p)[i] = ipc_pat(i);
+    long calls = fake_count("fake_cuda_count", "ipc_calls");
+    CUipcMemHandle h;
+    CHECK(cu.ipc_get(&h, p + 4096) == CUDA_SUCCESS, "cuIpcGetMemHandle");
+    CHECK(!memcmp(h.reserved, UMP_IPC_HANDLE_TAG, 4), "not umpool's handle");
+    CHECK(fake_count("fake_cuda_count", "ipc_calls") == calls,
+          "cuIpcGetMemHandle of pool memory reached the driver");
+    char hx[2 * sizeof(h) + 1];
+    for (size_t i = 0; i < sizeof(h); i++)
+        sprintf(hx + 2 * i, "%02x", (unsigned char)h.reserved[i]);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_preload", "ipc-peer", hx,
+              (char *)NULL);
+        _exit(99);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the peer: status %d", st);
+    CHECK(!memcmp((void *)(uintptr_t)p, "peer", 5), "the peer's write");
+    /* Not umpool's: the driver answers. A damaged one of umpool's is
+     * refused here. */
+    CUipcMemHandle other;
+    CUdeviceptr q = 0;
+    memset(&other, 0, sizeof(other));
+    CHECK(cu.ipc_open(&q, other, 0) == CUDA_ERROR_INVALID_HANDLE,
+          "a foreign handle");
+    CHECK(fake_count("fake_cuda_count", "ipc_calls") == calls + 1,
+          "a foreign handle did not reach the driver");
+    h.reserved[20] ^= 1;
+    CHECK(cu.ipc_open(&q, h, 0) == CUDA_ERROR_INVALID_HANDLE && !q,
+          "a damaged handle");
+    CHECK(cu.ipc_close(p) == CUDA_ERROR_INVALID_VALUE &&
+              fake_count("fake_cuda_count", "ipc_calls") == calls + 2,
+          "cuIpcCloseMemHandle of a pointer umpool did not open");
+    CHECK(cu.free(p) == CUDA_SUCCESS, "cuMemFree");
+}
+
+static int ipc_peer(const char *hx)
+{
+    CUipcMemHandle h;
+    CUdeviceptr q = 0;
+    for (size_t i = 0; i < sizeof(h); i++) {
+        unsigned v;
+        if (sscanf(hx + 2 * i, "%2x", &v) != 1)
+            return 2;
+        h.reserved[i] = (char)v;
+    }
+    context(0);
+    if (cu.ipc_open(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) !=
+        CUDA_SUCCESS)
+        return 3;
+    const unsigned char *b = (const unsigned char *)(uintptr_t)q;
+    for (size_t i = 0; i < (4 << 20); i += 4093)
+        if (b[i] != ipc_pat(i))
+            return 4;
+    memcpy((void *)(uintptr_t)q, "peer", 5);
+    if (cu.ipc_close(q) != CUDA_SUCCESS)
+        return 5;
+    /* Closed: now the driver's to refuse. */
+    return cu.ipc_close(q) == CUDA_SUCCESS ? 6 : 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -607,6 +694,10 @@ int main(int argc, char **argv)
         race();
     else if (!strcmp(mode, "omp"))
         omp();
+    else if (!strcmp(mode, "ipc"))
+        ipc();
+    else if (!strcmp(mode, "ipc-peer") && argc > 2)
+        return ipc_peer(argv[2]);
     else if (!strcmp(mode, "fork")) {
         context(0);
         CUdeviceptr p = 0;

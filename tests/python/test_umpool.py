@@ -148,6 +148,47 @@ class PoolTest(unittest.TestCase):
             pool.free(p)
 
 
+    def test_ipc(self):
+        """An allocation opened by another process (a child that runs
+        Python again) and by another pool of this one."""
+        import subprocess
+        n = 4 << 20
+        p = self.pool.alloc(n, device=1)
+        self.pool.array(p, n // 8, "uint64")[:] = np.arange(n // 8)
+        h = self.pool.ipc_handle(p)
+        self.assertEqual(len(h), 64)
+        code = (
+            "import sys, numpy as np, umpool\n"
+            "pool = umpool.Pool(%r)\n"
+            "q = pool.ipc_open(bytes.fromhex(sys.argv[1]))\n"
+            "a = pool.array(q, %d, 'uint64')\n"
+            "assert (a == np.arange(%d)).all()\n"
+            "a[0] = 12345\n"
+            "pool.ipc_close(q)\n"
+            "pool.close()\n" % (SIM4, n // 8, n // 8))
+        r = subprocess.run([sys.executable, "-c", code, h.hex()],
+                           capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(int(self.pool.array(p, 1, "uint64")[0]), 12345)
+        other = umpool.Pool(SIM4)
+        try:
+            q = other.ipc_open(self.pool.ipc_handle(p))
+            self.assertEqual(int(other.array(q, 2, "uint64")[1]), 1)
+            other.ipc_close(q)
+            with self.assertRaises(umpool.Error) as e:
+                other.ipc_close(q)
+            self.assertEqual(e.exception.errno, -errno.EINVAL)
+            bad = bytearray(h)
+            bad[30] ^= 1
+            with self.assertRaises(umpool.Error) as e:
+                other.ipc_open(bytes(bad))
+            self.assertEqual(e.exception.errno, -errno.EINVAL)
+            with self.assertRaises(TypeError):
+                other.ipc_open(b"short")
+        finally:
+            other.close()
+        self.pool.free(p)
+
     def test_failed_device(self):
         """Device 1 fails at its 8th operation (config keys): what was on
         it is reported lost, the rest reads back, new memory avoids it."""

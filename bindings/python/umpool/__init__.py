@@ -23,6 +23,7 @@ import errno as _errno
 import math
 import operator
 import os
+import sys
 
 __all__ = ["Error", "Pool", "Comm", "lib", "process_pool",
            "DEVICE_CURRENT", "DEVICE_ALL", "LOC_HOST", "LOC_NVME", "LOC_NET",
@@ -90,6 +91,10 @@ class PtrInfo(ctypes.Structure):
                 ("kind", _int), ("lost", _int)]
 
 
+class IpcHandle(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_ubyte * 64)]
+
+
 _U64 = ctypes.c_uint64
 
 
@@ -136,6 +141,10 @@ _decl("ump_stats", _int, _vp, _int, ctypes.POINTER(Stats))
 _decl("ump_link_stats", _int, _vp, _int, _int, ctypes.POINTER(LinkStats))
 _decl("ump_coll_stats", _int, _vp, _int, ctypes.POINTER(CollStats))
 _decl("ump_device_count", _int, _vp)
+_decl("ump_ipc_get_handle", _int, _vp, _vp, ctypes.POINTER(IpcHandle))
+_decl("ump_ipc_open", _int, _vp, ctypes.POINTER(IpcHandle),
+      ctypes.POINTER(_vp))
+_decl("ump_ipc_close", _int, _vp, _vp)
 _decl("ump_pool_checkpoint", _int, _vp, ctypes.c_char_p)
 _decl("ump_pool_restore", _int, ctypes.c_char_p, ctypes.c_char_p,
       ctypes.POINTER(_vp))
@@ -260,6 +269,7 @@ class Pool:
 
     def __init__(self, config=None, _handle=None, _owned=None):
         self._owned = _handle is None if _owned is None else _owned
+        self._opened = {}  # ipc_open's addresses: (size, opens)
         if _handle is None:
             p = _vp()
             _check(lib.ump_pool_create(config.encode() if config else None,
@@ -324,6 +334,47 @@ class Pool:
     def host_free(self, ptr):
         ptr = _ptr(ptr, "ptr", "ump_host_free")
         _check(lib.ump_host_free(self._h(), ptr), "ump_host_free")
+
+    def ipc_handle(self, ptr):
+        """The handle (64 bytes) through which another process opens the
+        allocation that starts at ptr (ump_ipc_get_handle)."""
+        c = "ump_ipc_get_handle"
+        h = IpcHandle()
+        _check(lib.ump_ipc_get_handle(self._h(), _ptr(ptr, "ptr", c),
+                                      ctypes.byref(h)), c)
+        return bytes(h.bytes)
+
+    def ipc_open(self, handle):
+        """Maps another process's allocation named by handle (the bytes
+        of ipc_handle) in this pool; returns its address here."""
+        if not isinstance(handle, (bytes, bytearray)) or len(handle) != 64:
+            raise TypeError("ump_ipc_open: handle must be the 64 bytes of "
+                            "ipc_handle")
+        h = IpcHandle.from_buffer_copy(bytes(handle))
+        p = _vp()
+        _check(lib.ump_ipc_open(self._h(), ctypes.byref(h), ctypes.byref(p)),
+               "ump_ipc_open")
+        # For array(): the allocation's size, bytes 48-55 of the handle
+        # (lib/ipc/wire.c), and how many opens of it are not closed.
+        size = int.from_bytes(bytes(handle[48:56]), sys.byteorder)
+        n = self._opened.get(p.value, (size, 0))[1]
+        self._opened[p.value] = (size, n + 1)
+        return p.value
+
+    def ipc_close(self, ptr):
+        """Unmaps what ipc_open returned."""
+        _check(lib.ump_ipc_close(self._h(), _ptr(ptr, "ptr", "ump_ipc_close")),
+               "ump_ipc_close")
+        size, n = self._opened.pop(ptr)
+        if n > 1:
+            self._opened[ptr] = (size, n - 1)
+
+    def _opened_info(self, ptr):
+        """The allocation opened by ipc_open that holds ptr, or None."""
+        for base, (size, _) in self._opened.items():
+            if base <= ptr < base + size:
+                return {"base": base, "size": size}
+        return None
 
     def ptr_info(self, ptr):
         info = PtrInfo()
@@ -466,7 +517,7 @@ class Pool:
         # Python ints: np.prod would wrap at 2**63 too.
         n = _size(math.prod(shape) * dt.itemsize, "byte count", c)
         ptr = _ptr(ptr, "ptr", c)
-        info = self.ptr_info(ptr)  # raises for a pointer not in the pool
+        info = self._opened_info(ptr) or self.ptr_info(ptr)  # raises
         if ptr + n > info["base"] + info["size"]:
             raise Error(-22, "umpool.Pool.array (past the allocation)")
         buf = (ctypes.c_char * n).from_address(ptr)

@@ -11,7 +11,9 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #include "fdcount.h"
 #include "rundir.h"
 #include "ipc/ipc.h"
+#include "ipc/wire.h"
 #include "mem/chunks.h"
 #include "umpool.h"
 
@@ -243,6 +246,189 @@ static void test_bad_input(void **state)
     assert_int_equal(ump_pool_destroy(b), 0);
 }
 
+/* The maker's destroy leaves what b has open as it was (on sim: the
+ * extents it exported are not punched out), and b's connection to the
+ * gone maker is dropped once nothing is open through it. */
+static void test_maker_destroyed(void **state)
+{
+    (void)state;
+    ump_pool_t *b = make_pool(CONF);
+    int fds = open_fds();
+    ump_pool_t *a = make_pool(CONF);
+    void *p, *q;
+    ump_ipc_handle_t h;
+    assert_int_equal(ump_alloc(a, 8 * MiB, NULL, &p), 0);
+    fill(p, 8 * MiB);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+    assert_int_equal(wrong(q, 8 * MiB), 0);
+    ((char *)q)[9] = 9; /* still memory */
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(open_fds(), fds);
+    assert_int_equal(ump_pool_destroy(b), 0);
+}
+
+/* An opener with one device: a handle of the maker's second device is
+ * refused (-EINVAL) and given back, and what the opener has open stays
+ * held: the connection is kept. */
+static void test_opener_cannot_take(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF);
+    ump_pool_t *b = make_pool("backend:sim,sim_devices:1,sim_device_mem:64M,"
+                              "publish:false");
+    void *p0, *p1, *q, *q1 = (void *)1, *p2;
+    ump_ipc_handle_t h0, h1;
+    ump_hints_t on1 = UMP_HINTS_INIT;
+    on1.device = 1;
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p0), 0);
+    assert_int_equal(ump_alloc(a, 4 * MiB, &on1, &p1), 0);
+    fill(p0, 4 * MiB);
+    assert_int_equal(ump_ipc_get_handle(a, p0, &h0), 0);
+    assert_int_equal(ump_ipc_get_handle(a, p1, &h1), 0);
+    assert_int_equal(ump_ipc_open(b, &h0, &q), 0);
+    assert_int_equal(ump_free(a, p0), 0);
+    assert_int_equal(exports(a), 2);
+    assert_int_equal(ump_ipc_open(b, &h1, &q1), -EINVAL);
+    assert_ptr_equal(q1, (void *)1);
+    assert_int_equal(exports(a), 2); /* p0 still held for b */
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p2), 0);
+    memset(p2, 0x77, 4 * MiB);
+    assert_int_equal(wrong(q, 4 * MiB), 0);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(ump_free(a, p1), 0);
+    assert_int_equal(ump_free(a, p2), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
+/* Raw requests on the maker's socket, as a buggy or hostile process of
+ * the user would send them. */
+static int raw_connect(const ump_ipc_handle_t *h)
+{
+    struct ipc_handle_fields f;
+    char name[64];
+    int fd;
+    assert_int_equal(ipc_handle_unpack(h, &f, "test"), 0);
+    ipc_sock_name(f.pid, f.key, name, sizeof(name));
+    assert_int_equal(usock_connect(name, &fd), 0);
+    return fd;
+}
+
+static int raw_send(int fd, int op, const ump_ipc_handle_t *h, uint64_t gen)
+{
+    struct ipc_handle_fields f;
+    assert_int_equal(ipc_handle_unpack(h, &f, "test"), 0);
+    struct ipc_req q = {.op = (uint32_t)op, .key = f.key,
+                        .gen = gen ? gen : f.gen, .ticket = f.ticket,
+                        .addr = f.addr};
+    return usock_send(fd, &q, sizeof(q), NULL, 0);
+}
+
+/* A process that sends opens and never reads the replies is dropped at
+ * once (its opens closed with it), and stalls nobody; one that sends a
+ * ticket's open again for another export is refused, its counts intact. */
+static void test_bad_peers(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
+    void *p1, *p2, *q;
+    ump_ipc_handle_t h1, h2;
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p1), 0);
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p2), 0);
+    assert_int_equal(ump_ipc_get_handle(a, p1, &h1), 0);
+    assert_int_equal(ump_ipc_get_handle(a, p2, &h2), 0);
+    int stuffer = raw_connect(&h1);
+    int sent = 0;
+    while (sent < 100000 && raw_send(stuffer, IPC_OPEN, &h1, 0) == 0)
+        sent++;
+    assert_true(sent > 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    assert_int_equal(ump_ipc_open(b, &h1, &q), 0);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    assert_true(t1.tv_sec - t0.tv_sec < 5);
+    close(stuffer);
+    /* Forged: ticket of h1 with h2's export number. */
+    struct ipc_handle_fields f2;
+    assert_int_equal(ipc_handle_unpack(&h2, &f2, "test"), 0);
+    int forger = raw_connect(&h1);
+    struct ipc_open_reply *r = malloc(sizeof(*r));
+    int fds[USOCK_MAX_FDS], nfds;
+    assert_non_null(r);
+    assert_int_equal(raw_send(forger, IPC_OPEN, &h1, 0), 0);
+    assert_int_equal(usock_recv(forger, r, sizeof(*r), fds, USOCK_MAX_FDS,
+                                &nfds), 0);
+    assert_int_equal(r->status, 0);
+    for (int i = 0; i < nfds; i++)
+        close(fds[i]);
+    assert_int_equal(raw_send(forger, IPC_OPEN, &h1, f2.gen), 0);
+    assert_int_equal(usock_recv(forger, r, sizeof(*r), fds, USOCK_MAX_FDS,
+                                &nfds), 0);
+    assert_int_equal(r->status, -EINVAL);
+    free(r);
+    /* p1 is held by the forger's one open: kept at its free. */
+    assert_int_equal(ump_free(a, p1), 0);
+    assert_int_equal(exports(a), 2);
+    close(forger);
+    for (int i = 0; i < 1000 && exports(a) > 1; i++)
+        nanosleep(&(struct timespec){0, 5000000}, NULL);
+    assert_int_equal(exports(a), 1);
+    assert_int_equal(ump_free(a, p2), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
+/* A handle asked for while the pool suspends: either it was made before
+ * (and the suspend refuses, -EBUSY) or it is refused; never both made. */
+struct racer { ump_pool_t *pool; void *p; atomic_int stop, made; };
+
+static void *handle_racer(void *arg)
+{
+    struct racer *r = arg;
+    ump_ipc_handle_t h;
+    while (!atomic_load(&r->stop))
+        if (ump_ipc_get_handle(r->pool, r->p, &h) == 0) {
+            atomic_store(&r->made, 1);
+            break;
+        }
+    return NULL;
+}
+
+static void test_suspend_race(void **state)
+{
+    (void)state;
+    for (int round = 0; round < 5; round++) {
+        ump_pool_t *a = make_pool(CONF);
+        void *p[6];
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(ump_alloc(a, 8 * MiB, NULL, &p[i]), 0);
+        struct racer r = {.pool = a, .p = p[5]};
+        pthread_t t;
+        assert_int_equal(pthread_create(&t, NULL, handle_racer, &r), 0);
+        int rc = ump_pool_suspend(a, UMP_TIER_HOST);
+        atomic_store(&r.stop, 1);
+        pthread_join(t, NULL);
+        if (rc == 0) {
+            assert_int_equal(ump_pool_resume(a), 0);
+            if (atomic_load(&r.made)) /* made after the resume */
+                assert_int_equal(exports(a), 1);
+        } else {
+            assert_int_equal(rc, -EBUSY);
+            assert_int_equal(atomic_load(&r.made), 1);
+        }
+        for (int i = 0; i < 6; i++)
+            assert_int_equal(ump_free(a, p[i]), 0);
+        assert_int_equal(exports(a), 0);
+        assert_int_equal(ump_pool_destroy(a), 0);
+    }
+}
+
 /* ---- another process: this program again, as "peer" ---- */
 
 static void hex(const ump_ipc_handle_t *h, char *out)
@@ -381,6 +567,10 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_free_while_open),
         cmocka_unit_test(test_many_chunks),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_maker_destroyed),
+        cmocka_unit_test(test_opener_cannot_take),
+        cmocka_unit_test(test_bad_peers),
+        cmocka_unit_test(test_suspend_race),
         cmocka_unit_test(test_other_process),
         cmocka_unit_test(test_opener_killed),
     };

@@ -102,6 +102,12 @@ static int exportable(ump_pool_t *pool, const void *ptr, struct run **r_p)
     static const char fn[] = "ump_ipc_get_handle";
     if (!vas_contains(&pool->vas, ptr))
         return pool_bad_pointer(ptr, fn, "not a pointer of this pool");
+    /* A suspend moves every run down, dropping the lock as it copies: one
+     * exported meanwhile would move under its openers. */
+    if (atomic_load(&pool->suspended) || pool->suspending) {
+        ump_log_error("%s: the pool is suspended", fn);
+        return -EBUSY;
+    }
     uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, ptr));
     if (vas_tag_kind(tag) == VAS_SLAB) {
         struct slab *s = vas_tag_owner(tag);
@@ -128,11 +134,18 @@ static int exportable(ump_pool_t *pool, const void *ptr, struct run **r_p)
                                 "pinned host memory (ump_host_alloc, or "
                                 "a device allocation overflowed to the "
                                 "host): only device memory is exported");
-    if (r->res)
+    if (atomic_load_explicit(&r->flags, memory_order_relaxed) &
+        UMP_HINT_OFFLOAD)
         return pool_bad_pointer(ptr, fn,
                                 "made with UMP_HINT_OFFLOAD: it may move "
                                 "between tiers, under another process's "
                                 "mapping");
+    if (r->res) { /* a plain run that ump_evict or a suspend moved once */
+        ump_log_error("%s: %p has been moved between tiers (ump_evict, "
+                      "ump_pool_suspend), and the tiers still track it: "
+                      "it cannot be exported", fn, ptr);
+        return -EBUSY;
+    }
     if (chunks_range_failed(pool, r->start, r->n)) {
         ump_log_error("%s: %p is on a failed device", fn, ptr);
         return -EIO;
@@ -154,7 +167,8 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
     struct ipc_state *st = ipc_state_get(pool);
     if (!st)
         return -ENOMEM;
-    /* First, so that a pool that cannot serve exports nothing. */
+    /* First, so that a pool that cannot serve exports nothing (a pointer
+     * then refused leaves a server with nothing to serve: harmless). */
     rc = ipc_server_start(pool);
     if (rc)
         return rc;

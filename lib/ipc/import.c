@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -22,14 +24,46 @@
 #include "mem/chunks.h"
 #include "util/log.h"
 
-#define IPC_TIMEOUT_MS 10000
-
 static const char fn_open[] = "ump_ipc_open";
+
+/* Is p's maker gone (its connection ended or broke, its process
+ * ended)? */
+static bool peer_gone(const struct ipc_peer *p)
+{
+    if (p->fd < 0)
+        return true;
+    struct pollfd pf[2] = {{p->fd, POLLRDHUP, 0}, {p->pidfd, POLLIN, 0}};
+    if (poll(pf, p->pidfd >= 0 ? 2 : 1, 0) <= 0)
+        return false;
+    return (pf[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) ||
+           pf[1].revents;
+}
+
+/* Peers through which nothing is open and whose maker is gone are
+ * dropped: an opener that outlives many makers (a server fed by short
+ * workers) keeps no descriptor for them. A live maker's stays, with what
+ * its server remembers of this connection (the handles closed here). */
+static void peers_prune(struct ipc_state *st)
+{
+    for (struct ipc_peer **pp = &st->peers, *p; (p = *pp);) {
+        if (p->imports || !peer_gone(p)) {
+            pp = &p->next;
+            continue;
+        }
+        *pp = p->next;
+        if (p->fd >= 0)
+            close(p->fd);
+        if (p->pidfd >= 0)
+            close(p->pidfd);
+        free(p);
+    }
+}
 
 /* The connection to the maker's server of f, made when there is none. */
 static int peer_get(struct ipc_state *st, const struct ipc_handle_fields *f,
                     struct ipc_peer **p_p)
 {
+    peers_prune(st);
     for (struct ipc_peer *p = st->peers; p; p = p->next)
         if (p->fd >= 0 && p->pid == f->pid && p->key == f->key) {
             *p_p = p;
@@ -54,18 +88,58 @@ static int peer_get(struct ipc_state *st, const struct ipc_handle_fields *f,
                       (unsigned)f->pid);
         rc = -EINVAL;
     }
-    if (!rc)
-        rc = usock_set_timeout(fd, IPC_TIMEOUT_MS);
+    /* The maker's life, watched while a reply is awaited: a process that
+     * inherited the maker's socket (a child it forked) keeps connections
+     * queued after the maker is gone, and none would ever be answered. */
+    int pidfd = -1;
+    if (!rc) {
+        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)f->pid, 0);
+        if (pidfd < 0 && errno == ESRCH) {
+            ump_log_error("%s: the handle's pool (process %u) is gone",
+                          fn_open, (unsigned)f->pid);
+            rc = -EINVAL;
+        }
+    }
     struct ipc_peer *p = rc ? NULL : malloc(sizeof(*p));
     if (!p) {
         close(fd);
+        if (pidfd >= 0)
+            close(pidfd);
         return rc ? rc : -ENOMEM;
     }
     *p = (struct ipc_peer){.pid = f->pid, .key = f->key, .fd = fd,
-                           .next = st->peers};
+                           .pidfd = pidfd, .next = st->peers};
     st->peers = p;
     *p_p = p;
     return 0;
+}
+
+/* Waits until p's connection has a message, or its maker has ended
+ * (-ECONNRESET). No time-out: a maker that is alive answers, if late
+ * (stopped in a debugger, say). */
+static int await(struct ipc_peer *p)
+{
+    struct pollfd pf[2] = {{p->fd, POLLIN, 0}, {p->pidfd, POLLIN, 0}};
+    for (;;) {
+        int n = poll(pf, p->pidfd >= 0 ? 2 : 1, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (pf[0].revents)
+            return 0;
+        if (pf[1].revents)
+            return -ECONNRESET;
+    }
+}
+
+/* One message of len bytes from p's maker, with at most maxfds
+ * descriptors, waited for. */
+static int recv_from(struct ipc_peer *p, void *buf, size_t len, int *fds,
+                     int maxfds, int *nfds_p)
+{
+    int rc = await(p);
+    return rc ? rc : usock_recv(p->fd, buf, len, fds, maxfds, nfds_p);
 }
 
 /* A request on p's connection; its reply comes next. A connection that
@@ -94,7 +168,7 @@ static int unopen(struct ipc_peer *p, int op,
     int nfds;
     int rc = request(p, op, f);
     if (!rc)
-        rc = usock_recv(p->fd, &r, sizeof(r), NULL, 0, &nfds);
+        rc = recv_from(p, &r, sizeof(r), NULL, 0, &nfds);
     if (rc) {
         if (p->fd >= 0)
             close(p->fd);
@@ -183,15 +257,14 @@ static void peer_break(struct ipc_state *st, struct ipc_peer *p)
 
 /* The reply to OPEN, all its messages, into o. *refused_p: the maker said
  * no (its status is returned), and counted nothing. */
-static int receive(ump_pool_t *pool, struct ipc_peer *p, struct opening *o,
-                   const struct ipc_handle_fields *f, bool *refused_p)
+static int receive(struct ipc_peer *p, struct opening *o, bool *refused_p)
 {
     struct ipc_open_reply *r = malloc(sizeof(*r));
     int rc = r ? 0 : -ENOMEM;
     uint32_t got = 0, total = 1;
     while (!rc && got < total) {
         int fds[USOCK_MAX_FDS], nfds = 0;
-        rc = usock_recv(p->fd, r, sizeof(*r), fds, USOCK_MAX_FDS, &nfds);
+        rc = recv_from(p, r, sizeof(*r), fds, USOCK_MAX_FDS, &nfds);
         if (rc)
             break;
         if (!got && r->status) {
@@ -228,8 +301,6 @@ static int receive(ump_pool_t *pool, struct ipc_peer *p, struct opening *o,
     free(r);
     if (rc == -EPROTO)
         ump_log_error("%s: the maker's reply is malformed", fn_open);
-    else if (!rc)
-        rc = check_chunks(pool, o, f);
     return rc;
 }
 
@@ -240,8 +311,13 @@ static int map_all(ump_pool_t *pool, struct opening *o)
     const struct backend_ops *be = pool->be;
     size_t align = be->granularity(pool->bctx, 0);
     void *at = (void *)(uintptr_t)o->base;
+    /* A probe: the maker's range is often taken here (by this process's
+     * own pool), which is no error; a failure that matters shows again in
+     * the reserve that follows. */
+    log_mute(true);
     int rc = be->reserve_at ? be->reserve_at(pool->bctx, at, o->bytes, align)
                             : -ENOTSUP;
+    log_mute(false);
     if (!rc)
         o->va = at;
     else if ((rc = be->reserve(pool->bctx, o->bytes, align, &o->va)))
@@ -305,7 +381,7 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
         return rc;
     struct opening o = {0};
     bool refused = false;
-    rc = receive(pool, p, &o, f, &refused);
+    rc = receive(p, &o, &refused);
     if (refused && (rc == -ENOENT || rc == -EALREADY)) {
         ump_log_error("%s: %s", fn_open,
                       rc == -ENOENT ? "its maker freed the allocation (or "
@@ -322,13 +398,21 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
         opening_undo(pool, &o);
         return rc;
     }
-    if (rc) { /* cut, late or malformed: the connection is done for */
+    if (rc) { /* cut or malformed: the connection is done for */
+        bool gone = rc == -ECONNRESET;
         peer_break(st, p);
         opening_undo(pool, &o);
-        return rc == -EPROTO ? -EPROTO : -EIO;
+        if (gone)
+            ump_log_error("%s: the handle's pool (process %u) ended before "
+                          "it answered", fn_open, (unsigned)f->pid);
+        return gone ? -EINVAL : rc == -EPROTO ? -EPROTO : -EIO;
     }
-    im = calloc(1, sizeof(*im));
-    rc = im ? map_all(pool, &o) : -ENOMEM;
+    /* Whole: what this pool cannot take is given back, the connection
+     * kept (it holds this pool's other opens). */
+    rc = check_chunks(pool, &o, f);
+    im = rc ? NULL : calloc(1, sizeof(*im));
+    if (!rc)
+        rc = im ? map_all(pool, &o) : -ENOMEM;
     if (rc) { /* the maker counted the open: taken back */
         free(im);
         opening_undo(pool, &o);
@@ -347,6 +431,7 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
         .next = st->imports,
     };
     st->imports = im;
+    p->imports++;
     if (o.va != (void *)(uintptr_t)o.base)
         ump_log_info("%s: %#llx is taken here: mapped at %p",
                      fn_open, (unsigned long long)f->addr, im->ptr);
@@ -434,6 +519,8 @@ UMP_EXPORT int ump_ipc_close(ump_pool_t *pool, void *ptr)
     /* Unmapped first: the maker may reuse the memory once it hears. */
     import_unmap(pool, im);
     rc = unopen(p, IPC_CLOSE, &f);
+    p->imports--;
+    peers_prune(st);
     pthread_mutex_unlock(&st->imp_lock);
     if (rc)
         ump_log_warn("ump_ipc_close: the maker did not know the open "
@@ -464,6 +551,8 @@ void ipc_imports_drop(ump_pool_t *pool, bool in_child)
         st->peers = p->next;
         if (p->fd >= 0)
             close(p->fd);
+        if (p->pidfd >= 0)
+            close(p->pidfd);
         free(p);
     }
 }

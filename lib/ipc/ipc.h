@@ -52,7 +52,9 @@ struct ipc_conn {
 struct ipc_peer {
     uint32_t pid;
     uint64_t key;
-    int fd;
+    int fd;                  /* -1 once broken or gone */
+    int pidfd;               /* the maker's process, or -1 */
+    uint32_t imports;        /* of st->imports through it */
     struct ipc_peer *next;
 };
 

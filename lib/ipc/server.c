@@ -8,8 +8,9 @@
  * Opens are counted per connection: a connection that goes (its process
  * closed it, or died) closes what it had open, so the maker frees what
  * only a dead process held. A connection that sends anything malformed
- * is dropped the same way. Each socket times out (IPC_TIMEOUT_MS), so a
- * peer that stops reading cannot stall the server.
+ * is dropped the same way, and so is one that does not read its replies:
+ * the server's sockets never block (a full one drops its connection), so
+ * no peer can stall the others' opens and closes.
  */
 #include "config.h"
 
@@ -25,7 +26,11 @@
 #include "mem/chunks.h"
 #include "util/log.h"
 
-#define IPC_TIMEOUT_MS 10000
+/* Connections one server keeps at most (each a descriptor). */
+#define IPC_MAX_CONNS 1024
+/* How long the listener rests after accepting failed for want of
+ * descriptors or memory. */
+#define IPC_BACKOFF_MS 100
 
 /* Grows *arr (elements of size each) to hold one more. */
 static int grow(void **arr, size_t *cap, size_t n, size_t size)
@@ -54,6 +59,11 @@ static int collect(ump_pool_t *pool, struct ipc_export *e,
                    size_t *n_p, uint64_t *base_p, uint64_t *bytes_p)
 {
     struct run *r = e->run;
+    /* Never once exported (ump_evict and suspends refuse), but a run the
+     * tiers track may be away from its chunks: refused, not read. */
+    for (size_t g = r->start; g < r->start + r->n; g++)
+        if (r->res || !chunks_at(pool, g))
+            return -EBUSY;
     size_t g0 = chunks_at(pool, r->start)->g;
     struct chunk *last = chunks_at(pool, r->start + r->n - 1);
     size_t end = last->g + last->n, n = 0;
@@ -85,11 +95,19 @@ static int collect(ump_pool_t *pool, struct ipc_export *e,
     return 0;
 }
 
-static struct ipc_open *find_open(struct ipc_conn *c, uint64_t ticket)
+/* c's open of ticket, or NULL; *clash_p when the ticket is open with
+ * another export (a forged request: its counts must not mix). */
+static struct ipc_open *find_open(struct ipc_conn *c, uint64_t ticket,
+                                  uint64_t gen, size_t g, bool *clash_p)
 {
+    *clash_p = false;
     for (size_t i = 0; i < c->nopens; i++)
-        if (c->opens[i].ticket == ticket)
-            return &c->opens[i];
+        if (c->opens[i].ticket == ticket) {
+            if (c->opens[i].gen == gen && c->opens[i].g == g)
+                return &c->opens[i];
+            *clash_p = true;
+            return NULL;
+        }
     return NULL;
 }
 
@@ -150,9 +168,15 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
         no.status = -ENOMEM;
         return usock_send(c->fd, &no, sizeof(no), NULL, 0);
     }
-    pthread_mutex_lock(&pool->lock);
     size_t g = vas_contains(&pool->vas, addr) ? vas_index(&pool->vas, addr)
                                               : 0;
+    bool clash;
+    struct ipc_open *o = find_open(c, q->ticket, q->gen, g, &clash);
+    if (clash) {
+        no.status = -EINVAL;
+        return usock_send(c->fd, &no, sizeof(no), NULL, 0);
+    }
+    pthread_mutex_lock(&pool->lock);
     struct ipc_export *e = vas_contains(&pool->vas, addr)
                                ? ipc_export_find(pool->ipc, g, q->gen)
                                : NULL;
@@ -173,7 +197,6 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
         no.status = rc;
         return usock_send(c->fd, &no, sizeof(no), NULL, 0);
     }
-    struct ipc_open *o = find_open(c, q->ticket);
     if (o)
         o->count++;
     else
@@ -194,7 +217,7 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
         if (rc) /* the opener is gone or stuck: drop it */
             rc = rc < 0 ? rc : -EPIPE;
     } else { /* not made: take the open back, say why */
-        o = find_open(c, q->ticket);
+        o = find_open(c, q->ticket, q->gen, g, &clash);
         if (!--o->count)
             *o = c->opens[--c->nopens];
         unopen(pool, g, q->gen);
@@ -214,8 +237,12 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
 static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
                        const struct ipc_req *q)
 {
-    struct ipc_open *o = find_open(c, q->ticket);
-    if (!o || o->gen != q->gen)
+    void *addr = (void *)(uintptr_t)q->addr;
+    size_t g = vas_contains(&pool->vas, addr) ? vas_index(&pool->vas, addr)
+                                              : 0;
+    bool clash;
+    struct ipc_open *o = find_open(c, q->ticket, q->gen, g, &clash);
+    if (!o)
         return reply_status(c->fd, -ENOENT);
     if (q->op == IPC_CLOSE) {
         if (grow((void **)&c->closed, &c->capclosed, c->nclosed,
@@ -223,7 +250,6 @@ static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
             return reply_status(c->fd, -ENOMEM);
         c->closed[c->nclosed++] = q->ticket;
     }
-    size_t g = o->g;
     if (!--o->count)
         *o = c->opens[--c->nopens];
     unopen(pool, g, q->gen);
@@ -262,12 +288,35 @@ static void drop_conn(ump_pool_t *pool, struct ipc_conn *c)
     free(c->closed);
 }
 
+/* A new connection, unless the server is at IPC_MAX_CONNS (one is
+ * accepted and closed at once, so the listener does not stay readable).
+ * false when accepting fails for a reason that lasts (no descriptors,
+ * no memory): the caller stops listening a while. */
+static bool accept_one(struct ipc_state *st)
+{
+    int fd;
+    int rc = usock_accept(&st->listener, &fd);
+    if (rc)
+        return rc == -EAGAIN || rc == -EPERM;
+    if (st->nconns >= IPC_MAX_CONNS ||
+        grow((void **)&st->conns, &st->capconns, st->nconns,
+             sizeof(*st->conns))) {
+        ump_log_warn("ump_ipc: a connection refused: %zu are open",
+                     st->nconns);
+        close(fd);
+        return true;
+    }
+    st->conns[st->nconns++] = (struct ipc_conn){.fd = fd};
+    return true;
+}
+
 static void *serve(void *arg)
 {
     ump_pool_t *pool = arg;
     struct ipc_state *st = pool->ipc;
     struct pollfd *pf = NULL;
     size_t cap = 0;
+    bool listening = true;
     for (;;) {
         size_t n = 2 + st->nconns;
         if (n > cap) {
@@ -280,10 +329,12 @@ static void *serve(void *arg)
             cap = n;
         }
         pf[0] = (struct pollfd){st->wake[0], POLLIN, 0};
-        pf[1] = (struct pollfd){st->listener.fd, POLLIN, 0};
+        pf[1] = (struct pollfd){listening ? st->listener.fd : -1, POLLIN, 0};
         for (size_t i = 0; i < st->nconns; i++)
             pf[2 + i] = (struct pollfd){st->conns[i].fd, POLLIN, 0};
-        if (poll(pf, n, -1) < 0)
+        /* Not listening: back in IPC_BACKOFF_MS. */
+        int k = poll(pf, n, listening ? -1 : IPC_BACKOFF_MS);
+        if (k < 0)
             continue; /* EINTR */
         if (pf[0].revents)
             break;
@@ -296,13 +347,10 @@ static void *serve(void *arg)
                 st->conns[i] = st->conns[--st->nconns];
             }
         }
-        if (pf[1].revents) {
-            int fd;
-            if (grow((void **)&st->conns, &st->capconns, st->nconns,
-                     sizeof(*st->conns)) == 0 &&
-                usock_accept(&st->listener, IPC_TIMEOUT_MS, &fd) == 0)
-                st->conns[st->nconns++] = (struct ipc_conn){.fd = fd};
-        }
+        if (!listening && !k)
+            listening = true;
+        else if (listening && pf[1].revents)
+            listening = accept_one(st);
     }
     free(pf);
     return NULL;

@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -66,9 +67,17 @@ size_t log_escape(char *dst, size_t size, const char *src)
     return o;
 }
 
+/* Per thread: log_mute's count. */
+static _Thread_local int muted;
+
+void log_mute(bool on)
+{
+    muted += on ? 1 : -1;
+}
+
 void log_at(int level, const char *fmt, ...)
 {
-    if (level > log_get_level())
+    if (level > log_get_level() || muted)
         return;
     /* One fprintf per line: stdio locks the stream, so lines from several
      * threads never interleave. */

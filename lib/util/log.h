@@ -2,6 +2,7 @@
 #ifndef UMP_LOG_H
 #define UMP_LOG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum ump_log_level {
@@ -22,6 +23,12 @@ const char *log_level_name(int level);
  * length written. log_at escapes every line this way, so one message
  * is always one line. */
 size_t log_escape(char *dst, size_t size, const char *src);
+
+/* log_mute(true) drops the calling thread's lines until the matching
+ * log_mute(false) (they nest): around a probe whose refusal is an answer,
+ * not an error (ump_ipc_open asks for the maker's addresses, and takes
+ * others when they are taken). */
+void log_mute(bool on);
 
 void log_at(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

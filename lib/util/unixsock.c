@@ -21,7 +21,6 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -298,23 +297,11 @@ void usock_unlisten_unique(struct usock_listener *l)
     unlisten(l, true);
 }
 
-int usock_set_timeout(int sock, int timeout_ms)
-{
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
-    if (setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) != 0 ||
-        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
-        int err = -errno;
-        ump_log_error("cannot set a socket's time-out: %s", strerror(-err));
-        return err;
-    }
-    return 0;
-}
-
-int usock_accept(struct usock_listener *l, int timeout_ms, int *fd_p)
+int usock_accept(struct usock_listener *l, int *fd_p)
 {
     int c;
     do
-        c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC);
+        c = accept4(l->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
     while (c < 0 && errno == EINTR);
     if (c < 0) {
         int err = -errno;
@@ -323,8 +310,6 @@ int usock_accept(struct usock_listener *l, int timeout_ms, int *fd_p)
         return err == -ECONNABORTED || err == -EWOULDBLOCK ? -EAGAIN : err;
     }
     int err = usock_peer_check(c, NULL);
-    if (!err)
-        err = usock_set_timeout(c, timeout_ms);
     if (err) {
         close(c);
         return err;

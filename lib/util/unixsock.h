@@ -53,12 +53,10 @@ void usock_unlisten(struct usock_listener *l);
 void usock_unlisten_unique(struct usock_listener *l);
 /* A connection waiting on l, whose socket the caller made non-blocking
  * (-EAGAIN when none waits), with its peer checked (usock_peer_check:
- * another user's is closed, -EPERM). Sends and receives on it time out
- * after timeout_ms (-EAGAIN), so that a peer that stops reading, or stops
- * in the middle of a request, cannot stall the caller. */
-int usock_accept(struct usock_listener *l, int timeout_ms, int *fd_p);
-/* Sends and receives on sock time out after timeout_ms (-EAGAIN). */
-int usock_set_timeout(int sock, int timeout_ms);
+ * another user's is closed, -EPERM). The connection is non-blocking too:
+ * a send to a peer that stops reading is -EAGAIN at once, so that such a
+ * peer cannot stall a server of many. */
+int usock_accept(struct usock_listener *l, int *fd_p);
 /* Connects to `path`: -ENOENT when nothing is there, -ECONNREFUSED when a
  * stale socket is, -EAGAIN when the listener's queue is full (it is not
  * accepting: never waited for). */

@@ -194,7 +194,8 @@ void sim_chunk_free(struct sim_ctx *c, struct sim_chunk *ch)
         slot_put(c, ch);
         return;
     }
-    if (fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+    if (!ch->exported &&
+        fallocate(d->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   (off_t)ch->off, (off_t)ch->size) != 0)
         ump_log_warn("sim: cannot punch a hole in %s %d's memory: %s",
                      ch->host ? "host node" : "device", ch->device,
@@ -418,6 +419,7 @@ int sim_chunk_export(void *ctx, ump_handle_t h, int *fd_p, uint64_t *off_p)
         } else {
             *fd_p = fd;
             *off_p = ch->off;
+            ch->exported = true;
         }
     }
     pthread_mutex_unlock(&c->lock);

@@ -40,6 +40,10 @@ struct sim_chunk {
      * device's memfd, not counted in its capacity, never poisoned here. */
     bool imported;
     int fd;
+    /* chunk_export gave its extent to another process, which may still
+     * map it when this context releases it (even closes): its memory is
+     * left as it is, not punched out, for the other's mapping to keep. */
+    bool exported;
 };
 
 

@@ -420,13 +420,10 @@ void ipc_server_drop_in_child(ump_pool_t *pool)
     if (!st->serving)
         return;
     /* The parent's: its socket file stays (its listener is the parent's
-     * thread), only the child's copies of the descriptors go. */
-    for (size_t i = 0; i < st->nconns; i++) {
-        close(st->conns[i].fd);
-        free(st->conns[i].opens);
-        free(st->conns[i].closed);
-    }
-    free(st->conns);
+     * thread), only the child's copies of its descriptors go. The
+     * connections are left alone: the parent's thread may have been
+     * changing their list when it forked (they are the child's to keep
+     * until it exits; an opener watches the maker's process, not them). */
     close(st->listener.fd);
     close(st->wake[0]);
     close(st->wake[1]);

@@ -517,8 +517,13 @@ static void test_other_process(void **state)
     assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
     pid_t pid = spawn("close", &h, 96 * MiB, &out);
     close(out);
-    /* At the maker's address: this process's pool is not there. */
-    assert_int_equal(wait_exit(pid), 0);
+    /* At the maker's address where the peer's own pool is not there: the
+     * usual case, though a run without address randomization (some
+     * sanitizers') can lay the peer's pool over it; then elsewhere (10),
+     * and right all the same. */
+    int st = wait_exit(pid);
+    if (st != 0 && st != 10)
+        fail_msg("the peer failed: %d", st);
     assert_string_equal((char *)p, "peer");
     assert_int_equal(exports(a), 1);
     assert_int_equal(ump_free(a, p), 0);

@@ -5,7 +5,7 @@
 lib_libumpool_core_la_SOURCES += \
 	lib/backend/backend.h \
 	lib/backend/sim/sim.c lib/backend/sim/sim_stream.c lib/backend/sim/sim.h \
-	lib/backend/sim/sim_vmm.c lib/backend/sim/sim_vmm.h \
+	lib/backend/sim/sim_vmm.c lib/backend/sim/sim_vmm.h lib/backend/sim/sim_share.c \
 	lib/backend/sim/sim_resv.c lib/backend/sim/sim_fail.c \
 	lib/backend/sim/sim_timed.c \
 	lib/backend/cuda/cuda.c lib/backend/cuda/cuda_backend.h \

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "topo/drivercost.h"
 #include "backend/sim/sim.h"
 #include "topo/topology.h"
 
@@ -188,5 +189,15 @@ int sim_set_access(void *ctx, void *va, size_t size, const int *devices,
                    int ndevices);
 int sim_set_access_host(void *ctx, void *va, size_t size, const int *devices,
                         int ndevices);
+
+
+/* sim_vmm.c's helpers that sim_share.c uses too (lock held): the live
+ * chunk of handle h or NULL, a free chunk slot or NULL, the file a
+ * chunk's memory is in, and the modeled driver time of op on ch. */
+struct sim_chunk *chunk_of(struct sim_ctx *c, ump_handle_t h);
+struct sim_chunk *slot_get(struct sim_ctx *c);
+int chunk_fd(struct sim_ctx *c, const struct sim_chunk *ch);
+void drv_account(struct sim_ctx *c, const struct sim_chunk *ch,
+                 enum drv_op op, struct sim_call *k);
 
 #endif

@@ -12,6 +12,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <poll.h>
 #include <sys/file.h>
+#include <sys/syscall.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -165,9 +167,20 @@ static int bind_fresh(int fd, const char *path, const struct sockaddr_un *a)
         return -EEXIST;
     }
     err = connect_to(path, &other, true);
+    if (!err) {
+        /* Accepting, but maybe only by a child that inherited the
+         * listener of a process that is gone (fork without exec): the
+         * credentials are the listener's maker's. */
+        struct ucred cr;
+        socklen_t len = sizeof(cr);
+        bool dead = getsockopt(other, SOL_SOCKET, SO_PEERCRED, &cr, &len) ==
+                        0 &&
+                    cr.pid > 0 && kill(cr.pid, 0) != 0 && errno == ESRCH;
+        close(other);
+        if (dead)
+            err = -ECONNREFUSED;
+    }
     if (!err || err == -EAGAIN) {
-        if (!err)
-            close(other);
         ump_log_error("%s is in use by a live process", path);
         return -EADDRINUSE;
     }
@@ -473,4 +486,32 @@ int usock_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
     if (nfds_p)
         *nfds_p = ngot;
     return 0;
+}
+
+int usock_recv_watched(int sock, int pidfd, void *buf, size_t len, int *fds,
+                       int maxfds, int *nfds_p)
+{
+    struct pollfd pf[2] = {{sock, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    for (;;) {
+        int n = poll(pf, pidfd >= 0 ? 2 : 1, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -errno;
+        if (pf[0].revents)
+            return usock_recv(sock, buf, len, fds, maxfds, nfds_p);
+        if (pf[1].revents)
+            return -ECONNRESET;
+    }
+}
+
+int usock_peer_pidfd(int sock)
+{
+    struct ucred cr;
+    socklen_t len = sizeof(cr);
+    if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &cr, &len) != 0)
+        return -errno;
+    /* pidfd_open's descriptors are close-on-exec always. */
+    int fd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+    return fd >= 0 ? fd : -errno;
 }

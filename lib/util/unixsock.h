@@ -39,8 +39,9 @@ struct usock_listener {
 
 /* Listens on the socket file `path` (mode 0600). A socket file there that
  * refuses connections is stale (its process died without removing it) and
- * is replaced; one that accepts, or whose queue of connections is full, is
- * -EADDRINUSE. */
+ * is replaced, and so is one whose listener's maker is gone (a child it
+ * forked kept the listener); one that accepts, or whose queue of
+ * connections is full, is -EADDRINUSE. */
 int usock_listen_path(const char *path, struct usock_listener *l);
 /* Stops listening: closes l's socket and removes its file, if the file is
  * still l's own (not a replacement another process made, having taken l's
@@ -81,5 +82,15 @@ int usock_send(int sock, const void *buf, size_t len, const int *fds,
  * its end (or died). */
 int usock_recv(int sock, void *buf, size_t len, int *fds, int maxfds,
                int *nfds_p);
+/* The same, waited for with no time-out as long as the process behind
+ * pidfd (-1: none) lives: -ECONNRESET once it has ended with nothing
+ * sent. A process that inherited the peer's socket (a child it forked)
+ * keeps a connection open after the peer is gone, so the peer's life is
+ * what is watched. */
+int usock_recv_watched(int sock, int pidfd, void *buf, size_t len, int *fds,
+                       int maxfds, int *nfds_p);
+/* A pidfd (close-on-exec) of the process that made sock's other end
+ * (SO_PEERCRED), or a negative errno (-ESRCH: it has ended). */
+int usock_peer_pidfd(int sock);
 
 #endif

@@ -395,6 +395,12 @@ typedef struct ump_stats {
     int failed_devices;
     uint64_t lost_count;
     size_t lost_bytes;
+    /* A shared pool (ump_pool_share, ump_pool_attach): the processes
+     * attached now, the sharer included, and the device memory they hold
+     * together (this process's share of it: reserved_bytes); 0 and 0 for
+     * a pool that is not shared. */
+    int share_processes;
+    size_t share_bytes;
 } ump_stats_t;
 /* device: an index, UMP_DEVICE_ALL for every device, or UMP_LOC_HOST for
  * the pinned host memory of ump_host_alloc and overflow:host (capacity:
@@ -657,6 +663,41 @@ int ump_recv(ump_comm_t *c, int local, void *buf, size_t count,
              ump_dtype_t dt, int peer, ump_stream_t stream);
 int ump_group_start(void);
 int ump_group_end(void);
+
+/*
+ * A pool shared by the processes of a node (see README, "Sharing a pool
+ * between processes"). ump_pool_share publishes pool under name (a plain
+ * word: letters, digits, '-', '_'; else -EINVAL) as a Unix socket in the
+ * user's own directory ($XDG_RUNTIME_DIR/umpool, else /tmp/umpool-UID;
+ * another user's process is refused); -EADDRINUSE when a live pool is
+ * shared under that name already (a stale socket of a process that died
+ * is replaced). ump_pool_attach joins it from another process of the
+ * user: *pool_p is a pool of its own, whose addresses are the shared
+ * pool's, reserved at the same base (attach early: -EADDRINUSE when the
+ * range is taken here), and whose configuration is the sharer's with
+ * UMPOOL_CONF and config on top; chunk_size, the backend or the devices
+ * disagreeing is -EINVAL, naming the key. -ENOENT when nothing is shared
+ * under name.
+ *
+ * Every process allocates in its own slices of the addresses (leased by
+ * the sharer on demand), so a pointer is the same number in every process
+ * and means one allocation. Physical memory is the maker's: another
+ * process uses an allocation through ump_ipc_get_handle / ump_ipc_open,
+ * which in a process of the same shared pool maps it at the same address.
+ * The maker frees; the others close. Device memory is counted across the
+ * processes (the devices' capacity holds for all of them together) and
+ * per process (config key process_limit; the sharer's holds for every
+ * process, which may ask for less): past either, ump_alloc is -ENOMEM.
+ * ump_stats gives share_processes and share_bytes.
+ *
+ * ump_pool_destroy of an attached pool detaches: its own memory goes, what
+ * it exported stays valid where it is open; a process that dies the same.
+ * Its ledger slot and addresses come back to the pool once no other
+ * process has its memory open. The sharer's ump_pool_destroy stops
+ * sharing: attached pools keep what they have, and get no more addresses.
+ */
+int ump_pool_share(ump_pool_t *pool, const char *name);
+int ump_pool_attach(const char *name, const char *config, ump_pool_t **pool_p);
 
 /*
  * IPC handles: one allocation used by another process of the same user on

@@ -9,9 +9,11 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 
 #include "front/lifecycle.h"
 #include "front/registry.h"
+#include "ipc/share.h"
 #include "publish/publish.h"
 #include "util/internal.h"
 #include "util/log.h"
@@ -24,9 +26,70 @@ static int observe_start(ump_pool_t *pool)
 
 static const struct pool_observer publisher = {observe_start, publish_stop};
 
+/* share:NAME in a pool's configuration: the pool shared as NAME is
+ * joined, or made and shared where there is none (the job's first
+ * process); a process that loses the race to share it joins it.
+ * attach:NAME: joined only. */
+static int create_shared(const struct ump_config *cfg, const char *config,
+                         ump_pool_t **pool_p)
+{
+    const char *name = cfg->share;
+    /* A sharer that stops between our share and our attach makes the
+     * name free again: a few rounds. */
+    for (int round = 0;; round++) {
+        ump_pool_t *pool;
+        int rc = pool_create_at(cfg, NULL, 0, &publisher, &pool);
+        if (rc)
+            return rc;
+        log_mute(true); /* a live pool under the name is no error here */
+        rc = ump_pool_share(pool, name);
+        log_mute(false);
+        if (!rc) {
+            *pool_p = pool;
+            return 0;
+        }
+        pool_destroy(pool);
+        if (rc != -EADDRINUSE) {
+            ump_log_error("share:%s: cannot share the pool: %s", name,
+                          ump_strerror(rc));
+            return rc;
+        }
+        rc = share_attach(name, config, &publisher, pool_p);
+        if (rc != -ENOENT || round == 2)
+            return rc;
+    }
+}
+
+/* ump_pool_create and the process's pool. */
+static int create(const char *config, ump_pool_t **pool_p)
+{
+    if (!pool_p) {
+        ump_log_error("ump_pool_create: pool_p is NULL");
+        return -EINVAL;
+    }
+    struct ump_config *cfg = malloc(sizeof(*cfg));
+    if (!cfg)
+        return -ENOMEM;
+    int rc = conf_load(config, cfg);
+    if (!rc && cfg->attach[0])
+        rc = share_attach(cfg->attach, config, &publisher, pool_p);
+    else if (!rc && cfg->share[0])
+        rc = create_shared(cfg, config, pool_p);
+    else if (!rc)
+        rc = pool_create_at(cfg, NULL, 0, &publisher, pool_p);
+    free(cfg);
+    return rc;
+}
+
 UMP_EXPORT int ump_pool_create(const char *config, ump_pool_t **pool_p)
 {
-    return pool_create(config, &publisher, pool_p);
+    return create(config, pool_p);
+}
+
+UMP_EXPORT int ump_pool_attach(const char *name, const char *config,
+                               ump_pool_t **pool_p)
+{
+    return share_attach(name, config, &publisher, pool_p);
 }
 
 UMP_EXPORT int ump_pool_restore(const char *path, const char *config,
@@ -64,7 +127,7 @@ UMP_EXPORT int ump_process_pool(const char *config, ump_pool_t **pool_p)
         process_rc = 0;
     }
     if (!p && !process_rc) {
-        process_rc = pool_create(config, &publisher, &p);
+        process_rc = create(config, &p);
         if (!process_rc)
             atomic_store_explicit(&process_pool, p, memory_order_release);
     }

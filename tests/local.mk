@@ -7,6 +7,7 @@ UNIT_TESTS = \
 	tests/test_conf \
 	tests/test_unixsock \
 	tests/test_ipc \
+	tests/test_share \
 	tests/test_topology \
 	tests/test_drivercost \
 	tests/test_sim \

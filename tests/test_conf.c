@@ -125,7 +125,7 @@ static void test_table_complete(void **state)
     (void)state;
     static const char *const keys[] = {
         "backend",    "sim_devices", "sim_topology", "sim_device_mem",
-        "sim_driver_costs", "sim_time_scale", "sim_fail_device", "sim_fail_after", "device_mem", "cuda_virtual_devices", "policy", "log_level",
+        "sim_driver_costs", "sim_time_scale", "sim_fail_device", "sim_fail_after", "device_mem", "process_limit", "share", "attach", "cuda_virtual_devices", "policy", "log_level",
         "chunk_size", "max_chunk", "warm_chunk", "carve", "va_size", "release_threshold",
         "release_window", "tcache",
         "host_limit",

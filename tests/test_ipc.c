@@ -70,6 +70,27 @@ static size_t exports(ump_pool_t *pool)
     return n;
 }
 
+/* A close names the open by the allocation's address: one that is not
+ * the pool's first granule reaches the maker too (its free is then not
+ * kept for an opener that closed). */
+static void test_close_reaches_maker(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
+    void *first, *p, *q;
+    ump_ipc_handle_t h;
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &first), 0);
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p), 0);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+    assert_int_equal(ump_ipc_close(b, q), 0);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_free(a, first), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
 static void test_open_in_process(void **state)
 {
     (void)state;
@@ -569,6 +590,7 @@ int main(int argc, char **argv)
         return peer(argv);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_open_in_process),
+        cmocka_unit_test(test_close_reaches_maker),
         cmocka_unit_test(test_free_while_open),
         cmocka_unit_test(test_many_chunks),
         cmocka_unit_test(test_bad_input),

@@ -87,8 +87,20 @@ static int hinted_policy(ump_pool_t *pool, const char *spec,
 
 static void oom(ump_pool_t *pool, size_t size, int dev)
 {
-    ump_log_info("out of memory: %zu bytes for device %d (%d devices full)",
-                 size, dev, pool->ndev);
+    /* Refused by this process's limit, not by the devices: the one line
+     * the user needs, at the default level. */
+    size_t limit = pool->cfg.process_limit;
+    if (limit && dev >= 0 && dev < pool->ndev &&
+        pool->dev[dev].capacity_max == (limit & ~(pool->chunk_size - 1))) {
+        pthread_mutex_lock(&pool->lock);
+        size_t held = pool->dev[dev].created;
+        pthread_mutex_unlock(&pool->lock);
+        ump_log_warn("out of memory: %zu bytes for device %d: this process "
+                     "holds %zu bytes of it, its process_limit is %zu",
+                     size, dev, held, limit);
+    } else
+        ump_log_info("out of memory: %zu bytes for device %d (%d devices "
+                     "full)", size, dev, pool->ndev);
 }
 
 /* --- small sizes: slab objects ------------------------------------------ */

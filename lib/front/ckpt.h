@@ -12,7 +12,7 @@
 
 /* The saved configuration's room: every key of the table, most of them
  * short, and a few paths. */
-#define CKPT_CONFIG_MAX (4 * UMP_CONF_PATH_MAX + 4096)
+#define CKPT_CONFIG_MAX (6 * UMP_CONF_PATH_MAX + 4096)
 
 /* A growing buffer (the index). */
 struct ckpt_buf {

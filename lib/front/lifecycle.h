@@ -36,10 +36,8 @@ struct pool_ipc_ops {
     void (*stop_in_child)(ump_pool_t *pool);
 };
 
-/* ump_pool_create: obs may be NULL. */
-int pool_create(const char *config, const struct pool_observer *obs,
-                ump_pool_t **pool_p);
-/* A pool of configuration cfg (loaded), its addresses reserved exactly at
+/* A pool of configuration cfg (loaded; obs may be NULL): ump_pool_create
+ * (lib/umpool.c), its addresses reserved exactly at
  * [at, at + at_size) when at is not NULL (a restore: -EADDRINUSE when they
  * are taken, -ENOTSUP when the backend cannot). */
 int pool_create_at(const struct ump_config *cfg, void *at, size_t at_size,

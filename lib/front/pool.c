@@ -219,8 +219,12 @@ static int pool_setup(ump_pool_t *pool, void *at, size_t at_size)
             size_t mem = pool->topo.dev[d].mem;
             if (pool->cfg.device_mem && pool->cfg.device_mem < mem)
                 mem = pool->cfg.device_mem;
+            /* The addresses are sized for the devices, not for this
+             * process's limit: a shared pool's processes lease them all. */
+            total += mem & ~(chunk - 1);
+            if (pool->cfg.process_limit && pool->cfg.process_limit < mem)
+                mem = pool->cfg.process_limit;
             ds->capacity = ds->capacity_max = mem & ~(chunk - 1);
-            total += ds->capacity;
         }
         ds->partial = calloc(pool->nsmall, sizeof(*ds->partial));
         ds->full = calloc(pool->nsmall, sizeof(*ds->full));
@@ -308,23 +312,6 @@ static void pool_free_meta(ump_pool_t *pool)
     pthread_mutex_destroy(&pool->ckpt_lock);
     pthread_mutex_destroy(&pool->lock);
     free(pool);
-}
-
-int pool_create(const char *config, const struct pool_observer *obs,
-                ump_pool_t **pool_p)
-{
-    if (!pool_p) {
-        ump_log_error("ump_pool_create: pool_p is NULL");
-        return -EINVAL;
-    }
-    struct ump_config *cfg = malloc(sizeof(*cfg));
-    if (!cfg)
-        return -ENOMEM;
-    int rc = conf_load(config, cfg);
-    if (!rc)
-        rc = pool_create_at(cfg, NULL, 0, obs, pool_p);
-    free(cfg);
-    return rc;
 }
 
 int pool_create_at(const struct ump_config *cfg, void *at, size_t at_size,

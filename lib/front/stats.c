@@ -130,6 +130,9 @@ UMP_EXPORT int ump_stats(ump_pool_t *pool, int device, ump_stats_t *stats_p)
     st.fragmentation = fragmentation(st.largest_free, in_blocks);
     if (device != UMP_LOC_HOST)
         pool_lost(pool, device, &st.lost_count, &st.lost_bytes);
+    if (pool->share_ops && device != UMP_LOC_HOST)
+        pool->share_ops->figures(pool, device == UMP_DEVICE_ALL ? -1 : device,
+                                 &st.share_processes, &st.share_bytes);
     pthread_mutex_unlock(&pool->lock);
     *stats_p = st;
     return 0;

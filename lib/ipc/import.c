@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "front/check.h"
 #include "ipc/ipc.h"
+#include "ipc/share.h"
 #include "ipc/wire.h"
 #include "mem/chunks.h"
 #include "util/log.h"
@@ -114,32 +115,14 @@ static int peer_get(struct ipc_state *st, const struct ipc_handle_fields *f,
     return 0;
 }
 
-/* Waits until p's connection has a message, or its maker has ended
- * (-ECONNRESET). No time-out: a maker that is alive answers, if late
- * (stopped in a debugger, say). */
-static int await(struct ipc_peer *p)
-{
-    struct pollfd pf[2] = {{p->fd, POLLIN, 0}, {p->pidfd, POLLIN, 0}};
-    for (;;) {
-        int n = poll(pf, p->pidfd >= 0 ? 2 : 1, -1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return -errno;
-        if (pf[0].revents)
-            return 0;
-        if (pf[1].revents)
-            return -ECONNRESET;
-    }
-}
-
 /* One message of len bytes from p's maker, with at most maxfds
- * descriptors, waited for. */
+ * descriptors, waited for with no time-out while the maker lives (a maker
+ * that is alive answers, if late: stopped in a debugger, say). */
 static int recv_from(struct ipc_peer *p, void *buf, size_t len, int *fds,
                      int maxfds, int *nfds_p)
 {
-    int rc = await(p);
-    return rc ? rc : usock_recv(p->fd, buf, len, fds, maxfds, nfds_p);
+    return usock_recv_watched(p->fd, p->pidfd, buf, len, fds, maxfds,
+                              nfds_p);
 }
 
 /* A request on p's connection; its reply comes next. A connection that
@@ -189,6 +172,7 @@ struct opening {
     struct ipc_mapped *m;
     size_t nmapped; /* imported (m[i].h), of which nmap also mapped */
     size_t nmap;
+    bool in_pool;   /* at its address in this pool's own reservation */
 };
 
 static void opening_undo(ump_pool_t *pool, struct opening *o)
@@ -198,7 +182,9 @@ static void opening_undo(ump_pool_t *pool, struct opening *o)
         be->unmap(pool->bctx, (char *)o->va + o->m[i].off, o->m[i].size);
     for (size_t i = 0; i < o->nmapped; i++)
         be->chunk_release(pool->bctx, o->m[i].h);
-    if (o->va)
+    if (o->in_pool)
+        share_unclaim(pool, o->base, o->bytes);
+    else if (o->va)
         be->unreserve(pool->bctx, o->va, o->bytes);
     for (size_t i = 0; i < o->nfds; i++)
         close(o->fds[i]);
@@ -305,23 +291,31 @@ static int receive(struct ipc_peer *p, struct opening *o, bool *refused_p)
 }
 
 /* Reserves the maker's addresses, else any, and imports, maps and gives
- * access to each chunk. */
-static int map_all(ump_pool_t *pool, struct opening *o)
+ * access to each chunk. In a shared pool, the maker's addresses (another
+ * process's slice of them) are this pool's reservation already: mapped
+ * there. */
+static int map_all(ump_pool_t *pool, struct opening *o, int slot)
 {
     const struct backend_ops *be = pool->be;
     size_t align = be->granularity(pool->bctx, 0);
     void *at = (void *)(uintptr_t)o->base;
-    /* A probe: the maker's range is often taken here (by this process's
-     * own pool), which is no error; a failure that matters shows again in
-     * the reserve that follows. */
-    log_mute(true);
-    int rc = be->reserve_at ? be->reserve_at(pool->bctx, at, o->bytes, align)
-                            : -ENOTSUP;
-    log_mute(false);
-    if (!rc)
+    int rc = 0;
+    if (share_claim(pool, slot, o->base, o->bytes)) {
         o->va = at;
-    else if ((rc = be->reserve(pool->bctx, o->bytes, align, &o->va)))
-        return rc;
+        o->in_pool = true;
+    } else {
+        /* A probe: the maker's range is often taken here (by this
+         * process's own pool), which is no error; a failure that matters
+         * shows again in the reserve that follows. */
+        log_mute(true);
+        rc = be->reserve_at ? be->reserve_at(pool->bctx, at, o->bytes, align)
+                            : -ENOTSUP;
+        log_mute(false);
+        if (!rc)
+            o->va = at;
+        else if ((rc = be->reserve(pool->bctx, o->bytes, align, &o->va)))
+            return rc;
+    }
     o->m = calloc(o->n, sizeof(*o->m));
     if (!o->m)
         return -ENOMEM;
@@ -376,9 +370,14 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
     int rc = peer_get(st, f, &p);
     if (rc)
         return rc;
+    /* A maker of this shared pool: its addresses stay its own while this
+     * process holds them mapped (counted before it is asked). */
+    int slot = share_hold(pool, f->pid, f->key);
     rc = request(p, IPC_OPEN, f);
-    if (rc)
+    if (rc) {
+        share_unhold(pool, slot);
         return rc;
+    }
     struct opening o = {0};
     bool refused = false;
     rc = receive(p, &o, &refused);
@@ -390,18 +389,21 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
                                       "here already (replayed); ask its "
                                       "maker for a new one");
         opening_undo(pool, &o);
+        share_unhold(pool, slot);
         return -EINVAL;
     }
     if (refused && rc) {
         ump_log_error("%s: the maker could not export the allocation: %s",
                       fn_open, ump_strerror(rc));
         opening_undo(pool, &o);
+        share_unhold(pool, slot);
         return rc;
     }
     if (rc) { /* cut or malformed: the connection is done for */
         bool gone = rc == -ECONNRESET;
         peer_break(st, p);
         opening_undo(pool, &o);
+        share_unhold(pool, slot);
         if (gone)
             ump_log_error("%s: the handle's pool (process %u) ended before "
                           "it answered", fn_open, (unsigned)f->pid);
@@ -412,10 +414,11 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
     rc = check_chunks(pool, &o, f);
     im = rc ? NULL : calloc(1, sizeof(*im));
     if (!rc)
-        rc = im ? map_all(pool, &o) : -ENOMEM;
+        rc = im ? map_all(pool, &o, slot) : -ENOMEM;
     if (rc) { /* the maker counted the open: taken back */
         free(im);
         opening_undo(pool, &o);
+        share_unhold(pool, slot);
         unopen(p, IPC_UNDO, f);
         return rc;
     }
@@ -424,11 +427,11 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
     free(o.d);
     free(o.fds);
     *im = (struct ipc_import){
-        .key = f->key, .gen = f->gen, .ticket = f->ticket,
+        .key = f->key, .gen = f->gen, .ticket = f->ticket, .addr = f->addr,
         .va = o.va, .bytes = o.bytes,
         .ptr = (char *)o.va + (f->addr - o.base),
         .refs = 1, .peer = p, .nchunks = o.n, .chunks = o.m,
-        .next = st->imports,
+        .slot = slot, .in_pool = o.in_pool, .next = st->imports,
     };
     st->imports = im;
     p->imports++;
@@ -483,7 +486,11 @@ static void import_unmap(ump_pool_t *pool, struct ipc_import *im)
                   im->chunks[i].size);
         be->chunk_release(pool->bctx, im->chunks[i].h);
     }
-    be->unreserve(pool->bctx, im->va, im->bytes);
+    if (im->in_pool)
+        share_unclaim(pool, (uint64_t)(uintptr_t)im->va, im->bytes);
+    else
+        be->unreserve(pool->bctx, im->va, im->bytes);
+    share_unhold(pool, im->slot);
     free(im->chunks);
     free(im);
 }
@@ -514,7 +521,7 @@ UMP_EXPORT int ump_ipc_close(ump_pool_t *pool, void *ptr)
     }
     *pp = im->next;
     struct ipc_handle_fields f = {.key = im->key, .gen = im->gen,
-                                  .ticket = im->ticket};
+                                  .ticket = im->ticket, .addr = im->addr};
     struct ipc_peer *p = im->peer;
     /* Unmapped first: the maker may reuse the memory once it hears. */
     import_unmap(pool, im);

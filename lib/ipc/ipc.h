@@ -42,6 +42,8 @@ struct ipc_open {
 };
 struct ipc_conn {
     int fd;
+    bool share;              /* on the shared pool's socket (share.h) */
+    int slot;                /* its process's ledger slot, -1 before */
     struct ipc_open *opens;
     size_t nopens, capopens;
     uint64_t *closed;        /* tickets it closed: never opened again */
@@ -61,11 +63,14 @@ struct ipc_peer {
 /* One handle this pool opened. */
 struct ipc_import {
     uint64_t key, gen, ticket;
+    uint64_t addr;           /* the allocation in the maker (its export) */
     void *va;                /* the reservation */
     size_t bytes;
     void *ptr;               /* what ump_ipc_open returned */
     uint32_t refs;
     struct ipc_peer *peer;
+    int slot;                /* the maker's in the shared pool, or -1 */
+    bool in_pool;            /* mapped in the pool's own reservation */
     size_t nchunks;
     struct ipc_mapped { size_t off, size; ump_handle_t h; } *chunks;
     struct ipc_import *next;
@@ -86,6 +91,9 @@ struct ipc_state {
     int wake[2];             /* a byte here stops the thread */
     struct ipc_conn *conns;
     size_t nconns, capconns;
+    /* The pool's share when it is shared (share.h): its socket is served
+     * too. Set by ump_pool_share before it wakes the thread. */
+    struct share_state *_Atomic sharing;
     /* Imports, under imp_lock. */
     pthread_mutex_t imp_lock;
     struct ipc_peer *peers;
@@ -111,6 +119,9 @@ bool ipc_run_freed(ump_pool_t *pool, struct run *r);
 
 /* server.c: started at the first export (0, or the listen's error). */
 int ipc_server_start(ump_pool_t *pool);
+/* Wakes the running thread to look at its sockets again (ump_pool_share
+ * added one). */
+void ipc_server_rescan(ump_pool_t *pool);
 /* Stops the thread; the connections' opens are undone. */
 void ipc_server_stop(ump_pool_t *pool);
 /* In a child after fork: the descriptors are closed, nothing else. */

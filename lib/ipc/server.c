@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "ipc/ipc.h"
+#include "ipc/share.h"
 #include "ipc/wire.h"
 #include "mem/chunks.h"
 #include "util/log.h"
@@ -277,9 +278,12 @@ static int serve_one(ump_pool_t *pool, struct ipc_conn *c)
     }
 }
 
-/* A connection goes: its opens are closed. */
-static void drop_conn(ump_pool_t *pool, struct ipc_conn *c)
+/* A connection goes: its opens are closed; on the shared pool's socket,
+ * its process detached or died (unless the server itself stops). */
+static void drop_conn(ump_pool_t *pool, struct ipc_conn *c, bool stopping)
 {
+    if (c->share && !stopping)
+        share_conn_gone(pool, c);
     for (size_t i = 0; i < c->nopens; i++)
         for (uint32_t k = 0; k < c->opens[i].count; k++)
             unopen(pool, c->opens[i].g, c->opens[i].gen);
@@ -292,10 +296,11 @@ static void drop_conn(ump_pool_t *pool, struct ipc_conn *c)
  * accepted and closed at once, so the listener does not stay readable).
  * false when accepting fails for a reason that lasts (no descriptors,
  * no memory): the caller stops listening a while. */
-static bool accept_one(struct ipc_state *st)
+static bool accept_one(struct ipc_state *st, struct usock_listener *l,
+                       bool share)
 {
     int fd;
-    int rc = usock_accept(&st->listener, &fd);
+    int rc = usock_accept(l, &fd);
     if (rc)
         return rc == -EAGAIN || rc == -EPERM;
     if (st->nconns >= IPC_MAX_CONNS ||
@@ -306,8 +311,18 @@ static bool accept_one(struct ipc_state *st)
         close(fd);
         return true;
     }
-    st->conns[st->nconns++] = (struct ipc_conn){.fd = fd};
+    st->conns[st->nconns++] =
+        (struct ipc_conn){.fd = fd, .share = share, .slot = -1};
     return true;
+}
+
+/* The wake pipe's bytes: true when one says stop ('x'); any other
+ * byte ('r': ump_pool_share added a socket) only wakes the loop. */
+static bool woken_to_stop(int fd)
+{
+    char buf[16];
+    ssize_t n = read(fd, buf, sizeof(buf));
+    return n > 0 && memchr(buf, 'x', (size_t)n);
 }
 
 static void *serve(void *arg)
@@ -318,7 +333,9 @@ static void *serve(void *arg)
     size_t cap = 0;
     bool listening = true;
     for (;;) {
-        size_t n = 2 + st->nconns;
+        /* The wake pipe, the two listeners, the connections, and the
+         * processes behind the shared pool's connections. */
+        size_t n = 3 + 2 * st->nconns;
         if (n > cap) {
             struct pollfd *p = realloc(pf, n * sizeof(*pf));
             if (!p) { /* wait for memory: the stop still reaches us */
@@ -328,29 +345,47 @@ static void *serve(void *arg)
             pf = p;
             cap = n;
         }
+        struct share_state *sh =
+            atomic_load_explicit(&st->sharing, memory_order_acquire);
         pf[0] = (struct pollfd){st->wake[0], POLLIN, 0};
         pf[1] = (struct pollfd){listening ? st->listener.fd : -1, POLLIN, 0};
-        for (size_t i = 0; i < st->nconns; i++)
-            pf[2 + i] = (struct pollfd){st->conns[i].fd, POLLIN, 0};
-        /* Not listening: back in IPC_BACKOFF_MS. */
-        int k = poll(pf, n, listening ? -1 : IPC_BACKOFF_MS);
+        pf[2] = (struct pollfd){listening && sh ? sh->listener.fd : -1,
+                                POLLIN, 0};
+        size_t nc = st->nconns;
+        for (size_t i = 0; i < nc; i++) {
+            pf[3 + i] = (struct pollfd){st->conns[i].fd, POLLIN, 0};
+            pf[3 + nc + i] = (struct pollfd){
+                share_conn_pidfd(pool, &st->conns[i]), POLLIN, 0};
+        }
+        /* Not listening: back in IPC_BACKOFF_MS; slots of processes gone
+         * waiting for their memory's last close: looked at as often. */
+        bool waiting = sh && sh->waiting;
+        int k = poll(pf, n, listening && !waiting ? -1 : IPC_BACKOFF_MS);
         if (k < 0)
             continue; /* EINTR */
-        if (pf[0].revents)
+        if (pf[0].revents && woken_to_stop(st->wake[0]))
             break;
-        /* Backwards: a dropped connection takes the last one's place. */
-        for (size_t i = n - 2; i-- > 0;) {
-            if (!pf[2 + i].revents)
+        /* Backwards: a dropped connection takes the last one's place. A
+         * process that ended is gone even where a child it forked keeps
+         * its connection open. */
+        for (size_t i = nc; i-- > 0;) {
+            if (!pf[3 + i].revents && !pf[3 + nc + i].revents)
                 continue;
-            if (serve_one(pool, &st->conns[i]) < 0) {
-                drop_conn(pool, &st->conns[i]);
-                st->conns[i] = st->conns[--st->nconns];
+            struct ipc_conn *c = &st->conns[i];
+            if (!pf[3 + i].revents ||
+                (c->share ? share_serve(pool, c) : serve_one(pool, c)) < 0) {
+                drop_conn(pool, c, false);
+                *c = st->conns[--st->nconns];
             }
         }
+        if (waiting)
+            share_reclaim(pool);
         if (!listening && !k)
             listening = true;
         else if (listening && pf[1].revents)
-            listening = accept_one(st);
+            listening = accept_one(st, &st->listener, false);
+        if (listening && pf[2].revents)
+            listening = accept_one(st, &sh->listener, true);
     }
     free(pf);
     return NULL;
@@ -367,7 +402,8 @@ int ipc_server_start(ump_pool_t *pool)
     char name[64];
     ipc_sock_name(st->pid, st->key, name, sizeof(name));
     int rc = usock_listen(name, &st->listener);
-    if (!rc && pipe2(st->wake, O_CLOEXEC) != 0)
+    /* Non-blocking: a byte is all that is ever needed there. */
+    if (!rc && pipe2(st->wake, O_CLOEXEC | O_NONBLOCK) != 0)
         rc = -errno;
     if (!rc) {
         int fl = fcntl(st->listener.fd, F_GETFL);
@@ -377,7 +413,7 @@ int ipc_server_start(ump_pool_t *pool)
     if (!rc)
         rc = -pthread_create(&st->thread, NULL, serve, pool);
     if (rc) {
-        ump_log_error("ump_ipc_get_handle: cannot serve the pool's exports: "
+        ump_log_error("ump_ipc: cannot serve the pool's socket: "
                       "%s", strerror(-rc));
         usock_unlisten_unique(&st->listener);
         for (int i = 0; i < 2; i++)
@@ -391,18 +427,33 @@ int ipc_server_start(ump_pool_t *pool)
     return rc;
 }
 
+/* One byte to the thread's wake pipe (woken_to_stop reads it). */
+static void wake(struct ipc_state *st, const char *byte)
+{
+    ssize_t w;
+    do
+        w = write(st->wake[1], byte, 1);
+    while (w < 0 && errno == EINTR);
+}
+
+void ipc_server_rescan(ump_pool_t *pool)
+{
+    struct ipc_state *st = pool->ipc;
+    pthread_mutex_lock(&st->srv_lock);
+    if (st->serving)
+        wake(st, "r");
+    pthread_mutex_unlock(&st->srv_lock);
+}
+
 void ipc_server_stop(ump_pool_t *pool)
 {
     struct ipc_state *st = pool->ipc;
     pthread_mutex_lock(&st->srv_lock);
     if (st->serving) {
-        ssize_t w;
-        do
-            w = write(st->wake[1], "x", 1);
-        while (w < 0 && errno == EINTR);
+        wake(st, "x");
         pthread_join(st->thread, NULL);
         for (size_t i = 0; i < st->nconns; i++)
-            drop_conn(pool, &st->conns[i]);
+            drop_conn(pool, &st->conns[i], true);
         st->nconns = 0;
         usock_unlisten_unique(&st->listener);
         close(st->wake[0]);

@@ -14,6 +14,7 @@
 
 #include "front/lifecycle.h"
 #include "ipc/ipc.h"
+#include "ipc/share.h"
 #include "util/log.h"
 
 void ipc_sock_name(uint32_t pid, uint64_t key, char *buf, size_t size)
@@ -30,6 +31,7 @@ static void ipc_stop(ump_pool_t *pool)
     ipc_exports_drop(pool);
     pthread_mutex_unlock(&pool->lock);
     ipc_imports_drop(pool, false);
+    share_stop(pool); /* after the imports: their holds are in the ledger */
     pthread_mutex_destroy(&st->srv_lock);
     pthread_mutex_destroy(&st->imp_lock);
     free(st);
@@ -40,6 +42,7 @@ static void ipc_stop_in_child(ump_pool_t *pool)
 {
     ipc_server_drop_in_child(pool);
     ipc_imports_drop(pool, true);
+    share_stop_in_child(pool);
     for (int b = 0; b < IPC_BUCKETS; b++)
         for (struct ipc_export *e = pool->ipc->buckets[b], *n; e; e = n) {
             n = e->next;

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "umpool.h"
+#include "util/conf.h"
 #include "util/unixsock.h"
 
 #define IPC_VERSION 1
@@ -62,6 +63,39 @@ struct ipc_open_reply {
 struct ipc_status_reply {
     int32_t status;
     uint32_t pad;
+};
+
+/* A shared pool's socket (share.c): an attaching process sends ATTACH
+ * once, then LEASE whenever it needs more addresses, and DETACH at its
+ * pool's destroy (what it had open of others' memory is unmapped then);
+ * a connection that ends without it is a death, or a drop. */
+enum { SHARE_ATTACH = 1, SHARE_LEASE = 2, SHARE_DETACH = 3 };
+/* Every key, each string key at its longest (as a checkpoint holds it). */
+#define SHARE_CONFIG_MAX (6 * UMP_CONF_PATH_MAX + 4096)
+struct share_req {
+    uint32_t op;
+    uint32_t pad;
+    uint64_t granules;      /* LEASE: at least this many */
+};
+/* The reply to ATTACH, with the ledger's descriptor. */
+struct share_welcome {
+    int32_t status;         /* 0, or the error (nothing else counts) */
+    uint32_t slot;          /* the attached process's in the ledger */
+    uint64_t base, size;    /* the pool's reservation */
+    uint64_t chunk_size;
+    int32_t backend;        /* IPC_BACKEND_* */
+    int32_t ndev;
+    uint64_t device_mem[UMP_MAX_DEVICES]; /* what each device offers */
+    uint64_t process_limit; /* the sharer's, 0: none */
+    uint64_t ledger_bytes;
+    uint64_t lease_start, lease_n; /* a first lease, in granules */
+    char config[SHARE_CONFIG_MAX]; /* the sharer's (conf_format) */
+};
+/* The reply to LEASE. */
+struct share_lease {
+    int32_t status;
+    uint32_t pad;
+    uint64_t start, n;      /* granules */
 };
 
 #endif

@@ -115,13 +115,18 @@ static int build(ump_pool_t *pool, const ump_place_part_t *parts,
         start = *start_p;
         rc = vas_take_range(v, start, n);
     } else if (!rc && vas_take(v, n, &start)) {
-        /* Addresses are fragmented by cached blocks: unmap them all, so
+        /* A shared pool's process asks for more of the pool's addresses;
+         * else they are fragmented by cached blocks: unmap them all, so
          * that their addresses coalesce, and try once more. */
-        chunks_reclaim_all(pool);
-        if (vas_take(v, n, &start)) {
-            ump_log_error("out of virtual addresses for %zu bytes "
-                          "(va_size %zu)", chunk_bytes(pool, n), v->size);
-            rc = -ENOMEM;
+        bool more = pool->share_ops && !pool->share_ops->lease(pool, n);
+        if (!more || vas_take(v, n, &start)) {
+            chunks_reclaim_all(pool);
+            if (vas_take(v, n, &start)) {
+                ump_log_error("out of virtual addresses for %zu bytes "
+                              "(va_size %zu)", chunk_bytes(pool, n),
+                              v->size);
+                rc = -ENOMEM;
+            }
         }
     }
     if (rc) {

@@ -266,6 +266,23 @@ int chunks_reclaim_one(ump_pool_t *pool, int device, size_t max_n,
     return hc ? take_cached_chunk(pool, hb, hc) : -ENOMEM;
 }
 
+/* A shared pool's processes count device memory in one ledger: what the
+ * others hold is not this process's to create (-EDQUOT: create_chunk
+ * then tries a smaller chunk, as when the driver is short, but keeps the
+ * device's capacity, since the room comes back when the others free). */
+static int charge(ump_pool_t *pool, int d, size_t bytes)
+{
+    if (!pool->share_ops || place_is_host(pool, d))
+        return 0;
+    return pool->share_ops->charge(pool, d, bytes);
+}
+
+static void uncharge(ump_pool_t *pool, int d, size_t bytes)
+{
+    if (pool->share_ops && !place_is_host(pool, d))
+        pool->share_ops->uncharge(pool, d, bytes);
+}
+
 int chunks_release_one(ump_pool_t *pool, struct chunk *c)
 {
     int rc = pool->be->chunk_release(pool->bctx, c->handle);
@@ -275,6 +292,7 @@ int chunks_release_one(ump_pool_t *pool, struct chunk *c)
         return rc;
     }
     struct dev_state *ds = &pool->dev[c->device];
+    uncharge(pool, c->device, chunk_bytes(pool, c->n));
     ds->created -= chunk_bytes(pool, c->n);
     if (!place_is_host(pool, c->device))
         pool->created -= chunk_bytes(pool, c->n);
@@ -458,9 +476,20 @@ static int create_chunk(ump_pool_t *pool, int device, size_t want,
      * (fragmented physical memory, or another process's use): powers of
      * two below it, halving. */
     for (;; n = ump_is_pow2(n) ? n / 2 : ump_pow2_floor(n)) {
-        rc = backend_create(pool, device, chunk_bytes(pool, n), &c->handle);
-        if (rc != -ENOMEM || n == 1)
+        rc = charge(pool, device, chunk_bytes(pool, n));
+        if (!rc) {
+            rc = backend_create(pool, device, chunk_bytes(pool, n),
+                                &c->handle);
+            if (rc)
+                uncharge(pool, device, chunk_bytes(pool, n));
+        }
+        if ((rc != -ENOMEM && rc != -EDQUOT) || n == 1)
             break;
+    }
+    if (rc == -EDQUOT) { /* the other processes hold it: room comes back
+                            when they free, the capacity stays */
+        free(c);
+        return -ENOMEM;
     }
     if (rc) {
         free(c);

@@ -44,6 +44,22 @@ struct tcache;
 struct pool_observer;
 struct pool_ipc_ops;
 struct ipc_state;
+struct share_state;
+
+/* A shared pool's hooks (pool->share_ops), pool lock held. charge: bytes
+ * of device d's memory this process is about to create (0, or -EDQUOT
+ * when the devices' memory is all held by the pool's processes);
+ * uncharge: bytes released. lease: at least n more granules of addresses
+ * given to this pool's vas (vas_give), or -ENOMEM. */
+struct pool_share_ops {
+    int (*charge)(struct ump_pool *pool, int d, size_t bytes);
+    void (*uncharge)(struct ump_pool *pool, int d, size_t bytes);
+    int (*lease)(struct ump_pool *pool, size_t n);
+    /* For ump_stats: the pool's processes now (the sharer included) and
+     * the bytes of device d (all devices: -1) they hold. */
+    void (*figures)(struct ump_pool *pool, int d, int *procs_p,
+                    size_t *bytes_p);
+};
 
 /* A physical chunk: one backend handle of n granules (at most max_chunk
  * bytes), mapped at granules [g, g+n) or idle. Runs, slabs and cached
@@ -254,6 +270,13 @@ struct ump_pool {
      * processes map their chunks, so nothing may move them
      * (ump_pool_suspend and ump_evict refuse). */
     size_t exports;
+    /* A shared pool (lib/ipc/share.c): its state and the hooks through
+     * which mem charges device memory to this process's ledger slot (every
+     * process of the pool counts against the devices) and asks for more
+     * addresses; NULL when the pool is not shared. Set under pool->lock,
+     * called with it held. */
+    struct share_state *share;
+    const struct pool_share_ops *share_ops;
     /* Live streams (front/stream.c): a hash set of handles, under its own
      * lock, of those ump_stream_create made and those ump_stream_wrap
      * registered (wrapped: the caller's native streams, never destroyed

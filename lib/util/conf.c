@@ -78,6 +78,24 @@ const struct ump_conf_entry conf_table[] = {
      "most memory the pool takes from each device, on any backend (0: all "
      "of it; on cuda, what is free when the pool is created)",
      offsetof(struct ump_config, device_mem), 0, 0},
+    {"process_limit", "0", UMP_CONF_SIZE, SIZE_ACCEPTED,
+     "most memory of each device this process may hold, as HAMi-core's "
+     "per-process limits (0: none); past it an allocation is -ENOMEM with "
+     "one log line naming the limit. In a shared pool (ump_pool_share) the "
+     "sharing process's limit holds for every process that attaches, which "
+     "may ask for a lower one",
+     offsetof(struct ump_config, process_limit), 0, 0},
+    {"share", "", UMP_CONF_STRING,
+     "a pool name: letters, digits, '-' and '_' (\"\": none)",
+     "ump_pool_create and the process's pool (the preload's) join the pool "
+     "shared under this name, or make it and share it when there is none: "
+     "with UMPOOL_CONF=share:NAME every process of a job uses one pool",
+     offsetof(struct ump_config, share), 0, 0},
+    {"attach", "", UMP_CONF_STRING,
+     "a pool name: letters, digits, '-' and '_' (\"\": none)",
+     "ump_pool_create and the process's pool join the pool shared under "
+     "this name (ump_pool_attach), and fail when there is none",
+     offsetof(struct ump_config, attach), 0, 0},
     {"cuda_virtual_devices", "1", UMP_CONF_INT, "an integer 1..8",
      "devices of the pool per physical GPU on the cuda backend (each gets "
      "1/N of the GPU's memory; pool device v is GPU v / N), so multi-device "

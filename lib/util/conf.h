@@ -48,6 +48,9 @@ struct ump_config {
     int sim_fail_device;                 /* -1: none (sim_fail.c) */
     int sim_fail_after;                  /* its operations before it fails */
     size_t device_mem;                   /* cap per device, 0: none */
+    size_t process_limit;                /* per device and process, 0: none */
+    char share[UMP_CONF_PATH_MAX];       /* join or share this pool, "": no */
+    char attach[UMP_CONF_PATH_MAX];      /* join this pool, "": no */
     int cuda_virtual_devices;            /* pool devices per GPU (cuda) */
     int log_level;                       /* enum ump_log_level */
     char policy[UMP_CONF_PATH_MAX];      /* default placement policy */

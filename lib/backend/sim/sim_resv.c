@@ -36,23 +36,35 @@ int sim_resv_fill(void *va, size_t size)
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-/* Where reservations go first (place_anywhere), and how many slots of the
- * window are tried before the kernel chooses. */
-#define SIM_VA_WINDOW ((uintptr_t)32 << 40)
-#define SIM_VA_TRIES 64
-#define SIM_VA_GUARD ((uintptr_t)1 << 30)
-/* The window's first slots, one TiB apart: 32 TiB to 64 TiB. */
-#define SIM_VA_SLOTS 32
-#define SIM_VA_SLOT ((uintptr_t)1 << 40)
-/* ThreadSanitizer's shadow lies there, and its mmap aborts the process on
- * a fixed address outside the application's ranges: no window under it. */
+/* ThreadSanitizer's shadow lies at 32 TiB, and its mmap aborts the
+ * process on a fixed address outside the application's ranges: under it
+ * the window is the top 128 GiB of its "mid" application range (x86-64,
+ * 48-bit: 0x5500... to 0x5680...), above where the kernel puts a PIE
+ * program and its heap (0x5555... plus at most 1 TiB of randomization
+ * with the default 28 bits), so that the processes of a shared pool find
+ * the pool's range free in each other. */
 #if defined(__SANITIZE_THREAD__)
-#define SIM_VA_NO_WINDOW 1
+#define SIM_VA_TSAN 1
 #elif defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define SIM_VA_NO_WINDOW 1
+#define SIM_VA_TSAN 1
 #endif
 #endif
+/* Where reservations go first (place_anywhere): slots of a window, the
+ * first drawn at random among SIM_VA_SLOTS, SIM_VA_TRIES tried before the
+ * kernel chooses; 32 TiB to 64 TiB for the first slots, one TiB apart. */
+#ifdef SIM_VA_TSAN
+#define SIM_VA_WINDOW ((uintptr_t)0x566000000000)
+#define SIM_VA_WINDOW_END ((uintptr_t)0x568000000000) /* 128 GiB */
+#define SIM_VA_SLOT ((uintptr_t)1 << 32)
+#else
+#define SIM_VA_WINDOW ((uintptr_t)32 << 40)
+#define SIM_VA_WINDOW_END UINTPTR_MAX
+#define SIM_VA_SLOT ((uintptr_t)1 << 40)
+#endif
+#define SIM_VA_SLOTS 32
+#define SIM_VA_TRIES 64
+#define SIM_VA_GUARD ((uintptr_t)1 << 30)
 
 
 /* reserve: size bytes of PROT_NONE address space anywhere, aligned to al
@@ -69,10 +81,9 @@ static char *place_anywhere(size_t size, size_t al)
      * heap and stacks elsewhere (near the program and under the top of the
      * address space, moved by ASLR from run to run), so a range chosen by
      * the kernel in one run is often taken in the next. The window starts
-     * at 32 TiB, above ASan's shadow; where it is not the process's to use
-     * (another sanitizer's shadow, a smaller address space) the mmap
-     * fails and the kernel chooses, as before. */
-#ifndef SIM_VA_NO_WINDOW
+     * at 32 TiB, above ASan's shadow (TSan's: above); where it is not the
+     * process's to use (another sanitizer's shadow, a smaller address
+     * space) the mmap fails and the kernel chooses, as before. */
     /* A guard of free addresses on each side, so that reservations never
      * touch: an overrun faults instead of landing in another pool. */
     uintptr_t guard = UMP_ALIGN_UP(SIM_VA_GUARD, al);
@@ -84,8 +95,19 @@ static char *place_anywhere(size_t size, size_t al)
     if (getrandom(&first, sizeof(first), GRND_NONBLOCK) != sizeof(first))
         first = (uintptr_t)getpid() * 2654435761u;
     first = (first % SIM_VA_SLOTS) * SIM_VA_SLOT;
+    /* Past the window's end (or the address space's): once more from
+     * its start. */
+    bool wrapped = false;
     for (uintptr_t at = UMP_ALIGN_UP(SIM_VA_WINDOW + first, al), i = 0;
-         i < SIM_VA_TRIES && at + span > at; i++, at += span) {
+         i < SIM_VA_TRIES; i++, at += span) {
+        if (at + span < at || at + span > SIM_VA_WINDOW_END) {
+            if (wrapped)
+                break;
+            wrapped = true;
+            at = UMP_ALIGN_UP(SIM_VA_WINDOW, al);
+            if (at + span < at || at + span > SIM_VA_WINDOW_END)
+                break;
+        }
         raw = mmap((void *)at, span, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
                        MAP_FIXED_NOREPLACE,
@@ -100,7 +122,6 @@ static char *place_anywhere(size_t size, size_t al)
         if (raw != MAP_FAILED || errno != EEXIST)
             break;
     }
-#endif
     raw = mmap(NULL, size + al, PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {

@@ -46,5 +46,8 @@ for prog in test_preload_byname test_preload_dlopen; do
         run "$prog" "$mode"
     done
     run "$prog" overflow overflow:host
+    # Every process of the job in one pool: the first shares it, the next
+    # joins it (in the test's own socket directory).
+    XDG_RUNTIME_DIR=$tmp run "$prog" share "share:preload-$prog"
 done
 exit $fail

@@ -672,6 +672,95 @@ static int ipc_peer(const char *hx)
     return cu.ipc_close(q) == CUDA_SUCCESS ? 6 : 0;
 }
 
+/* The preload's pool's processes (a shared pool's), or -1. */
+static int pool_processes(void)
+{
+    ump_stats_t st;
+    ump_pool_t *pool = the_pool();
+    return pool && !ump_stats(pool, UMP_DEVICE_ALL, &st) ? st.share_processes
+                                                          : -1;
+}
+
+/* UMPOOL_CONF has share:NAME: this process's pool is made and shared; a
+ * peer (this program again, under the same preload and configuration)
+ * joins it at its first CUDA call, and its allocation opens here at the
+ * peer's own address: one pool, one address space. */
+static void share(void)
+{
+    context(0);
+    const size_t n = 4 << 20;
+    CUdeviceptr p = 0, q = 0;
+    CHECK(cu.alloc(&p, n) == CUDA_SUCCESS, "cuMemAlloc");
+    CHECK(pool_processes() == 1, "a shared pool: %d processes",
+          pool_processes());
+    int to[2], from[2];
+    CHECK(!pipe(to) && !pipe(from), "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(to[0], 0);
+        dup2(from[1], 1);
+        execl("/proc/self/exe", "test_preload", "share-peer", (char *)NULL);
+        _exit(99);
+    }
+    close(to[0]);
+    close(from[1]);
+    FILE *f = fdopen(from[0], "r");
+    char line[256], hx[2 * sizeof(CUipcMemHandle) + 1];
+    unsigned long long at = 0;
+    CUipcMemHandle h;
+    CHECK(f && fgets(line, sizeof(line), f) &&
+              sscanf(line, "%llx %128s", &at, hx) == 2,
+          "the peer's line");
+    for (size_t i = 0; i < sizeof(h); i++) {
+        unsigned v = 0;
+        sscanf(hx + 2 * i, "%2x", &v);
+        h.reserved[i] = (char)v;
+    }
+    CHECK(at != p, "the peer's allocation at this one's address");
+    CHECK(pool_processes() == 2, "2 processes: %d", pool_processes());
+    CHECK(cu.ipc_open(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ==
+              CUDA_SUCCESS && q == at,
+          "opened at %#llx, the peer's address %#llx",
+          (unsigned long long)q, at);
+    for (size_t i = 0; q == at && i < n; i += 4093)
+        CHECK(((unsigned char *)(uintptr_t)q)[i] == ipc_pat(i),
+              "the peer's byte %zu", i);
+    CHECK(cu.ipc_close(q) == CUDA_SUCCESS, "cuIpcCloseMemHandle");
+    CHECK(write(to[1], "done\n", 5) == 5, "write");
+    close(to[1]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the peer: status %d", st);
+    if (f)
+        fclose(f);
+    CHECK(cu.free(p) == CUDA_SUCCESS, "cuMemFree");
+}
+
+static int share_peer(void)
+{
+    context(0);
+    const size_t n = 4 << 20;
+    CUdeviceptr p = 0;
+    CUipcMemHandle h;
+    char line[16];
+    if (cu.alloc(&p, n) != CUDA_SUCCESS)
+        return 2;
+    if (pool_processes() != 2)
+        return 3;
+    for (size_t i = 0; i < n; i++)
+        ((unsigned char *)(uintptr_t)p)[i] = ipc_pat(i);
+    if (cu.ipc_get(&h, p) != CUDA_SUCCESS)
+        return 4;
+    printf("%llx ", (unsigned long long)p);
+    for (size_t i = 0; i < sizeof(h); i++)
+        printf("%02x", (unsigned char)h.reserved[i]);
+    printf("\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof(line), stdin)) /* the other has closed it */
+        return 5;
+    return cu.free(p) == CUDA_SUCCESS ? 0 : 6;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "basic";
@@ -698,6 +787,10 @@ int main(int argc, char **argv)
         ipc();
     else if (!strcmp(mode, "ipc-peer") && argc > 2)
         return ipc_peer(argv[2]);
+    else if (!strcmp(mode, "share"))
+        share();
+    else if (!strcmp(mode, "share-peer"))
+        return share_peer();
     else if (!strcmp(mode, "fork")) {
         context(0);
         CUdeviceptr p = 0;

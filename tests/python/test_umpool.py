@@ -189,6 +189,51 @@ class PoolTest(unittest.TestCase):
             other.close()
         self.pool.free(p)
 
+    def test_share(self):
+        """A pool shared with a child Python process (Pool.attach): its
+        allocation opened here at the same address, one ledger."""
+        import subprocess
+        name = "pytest-%d" % os.getpid()
+        shared = umpool.Pool(SIM4)
+        try:
+            shared.share(name)
+            self.assertEqual(shared.stats()["share_processes"], 1)
+            code = (
+                "import sys, numpy as np, umpool\n"
+                "pool = umpool.Pool.attach(sys.argv[1])\n"
+                "p = pool.alloc(4 << 20)\n"
+                "pool.array(p, 1 << 19, 'uint64')[:] = np.arange(1 << 19)\n"
+                "print('%x %s' % (p, pool.ipc_handle(p).hex()), flush=True)\n"
+                "sys.stdin.readline()\n"
+                "pool.free(p)\n"
+                "pool.close()\n")
+            child = subprocess.Popen([sys.executable, "-c", code, name],
+                                     stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+            try:
+                at, h = child.stdout.readline().split()
+                self.assertEqual(shared.stats()["share_processes"], 2)
+                q = shared.ipc_open(bytes.fromhex(h))
+                self.assertEqual(q, int(at, 16))
+                a = shared.array(q, 1 << 19, "uint64")
+                self.assertTrue((a == np.arange(1 << 19)).all())
+                shared.ipc_close(q)
+                child.stdin.write("exit\n")
+                child.stdin.close()
+                self.assertEqual(child.wait(timeout=120), 0)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+            with self.assertRaises(umpool.Error) as e:
+                umpool.Pool.attach("no-such-pool-%d" % os.getpid())
+            self.assertEqual(e.exception.errno, -errno.ENOENT)
+            with self.assertRaises(umpool.Error) as e:
+                shared.share("not/a/name")
+            self.assertEqual(e.exception.errno, -errno.EINVAL)
+        finally:
+            shared.close()
+
     def test_failed_device(self):
         """Device 1 fails at its 8th operation (config keys): what was on
         it is reported lost, the rest reads back, new memory avoids it."""

@@ -110,7 +110,8 @@ class Stats(ctypes.Structure):
                 ("largest_free", _sz), ("fragmentation", ctypes.c_double),
                 ("reserved_bytes", _sz), ("peak_reserved_bytes", _sz),
                 ("driver_ns", _U64), ("failed_devices", _int),
-                ("lost_count", _U64), ("lost_bytes", _sz)]
+                ("lost_count", _U64), ("lost_bytes", _sz),
+                ("share_processes", _int), ("share_bytes", _sz)]
 
 
 class LinkStats(ctypes.Structure):
@@ -146,6 +147,9 @@ _decl("ump_ipc_open", _int, _vp, ctypes.POINTER(IpcHandle),
       ctypes.POINTER(_vp))
 _decl("ump_ipc_close", _int, _vp, _vp)
 _decl("ump_pool_checkpoint", _int, _vp, ctypes.c_char_p)
+_decl("ump_pool_share", _int, _vp, ctypes.c_char_p)
+_decl("ump_pool_attach", _int, ctypes.c_char_p, ctypes.c_char_p,
+      ctypes.POINTER(_vp))
 _decl("ump_pool_restore", _int, ctypes.c_char_p, ctypes.c_char_p,
       ctypes.POINTER(_vp))
 _decl("ump_pool_set_root", _int, _vp, _vp)
@@ -430,6 +434,22 @@ class Pool:
         _check(lib.ump_pool_restore(os.fsencode(path),
                                     config.encode() if config else None,
                                     ctypes.byref(p)), "ump_pool_restore")
+        return cls(_handle=p.value, _owned=True)
+
+    # a pool shared by processes
+    def share(self, name):
+        """Publishes the pool under name (a plain word) for other processes
+        of the user to attach (ump_pool_share)."""
+        _check(lib.ump_pool_share(self._h(), name.encode()), "ump_pool_share")
+
+    @classmethod
+    def attach(cls, name, config=None):
+        """Joins the pool another process shared as name (ump_pool_attach):
+        a pool of this process at the same addresses; close() detaches."""
+        p = _vp()
+        _check(lib.ump_pool_attach(name.encode(),
+                                   config.encode() if config else None,
+                                   ctypes.byref(p)), "ump_pool_attach")
         return cls(_handle=p.value, _owned=True)
 
     @property

@@ -399,6 +399,22 @@ rows=$(grep -c -E '^ +[0-9]+ MiB( +[0-9.]+){8} 0( \(elsewhere\))?$' \
 [ -z "$(ls -A "$tmp/umpool")" ] || fail "ipc left $(ls "$tmp/umpool") behind"
 echo "  2 sizes, no wrong byte, nothing left in the socket directory"
 
+echo "check: share attaches a peer and opens its allocations at its addresses"
+XDG_RUNTIME_DIR=$tmp "$bench" share --sizes 2M,6M --iters 3 >"$tmp/share.out" 2>&1 ||
+    fail "share failed: $(cat "$tmp/share.out")"
+grep -q -E '^# attach_us [0-9.]+ .* create_us [0-9.]+ ' "$tmp/share.out" ||
+    fail "share: no attach line: $(cat "$tmp/share.out")"
+# size, chunks, 8 timings, no wrong byte, and never "(elsewhere)": the
+# processes of a shared pool share their addresses.
+rows=$(grep -c -E '^ +[0-9]+ MiB +[1-9][0-9]*( +[0-9.]+){8} 0$' \
+    "$tmp/share.out" || true)
+[ "$rows" -eq 2 ] || fail "share: $rows rows: $(cat "$tmp/share.out")"
+# A shared name keeps its lock file (every later sharer locks the same
+# one); the socket itself is gone.
+[ -z "$(ls -A "$tmp/umpool" | grep -v '\.lock$')" ] ||
+    fail "share left $(ls "$tmp/umpool") behind"
+echo "  2 sizes at the peer's addresses, no wrong byte, no socket left"
+
 echo "check: an unknown scenario exits 2 with a usage message"
 rc=0
 "$bench" no-such-scenario >"$tmp/usage.out" 2>&1 || rc=$?

@@ -135,6 +135,11 @@ int bench_resilience(const struct bench_offload_opts *o);
  * --iters), and the peer itself (argv: ipc-peer CONFIG ROUNDS IN OUT). */
 int bench_ipc(const struct bench_opts *o);
 int bench_ipc_peer(int argc, char **argv);
+/* share.c: a pool shared with a peer process (--config, --sizes, --iters):
+ * its attach, and its allocations opened here; the peer itself (argv:
+ * share-peer NAME CONFIG ROUNDS IN OUT). */
+int bench_share(const struct bench_opts *o);
+int bench_share_peer(int argc, char **argv);
 
 static inline uint64_t now_ns(void)
 {

@@ -29,26 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "bench.h"
+#include "peer.h"
 #include "umpool.h"
 
 #define IPC_CONFIG "backend:sim,sim_devices:1,sim_device_mem:4G"
 #define IPC_ROUNDS 20
-
-static int cmp_u64(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median_us(uint64_t *v, int n)
-{
-    qsort(v, (size_t)n, sizeof(*v), cmp_u64);
-    return (double)v[n / 2] / 1e3;
-}
 
 /* What the peer sends back per size. */
 struct peer_result {
@@ -61,34 +49,6 @@ struct peer_result {
 static unsigned char pat(size_t i, size_t size)
 {
     return (unsigned char)(i * 131 + size);
-}
-
-static int read_all(int fd, void *buf, size_t n)
-{
-    for (size_t got = 0; got < n;) {
-        ssize_t k = read(fd, (char *)buf + got, n - got);
-        if (k <= 0)
-            return -1;
-        got += (size_t)k;
-    }
-    return 0;
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    return write(fd, buf, n) == (ssize_t)n ? 0 : -1;
-}
-
-/* A copy of size bytes on s, waited for; its time into *t_p. */
-static int copy(ump_pool_t *pool, void *dst, const void *src, size_t size,
-                ump_stream_t s, uint64_t *t_p)
-{
-    uint64_t t0 = now_ns();
-    int rc = ump_memcpy_async(pool, dst, src, size, s);
-    if (!rc)
-        rc = ump_stream_synchronize(pool, s);
-    *t_p = now_ns() - t0;
-    return rc;
 }
 
 /* A pool of config and a stream on its device 0; 1 (said) when not. */
@@ -114,15 +74,15 @@ static int peer(const char *config, int rounds, int in, int out)
     ump_ipc_handle_t h[IPC_ROUNDS * 4];
     uint64_t size, addr;
     bool first = true;
-    while (read_all(in, &size, sizeof(size)) == 0) {
+    while (peer_read(in, &size, sizeof(size)) == 0) {
         struct peer_result r = {0};
         uint64_t t_open[IPC_ROUNDS * 4], t_close[IPC_ROUNDS * 4];
         uint64_t t_read[IPC_ROUNDS * 4], t_local[IPC_ROUNDS * 4];
         uint64_t t_first[IPC_ROUNDS * 4];
         void *dst = NULL, *own = NULL, *q = NULL;
         unsigned char *host = malloc(size);
-        if (read_all(in, &addr, sizeof(addr)) ||
-            read_all(in, h, sizeof(h[0]) * (size_t)rounds) || !host)
+        if (peer_read(in, &addr, sizeof(addr)) ||
+            peer_read(in, h, sizeof(h[0]) * (size_t)rounds) || !host)
             return 1;
         r.rc = ump_alloc(pool, size, NULL, &dst);
         if (!r.rc)
@@ -140,13 +100,13 @@ static int peer(const char *config, int rounds, int in, int out)
                 break;
             r.same_address = (uintptr_t)q == addr;
             uint64_t t;
-            r.rc = copy(pool, dst, q, size, s, &t_first[i]);
+            r.rc = peer_copy(pool, dst, q, size, s, &t_first[i]);
             if (!r.rc)
-                r.rc = copy(pool, dst, q, size, s, &t_read[i]);
+                r.rc = peer_copy(pool, dst, q, size, s, &t_read[i]);
             if (!r.rc)
-                r.rc = copy(pool, dst, own, size, s, &t_local[i]);
+                r.rc = peer_copy(pool, dst, own, size, s, &t_local[i]);
             if (!r.rc && i == rounds - 1) { /* the bytes, once */
-                r.rc = copy(pool, host, q, size, s, &t);
+                r.rc = peer_copy(pool, host, q, size, s, &t);
                 for (size_t k = 0; !r.rc && k < size; k++)
                     r.wrong += host[k] != pat(k, size);
             }
@@ -157,16 +117,16 @@ static int peer(const char *config, int rounds, int in, int out)
                 r.rc = rc2;
         }
         if (!r.rc) {
-            r.open_us = median_us(t_open, rounds);
-            r.close_us = median_us(t_close, rounds);
-            r.first_us = median_us(t_first, rounds);
-            r.read_us = median_us(t_read, rounds);
-            r.local_us = median_us(t_local, rounds);
+            r.open_us = peer_median_us(t_open, rounds);
+            r.close_us = peer_median_us(t_close, rounds);
+            r.first_us = peer_median_us(t_first, rounds);
+            r.read_us = peer_median_us(t_read, rounds);
+            r.local_us = peer_median_us(t_local, rounds);
         }
         ump_free(pool, dst);
         ump_free(pool, own);
         free(host);
-        if (write_all(out, &r, sizeof(r)))
+        if (peer_write(out, &r, sizeof(r)))
             return 1;
     }
     ump_stream_destroy(pool, s);
@@ -198,25 +158,13 @@ int bench_ipc(const struct bench_opts *o)
     int rc;
     if (open_pool(config, "umpool-bench ipc", &pool, &s))
         return 1;
-    int to[2], from[2];
-    if (pipe(to) || pipe(from)) {
-        perror("umpool-bench ipc: pipe");
-        return 1;
-    }
-    char in[16], out[16], n[16];
-    snprintf(in, sizeof(in), "%d", to[0]);
-    snprintf(out, sizeof(out), "%d", from[1]);
+    char n[16];
     snprintf(n, sizeof(n), "%d", rounds);
-    pid_t pid = fork();
-    if (pid == 0) {
-        close(to[1]);
-        close(from[0]);
-        execl("/proc/self/exe", "umpool-bench", "ipc-peer", config, n, in,
-              out, (char *)NULL);
-        _exit(127);
-    }
-    close(to[0]);
-    close(from[1]);
+    const char *args[] = {"ipc-peer", config, n, NULL};
+    int to, from;
+    pid_t pid = peer_spawn(args, &to, &from);
+    if (pid < 0)
+        return 1;
     printf("# umpool-bench ipc: %s; a peer process opens each handle, "
            "copies it into its own memory, closes (medians of %d rounds)\n",
            config, rounds);
@@ -251,10 +199,10 @@ int bench_ipc(const struct bench_opts *o)
         }
         uint64_t sz = size, addr = (uint64_t)(uintptr_t)p;
         struct peer_result r;
-        if (write_all(to[1], &sz, sizeof(sz)) ||
-            write_all(to[1], &addr, sizeof(addr)) ||
-            write_all(to[1], h, sizeof(h[0]) * (size_t)rounds) ||
-            read_all(from[0], &r, sizeof(r))) {
+        if (peer_write(to, &sz, sizeof(sz)) ||
+            peer_write(to, &addr, sizeof(addr)) ||
+            peer_write(to, h, sizeof(h[0]) * (size_t)rounds) ||
+            peer_read(from, &r, sizeof(r))) {
             fprintf(stderr, "umpool-bench ipc: the peer is gone\n");
             fail = 1;
             break;
@@ -267,7 +215,7 @@ int bench_ipc(const struct bench_opts *o)
         } else {
             printf("  %10s %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f %9.2f %6.2f "
                    "%d%s\n",
-                   fmt_size(size, b, sizeof(b)), median_us(t_handle, rounds),
+                   fmt_size(size, b, sizeof(b)), peer_median_us(t_handle, rounds),
                    r.open_us, r.close_us, r.first_us, r.read_us, r.local_us,
                    (double)size / (r.read_us * 1e3), r.local_us / r.read_us,
                    r.wrong, r.same_address ? "" : " (elsewhere)");
@@ -279,14 +227,7 @@ int bench_ipc(const struct bench_opts *o)
                    r.first_open_us);
         ump_free(pool, p);
     }
-    close(to[1]);
-    int status;
-    waitpid(pid, &status, 0);
-    close(from[0]);
-    if (!fail && (!WIFEXITED(status) || WEXITSTATUS(status))) {
-        fprintf(stderr, "umpool-bench ipc: the peer ended badly\n");
-        fail = 1;
-    }
+    fail = peer_finish(pid, to, from, fail, "ipc");
     printf("# ratio: local_us / read_us (1.0: the imported memory reads as "
            "fast as the peer's own)\n");
     ump_stream_destroy(pool, s);

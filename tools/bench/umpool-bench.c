@@ -92,6 +92,12 @@ static void usage(FILE *f)
             "          its copy from the imported memory beside the same\n"
             "          copy from the peer's own (--sizes, default 2M,16M,64M,\n"
             "          256M; --iters rounds, default 20, at most 80)\n"
+            "  share   a pool shared with a peer process (ump_pool_share,\n"
+            "          ump_pool_attach): its attach beside an unshared\n"
+            "          pool's create, then its allocations opened here at\n"
+            "          the peer's address, per chunk, and their copy beside\n"
+            "          the same copy of this process's own memory (--sizes,\n"
+            "          --iters as ipc)\n"
             "  resilience  checkpoint and restore of --size (default 2G) over\n"
             "          4 devices (sim, or --config backend:cuda,\n"
             "          cuda_virtual_devices:4) beside a raw disk write and\n"
@@ -159,7 +165,7 @@ static void usage_error(const char *fmt, ...)
     fputs("\n", stderr);
     fputs("usage: umpool-bench [--json] [--config STR] SCENARIO [options]\n"
           "scenarios: alloc, demo, placement, offload, replay, coll, preload, "
-          "plugin, ipc, resilience; see "
+          "plugin, ipc, share, resilience; see "
           "umpool-bench "
           "--help\n",
           stderr);
@@ -602,9 +608,12 @@ static int parse_args(int argc, char **argv, struct bench_opts *o)
 int main(int argc, char **argv)
 {
     struct bench_opts o;
-    /* ipc's peer process (ipc.c runs it), not a scenario of its own. */
+    /* ipc's and share's peer processes (ipc.c and share.c run them), not
+     * scenarios of their own. */
     if (argc >= 2 && !strcmp(argv[1], "ipc-peer"))
         return bench_ipc_peer(argc, argv);
+    if (argc >= 2 && !strcmp(argv[1], "share-peer"))
+        return bench_share_peer(argc, argv);
     int rc = parse_args(argc, argv, &o);
 
     if (rc < 0)
@@ -679,6 +688,8 @@ int main(int argc, char **argv)
         rc = bench_plugin(&o);
     } else if (!strcmp(o.scenario, "ipc")) {
         rc = bench_ipc(&o);
+    } else if (!strcmp(o.scenario, "share")) {
+        rc = bench_share(&o);
     } else if (!strcmp(o.scenario, "resilience")) {
         if (o.alloc_opts || o.off.budget) {
             usage_error("resilience takes --config, --dir, --size, --reps");

@@ -60,7 +60,7 @@ for how in magic version truncate grow ndev nalloc map frag; do
     done
 done
 grep -q "bad magic" "$tmp/bad-magic.err" || fail "magic: $(cat "$tmp/bad-magic.err")"
-grep -q "version 5, this tool reads version 4" "$tmp/bad-version.err" ||
+grep -q "version 6, this tool reads version 5" "$tmp/bad-version.err" ||
     fail "version: $(cat "$tmp/bad-version.err")"
 grep -q "truncated" "$tmp/bad-truncate.err" || fail "truncate"
 : >"$tmp/empty.snap"

@@ -173,10 +173,10 @@ static void test_broken_fields(void **state)
     BROKEN("snapshot version 7", -EPROTO, hdr(buf)->version = 7);
     BROKEN("snapshot version 0", -EPROTO, hdr(buf)->version = 0);
     /* Version 1 (before reserved and driver time): refused, said so. */
-    BROKEN("snapshot version 1, this tool reads version 4", -EPROTO,
+    BROKEN("snapshot version 1, this tool reads version 5", -EPROTO,
            hdr(buf)->version = 1);
-    BROKEN("snapshot version 3, this tool reads version 4", -EPROTO,
-           hdr(buf)->version = 3);
+    BROKEN("snapshot version 4, this tool reads version 5", -EPROTO,
+           hdr(buf)->version = 4);
     BROKEN("bad header size", -EINVAL, hdr(buf)->header_size = 8);
     BROKEN("truncated", -EINVAL, hdr(buf)->total_size = len + 8);
     BROKEN("size mismatch", -EINVAL, hdr(buf)->total_size = len - 8);
@@ -197,6 +197,19 @@ static void test_broken_fields(void **state)
     BROKEN("chunk size 0", -EINVAL, data(buf)->chunk_size = 0);
     BROKEN("fragmentation out of range", -EINVAL,
            data(buf)->fragmentation = NAN);
+    /* A shared pool's table (version 5; the good one has 3 rows). */
+    BROKEN("a bad shared pool's table", -EINVAL,
+           data(buf)->share_nproc = SNAP_SHARE_PROCS + 1);
+    BROKEN("a bad shared pool's table", -EINVAL,
+           data(buf)->share_name[0] = '\0');  /* rows, and no name */
+    BROKEN("a bad shared pool's table", -EINVAL,
+           memset(data(buf)->share_name, 'x', 72));
+    BROKEN("a bad shared pool's table", -EINVAL,
+           data(buf)->share_self = 3);   /* a row past the table */
+    BROKEN("shared pool: bad process 0", -EINVAL,
+           data(buf)->share_proc[0].pid = 0);
+    BROKEN("shared pool: bad process 2", -EINVAL,
+           data(buf)->share_proc[2].slot = SNAP_SHARE_PROCS);
     BROKEN("tier 1: bad presence", -EINVAL, data(buf)->tier[1].present = 2);
     BROKEN("device 2: unterminated name", -EINVAL,
            memset(dev(buf, 2)->model, 'x', sizeof(dev(buf, 2)->model)));

@@ -228,6 +228,47 @@ static void test_figures(void **state)
     tu_pool_destroy(pool);
 }
 
+/* A pool shared by processes publishes its name and processes (here
+ * the sharer alone), with the device memory each holds; an unshared
+ * pool publishes none. */
+static void test_shared_pool(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = tu_pool_create(CONF);
+    char path[256], dir[64], cmd[128];
+    seg_path(pool, path, sizeof(path));
+    struct snap_view v = fresh(path);
+    assert_string_equal(v.data->share_name, "");
+    assert_int_equal(v.data->share_nproc, 0);
+    snap_view_free(&v);
+    /* The socket in a directory of this test's own. */
+    snprintf(dir, sizeof(dir), "/tmp/umpool-pub-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    const char *old = getenv("XDG_RUNTIME_DIR");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("XDG_RUNTIME_DIR", dir, 1);
+    assert_int_equal(ump_pool_share(pool, "pub-share"), 0);
+    void *a = tu_alloc(pool, 6 * MIB, 0);
+    v = fresh(path);
+    assert_string_equal(v.data->share_name, "pub-share");
+    assert_int_equal(v.data->share_nproc, 1);
+    assert_int_equal(v.data->share_self, 0);
+    assert_int_equal(v.data->share_proc[0].pid, getpid());
+    assert_int_equal(v.data->share_proc[0].slot, 0);
+    assert_int_equal(v.data->share_proc[0].bytes,
+                     tu_stats(pool, UMP_DEVICE_ALL).reserved_bytes);
+    snap_view_free(&v);
+    tu_free(pool, a);
+    tu_pool_destroy(pool);
+    if (saved)
+        setenv("XDG_RUNTIME_DIR", saved, 1);
+    else
+        unsetenv("XDG_RUNTIME_DIR");
+    free(saved);
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 /* Nobody asks: the thread still refreshes, about once a second. */
 static void test_background(void **state)
 {
@@ -731,6 +772,7 @@ int main(void)
         cmocka_unit_test(test_segment),
         cmocka_unit_test(test_publish_off),
         cmocka_unit_test(test_figures),
+        cmocka_unit_test(test_shared_pool),
         cmocka_unit_test(test_background),
         cmocka_unit_test(test_busy_destroy),
         cmocka_unit_test(test_consistent),

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "front/registry.h"
+#include "ipc/share.h"
 #include "publish/publish.h"
 
 /* The segment's states are the statistics' own. */
@@ -326,6 +327,23 @@ static void fill_traffic(ump_pool_t *pool, uint32_t ndev,
     }
 }
 
+_Static_assert(SNAP_SHARE_PROCS >= SHARE_SLOTS,
+               "the snapshot has fewer rows than a shared pool's slots");
+
+/* A shared pool's processes, from its ledger (lib/ipc). */
+static void fill_share(ump_pool_t *pool, struct snap_data *data)
+{
+    struct share_proc procs[SHARE_SLOTS];
+    int self;
+    int n = share_processes(pool, data->share_name, sizeof(data->share_name),
+                            procs, SHARE_SLOTS, &self);
+    for (int i = 0; i < n; i++)
+        data->share_proc[i] = (struct snap_share_proc){
+            procs[i].pid, procs[i].slot, procs[i].bytes};
+    data->share_nproc = (uint32_t)n;
+    data->share_self = self;
+}
+
 /* Builds a snapshot and publishes it. Pool lock not held: taken here
  * while the figures are copied, not while the picture is drawn. Writes
  * only within the layout fixed at creation. */
@@ -376,6 +394,7 @@ static void refresh(struct publisher *pub)
         };
     data->nalloc = (uint32_t)k;
     fill_traffic(pool, pub->ndev, data, link);
+    fill_share(pool, data);
     data->generation = ++pub->generation;
     data->updated_ns = now_ns(CLOCK_REALTIME);
     data->chunk_size = pool->chunk_size;

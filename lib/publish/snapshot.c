@@ -18,7 +18,8 @@ _Static_assert(sizeof(struct snap_header) == 200, "snap_header layout");
 _Static_assert(offsetof(struct snap_header, seq) == 24, "seq moved");
 _Static_assert(offsetof(struct snap_header, request) == 32, "request moved");
 _Static_assert(offsetof(struct snap_header, pid_ns) == 76, "pid_ns moved");
-_Static_assert(sizeof(struct snap_data) == 496, "snap_data layout");
+_Static_assert(sizeof(struct snap_data) == 1600, "snap_data layout");
+_Static_assert(sizeof(struct snap_share_proc) == 16, "snap_share_proc layout");
 _Static_assert(sizeof(struct snap_link) == 24, "snap_link layout");
 _Static_assert(sizeof(struct snap_device) == 320, "snap_device layout");
 _Static_assert(sizeof(struct snap_alloc) == 40, "snap_alloc layout");
@@ -418,6 +419,19 @@ int snap_parse(const void *data, size_t len, const struct snap_expect *ex,
         fail(err, errlen, rc, "fragmentation out of range (0..1)");
         goto out;
     }
+    if (!clean_string(d->share_name, sizeof(d->share_name)) ||
+        d->share_nproc > SNAP_SHARE_PROCS ||
+        (d->share_nproc && (!d->share_name[0] || d->share_self < -1 ||
+                            d->share_self >= (int32_t)d->share_nproc))) {
+        fail(err, errlen, rc, "a bad shared pool's table");
+        goto out;
+    }
+    for (uint32_t i = 0; i < d->share_nproc; i++)
+        if (d->share_proc[i].pid <= 0 ||
+            d->share_proc[i].slot >= SNAP_SHARE_PROCS) {
+            fail(err, errlen, rc, "shared pool: bad process %" PRIu32, i);
+            goto out;
+        }
     for (unsigned t = 0; t < SNAP_NTIERS; t++)
         if (d->tier[t].present > 1) {
             fail(err, errlen, rc, "tier %u: bad presence flag", t);

@@ -43,7 +43,9 @@
  * device, issue 17). */
 /* 4: the link traffic table after the maps and the collectives' counters
  * at the end of snap_data (issue 18). */
-#define SNAP_VERSION 4u
+/* 5: a shared pool's name and processes at the end of snap_data (issue
+ * 32). */
+#define SNAP_VERSION 5u
 #define SNAP_BYTE_ORDER 0x01020304u
 #define SNAP_PREFIX "umpool-"
 #define SNAP_DIR "/dev/shm"
@@ -106,6 +108,14 @@ struct snap_coll {
     uint64_t calls, bytes, timed_calls, timed_bus_bytes, timed_ns;
 };
 
+/* One process of a shared pool (ump_pool_share), from its ledger. */
+#define SNAP_SHARE_PROCS 64
+struct snap_share_proc {
+    int32_t pid;
+    uint32_t slot;   /* its ledger slot: 0 is the sharer */
+    uint64_t bytes;  /* device memory it holds, all devices */
+};
+
 struct snap_data {
     uint64_t generation; /* refreshes written so far */
     uint64_t updated_ns; /* CLOCK_REALTIME of this refresh */
@@ -123,6 +133,12 @@ struct snap_data {
     uint64_t driver_ns;           /* driver time of VMM calls */
     /* Version 4. */
     struct snap_coll coll[SNAP_NCOLL];
+    /* Version 5: the pool shared by processes this one is of ("": none),
+     * and those processes now (the first share_nproc rows). */
+    char share_name[72];
+    uint32_t share_nproc;
+    int32_t share_self;  /* the writer's row, -1: none */
+    struct snap_share_proc share_proc[SNAP_SHARE_PROCS];
 };
 
 /* One device: its ump_stats figures, and its picture. */

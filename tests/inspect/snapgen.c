@@ -151,6 +151,13 @@ void *snapgen_build(const struct snapgen_opts *o, size_t *len_p)
     for (uint32_t i = 0; i < ndev; i++)
         fill_device(&dev[i], i, map_cap, map + (size_t)i * map_cap);
     fill_traffic(buf, ndev, rows, map_cap, d);
+    /* Of a pool shared by 3 processes: the sharer, this one, another. */
+    strcpy(d->share_name, "job42");
+    d->share_nproc = 3;
+    d->share_self = 1;
+    d->share_proc[0] = (struct snap_share_proc){4001, 0, 3 * GIB};
+    d->share_proc[1] = (struct snap_share_proc){o->pid, 1, 6 * GIB};
+    d->share_proc[2] = (struct snap_share_proc){4003, 5, 512 * MIB};
 
     /* The rows that fit, on devices that exist. */
     struct snap_alloc a[NALLOC];

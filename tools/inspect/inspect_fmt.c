@@ -343,6 +343,7 @@ void fmt_show(FILE *out, const struct fmt_pool *p)
     show_memory(out, v);
     show_counts(out, v);
     show_failed(out, v);
+    fmt_show_share(out, v);
     show_spills(out, v);
     show_tiers(out, v);
     fmt_show_links(out, v);
@@ -429,6 +430,8 @@ static void json_pool(FILE *out, const struct snap_view *v)
     }
     fprintf(out, "      ],\n");
     fmt_json_traffic(out, v);
+    fprintf(out, ",\n");
+    fmt_json_share(out, v);
     fprintf(out, "\n    }");
 }
 
@@ -618,6 +621,7 @@ void fmt_prometheus(FILE *out, const struct fmt_pool *pools, size_t n)
             }
     }
     fmt_prometheus_traffic(out, pools, n);
+    fmt_prometheus_share(out, pools, n);
 }
 
 static uint64_t sum_dev(const struct snap_view *v, size_t off)

@@ -59,6 +59,13 @@ void fmt_json_traffic(FILE *out, const struct snap_view *v);
 void fmt_prometheus_traffic(FILE *out, const struct fmt_pool *pools,
                             size_t n);
 
+/* A pool shared by processes (inspect_share.c): its processes as a
+ * table (nothing when the pool is not shared), as the JSON member "share"
+ * (no trailing comma), as a Prometheus family. */
+void fmt_show_share(FILE *out, const struct snap_view *v);
+void fmt_json_share(FILE *out, const struct snap_view *v);
+void fmt_prometheus_share(FILE *out, const struct fmt_pool *pools, size_t n);
+
 /* The Prometheus format's pieces: a family's HELP and TYPE lines; a
  * sample's pid and pool labels; its value and the line's end (ns: a count
  * of nanoseconds, written in seconds). */

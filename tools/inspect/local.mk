@@ -10,7 +10,7 @@ tools_umpool_inspect_SOURCES = tools/inspect/umpool-inspect.c \
 	tools/inspect/inspect_seg.c tools/inspect/inspect_seg.h \
 	tools/inspect/inspect_fmt.c tools/inspect/inspect_fmt.h \
 	tools/inspect/inspect_svg.c tools/inspect/inspect_topo.c \
-	tools/inspect/inspect_traffic.c \
+	tools/inspect/inspect_traffic.c tools/inspect/inspect_share.c \
 	tools/inspect/inspect_serve.c tools/inspect/inspect_serve.h \
 	tools/inspect/inspect_nvml.c tools/inspect/inspect_nvml.h \
 	lib/publish/snapshot.c lib/publish/snapshot.h
@@ -36,7 +36,7 @@ tests_test_inspect_parse_SOURCES = tests/test_inspect_parse.c \
 	tests/fuzz_snapshot.c tests/inspect/fuzz_entry.h $(INSPECT_SNAPGEN) \
 	lib/publish/snapshot.c lib/publish/snapshot.h \
 	tools/inspect/inspect_fmt.c tools/inspect/inspect_fmt.h \
-	tools/inspect/inspect_svg.c tools/inspect/inspect_traffic.c \
+	tools/inspect/inspect_svg.c tools/inspect/inspect_traffic.c tools/inspect/inspect_share.c \
 	tools/inspect/inspect_seg.c tools/inspect/inspect_seg.h
 tests_test_inspect_parse_CPPFLAGS = $(INSPECT_CPPFLAGS)
 tests_test_inspect_parse_CFLAGS = $(TEST_CFLAGS)
@@ -88,7 +88,7 @@ noinst_PROGRAMS += tests/fuzz_snapshot
 tests_fuzz_snapshot_SOURCES = tests/fuzz_snapshot.c \
 	tests/inspect/fuzz_entry.h lib/publish/snapshot.c lib/publish/snapshot.h \
 	tools/inspect/inspect_fmt.c tools/inspect/inspect_fmt.h \
-	tools/inspect/inspect_svg.c tools/inspect/inspect_traffic.c
+	tools/inspect/inspect_svg.c tools/inspect/inspect_traffic.c tools/inspect/inspect_share.c
 tests_fuzz_snapshot_CPPFLAGS = $(INSPECT_CPPFLAGS)
 tests_fuzz_snapshot_CFLAGS = $(AM_CFLAGS) $(FUZZ_CFLAGS)
 tests_fuzz_snapshot_LDFLAGS = $(FUZZ_CFLAGS)

@@ -21,6 +21,7 @@ MAN3_PAGES = \
 	man/ump_alloc.3 \
 	man/ump_host_alloc.3 \
 	man/ump_ipc_get_handle.3 \
+	man/ump_pool_share.3 \
 	man/ump_pool_checkpoint.3 \
 	man/ump_pool_suspend.3 \
 	man/ump_process_pool.3 \
@@ -55,6 +56,7 @@ MAN3_LINKS = \
 	man/ump_host_free.3 \
 	man/ump_ipc_open.3 \
 	man/ump_ipc_close.3 \
+	man/ump_pool_attach.3 \
 	man/ump_pool_restore.3 \
 	man/ump_pool_set_root.3 \
 	man/ump_pool_root.3 \

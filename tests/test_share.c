@@ -274,6 +274,32 @@ static int child_forked(const char *name, const char *mode)
         pause();
 }
 
+/* sharer NAME CONFIG: shares a pool as NAME and says "shared"; at "fork"
+ * forks a child that keeps its descriptors (says "PID forked"), at
+ * "stop" destroys the pool (says "stopped"), and waits to be killed. */
+static int child_sharer(const char *name, const char *conf)
+{
+    ump_pool_t *pool;
+    char line[16];
+    if (ump_pool_create(conf, &pool) || ump_pool_share(pool, name))
+        return 3;
+    printf("shared\n");
+    fflush(stdout);
+    while (fgets(line, sizeof(line), stdin)) {
+        if (!strcmp(line, "fork\n")) {
+            fork_sleeper();
+            printf("forked\n");
+        } else if (!strcmp(line, "stop\n")) {
+            if (ump_pool_destroy(pool))
+                return 4;
+            printf("stopped\n");
+        }
+        fflush(stdout);
+    }
+    for (;;)
+        pause();
+}
+
 static pid_t spawn(const char *mode, const char *a, const char *b, int *in_p,
                    int *out_p)
 {
@@ -661,6 +687,45 @@ static void test_forked_children(void **state)
     assert_int_equal(ump_pool_destroy(a), 0);
 }
 
+/* The sharer stops (its pool destroyed) while a child it forked keeps
+ * its connections: an attached pool keeps what it has, counts the sharer
+ * no more, and a request for more addresses fails at once instead of
+ * waiting for an answer nobody gives. */
+static void test_sharer_stops(void **state)
+{
+    (void)state;
+    char line[64];
+    int in, out;
+    ump_pool_t *c;
+    void *p, *q;
+    /* 64 granules of addresses: a lease is 2 (4 MiB). */
+    pid_t pid = spawn("sharer", "stops", CONF ",va_size:128M", &in, &out);
+    read_line(out, line, sizeof(line));
+    assert_string_equal(line, "shared\n");
+    assert_int_equal(ump_pool_attach("stops", NULL, &c), 0);
+    assert_int_equal(ump_alloc(c, 4 * MiB, NULL, &p), 0);
+    memset(p, 7, 4 * MiB);
+    assert_int_equal(stats(c).share_processes, 2);
+    say(in, "fork\n");
+    read_line(out, line, sizeof(line));
+    int sleeper = atoi(line);
+    assert_non_null(strstr(line, "forked"));
+    say(in, "stop\n");
+    read_line(out, line, sizeof(line));
+    assert_string_equal(line, "stopped\n");
+    assert_int_equal(stats(c).share_processes, 1);
+    assert_int_equal(wrong(p, 4 * MiB, 7), 0);
+    /* Past the first lease: a lease nobody gives. */
+    assert_int_equal(ump_alloc(c, 2 * MiB, NULL, &q), -ENOMEM);
+    assert_int_equal(ump_free(c, p), 0);
+    assert_int_equal(ump_pool_destroy(c), 0);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+    assert_int_equal(kill(sleeper, SIGKILL), 0);
+    close(in);
+    close(out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && !strcmp(argv[1], "child")) {
@@ -679,6 +744,8 @@ int main(int argc, char **argv)
             return child_share(argv[3]);
         if (!strcmp(m, "hold"))
             return child_hold(argv[3], argv[4]);
+        if (!strcmp(m, "sharer"))
+            return child_sharer(argv[3], argv[4]);
         if (!strcmp(m, "forked"))
             return child_forked(argv[3], argv[4]);
         return 98;
@@ -692,6 +759,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_stale_socket),
         cmocka_unit_test(test_room_comes_back),
         cmocka_unit_test(test_forked_children),
+        cmocka_unit_test(test_sharer_stops),
         cmocka_unit_test(test_kill_at_random_points),
     };
     return cmocka_run_group_tests(tests, rundir_setup, rundir_teardown);

@@ -89,16 +89,19 @@ static void oom(ump_pool_t *pool, size_t size, int dev)
 {
     /* Refused by this process's limit, not by the devices: the one line
      * the user needs, at the default level. */
-    size_t limit = pool->cfg.process_limit;
-    if (limit && dev >= 0 && dev < pool->ndev &&
-        pool->dev[dev].capacity_max == (limit & ~(pool->chunk_size - 1))) {
+    size_t limit = pool->cfg.process_limit, held = 0, cap = 0;
+    if (limit && dev >= 0 && dev < pool->ndev) {
         pthread_mutex_lock(&pool->lock);
-        size_t held = pool->dev[dev].created;
+        held = pool->dev[dev].created;
+        cap = pool->dev[dev].capacity_max;
         pthread_mutex_unlock(&pool->lock);
+    }
+    if (limit && cap == (limit & ~(pool->chunk_size - 1)) &&
+        size > cap - (held < cap ? held : cap))
         ump_log_warn("out of memory: %zu bytes for device %d: this process "
                      "holds %zu bytes of it, its process_limit is %zu",
                      size, dev, held, limit);
-    } else
+    else
         ump_log_info("out of memory: %zu bytes for device %d (%d devices "
                      "full)", size, dev, pool->ndev);
 }

@@ -34,6 +34,10 @@ struct pool_ipc_ops {
     /* The same in a child after fork(), where the layer only drops its
      * copy: the parent's socket and mappings are left alone. */
     void (*stop_in_child)(ump_pool_t *pool);
+    /* At ump_pool_destroy, after stop and after the pool's memory went
+     * back to the driver (whose releases a shared pool's ledger counts):
+     * what the layer still kept goes. No pool lock held. */
+    void (*fini)(ump_pool_t *pool);
 };
 
 /* A pool of configuration cfg (loaded; obs may be NULL): ump_pool_create

@@ -463,6 +463,8 @@ int pool_destroy(ump_pool_t *pool)
                          pool->dev[d].mapped);
     pending_fini(pool);
     pthread_mutex_unlock(&pool->lock);
+    if (pool->ipc_ops)
+        pool->ipc_ops->fini(pool);
     int rc = pool->be->unreserve(pool->bctx, pool->va, pool->vas.size);
     if (rc)
         ump_log_warn("cannot release the address reservation: %s",

@@ -19,6 +19,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "ipc/ipc.h"
@@ -287,6 +288,10 @@ static void drop_conn(ump_pool_t *pool, struct ipc_conn *c, bool stopping)
     for (size_t i = 0; i < c->nopens; i++)
         for (uint32_t k = 0; k < c->opens[i].count; k++)
             unopen(pool, c->opens[i].g, c->opens[i].gen);
+    /* Ended for the peer too, where a child forked without exec keeps a
+     * copy of the descriptor: the peer hears it and never waits for an
+     * answer. */
+    shutdown(c->fd, SHUT_RDWR);
     close(c->fd);
     free(c->opens);
     free(c->closed);

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,15 +31,28 @@ static const char fn_attach[] = "ump_pool_attach";
 
 /* --- the hooks (pool lock held) ---------------------------------------- */
 
-/* Device memory the pool's processes hold together: every slot's, a
- * process gone included until its slot is given back (what it exported
- * may still be open). */
+/* Does slot k count? While the sharer lives, every slot does (a process
+ * gone until the sharer gives its slot back: what it exported may still
+ * be open). Once the sharer is gone nobody gives slots back: a process
+ * that ended counts no more. */
+static bool counts(const struct share_ledger *l, int k)
+{
+    if (atomic_load_explicit(&l->slot[0].state, memory_order_relaxed) ==
+        SLOT_LIVE)
+        return true;
+    uint32_t pid = atomic_load_explicit(&l->slot[k].pid, memory_order_relaxed);
+    return pid && pid <= INT32_MAX &&
+           !(kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+}
+
+/* Device memory the pool's processes hold together. */
 static uint64_t held(const struct share_ledger *l, int d)
 {
     uint64_t sum = 0;
     for (int k = 0; k < SHARE_SLOTS; k++)
-        sum += atomic_load_explicit(&l->slot[k].used[d],
-                                    memory_order_relaxed);
+        if (counts(l, k))
+            sum += atomic_load_explicit(&l->slot[k].used[d],
+                                        memory_order_relaxed);
     return sum;
 }
 
@@ -113,7 +127,7 @@ static int give_lease(ump_pool_t *pool, struct share_state *sh, size_t start,
 static int lease(ump_pool_t *pool, size_t n)
 {
     struct share_state *sh = pool->share;
-    if (sh->sharer || sh->fd < 0)
+    if (sh->sharer || sh->fd < 0 || sh->stopping)
         return -ENOMEM;
     struct share_req q = {.op = SHARE_LEASE, .granules = n};
     struct share_lease r;
@@ -161,7 +175,8 @@ static void figures(ump_pool_t *pool, int d, int *procs_p, size_t *bytes_p)
     size_t bytes = 0;
     for (int k = 0; k < SHARE_SLOTS; k++)
         procs += atomic_load_explicit(&l->slot[k].state,
-                                      memory_order_relaxed) == SLOT_LIVE;
+                                      memory_order_relaxed) == SLOT_LIVE &&
+                 counts(l, k);
     for (int i = d < 0 ? 0 : d; i < (d < 0 ? pool->ndev : d + 1); i++)
         bytes += held(l, i);
     *procs_p = procs;
@@ -349,8 +364,9 @@ UMP_EXPORT int ump_pool_share(ump_pool_t *pool, const char *name)
         atomic_store_explicit(&st->sharing, sh, memory_order_release);
     }
     pthread_mutex_unlock(&st->srv_lock);
-    if (!rc && (rc = ipc_server_start(pool)) != 0) {
+    if (!rc && (rc = ipc_server_start(pool)) != 0) { /* not shared */
         share_stop(pool);
+        share_fini(pool);
         return rc;
     }
     if (!rc) /* a thread that ran already: it looks at the new socket */
@@ -547,11 +563,16 @@ int share_attach(const char *name, const char *config,
     int ledger = -1;
     if (!rc)
         rc = usock_peer_check(sh->fd, NULL);
-    if (!rc && (sh->sharer_pidfd = usock_peer_pidfd(sh->fd)) < 0) {
+    /* The sharer's process, watched while its answers are awaited; a
+     * kernel without pidfds (before 5.3) or a sandbox that refuses them
+     * leaves it unwatched. */
+    int pfd = rc ? -1 : usock_peer_pidfd(sh->fd);
+    if (pfd == -ESRCH) {
         ump_log_error("%s: no pool is shared as %s (its sharer ended)",
                       fn_attach, name);
         rc = -ENOENT;
     }
+    sh->sharer_pidfd = pfd >= 0 ? pfd : -1;
     if (!rc)
         rc = hello(name, sh->fd, sh->sharer_pidfd, w, &ledger);
     if (!rc) {
@@ -592,7 +613,20 @@ out:
 
 void share_stop(ump_pool_t *pool)
 {
-    struct ipc_state *st = pool->ipc;
+    pthread_mutex_lock(&pool->lock);
+    struct share_state *sh = pool->share;
+    if (sh)
+        sh->stopping = true;
+    pthread_mutex_unlock(&pool->lock);
+    if (!sh)
+        return;
+    atomic_store(&pool->ipc->sharing, NULL); /* the server has stopped */
+    if (sh->sharer) /* the attached keep what they have */
+        usock_unlisten(&sh->listener);
+}
+
+void share_fini(ump_pool_t *pool)
+{
     pthread_mutex_lock(&pool->lock);
     struct share_state *sh = pool->share;
     pool->share = NULL;
@@ -600,10 +634,9 @@ void share_stop(ump_pool_t *pool)
     pthread_mutex_unlock(&pool->lock);
     if (!sh)
         return;
-    atomic_store(&st->sharing, NULL);
-    if (sh->sharer) /* the attached keep what they have */
-        usock_unlisten(&sh->listener);
-    state_free(sh);
+    if (sh->sharer) /* its memory is released: not a process of it now */
+        atomic_store(&sh->ledger->slot[0].state, SLOT_GONE);
+    state_free(sh); /* an attached one's DETACH */
 }
 
 void share_stop_in_child(ump_pool_t *pool)
@@ -732,7 +765,7 @@ int share_processes(ump_pool_t *pool, char *name, size_t len,
         uint32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
         if (atomic_load_explicit(&s->state, memory_order_relaxed) !=
                 SLOT_LIVE ||
-            !pid || pid > INT32_MAX)
+            !pid || pid > INT32_MAX || !counts(sh->ledger, k))
             continue;
         uint64_t bytes = 0;
         for (int d = 0; d < pool->ndev; d++)

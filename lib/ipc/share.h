@@ -13,9 +13,11 @@
  * with the device memory it holds (charged before each chunk is made,
  * against the devices' capacity), and the opens it holds of each other
  * slot's memory. Each slot's counters are written by that process only
- * (relaxed atomics, summed by readers), its state and pid by the sharer:
- * a SIGKILL anywhere leaves them consistent, and the sharer hands a dead
- * process's slot and leases back once no open of its memory is left.
+ * (relaxed atomics, summed by readers), and cleared by the sharer only
+ * once that process has ended or detached; its state and pid by the
+ * sharer (copies: the sharer decides by its own records): a SIGKILL
+ * anywhere leaves them consistent, and the sharer hands a dead process's
+ * slot and leases back once no open of its memory is left.
  */
 #ifndef UMP_IPC_SHARE_H
 #define UMP_IPC_SHARE_H
@@ -71,6 +73,7 @@ struct share_slot_rec {
 struct share_state {
     char name[65];
     bool sharer;
+    bool stopping;               /* the pool is being destroyed (lock) */
     int slot;                    /* this process's */
     struct share_ledger *ledger;
     int ledger_fd;               /* the sharer's, sent at each attach */
@@ -117,9 +120,13 @@ int share_conn_pidfd(ump_pool_t *pool, const struct ipc_conn *c);
 struct pool_observer;
 int share_attach(const char *name, const char *config,
                  const struct pool_observer *obs, ump_pool_t **pool_p);
-/* At the pool's destroy (after the IPC server stopped): detaches, or
- * stops sharing; in a child after fork, the descriptors only. */
+/* At the pool's destroy, after the IPC server stopped: stops sharing (the
+ * sharer's socket goes), no more leases; the ledger stays, so that the
+ * destroy's releases are uncharged. Then share_fini, after them:
+ * detaches, and the ledger goes. In a child after fork, the descriptors
+ * only. */
 void share_stop(ump_pool_t *pool);
+void share_fini(ump_pool_t *pool);
 void share_stop_in_child(ump_pool_t *pool);
 
 /* For imports: the ledger slot of the pool (pid, key) of this shared

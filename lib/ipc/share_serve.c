@@ -71,8 +71,10 @@ static int serve_attach(ump_pool_t *pool, struct share_state *sh,
     /* Its process, watched: it may die while a child it forked keeps
      * this connection open. */
     int pidfd = !rc && !w->status ? usock_peer_pidfd(c->fd) : -1;
-    if (!rc && !w->status && pidfd < 0)
+    if (pidfd == -ESRCH) /* gone already */
         rc = pidfd;
+    else if (pidfd < 0) /* no pidfds here: the connection's end alone */
+        pidfd = -1;
     if (!rc && !w->status) {
         struct share_slot *s = &l->slot[k];
         for (int d = 0; d < UMP_MAX_DEVICES; d++)

@@ -296,6 +296,10 @@ static void unlisten(struct usock_listener *l, bool unique)
         }
         close(lock);
     }
+    /* The socket itself stops listening, not only this descriptor: a
+     * child forked without exec keeps a copy, through which connections
+     * would queue with nobody to answer them. */
+    shutdown(l->fd, SHUT_RDWR);
     close(l->fd);
     l->fd = -1;
 }

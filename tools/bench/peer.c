@@ -28,8 +28,14 @@ int peer_write(int fd, const void *buf, size_t n)
 pid_t peer_spawn(const char *const *args, int *to_p, int *from_p)
 {
     int to[2], from[2];
-    if (pipe(to) || pipe(from)) {
+    if (pipe(to)) {
         perror("umpool-bench: pipe");
+        return -1;
+    }
+    if (pipe(from)) {
+        perror("umpool-bench: pipe");
+        close(to[0]);
+        close(to[1]);
         return -1;
     }
     char in[16], out[16];
@@ -39,14 +45,23 @@ pid_t peer_spawn(const char *const *args, int *to_p, int *from_p)
     while (args[n])
         n++;
     const char **argv = calloc(n + 4, sizeof(*argv));
-    if (!argv)
+    if (argv) {
+        argv[0] = "umpool-bench";
+        for (size_t i = 0; i < n; i++)
+            argv[i + 1] = args[i];
+        argv[n + 1] = in;
+        argv[n + 2] = out;
+    }
+    pid_t pid = argv ? fork() : -1;
+    if (pid < 0) {
+        perror("umpool-bench: fork");
+        free(argv);
+        for (int i = 0; i < 2; i++) {
+            close(to[i]);
+            close(from[i]);
+        }
         return -1;
-    argv[0] = "umpool-bench";
-    for (size_t i = 0; i < n; i++)
-        argv[i + 1] = args[i];
-    argv[n + 1] = in;
-    argv[n + 2] = out;
-    pid_t pid = fork();
+    }
     if (pid == 0) {
         close(to[1]);
         close(from[0]);

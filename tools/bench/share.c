@@ -96,7 +96,7 @@ static int peer(const char *name, const char *config, int rounds, int in,
     while (peer_read(in, &size, sizeof(size)) == 0) {
         void *p = NULL;
         unsigned char *host = malloc(size);
-        ump_stream_t s;
+        ump_stream_t s = NULL;
         memset(a, 0, sizeof(*a));
         a->rc = host ? ump_stream_create(pool, 0, &s) : -ENOMEM;
         if (!a->rc)
@@ -118,10 +118,9 @@ static int peer(const char *name, const char *config, int rounds, int in,
             return 1;
         if (p)
             ump_free(pool, p);
-        if (host) {
+        if (s)
             ump_stream_destroy(pool, s);
-            free(host);
-        }
+        free(host);
     }
     free(a);
     return ump_pool_destroy(pool) ? 1 : 0;
@@ -224,8 +223,11 @@ int bench_share(const struct bench_opts *o)
     const char *args[] = {"share-peer", name, config, n, NULL};
     int to, from;
     pid_t pid = peer_spawn(args, &to, &from);
-    if (pid < 0)
+    if (pid < 0) {
+        ump_stream_destroy(pool, s);
+        ump_pool_destroy(pool);
         return 1;
+    }
     printf("# umpool-bench share: %s; a peer process attaches, allocates "
            "each size; this one (the sharer) opens it at the peer's "
            "address, copies it into its own memory, closes (medians of %d "

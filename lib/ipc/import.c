@@ -14,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -92,15 +91,14 @@ static int peer_get(struct ipc_state *st, const struct ipc_handle_fields *f,
     /* The maker's life, watched while a reply is awaited: a process that
      * inherited the maker's socket (a child it forked) keeps connections
      * queued after the maker is gone, and none would ever be answered. */
-    int pidfd = -1;
-    if (!rc) {
-        pidfd = (int)syscall(SYS_pidfd_open, (pid_t)f->pid, 0);
-        if (pidfd < 0 && errno == ESRCH) {
-            ump_log_error("%s: the handle's pool (process %u) is gone",
-                          fn_open, (unsigned)f->pid);
-            rc = -EINVAL;
-        }
+    int pidfd = rc ? -1 : usock_peer_pidfd(fd);
+    if (pidfd == -ESRCH) {
+        ump_log_error("%s: the handle's pool (process %u) is gone", fn_open,
+                      (unsigned)f->pid);
+        rc = -EINVAL;
     }
+    if (pidfd < 0) /* no pidfds here: the connection's end alone */
+        pidfd = -1;
     struct ipc_peer *p = rc ? NULL : malloc(sizeof(*p));
     if (!p) {
         close(fd);

@@ -67,6 +67,8 @@
  *   nvswitch=N    NVML: N active links from every device to an NVSwitch
  *   nvpair=N      NVML: N links between devices 2k and 2k+1
  *   nvver=N       NVML: the links' version (default 6, NVLink 4.0)
+ *   nohint        cuMemAddressReserve places every range itself, never at
+ *                 the address asked for (a driver that takes no hints)
  *
  * NVML on its own (umpool-inspect serve's GPU gauges load this library as
  * libnvidia-ml): nvmlInit_v2 reads UMPOOL_FAKE_CUDA when nothing has read
@@ -105,7 +107,7 @@
 static struct fake_config {
     int driver, devices;
     size_t mem, hostmem, hostgran;
-    bool novmm, nofd, nopeer, cpuhost, nohostvmm, nocpu;
+    bool novmm, nofd, nopeer, cpuhost, nohostvmm, nocpu, nohint;
     int nopeer_i, nopeer_j; /* nopeer=I-J; -1: none */
     int nohostnuma; /* -2: none; -1: every device; else that device */
     int hostnuma; /* -2: HOST_NUMA_ID unknown */
@@ -177,6 +179,8 @@ static void load_config(void)
             cfg.nohostvmm = true;
         } else if (strcmp(w, "nocpu") == 0) {
             cfg.nocpu = true;
+        } else if (strcmp(w, "nohint") == 0) {
+            cfg.nohint = true;
         } else {
             fprintf(stderr, "fake_cuda: unknown setting '%s'\n", w);
         }
@@ -750,7 +754,7 @@ static CUresult fake_cuMemAddressReserve(CUdeviceptr *ptr, size_t size,
     /* The address asked for, as the driver does, when it is aligned and
      * free (no reservation here, no mapping of the process); else, as
      * without one, anywhere: a hint, never an error. */
-    if (addr && addr % align == 0 && addr + size > addr &&
+    if (addr && !cfg.nohint && addr % align == 0 && addr + size > addr &&
         !resv_overlaps((uintptr_t)addr, size)) {
         p = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |

@@ -2210,6 +2210,44 @@ static void test_fake_reserve_at(void **state)
     backend_close(&b);
 }
 
+/* A reservation the driver may place goes first to the window of
+ * backend/va_window.c (at 32 TiB; under TSan its own), the same in every
+ * process, so that another process finds the range free: two held at once
+ * never touch (a guard between them). A driver that takes no hints still
+ * gives a range, and every range it offered for a hint goes back. */
+static void test_fake_reserve_window(void **state)
+{
+    (void)state;
+    struct backend b;
+    const size_t M = TU_MIB;
+    const uintptr_t G = (uintptr_t)1 << 30;
+    char *va, *vb;
+
+    backend_open(&b, "devices=1");
+    assert_int_equal(b.be->reserve(b.ctx, 8 * M, 0, (void **)&va), 0);
+    assert_int_equal(b.be->reserve(b.ctx, 8 * M, 0, (void **)&vb), 0);
+    /* 32 slots of 1 TiB from 32 TiB, a few candidates from the first:
+     * below 65 TiB, where the kernel puts nothing of its own choosing. */
+    for (int i = 0; !TU_UNDER_TSAN && i < 2; i++) {
+        uintptr_t at = (uintptr_t)(i ? vb : va);
+        assert_true(at >= (uintptr_t)32 << 40 && at < (uintptr_t)65 << 40);
+    }
+    uintptr_t lo = (uintptr_t)(va < vb ? va : vb);
+    uintptr_t hi = (uintptr_t)(va < vb ? vb : va);
+    assert_true(hi - lo >= 8 * M + G);
+    assert_int_equal(fake_count("resvs"), 2);
+    assert_int_equal(b.be->unreserve(b.ctx, va, 8 * M), 0);
+    assert_int_equal(b.be->unreserve(b.ctx, vb, 8 * M), 0);
+    backend_close(&b);
+
+    backend_open(&b, "devices=1,nohint");
+    assert_int_equal(b.be->reserve(b.ctx, 8 * M, 0, (void **)&va), 0);
+    assert_non_null(va);
+    assert_int_equal(fake_count("resvs"), 1);
+    assert_int_equal(b.be->unreserve(b.ctx, va, 8 * M), 0);
+    backend_close(&b);
+}
+
 /* --- the fake driver: topology discovery -------------------------------- */
 
 struct opened {
@@ -2361,6 +2399,7 @@ NO_FAKE(test_fake_host_gate_pool)
 NO_FAKE(test_fake_host_memoryless_node)
 NO_FAKE(test_fake_cpu_access_type)
 NO_FAKE(test_fake_reserve_at)
+NO_FAKE(test_fake_reserve_window)
 NO_FAKE(test_fake_tiers)
 NO_FAKE(test_fake_tiers_nocpu)
 NO_FAKE(test_fake_hostreg_refused)
@@ -2419,6 +2458,7 @@ int main(void)
         cmocka_unit_test_setup(test_fake_host_memoryless_node, test_setup),
         cmocka_unit_test_setup(test_fake_cpu_access_type, test_setup),
         cmocka_unit_test_setup(test_fake_reserve_at, test_setup),
+        cmocka_unit_test_setup(test_fake_reserve_window, test_setup),
         cmocka_unit_test_setup(test_fake_topology_pcie, test_setup),
         cmocka_unit_test_setup(test_fake_topology_nvlink, test_setup),
     };

@@ -27,16 +27,6 @@
 
 #define CONF "backend:sim,sim_devices:2,sim_device_mem:64M"
 
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
 #define MIB TU_MIB
 
 static uint32_t pid_ns(void)
@@ -398,12 +388,12 @@ static void test_fork(void **state)
         /* A pool made in the child publishes under the child's pid (its
          * thread: not under TSan, which forbids threads after a fork of a
          * process that has some). */
-        int rc2 = ump_pool_create(UNDER_TSAN ? CONF ",publish:false" : CONF,
+        int rc2 = ump_pool_create(TU_UNDER_TSAN ? CONF ",publish:false" : CONF,
                                   &mine);
         char p2[256] = "";
         if (!rc2)
             seg_path(mine, p2, sizeof(p2));
-        bool ok = !rc && !rc2 && exists(path) && (UNDER_TSAN || exists(p2));
+        bool ok = !rc && !rc2 && exists(path) && (TU_UNDER_TSAN || exists(p2));
         if (!rc2)
             ump_pool_destroy(mine);
         _exit(ok && !exists(p2) ? 0 : 1);

@@ -34,6 +34,18 @@
 
 #define TU_KIB ((size_t)1 << 10)
 #define TU_MIB ((size_t)1 << 20)
+
+/* 1 in a ThreadSanitizer build (whose address space differs), else 0. */
+#if defined(__SANITIZE_THREAD__)
+#define TU_UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TU_UNDER_TSAN 1
+#endif
+#endif
+#ifndef TU_UNDER_TSAN
+#define TU_UNDER_TSAN 0
+#endif
 /* The default chunk size of the pool, and the largest slab-served size. */
 #define TU_CHUNK (2 * TU_MIB)
 /* Big allocations are made of chunks of a power-of-two number of 2 MiB

@@ -3,7 +3,7 @@
 # at run time).
 # May call: topo, util.
 lib_libumpool_core_la_SOURCES += \
-	lib/backend/backend.h \
+	lib/backend/backend.h lib/backend/va_window.c lib/backend/va_window.h \
 	lib/backend/sim/sim.c lib/backend/sim/sim_stream.c lib/backend/sim/sim.h \
 	lib/backend/sim/sim_vmm.c lib/backend/sim/sim_vmm.h lib/backend/sim/sim_share.c \
 	lib/backend/sim/sim_resv.c lib/backend/sim/sim_fail.c \

@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -708,9 +709,17 @@ static void share(void)
     char line[256], hx[2 * sizeof(CUipcMemHandle) + 1];
     unsigned long long at = 0;
     CUipcMemHandle h;
-    CHECK(f && fgets(line, sizeof(line), f) &&
-              sscanf(line, "%llx %128s", &at, hx) == 2,
-          "the peer's line");
+    bool got = f && fgets(line, sizeof(line), f) &&
+               sscanf(line, "%llx %128s", &at, hx) == 2;
+    CHECK(got, "the peer's line");
+    if (!got) { /* the peer could not join: nothing to open */
+        close(to[1]);
+        waitpid(pid, NULL, 0);
+        if (f)
+            fclose(f);
+        cu.free(p);
+        return;
+    }
     for (size_t i = 0; i < sizeof(h); i++) {
         unsigned v = 0;
         sscanf(hx + 2 * i, "%2x", &v);

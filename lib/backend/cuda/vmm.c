@@ -51,6 +51,7 @@
 #include "util/internal.h"
 #include "util/log.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/va_window.h"
 
 /* --- driver time (driver_ns) ------------------------------------------- */
 
@@ -123,18 +124,57 @@ size_t cuvmm_granularity(void *ctx, int device)
 
 /* --- addresses --------------------------------------------------------- */
 
+/* Window candidates asked for before the driver chooses: each costs a
+ * reservation and, when the driver offers another range (the candidate is
+ * taken, or this driver does not take hints there), its release. */
+#define CUDA_VA_TRIES 8
+
+/* A candidate of the window: the driver's range when it is exactly the
+ * one asked for; any other it offers is given back. Errors are not logged
+ * (the caller goes on to the next, then lets the driver choose). */
+static bool reserve_hint(struct cuda_ctx *c, CUdeviceptr want, size_t size,
+                         size_t align)
+{
+    CUdeviceptr got = 0;
+
+    if (c->api.cuMemAddressReserve(&got, size, align, want, 0) !=
+        CUDA_SUCCESS)
+        return false;
+    if (got == want)
+        return true;
+    if (c->api.cuMemAddressFree(got, size) != CUDA_SUCCESS)
+        ump_log_error("cuda: cuMemAddressFree of [%p, +%zu), offered for a "
+                      "reservation at %p, failed: a leak of addresses",
+                      (void *)(uintptr_t)got, size, (void *)(uintptr_t)want);
+    return false;
+}
+
+/* First in the window of backend/va_window.c (why: there), so that the
+ * processes of a shared pool and a checkpoint restored in a fresh process
+ * find the range free; then wherever the driver likes. */
 int cuvmm_reserve(void *ctx, size_t size, size_t align, void **va_p)
 {
     struct cuda_ctx *c = ctx;
     CUcontext saved;
     CUdeviceptr va = 0;
-    CUresult res;
+    CUresult res = CUDA_SUCCESS;
+    size_t al = align;
+    struct va_window w;
+    uintptr_t at;
     int err;
 
+    for (int d = 0; d < c->nphys; d++)
+        if (c->gran[d] > al)
+            al = c->gran[d];
     err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
     if (err)
         return err;
-    res = c->api.cuMemAddressReserve(&va, size, align, 0, 0);
+    va_window_start(&w, size, al ? al : 1, CUDA_VA_TRIES);
+    while (!va && va_window_next(&w, &at))
+        if (reserve_hint(c, at + w.guard, size, align))
+            va = at + w.guard;
+    if (!va)
+        res = c->api.cuMemAddressReserve(&va, size, align, 0, 0);
     err = cudrv_leave_check(&c->api, c->pctx[CUDA_ANY_DEVICE], saved, res,
                             "cuMemAddressReserve of %zu bytes (alignment "
                             "%zu)", size, align);

@@ -1,8 +1,8 @@
 /*
  * The sim backend's address reservations (reserve, reserve_at,
- * unreserve): PROT_NONE address space, placed first in a window of its
- * own so that a checkpoint restored in a fresh process finds its range
- * free, with each reservation's granule table. Split from sim_vmm.c, which
+ * unreserve): PROT_NONE address space, placed first in the window of
+ * backend/va_window.c so that another process finds the range free, with
+ * each reservation's granule table. Split from sim_vmm.c, which
  * maps chunks into them.
  */
 #include "config.h"
@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/random.h>
 #include <unistd.h>
 
 #include "backend/sim/sim_vmm.h"
+#include "backend/va_window.h"
 #include "topo/drivercost.h"
 #include "util/internal.h"
 #include "util/log.h"
@@ -36,36 +36,8 @@ int sim_resv_fill(void *va, size_t size)
 #define MAP_FIXED_NOREPLACE 0x100000
 #endif
 
-/* ThreadSanitizer's shadow lies at 32 TiB, and its mmap aborts the
- * process on a fixed address outside the application's ranges: under it
- * the window is the top 128 GiB of its "mid" application range (x86-64,
- * 48-bit: 0x5500... to 0x5680...), above where the kernel puts a PIE
- * program and its heap (0x5555... plus at most 1 TiB of randomization
- * with the default 28 bits), so that the processes of a shared pool find
- * the pool's range free in each other. */
-#if defined(__SANITIZE_THREAD__)
-#define SIM_VA_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SIM_VA_TSAN 1
-#endif
-#endif
-/* Where reservations go first (place_anywhere): slots of a window, the
- * first drawn at random among SIM_VA_SLOTS, SIM_VA_TRIES tried before the
- * kernel chooses; 32 TiB to 64 TiB for the first slots, one TiB apart. */
-#ifdef SIM_VA_TSAN
-#define SIM_VA_WINDOW ((uintptr_t)0x566000000000)
-#define SIM_VA_WINDOW_END ((uintptr_t)0x568000000000) /* 128 GiB */
-#define SIM_VA_SLOT ((uintptr_t)1 << 32)
-#else
-#define SIM_VA_WINDOW ((uintptr_t)32 << 40)
-#define SIM_VA_WINDOW_END UINTPTR_MAX
-#define SIM_VA_SLOT ((uintptr_t)1 << 40)
-#endif
-#define SIM_VA_SLOTS 32
+/* Candidates of the window tried before the kernel chooses. */
 #define SIM_VA_TRIES 64
-#define SIM_VA_GUARD ((uintptr_t)1 << 30)
-
 
 /* reserve: size bytes of PROT_NONE address space anywhere, aligned to al
  * (over-reserved by the alignment, then trimmed at both ends). NULL, logged,
@@ -75,50 +47,24 @@ static char *place_anywhere(size_t size, size_t al)
     char *raw, *va;
     size_t head;
 
-    /* First in a window of its own, the same in every process: a
-     * checkpoint restored in a fresh process (ump_pool_restore) needs its
-     * old range free there, and the kernel puts a new process's libraries,
-     * heap and stacks elsewhere (near the program and under the top of the
-     * address space, moved by ASLR from run to run), so a range chosen by
-     * the kernel in one run is often taken in the next. The window starts
-     * at 32 TiB, above ASan's shadow (TSan's: above); where it is not the
-     * process's to use (another sanitizer's shadow, a smaller address
-     * space) the mmap fails and the kernel chooses, as before. */
-    /* A guard of free addresses on each side, so that reservations never
-     * touch: an overrun faults instead of landing in another pool. */
-    uintptr_t guard = UMP_ALIGN_UP(SIM_VA_GUARD, al);
-    uintptr_t span = UMP_ALIGN_UP(size, al) + 2 * guard;
-    /* The first slot is drawn at random from SIM_VA_SLOTS, so that a
-     * process that has a pool already seldom holds the range a checkpoint
-     * of another process needs; a fresh process has the whole window. */
-    uintptr_t first = 0;
-    if (getrandom(&first, sizeof(first), GRND_NONBLOCK) != sizeof(first))
-        first = (uintptr_t)getpid() * 2654435761u;
-    first = (first % SIM_VA_SLOTS) * SIM_VA_SLOT;
-    /* Past the window's end (or the address space's): once more from
-     * its start. */
-    bool wrapped = false;
-    for (uintptr_t at = UMP_ALIGN_UP(SIM_VA_WINDOW + first, al), i = 0;
-         i < SIM_VA_TRIES; i++, at += span) {
-        if (at + span < at || at + span > SIM_VA_WINDOW_END) {
-            if (wrapped)
-                break;
-            wrapped = true;
-            at = UMP_ALIGN_UP(SIM_VA_WINDOW, al);
-            if (at + span < at || at + span > SIM_VA_WINDOW_END)
-                break;
-        }
-        raw = mmap((void *)at, span, PROT_NONE,
+    /* First in the window (backend/va_window.c says why), each candidate
+     * mapped with its guards, so that they are known free, then trimmed
+     * to the range. */
+    struct va_window w;
+    uintptr_t at;
+    va_window_start(&w, size, al, SIM_VA_TRIES);
+    while (va_window_next(&w, &at)) {
+        raw = mmap((void *)at, w.span, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE |
                        MAP_FIXED_NOREPLACE,
                    -1, 0);
         if (raw == (char *)at) {
-            munmap(raw, guard);
-            munmap(raw + guard + size, span - guard - size);
-            return raw + guard;
+            munmap(raw, w.guard);
+            munmap(raw + w.guard + size, w.span - w.guard - size);
+            return raw + w.guard;
         }
         if (raw != MAP_FAILED) /* an old kernel took it for a hint */
-            munmap(raw, span);
+            munmap(raw, w.span);
         if (raw != MAP_FAILED || errno != EEXIST)
             break;
     }

@@ -712,9 +712,11 @@ int ump_pool_attach(const char *name, const char *config, ump_pool_t **pool_p);
  *
  * Rules (see README, "Sharing an allocation between processes"):
  *  - What can be exported: a device allocation of ump_alloc that never
- *    moves (not made with UMP_HINT_OFFLOAD), over half a chunk (1 MiB
- *    with the default chunk_size; smaller ones are slab objects, -ENOTSUP
- *    for now). The handle covers the whole allocation; ptr is its start.
+ *    moves (not made with UMP_HINT_OFFLOAD), of any size. The handle
+ *    covers the whole allocation; ptr is its start. A small one (a slab
+ *    object: half a chunk, 1 MiB by default, and less) is opened with the
+ *    chunk it lies in, as cudaIpcOpenMemHandle maps a whole allocation:
+ *    the opener must touch only its object's bytes.
  *    While exported it does not move: ump_evict and ump_pool_suspend are
  *    -EBUSY.
  *  - The maker frees, openers close. The maker's ump_free of an

@@ -1467,9 +1467,9 @@ static void test_fake_chunk_share(void **state)
     free(topo);
 }
 
-/* IPC handles on the driver: a pool's allocation opened by another pool
- * (of this process: the fake driver's memory is one per process), its
- * chunks exported as POSIX descriptors and imported; without shareable
+/* IPC handles on the driver: a pool's allocation (a run, a slab object)
+ * opened by another pool (of this process: the fake driver's memory is
+ * one per process), its chunks exported as POSIX descriptors and imported; without shareable
  * chunks the open says why. */
 static void test_fake_ipc(void **state)
 {
@@ -1496,6 +1496,15 @@ static void test_fake_ipc(void **state)
             ((char *)q)[5] = 1;
             assert_int_equal(p[5], 1);
             assert_int_equal(ump_ipc_close(b, q), 0);
+            /* A slab object: its slab's chunk travels, the pointer lands
+             * inside it. */
+            char *o = tu_alloc(a, 3000, 1);
+            tu_fill(o, 3000, 9);
+            assert_int_equal(ump_ipc_get_handle(a, o, &h), 0);
+            assert_int_equal(ump_ipc_open(b, &h, &q), 0);
+            tu_assert_pattern(q, 3000, 9);
+            assert_int_equal(ump_ipc_close(b, q), 0);
+            tu_free(a, o);
         }
         tu_free(a, p);
         tu_pool_destroy(b);

@@ -180,6 +180,84 @@ static void test_free_while_open(void **state)
     assert_int_equal(ump_pool_destroy(a), 0);
 }
 
+/* Small allocations (slab objects): an opener maps the slab's granule
+ * and gets the object inside it; the maker's free of one that is open
+ * keeps it (and its slab) until the close, with ump_free_async too; its
+ * handles work until its free. */
+static void test_small_objects(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
+    enum { N = 8, SZ = 4096 };
+    void *p[N], *q[N], *r;
+    ump_ipc_handle_t h[N], h2;
+    for (int i = 0; i < N; i++) {
+        assert_int_equal(ump_alloc(a, SZ - 100 * (size_t)i, NULL, &p[i]), 0);
+        fill(p[i], SZ - 100 * (size_t)i);
+        assert_int_equal(ump_ipc_get_handle(a, p[i], &h[i]), 0);
+        assert_int_equal(ump_ipc_open(b, &h[i], &q[i]), 0);
+        assert_int_equal(wrong(q[i], SZ - 100 * (size_t)i), 0);
+    }
+    assert_int_equal(exports(a), N);
+    /* A second handle of one object is the same export. */
+    assert_int_equal(ump_ipc_get_handle(a, p[0], &h2), 0);
+    assert_int_equal(exports(a), N);
+    /* One memory, both ways; its size is the one asked for. */
+    ((char *)q[1])[10] = 'b';
+    assert_int_equal(((char *)p[1])[10], 'b');
+    ((char *)p[1])[20] = 'a';
+    assert_int_equal(((char *)q[1])[20], 'a');
+    ump_ptr_info_t info;
+    assert_int_equal(ump_ptr_info(a, p[2], &info), 0);
+    assert_int_equal(info.size, SZ - 200);
+    /* Freed while open (ump_free and ump_free_async): kept, not handed
+     * out again, no second free; the other objects of the slab go and
+     * the pool trims, yet the opener's bytes stay the maker's. */
+    ump_stream_t st;
+    assert_int_equal(ump_stream_create(a, 0, &st), 0);
+    assert_int_equal(ump_free(a, p[0]), 0);
+    assert_int_equal(ump_free_async(a, p[3], st), 0);
+    assert_int_equal(ump_stream_synchronize(a, st), 0);
+    assert_int_equal(ump_free(a, p[0]), -EINVAL);
+    assert_int_equal(ump_free(a, p[3]), -EINVAL);
+    assert_int_equal(ump_ipc_get_handle(a, p[0], &h2), -EINVAL);
+    assert_int_equal(exports(a), N);
+    void *more[64];
+    for (int i = 0; i < 64; i++) {
+        assert_int_equal(ump_alloc(a, SZ, NULL, &more[i]), 0);
+        assert_ptr_not_equal(more[i], p[0]);
+        assert_ptr_not_equal(more[i], p[3]);
+    }
+    for (int i = 0; i < 64; i++)
+        assert_int_equal(ump_free(a, more[i]), 0);
+    for (int i = 4; i < N; i++) { /* closed first, then freed */
+        assert_int_equal(ump_ipc_close(b, q[i]), 0);
+        assert_int_equal(ump_free(a, p[i]), 0);
+    }
+    assert_int_equal(ump_ipc_close(b, q[1]), 0);
+    assert_int_equal(ump_free(a, p[1]), 0);
+    assert_int_equal(ump_free(a, p[2]), 0); /* open: kept */
+    assert_int_equal(exports(a), 3);
+    assert_int_equal(ump_trim(a), 0);
+    assert_int_equal(ump_alloc(a, 48 * MiB, NULL, &r), 0);
+    memset(r, 0x5a, 48 * MiB);
+    assert_int_equal(wrong(q[0], SZ), 0);
+    assert_int_equal(wrong(q[3], SZ - 300), 0);
+    assert_int_equal(ump_free(a, r), 0);
+    /* The closes give them back. */
+    assert_int_equal(ump_ipc_close(b, q[0]), 0);
+    assert_int_equal(ump_ipc_close(b, q[2]), 0);
+    assert_int_equal(ump_ipc_close(b, q[3]), 0);
+    assert_int_equal(exports(a), 0);
+    assert_int_equal(ump_ipc_open(b, &h[5], &r), -EINVAL); /* freed */
+    ump_stats_t sa;
+    assert_int_equal(ump_stats(a, UMP_DEVICE_ALL, &sa), 0);
+    assert_int_equal(sa.live_bytes, 0);
+    assert_int_equal(ump_stream_destroy(a, st), 0);
+    assert_int_equal(ump_pool_destroy(b), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
 /* An allocation of more chunks than one message carries (64). */
 static void test_many_chunks(void **state)
 {
@@ -219,7 +297,7 @@ static void test_bad_input(void **state)
     ump_pool_t *a = make_pool(CONF), *b = make_pool(CONF);
     ump_pool_t *c = make_pool("backend:sim,sim_devices:2,sim_device_mem:64M,"
                               "publish:false,host_limit:32M");
-    void *p, *small, *host, *off, *q = (void *)1;
+    void *p, *small, *host, *off, *hsmall, *q = (void *)1;
     ump_ipc_handle_t h, bad;
     ump_hints_t hints = UMP_HINTS_INIT;
     assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p), 0);
@@ -233,8 +311,12 @@ static void test_bad_input(void **state)
     assert_int_equal(ump_ipc_get_handle(a, (char *)p + 256, &h), -EINVAL);
     assert_int_equal(ump_ipc_get_handle(a, &h, &h), -EINVAL);
     assert_int_equal(ump_ipc_get_handle(b, p, &h), -EINVAL);
-    assert_int_equal(ump_ipc_get_handle(a, small, &h), -ENOTSUP);
+    assert_int_equal(ump_ipc_get_handle(a, (char *)small + 8, &h), -EINVAL);
     assert_int_equal(ump_ipc_get_handle(a, host, &h), -EINVAL);
+    assert_int_equal(ump_host_alloc(a, 4096, &hsmall), 0);
+    assert_int_equal(ump_ipc_get_handle(a, hsmall, &h), -EINVAL);
+    assert_int_equal(ump_host_free(a, hsmall), 0);
+    assert_int_equal(ump_ipc_get_handle(a, hsmall, &h), -EINVAL);
     assert_int_equal(ump_ipc_get_handle(c, off, &h), -EINVAL);
     assert_int_equal(exports(a), 0);
     /* Bad handles: nothing mapped, nothing held. */
@@ -592,6 +674,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_open_in_process),
         cmocka_unit_test(test_close_reaches_maker),
         cmocka_unit_test(test_free_while_open),
+        cmocka_unit_test(test_small_objects),
         cmocka_unit_test(test_many_chunks),
         cmocka_unit_test(test_bad_input),
         cmocka_unit_test(test_maker_destroyed),

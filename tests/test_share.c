@@ -95,9 +95,17 @@ static size_t wrong(const void *p, size_t n, unsigned char v)
 
 /* ---- the other processes: this program again ---- */
 
-/* ring NAME ID: attaches, allocates 8 MiB of byte ID, says "PTR HANDLE
- * ID"; reads its neighbour's line, opens its handle (at the same address:
- * else 10), checks its bytes, says "done"; at "exit" frees and
+/* What process ID of the ring allocates: 8 MiB (a run), or for even IDs
+ * of the children a small allocation (a slab object, which an opener maps
+ * with its slab's granule). */
+static size_t ring_size(int id)
+{
+    return id % 2 == 0 && id < 100 ? 4096 + 64 * (size_t)id : 8 * MiB;
+}
+
+/* ring NAME ID: attaches, allocates ring_size(ID) of byte ID, says "PTR
+ * HANDLE ID"; reads its neighbour's line, opens its handle (at the same
+ * address: else 10), checks its bytes, says "done"; at "exit" frees and
  * detaches. */
 static int child_ring(const char *name, int id)
 {
@@ -107,10 +115,10 @@ static int child_ring(const char *name, int id)
     char hx[129], line[256];
     unsigned long long at;
     int byte;
-    if (ump_pool_attach(name, NULL, &pool) || ump_alloc(pool, 8 * MiB, NULL,
-                                                        &p))
+    if (ump_pool_attach(name, NULL, &pool) ||
+        ump_alloc(pool, ring_size(id), NULL, &p))
         return 3;
-    memset(p, id, 8 * MiB);
+    memset(p, id, ring_size(id));
     if (ump_ipc_get_handle(pool, p, &h))
         return 4;
     hex(&h, hx);
@@ -122,7 +130,7 @@ static int child_ring(const char *name, int id)
         return 5;
     if ((uintptr_t)q != at)
         return 10;
-    if (wrong(q, 8 * MiB, (unsigned char)byte))
+    if (wrong(q, ring_size(byte), (unsigned char)byte))
         return 6;
     ump_stats_t st;
     if (ump_stats(pool, UMP_DEVICE_ALL, &st) || st.share_processes < 2)
@@ -383,6 +391,69 @@ static void test_names_and_refusals(void **state)
 
 /* The sharer and 7 processes: each allocation opened by another process
  * at the same address, in a ring. */
+/* objects NAME -: attaches, allocates two small objects of 4096 bytes
+ * (one slab) of bytes 0x11 and 0x22, says "PTR HANDLE PTR HANDLE"; at
+ * "exit" frees them and detaches. */
+static int child_objects(const char *name)
+{
+    ump_pool_t *pool;
+    void *p[2];
+    ump_ipc_handle_t h;
+    char hx[129], line[16];
+    if (ump_pool_attach(name, NULL, &pool))
+        return 3;
+    for (int i = 0; i < 2; i++) {
+        if (ump_alloc(pool, 4096, NULL, &p[i]))
+            return 4;
+        memset(p[i], 0x11 * (i + 1), 4096);
+        if (ump_ipc_get_handle(pool, p[i], &h))
+            return 5;
+        hex(&h, hx);
+        printf("%llx %s ", (unsigned long long)(uintptr_t)p[i], hx);
+    }
+    printf("\n");
+    fflush(stdout);
+    if (!fgets(line, sizeof(line), stdin) || strcmp(line, "exit\n"))
+        return 6;
+    if (ump_free(pool, p[0]) || ump_free(pool, p[1]) ||
+        ump_pool_destroy(pool))
+        return 7;
+    return 0;
+}
+
+/* Two small objects of another process's slab open at its addresses:
+ * one mapping of the slab's chunk, kept until both are closed. */
+static void test_objects_in_place(void **state)
+{
+    (void)state;
+    ump_pool_t *a = share_pool(CONF, "objects");
+    char line[512], hx[2][129];
+    unsigned long long at[2];
+    void *q[2];
+    ump_ipc_handle_t h;
+    int in, out;
+    pid_t pid = spawn("objects", "objects", "-", &in, &out);
+    read_line(out, line, sizeof(line));
+    assert_int_equal(sscanf(line, "%llx %128s %llx %128s", &at[0], hx[0],
+                            &at[1], hx[1]),
+                     4);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(unhex(hx[i], &h), 0);
+        assert_int_equal(ump_ipc_open(a, &h, &q[i]), 0);
+        assert_int_equal((uintptr_t)q[i], at[i]);
+        assert_int_equal(wrong(q[i], 4096, (unsigned char)(0x11 * (i + 1))),
+                         0);
+    }
+    assert_int_equal(ump_ipc_close(a, q[0]), 0);
+    assert_int_equal(wrong(q[1], 4096, 0x22), 0);
+    assert_int_equal(ump_ipc_close(a, q[1]), 0);
+    say(in, "exit\n");
+    close(in);
+    close(out);
+    assert_int_equal(wait_exit(pid), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
 static void test_ring_of_processes(void **state)
 {
     (void)state;
@@ -409,7 +480,10 @@ static void test_ring_of_processes(void **state)
         assert_true(strlen(lines[i + 1]) > 100);
     }
     assert_int_equal(stats(a).share_processes, N + 1);
-    assert_true(stats(a).share_bytes >= (N + 1) * 8 * MiB);
+    size_t bytes = 0;
+    for (int i = 0; i <= N; i++)
+        bytes += ring_size(i ? i : 100);
+    assert_true(stats(a).share_bytes >= bytes);
     /* Distinct addresses: each process allocates in its own slices. */
     for (int i = 0; i <= N; i++)
         for (int j = 0; j < i; j++)
@@ -428,7 +502,7 @@ static void test_ring_of_processes(void **state)
     assert_int_equal(unhex(hx, &h), 0);
     assert_int_equal(ump_ipc_open(a, &h, &q), 0);
     assert_int_equal((uintptr_t)q, at);
-    assert_int_equal(wrong(q, 8 * MiB, N), 0);
+    assert_int_equal(wrong(q, ring_size(N), N), 0);
     assert_int_equal(ump_ipc_close(a, q), 0);
     for (int i = 0; i < N; i++) {
         say(in[i], "exit\n");
@@ -732,6 +806,8 @@ int main(int argc, char **argv)
         const char *m = argv[2];
         if (!strcmp(m, "ring"))
             return child_ring(argv[3], atoi(argv[4]));
+        if (!strcmp(m, "objects"))
+            return child_objects(argv[3]);
         if (!strcmp(m, "conf"))
             return child_conf(argv[3], argv[4]);
         if (!strcmp(m, "alloc"))
@@ -753,6 +829,7 @@ int main(int argc, char **argv)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_refusals),
         cmocka_unit_test(test_ring_of_processes),
+        cmocka_unit_test(test_objects_in_place),
         cmocka_unit_test(test_config_disagrees),
         cmocka_unit_test(test_ledger_limits),
         cmocka_unit_test(test_detach_while_open),

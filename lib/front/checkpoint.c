@@ -95,7 +95,7 @@ static int walk_slab(ump_pool_t *pool, struct walk *w, struct slab *s)
     for (uint32_t i = 0; i < s->nobj && !rc; i++) {
         uint32_t word = atomic_load_explicit(&s->word[i],
                                              memory_order_acquire);
-        if (obj_state(word) != OBJ_LIVE)
+        if (!obj_live(word))
             continue;
         struct ckpt_obj o = {.idx = i, .req = obj_req(word)};
         rc = ckpt_buf_put(&w->index, &o, sizeof(o));

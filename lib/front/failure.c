@@ -45,9 +45,8 @@ static int count_lost(ump_pool_t *pool, struct slab *s, struct run *r,
             (lc->device != UMP_DEVICE_ALL && lc->device != s->device))
             return 0;
         for (uint32_t i = 0; i < s->nobj; i++)
-            if (obj_state(atomic_load_explicit(&s->word[i],
-                                               memory_order_relaxed)) ==
-                OBJ_LIVE) {
+            if (obj_live(atomic_load_explicit(&s->word[i],
+                                              memory_order_relaxed))) {
                 lc->count++;
                 lc->bytes += s->size;
             }

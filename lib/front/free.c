@@ -28,6 +28,7 @@ struct claim {
     uint32_t idx;
     struct run *run;   /* ... or a run */
     _Atomic uint32_t *word;
+    bool exported;     /* the object was OBJ_EXPORTED (lib/ipc) */
 };
 
 /* Moves a claimed object's state on, keeping its requested size. Only the
@@ -93,20 +94,23 @@ static int claim(ump_pool_t *pool, void *ptr, unsigned to, const char *fn,
         return pool_bad_pointer(ptr, fn, "not allocated (freed twice?)");
     }
     uint32_t w = atomic_load_explicit(word, memory_order_acquire);
-    if (obj_state(w) == OBJ_LIVE &&
+    if (obj_live(w) &&
         check_place(pool, c->slab ? c->slab->device : c->run->device, ptr, fn,
                     host))
         return -EINVAL;
-    if (obj_state(w) != OBJ_LIVE ||
+    if (!obj_live(w) ||
         !atomic_compare_exchange_strong_explicit(
             word, &w, obj_word(to, obj_req(w)), memory_order_acq_rel,
             memory_order_acquire))
         return pool_bad_pointer(ptr, fn, "not allocated (freed twice?)");
+    c->exported = obj_state(w) == OBJ_EXPORTED;
     return 0;
 }
 
+/* exported: the object was OBJ_EXPORTED, so no thread cache takes it:
+ * pool_obj_free gives it to the IPC layer (front.h). */
 static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
-                       uint32_t idx, void *ptr)
+                       uint32_t idx, void *ptr, bool exported)
 {
     struct obj_ref back[64];
     unsigned k = 0;
@@ -118,8 +122,9 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
         count_bin(tc, s->device, s->cls, s->size, COUNT_FREE);
     /* A failed device's object goes straight back to its slab, which
      * hands out nothing more (front/failure.c: the bit is read inside the
-     * cache's section, so a flush cannot miss it). */
-    if (ump_unlikely(pool_dev_failed(pool, s->device))) {
+     * cache's section, so a flush cannot miss it); an exported one to the
+     * IPC layer, which may keep it for its openers. */
+    if (ump_unlikely(exported || pool_dev_failed(pool, s->device))) {
         back[k++] = (struct obj_ref){ptr, s, idx};
     } else if (ump_likely(bin && bin_count(bin) < bin->cap)) {
         bin_push(bin, (struct obj_ref){ptr, s, idx});
@@ -137,7 +142,7 @@ static void free_small(ump_pool_t *pool, struct tcache *tc, struct slab *s,
     tc_exit(tc);
     pthread_mutex_lock(&pool->lock);
     for (unsigned i = 0; i < k; i++)
-        slab_put(pool, back[i].meta, back[i].idx);
+        pool_obj_free(pool, back[i].meta, back[i].idx);
     pthread_mutex_unlock(&pool->lock);
 }
 
@@ -196,7 +201,7 @@ static __attribute__((noinline)) int free_now(ump_pool_t *pool, void *ptr, const
     if (rc)
         return rc > 0 ? 0 : rc;
     if (c.slab)
-        free_small(pool, tc, c.slab, c.idx, ptr);
+        free_small(pool, tc, c.slab, c.idx, ptr, c.exported);
     else
         free_run(pool, tc, c.run);
     return 0;
@@ -342,7 +347,7 @@ static void pending_done(ump_pool_t *pool, struct pending *p)
 {
     if (p->is_slab) {
         set_state(&((struct slab *)p->meta)->word[p->idx], OBJ_FREE);
-        slab_put(pool, p->meta, p->idx);
+        pool_obj_free(pool, p->meta, p->idx);
     } else {
         set_state(&((struct run *)p->meta)->word, OBJ_FREE);
         pool_run_free(pool, p->meta);
@@ -399,7 +404,7 @@ UMP_EXPORT int ump_free_async(ump_pool_t *pool, void *ptr, ump_stream_t stream)
         /* Undo the claim: the allocation stays live, nothing changed (the
          * backend logged why). */
         count_claimed(pool, tc, &c, COUNT_UNFREE);
-        set_state(c.word, OBJ_LIVE);
+        set_state(c.word, c.exported ? OBJ_EXPORTED : OBJ_LIVE);
         return rc;
     }
     if (done)

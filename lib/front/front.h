@@ -19,6 +19,9 @@ int pool_run_alloc(ump_pool_t *pool, const struct place_req *pr,
 /* A freed run: to the tiers when they track it (it may have moved), else
  * parked or cached (mem/runs.c). */
 void pool_run_free(ump_pool_t *pool, struct run *run);
+/* A freed slab object (its state OBJ_FREE) back to its slab, or to the
+ * IPC layer while it is exported (lifecycle.h: obj_freed). Lock held. */
+void pool_obj_free(ump_pool_t *pool, struct slab *s, uint32_t idx);
 /* Frees what ump_free_async deferred once its event is done; wait: all. */
 void pool_poll_pending(ump_pool_t *pool, bool wait);
 /* Everything parked (thread caches, parked runs) goes back to the pool's

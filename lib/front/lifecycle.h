@@ -21,12 +21,19 @@ struct pool_observer {
 /* The IPC layer's hooks (lib/ipc), which it installs in the pool at its
  * first call (pool->ipc_ops): front calls them without naming it. */
 struct run;
+struct slab;
 struct pool_ipc_ops {
     /* The maker freed run r, which is exported (r->exported): true when
      * the layer keeps it (its chunks mapped, its addresses out of reuse)
      * until no other process has it open; it then frees it itself with
      * pool_run_free, r->exported cleared. Pool lock held. */
     bool (*run_freed)(ump_pool_t *pool, struct run *r);
+    /* A slab object idx of s was freed (its state now OBJ_FREE) while the
+     * pool has exports (pool->exports): true when it is one and the layer
+     * keeps it (out of its slab's free list, so that its slab stays) until
+     * no other process has it open; it then frees it itself with
+     * pool_obj_free. Pool lock held. */
+    bool (*obj_freed)(ump_pool_t *pool, struct slab *s, uint32_t idx);
     /* At ump_pool_destroy, before anything is torn down: the layer's
      * thread stops, what it keeps is freed, what the pool imported is
      * unmapped. No pool lock held. */

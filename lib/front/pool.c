@@ -126,6 +126,13 @@ void pool_run_free(ump_pool_t *pool, struct run *r)
         runs_free(pool, r);
 }
 
+void pool_obj_free(ump_pool_t *pool, struct slab *s, uint32_t idx)
+{
+    if (ump_unlikely(pool->exports) && pool->ipc_ops->obj_freed(pool, s, idx))
+        return;
+    slab_put(pool, s, idx);
+}
+
 void pool_trim_locked(ump_pool_t *pool)
 {
     pool_poll_pending(pool, false);

@@ -64,7 +64,7 @@ int pool_ptr_info(ump_pool_t *pool, const void *ptr, ump_ptr_info_t *info_p,
         struct slab *s = vas_tag_owner(tag);
         size_t idx = (size_t)((const char *)ptr - s->base) / s->size;
         uint32_t w = idx < s->nobj ? atomic_load(&s->word[idx]) : 0;
-        if (obj_state(w) == OBJ_LIVE) {
+        if (obj_live(w)) {
             info.base = s->base + idx * s->size;
             info.size = obj_req(w);
             info.device = s->device;

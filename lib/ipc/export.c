@@ -1,13 +1,17 @@
 /*
  * The maker's side of IPC handles: ump_ipc_get_handle, and the exports it
- * records. An export is a run (a device allocation that never moves) and
- * the number that its handles carry. The run is marked exported, so that
- * its free takes the full path (front/free.c) and reaches ipc_run_freed
- * here: a run other processes have open is kept, mapped, its addresses
- * out of reuse, until the last of them closes it (server.c counts the
- * opens per connection); one open nowhere is freed at once and its
- * handles then open nowhere. On sim that is what keeps an opener's bytes
- * the maker's: a released extent of the device's memfd is reused.
+ * records. An export is a run (a device allocation that never moves) or a
+ * slab object, and the number that its handles carry. A run is marked
+ * exported (r->exported), an object's state becomes OBJ_EXPORTED, so that
+ * its free takes the full path (front/free.c) and reaches ipc_run_freed or
+ * ipc_obj_freed here: an allocation other processes have open is kept,
+ * mapped, its addresses out of reuse, until the last of them closes it
+ * (server.c counts the opens per connection); one open nowhere is freed at
+ * once and its handles then open nowhere. On sim that is what keeps an
+ * opener's bytes the maker's: a released extent of the device's memfd is
+ * reused. An object's openers map its slab's whole granule (its chunk), as
+ * cudaIpcOpenMemHandle maps the whole allocation a pointer lies in; an
+ * object kept for them keeps its slab from being released.
  */
 #include "config.h"
 
@@ -28,57 +32,103 @@ static struct ipc_export **bucket(struct ipc_state *st, size_t g)
     return &st->buckets[g % IPC_BUCKETS];
 }
 
+void ipc_export_range(const struct ipc_export *e, size_t *g_p, size_t *n_p)
+{
+    *g_p = e->run ? e->run->start : e->slab->granule;
+    *n_p = e->run ? e->run->n : 1;
+}
+
+static size_t first_granule(const struct ipc_export *e)
+{
+    return e->run ? e->run->start : e->slab->granule;
+}
+
 struct ipc_export *ipc_export_find(struct ipc_state *st, size_t g,
-                                   uint64_t gen)
+                                   const void *addr, uint64_t gen)
 {
     for (struct ipc_export *e = *bucket(st, g); e; e = e->next)
-        if (e->run->start == g && e->gen == gen)
+        if (e->gen == gen && e->addr == addr && first_granule(e) == g)
             return e;
     return NULL;
 }
 
-/* The live export of r, or NULL. */
-static struct ipc_export *export_of(struct ipc_state *st, struct run *r)
+/* The live export of r, or of object idx of s (r NULL), or NULL. */
+static struct ipc_export *export_of(struct ipc_state *st, struct run *r,
+                                    struct slab *s, uint32_t idx)
 {
-    for (struct ipc_export *e = *bucket(st, r->start); e; e = e->next)
-        if (e->run == r)
+    size_t g = r ? r->start : s->granule;
+    for (struct ipc_export *e = *bucket(st, g); e; e = e->next)
+        if (r ? e->run == r : e->slab == s && e->idx == idx)
             return e;
     return NULL;
 }
 
+/* The export is forgotten: a run's mark goes; an object still live (the
+ * pool goes) is plain live again. */
 static void unlink_export(ump_pool_t *pool, struct ipc_export *e)
 {
     struct ipc_state *st = pool->ipc;
-    struct ipc_export **pp = bucket(st, e->run->start);
+    struct ipc_export **pp = bucket(st, first_granule(e));
     while (*pp != e)
         pp = &(*pp)->next;
     *pp = e->next;
-    atomic_store_explicit(&e->run->exported, false, memory_order_relaxed);
+    if (e->run) {
+        atomic_store_explicit(&e->run->exported, false, memory_order_relaxed);
+    } else {
+        _Atomic uint32_t *word = &e->slab->word[e->idx];
+        uint32_t w = atomic_load_explicit(word, memory_order_relaxed);
+        if (obj_state(w) == OBJ_EXPORTED)
+            atomic_compare_exchange_strong(word, &w,
+                                           obj_word(OBJ_LIVE, obj_req(w)));
+    }
     pool->exports--;
     free(e);
 }
 
-bool ipc_run_freed(ump_pool_t *pool, struct run *r)
+/* e's maker freed it: true when it is kept for its openers. */
+static bool freed(ump_pool_t *pool, struct ipc_export *e)
 {
-    struct ipc_export *e = export_of(pool->ipc, r);
-    if (e && e->opens) {
+    if (e->opens) {
         e->freed = true;
         return true;
     }
-    if (e)
-        unlink_export(pool, e);
-    else
-        atomic_store_explicit(&r->exported, false, memory_order_relaxed);
+    unlink_export(pool, e);
     return false;
+}
+
+bool ipc_run_freed(ump_pool_t *pool, struct run *r)
+{
+    struct ipc_export *e = export_of(pool->ipc, r, NULL, 0);
+    if (e)
+        return freed(pool, e);
+    atomic_store_explicit(&r->exported, false, memory_order_relaxed);
+    return false;
+}
+
+bool ipc_obj_freed(ump_pool_t *pool, struct slab *s, uint32_t idx)
+{
+    struct ipc_export *e = export_of(pool->ipc, NULL, s, idx);
+    return e && freed(pool, e);
+}
+
+/* A freed export's allocation back to the pool, the export gone. */
+static void give_back(ump_pool_t *pool, struct ipc_export *e)
+{
+    struct run *r = e->run;
+    struct slab *s = e->slab;
+    uint32_t idx = e->idx;
+    unlink_export(pool, e);
+    if (r)
+        pool_run_free(pool, r);
+    else
+        pool_obj_free(pool, s, idx);
 }
 
 void ipc_export_unopen(ump_pool_t *pool, struct ipc_export *e)
 {
     if (--e->opens || !e->freed)
         return;
-    struct run *r = e->run;
-    unlink_export(pool, e);
-    pool_run_free(pool, r);
+    give_back(pool, e);
 }
 
 void ipc_exports_drop(ump_pool_t *pool)
@@ -87,17 +137,53 @@ void ipc_exports_drop(ump_pool_t *pool)
     for (int b = 0; b < IPC_BUCKETS; b++)
         while (st->buckets[b]) {
             struct ipc_export *e = st->buckets[b];
-            struct run *r = e->run;
-            bool freed = e->freed;
-            unlink_export(pool, e);
-            if (freed)
-                pool_run_free(pool, r);
+            if (e->freed)
+                give_back(pool, e);
+            else
+                unlink_export(pool, e);
         }
 }
 
-/* The run that ptr starts, if it may be exported; else the error, logged.
- * Pool lock held. */
-static int exportable(ump_pool_t *pool, const void *ptr, struct run **r_p)
+/* What ump_ipc_get_handle exports: a run, or object idx of slab s. */
+struct target {
+    struct run *run;
+    struct slab *slab;
+    uint32_t idx;
+};
+
+/* A slab object that ptr starts, if it may be exported; else the error,
+ * logged. Pool lock held. */
+static int object_exportable(ump_pool_t *pool, const void *ptr,
+                             struct slab *s, struct target *t)
+{
+    static const char fn[] = "ump_ipc_get_handle";
+    /* A slab struct outlives its chunk: a stale tag names one whose
+     * granule moved on. */
+    if (s->granule != vas_index(&pool->vas, ptr))
+        return pool_bad_pointer(ptr, fn, "not allocated");
+    uint32_t off = (uint32_t)((const char *)ptr - s->base);
+    uint32_t idx = slab_index(s, off);
+    if (idx >= s->nobj ||
+        !obj_live(atomic_load_explicit(&s->word[idx], memory_order_acquire)))
+        return pool_bad_pointer(ptr, fn, "not allocated");
+    if (idx * s->size != off)
+        return pool_bad_pointer(ptr, fn,
+                                "inside an allocation, not its start");
+    if (place_is_host(pool, s->device))
+        return pool_bad_pointer(ptr, fn,
+                                "pinned host memory (ump_host_alloc): only "
+                                "device memory is exported");
+    if (s->away || chunks_range_failed(pool, s->granule, 1)) {
+        ump_log_error("%s: %p is on a failed device", fn, ptr);
+        return -EIO;
+    }
+    *t = (struct target){.slab = s, .idx = idx};
+    return 0;
+}
+
+/* The allocation that ptr starts, if it may be exported; else the error,
+ * logged. Pool lock held. */
+static int exportable(ump_pool_t *pool, const void *ptr, struct target *t)
 {
     static const char fn[] = "ump_ipc_get_handle";
     if (!vas_contains(&pool->vas, ptr))
@@ -109,18 +195,8 @@ static int exportable(ump_pool_t *pool, const void *ptr, struct run **r_p)
         return -EBUSY;
     }
     uintptr_t tag = vas_tag(&pool->vas, vas_index(&pool->vas, ptr));
-    if (vas_tag_kind(tag) == VAS_SLAB) {
-        struct slab *s = vas_tag_owner(tag);
-        size_t idx = (size_t)((const char *)ptr - s->base) / s->size;
-        if (idx >= s->nobj ||
-            obj_state(atomic_load(&s->word[idx])) != OBJ_LIVE)
-            return pool_bad_pointer(ptr, fn, "not allocated");
-        ump_log_error("%s: %p is a small allocation (up to %zu bytes: a "
-                      "slab object), which cannot be exported yet; "
-                      "allocate at least %zu bytes", fn, ptr,
-                      pool->small_max, pool->small_max + 1);
-        return -ENOTSUP;
-    }
+    if (vas_tag_kind(tag) == VAS_SLAB)
+        return object_exportable(pool, ptr, vas_tag_owner(tag), t);
     if (vas_tag_kind(tag) != VAS_RUN)
         return pool_bad_pointer(ptr, fn, "not allocated");
     struct run *r = vas_tag_owner(tag);
@@ -150,7 +226,30 @@ static int exportable(ump_pool_t *pool, const void *ptr, struct run **r_p)
         ump_log_error("%s: %p is on a failed device", fn, ptr);
         return -EIO;
     }
-    *r_p = r;
+    *t = (struct target){.run = r};
+    return 0;
+}
+
+/* Marks t exported (a run's flag; an object's state, which a racing free
+ * may have taken first: then not allocated). Pool lock held. */
+static int mark(ump_pool_t *pool, const void *ptr, const struct target *t,
+                size_t *size_p)
+{
+    if (t->run) {
+        atomic_store_explicit(&t->run->exported, true, memory_order_relaxed);
+        *size_p = atomic_load_explicit(&t->run->size, memory_order_relaxed);
+        return 0;
+    }
+    _Atomic uint32_t *word = &t->slab->word[t->idx];
+    uint32_t w = atomic_load_explicit(word, memory_order_acquire);
+    while (obj_state(w) == OBJ_LIVE &&
+           !atomic_compare_exchange_weak_explicit(
+               word, &w, obj_word(OBJ_EXPORTED, obj_req(w)),
+               memory_order_acq_rel, memory_order_acquire))
+        ;
+    if (obj_state(w) != OBJ_LIVE && obj_state(w) != OBJ_EXPORTED)
+        return pool_bad_pointer(ptr, "ump_ipc_get_handle", "not allocated");
+    *size_p = obj_req(w);
     return 0;
 }
 
@@ -178,22 +277,29 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
         return -ENOMEM;
     }
     pthread_mutex_lock(&pool->lock);
-    struct run *r = NULL;
-    rc = exportable(pool, ptr, &r);
-    if (rc || !r) {
+    struct target t = {0};
+    size_t size = 0;
+    rc = exportable(pool, ptr, &t);
+    struct ipc_export *e = rc ? NULL : export_of(st, t.run, t.slab, t.idx);
+    if (!rc && !e)
+        rc = mark(pool, ptr, &t, &size);
+    if (rc) {
         pthread_mutex_unlock(&pool->lock);
         free(fresh);
-        return rc ? rc : -EINVAL;
+        return rc;
     }
-    struct ipc_export *e = export_of(st, r);
     if (!e) {
         e = fresh;
         fresh = NULL;
-        *e = (struct ipc_export){.gen = ++st->next_gen, .run = r};
-        e->next = *bucket(st, r->start);
-        *bucket(st, r->start) = e;
-        atomic_store_explicit(&r->exported, true, memory_order_relaxed);
+        *e = (struct ipc_export){.gen = ++st->next_gen, .addr = (void *)ptr,
+                                 .run = t.run, .slab = t.slab, .idx = t.idx};
+        e->next = *bucket(st, first_granule(e));
+        *bucket(st, first_granule(e)) = e;
         pool->exports++;
+    } else {
+        size = t.run ? atomic_load_explicit(&t.run->size,
+                                            memory_order_relaxed)
+                     : obj_req(atomic_load(&t.slab->word[t.idx]));
     }
     struct ipc_handle_fields f = {
         .backend = pool->be == &sim_backend_ops ? IPC_BACKEND_SIM
@@ -203,7 +309,7 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
         .gen = e->gen,
         .ticket = ++st->next_ticket,
         .addr = (uint64_t)(uintptr_t)ptr,
-        .size = atomic_load_explicit(&r->size, memory_order_relaxed),
+        .size = size,
     };
     pthread_mutex_unlock(&pool->lock);
     free(fresh);

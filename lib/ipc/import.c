@@ -339,6 +339,20 @@ static int map_all(ump_pool_t *pool, struct opening *o, int slot)
     return 0;
 }
 
+/* A mapping of p's maker over the same chunks as o's (the same range of
+ * its addresses: while an import holds them, the maker keeps them), or
+ * NULL. imp_lock held. */
+static struct ipc_mapping *mapping_of(struct ipc_state *st,
+                                      const struct ipc_peer *p,
+                                      const struct opening *o)
+{
+    for (struct ipc_import *im = st->imports; im; im = im->next)
+        if (im->peer == p && im->base == o->base &&
+            im->map->bytes == o->bytes)
+            return im->map;
+    return NULL;
+}
+
 /* The pool's open of f, or NULL. imp_lock held. */
 static struct ipc_import *import_of(struct ipc_state *st,
                                     const struct ipc_handle_fields *f)
@@ -408,32 +422,49 @@ static int open_locked(ump_pool_t *pool, struct ipc_state *st,
         return gone ? -EINVAL : rc == -EPROTO ? -EPROTO : -EIO;
     }
     /* Whole: what this pool cannot take is given back, the connection
-     * kept (it holds this pool's other opens). */
+     * kept (it holds this pool's other opens). The chunks of a mapping
+     * this pool has already (another object of the slab) are not mapped
+     * twice. */
     rc = check_chunks(pool, &o, f);
     im = rc ? NULL : calloc(1, sizeof(*im));
-    if (!rc)
-        rc = im ? map_all(pool, &o, slot) : -ENOMEM;
+    struct ipc_mapping *map = im ? mapping_of(st, p, &o) : NULL;
+    bool fresh = !map;
+    if (im && fresh) {
+        map = calloc(1, sizeof(*map));
+        rc = map ? map_all(pool, &o, slot) : -ENOMEM;
+    } else if (!rc && !im) {
+        rc = -ENOMEM;
+    }
     if (rc) { /* the maker counted the open: taken back */
+        if (fresh)
+            free(map);
         free(im);
         opening_undo(pool, &o);
         share_unhold(pool, slot);
         unopen(p, IPC_UNDO, f);
         return rc;
     }
+    if (fresh) {
+        *map = (struct ipc_mapping){.va = o.va, .bytes = o.bytes,
+                                    .in_pool = o.in_pool, .nchunks = o.n,
+                                    .chunks = o.m};
+    } else {
+        free(o.m);
+    }
+    map->users++;
     for (size_t i = 0; i < o.nfds; i++)
         close(o.fds[i]);
     free(o.d);
     free(o.fds);
     *im = (struct ipc_import){
         .key = f->key, .gen = f->gen, .ticket = f->ticket, .addr = f->addr,
-        .va = o.va, .bytes = o.bytes,
-        .ptr = (char *)o.va + (f->addr - o.base),
-        .refs = 1, .peer = p, .nchunks = o.n, .chunks = o.m,
-        .slot = slot, .in_pool = o.in_pool, .next = st->imports,
+        .base = o.base, .map = map,
+        .ptr = (char *)map->va + (f->addr - o.base),
+        .refs = 1, .peer = p, .slot = slot, .next = st->imports,
     };
     st->imports = im;
     p->imports++;
-    if (o.va != (void *)(uintptr_t)o.base)
+    if (map->va != (void *)(uintptr_t)o.base)
         ump_log_info("%s: %#llx is taken here: mapped at %p",
                      fn_open, (unsigned long long)f->addr, im->ptr);
     *ptr_p = im->ptr;
@@ -475,21 +506,26 @@ UMP_EXPORT int ump_ipc_open(ump_pool_t *pool, const ump_ipc_handle_t *handle,
     return rc;
 }
 
-/* Unmaps and releases im's memory, and frees im. */
+/* Unmaps and releases im's memory when no other import maps it, and
+ * frees im. */
 static void import_unmap(ump_pool_t *pool, struct ipc_import *im)
 {
     const struct backend_ops *be = pool->be;
-    for (size_t i = 0; i < im->nchunks; i++) {
-        be->unmap(pool->bctx, (char *)im->va + im->chunks[i].off,
-                  im->chunks[i].size);
-        be->chunk_release(pool->bctx, im->chunks[i].h);
+    struct ipc_mapping *m = im->map;
+    if (!--m->users) {
+        for (size_t i = 0; i < m->nchunks; i++) {
+            be->unmap(pool->bctx, (char *)m->va + m->chunks[i].off,
+                      m->chunks[i].size);
+            be->chunk_release(pool->bctx, m->chunks[i].h);
+        }
+        if (m->in_pool)
+            share_unclaim(pool, (uint64_t)(uintptr_t)m->va, m->bytes);
+        else
+            be->unreserve(pool->bctx, m->va, m->bytes);
+        free(m->chunks);
+        free(m);
     }
-    if (im->in_pool)
-        share_unclaim(pool, (uint64_t)(uintptr_t)im->va, im->bytes);
-    else
-        be->unreserve(pool->bctx, im->va, im->bytes);
     share_unhold(pool, im->slot);
-    free(im->chunks);
     free(im);
 }
 
@@ -542,7 +578,10 @@ void ipc_imports_drop(ump_pool_t *pool, bool in_child)
         st->imports = im->next;
         left++;
         if (in_child) { /* the backend drops the mappings itself */
-            free(im->chunks);
+            if (!--im->map->users) {
+                free(im->map->chunks);
+                free(im->map);
+            }
             free(im);
         } else {
             import_unmap(pool, im);

@@ -24,20 +24,25 @@
 
 #define IPC_BUCKETS 256
 
-/* One exported allocation of this pool. */
+/* One exported allocation of this pool: a run, or a slab object (its
+ * state OBJ_EXPORTED while live), whose openers map its slab's granule. */
 struct ipc_export {
     uint64_t gen;            /* this pool's export number, never reused */
-    struct run *run;
+    void *addr;              /* the allocation's start */
+    struct run *run;         /* a run, or NULL ... */
+    struct slab *slab;       /* ... a slab object: its slab and index */
+    uint32_t idx;
     uint32_t opens;          /* opens by other pools now */
     bool freed;              /* its maker freed it: kept while opened */
-    struct ipc_export *next; /* bucket chain, by the run's first granule */
+    struct ipc_export *next; /* bucket chain, by its first granule */
 };
 
 /* A connected opener, on the server's side. Its opens are undone when it
  * goes (closes its socket, or dies). */
 struct ipc_open {
     uint64_t gen, ticket;
-    size_t g;                /* the export's first granule */
+    size_t g;                /* the granule of ... */
+    uint64_t addr;           /* ... the export's address */
     uint32_t count;
 };
 struct ipc_conn {
@@ -60,19 +65,29 @@ struct ipc_peer {
     struct ipc_peer *next;
 };
 
+/* A maker's chunks mapped here, over [va, va + bytes), for one or more
+ * imports: those of the objects of one slab (whose replies name the same
+ * chunks, the slab's) share it, so that each lands at its maker's address
+ * in a shared pool, where a second mapping could not. */
+struct ipc_mapping {
+    void *va;                /* the reservation */
+    size_t bytes;
+    bool in_pool;            /* mapped in the pool's own reservation */
+    size_t nchunks;
+    struct ipc_mapped { size_t off, size; ump_handle_t h; } *chunks;
+    uint32_t users;          /* imports on it */
+};
+
 /* One handle this pool opened. */
 struct ipc_import {
     uint64_t key, gen, ticket;
     uint64_t addr;           /* the allocation in the maker (its export) */
-    void *va;                /* the reservation */
-    size_t bytes;
+    uint64_t base;           /* the maker's address of the mapping's start */
+    struct ipc_mapping *map;
     void *ptr;               /* what ump_ipc_open returned */
     uint32_t refs;
     struct ipc_peer *peer;
     int slot;                /* the maker's in the shared pool, or -1 */
-    bool in_pool;            /* mapped in the pool's own reservation */
-    size_t nchunks;
-    struct ipc_mapped { size_t off, size; ump_handle_t h; } *chunks;
     struct ipc_import *next;
 };
 
@@ -106,16 +121,20 @@ struct ipc_state *ipc_state_get(ump_pool_t *pool);
 /* The socket name of pool (pid, key). */
 void ipc_sock_name(uint32_t pid, uint64_t key, char *buf, size_t size);
 
-/* export.c. The export of run starting at granule g with number gen, or
- * NULL. Pool lock held. */
+/* export.c. The export at addr (in granule g) with number gen, or NULL.
+ * Pool lock held. */
 struct ipc_export *ipc_export_find(struct ipc_state *st, size_t g,
-                                   uint64_t gen);
+                                   const void *addr, uint64_t gen);
+/* The granules export e's openers map: its run's, or its object's slab's
+ * one. */
+void ipc_export_range(const struct ipc_export *e, size_t *g_p, size_t *n_p);
 /* One open of e less; the export is freed when its maker freed it and
  * this was the last. Pool lock held. */
 void ipc_export_unopen(ump_pool_t *pool, struct ipc_export *e);
 /* Every export kept for openers is freed (the pool goes). Pool lock held. */
 void ipc_exports_drop(ump_pool_t *pool);
 bool ipc_run_freed(ump_pool_t *pool, struct run *r);
+bool ipc_obj_freed(ump_pool_t *pool, struct slab *s, uint32_t idx);
 
 /* server.c: started at the first export (0, or the listen's error). */
 int ipc_server_start(ump_pool_t *pool);

@@ -54,20 +54,22 @@ static int reply_status(int fd, int status)
     return usock_send(fd, &r, sizeof(r), NULL, 0);
 }
 
-/* The chunks of export e's run, pool lock held: their handles and where
- * they lie from the first one's start (*base_p), over *bytes_p. */
+/* The chunks of export e's granules (ipc_export_range), pool lock held:
+ * their handles and where they lie from the first one's start (*base_p),
+ * over *bytes_p. */
 static int collect(ump_pool_t *pool, struct ipc_export *e,
                    struct ipc_chunk_desc **d_p, ump_handle_t **h_p,
                    size_t *n_p, uint64_t *base_p, uint64_t *bytes_p)
 {
-    struct run *r = e->run;
+    size_t start, len;
+    ipc_export_range(e, &start, &len);
     /* Never once exported (ump_evict and suspends refuse), but a run the
      * tiers track may be away from its chunks: refused, not read. */
-    for (size_t g = r->start; g < r->start + r->n; g++)
-        if (r->res || !chunks_at(pool, g))
+    for (size_t g = start; g < start + len; g++)
+        if ((e->run && e->run->res) || !chunks_at(pool, g))
             return -EBUSY;
-    size_t g0 = chunks_at(pool, r->start)->g;
-    struct chunk *last = chunks_at(pool, r->start + r->n - 1);
+    size_t g0 = chunks_at(pool, start)->g;
+    struct chunk *last = chunks_at(pool, start + len - 1);
     size_t end = last->g + last->n, n = 0;
     for (size_t g = g0; g < end; g += chunks_at(pool, g)->n)
         n++;
@@ -100,12 +102,12 @@ static int collect(ump_pool_t *pool, struct ipc_export *e,
 /* c's open of ticket, or NULL; *clash_p when the ticket is open with
  * another export (a forged request: its counts must not mix). */
 static struct ipc_open *find_open(struct ipc_conn *c, uint64_t ticket,
-                                  uint64_t gen, size_t g, bool *clash_p)
+                                  uint64_t gen, uint64_t addr, bool *clash_p)
 {
     *clash_p = false;
     for (size_t i = 0; i < c->nopens; i++)
         if (c->opens[i].ticket == ticket) {
-            if (c->opens[i].gen == gen && c->opens[i].g == g)
+            if (c->opens[i].gen == gen && c->opens[i].addr == addr)
                 return &c->opens[i];
             *clash_p = true;
             return NULL;
@@ -121,11 +123,12 @@ static bool was_closed(const struct ipc_conn *c, uint64_t ticket)
     return false;
 }
 
-/* One open of (gen at granule g) less, pool lock taken. */
-static void unopen(ump_pool_t *pool, size_t g, uint64_t gen)
+/* One open of (gen at addr, in granule g) less, pool lock taken. */
+static void unopen(ump_pool_t *pool, size_t g, uint64_t addr, uint64_t gen)
 {
     pthread_mutex_lock(&pool->lock);
-    struct ipc_export *e = ipc_export_find(pool->ipc, g, gen);
+    struct ipc_export *e =
+        ipc_export_find(pool->ipc, g, (void *)(uintptr_t)addr, gen);
     if (e)
         ipc_export_unopen(pool, e);
     pthread_mutex_unlock(&pool->lock);
@@ -173,16 +176,16 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
     size_t g = vas_contains(&pool->vas, addr) ? vas_index(&pool->vas, addr)
                                               : 0;
     bool clash;
-    struct ipc_open *o = find_open(c, q->ticket, q->gen, g, &clash);
+    struct ipc_open *o = find_open(c, q->ticket, q->gen, q->addr, &clash);
     if (clash) {
         no.status = -EINVAL;
         return usock_send(c->fd, &no, sizeof(no), NULL, 0);
     }
     pthread_mutex_lock(&pool->lock);
     struct ipc_export *e = vas_contains(&pool->vas, addr)
-                               ? ipc_export_find(pool->ipc, g, q->gen)
+                               ? ipc_export_find(pool->ipc, g, addr, q->gen)
                                : NULL;
-    if (!e || e->freed || vas_addr(&pool->vas, g) != addr) {
+    if (!e || e->freed) {
         pthread_mutex_unlock(&pool->lock);
         no.status = -ENOENT;
         return usock_send(c->fd, &no, sizeof(no), NULL, 0);
@@ -204,7 +207,7 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
     else
         c->opens[c->nopens++] =
             (struct ipc_open){.gen = q->gen, .ticket = q->ticket,
-                              .g = g, .count = 1};
+                              .g = g, .addr = q->addr, .count = 1};
     int *fds = malloc(n * sizeof(*fds));
     size_t made = 0;
     rc = fds ? 0 : -ENOMEM;
@@ -219,10 +222,10 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
         if (rc) /* the opener is gone or stuck: drop it */
             rc = rc < 0 ? rc : -EPIPE;
     } else { /* not made: take the open back, say why */
-        o = find_open(c, q->ticket, q->gen, g, &clash);
+        o = find_open(c, q->ticket, q->gen, q->addr, &clash);
         if (!--o->count)
             *o = c->opens[--c->nopens];
-        unopen(pool, g, q->gen);
+        unopen(pool, g, q->addr, q->gen);
         no.status = rc;
         rc = usock_send(c->fd, &no, sizeof(no), NULL, 0);
     }
@@ -243,7 +246,7 @@ static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
     size_t g = vas_contains(&pool->vas, addr) ? vas_index(&pool->vas, addr)
                                               : 0;
     bool clash;
-    struct ipc_open *o = find_open(c, q->ticket, q->gen, g, &clash);
+    struct ipc_open *o = find_open(c, q->ticket, q->gen, q->addr, &clash);
     if (!o)
         return reply_status(c->fd, -ENOENT);
     if (q->op == IPC_CLOSE) {
@@ -254,7 +257,7 @@ static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
     }
     if (!--o->count)
         *o = c->opens[--c->nopens];
-    unopen(pool, g, q->gen);
+    unopen(pool, g, q->addr, q->gen);
     return reply_status(c->fd, 0);
 }
 
@@ -287,7 +290,7 @@ static void drop_conn(ump_pool_t *pool, struct ipc_conn *c, bool stopping)
         share_conn_gone(pool, c);
     for (size_t i = 0; i < c->nopens; i++)
         for (uint32_t k = 0; k < c->opens[i].count; k++)
-            unopen(pool, c->opens[i].g, c->opens[i].gen);
+            unopen(pool, c->opens[i].g, c->opens[i].addr, c->opens[i].gen);
     /* Ended for the peer too, where a child forked without exec keeps a
      * copy of the descriptor: the peer hears it and never waits for an
      * answer. */

@@ -52,8 +52,9 @@ static void ipc_stop_in_child(ump_pool_t *pool)
     pool->ipc = NULL;
 }
 
-static const struct pool_ipc_ops hooks = {ipc_run_freed, ipc_stop,
-                                          ipc_stop_in_child, share_fini};
+static const struct pool_ipc_ops hooks = {ipc_run_freed, ipc_obj_freed,
+                                          ipc_stop, ipc_stop_in_child,
+                                          share_fini};
 
 struct ipc_state *ipc_state_get(ump_pool_t *pool)
 {

@@ -105,8 +105,13 @@ struct block {
 
 /* The state of a slab object or a run, for double-free detection, packed
  * with a slab object's requested size into one word: one cache line to
- * touch per object, and one compare-and-swap decides between racing frees. */
-enum { OBJ_FREE = 0, OBJ_LIVE = 1, OBJ_PENDING = 2 };
+ * touch per object, and one compare-and-swap decides between racing frees.
+ * OBJ_EXPORTED is a live slab object an IPC handle names (lib/ipc): no
+ * thread cache's free takes it (they claim OBJ_LIVE only), so its free
+ * takes the full path, which gives it to the IPC layer to keep while
+ * other processes have it open (front/free.c). Runs say it in their own
+ * `exported` flag instead, read by free paths that touch the run anyway. */
+enum { OBJ_FREE = 0, OBJ_LIVE = 1, OBJ_PENDING = 2, OBJ_EXPORTED = 3 };
 #define OBJ_STATE_SHIFT 30
 #define OBJ_REQ_MASK ((1u << OBJ_STATE_SHIFT) - 1)
 static inline uint32_t obj_word(unsigned state, size_t req)
@@ -115,6 +120,11 @@ static inline uint32_t obj_word(unsigned state, size_t req)
 }
 static inline unsigned obj_state(uint32_t w) { return w >> OBJ_STATE_SHIFT; }
 static inline uint32_t obj_req(uint32_t w) { return w & OBJ_REQ_MASK; }
+/* Allocated: live, exported or not. */
+static inline bool obj_live(uint32_t w)
+{
+    return obj_state(w) == OBJ_LIVE || obj_state(w) == OBJ_EXPORTED;
+}
 
 /* One allocation as the caches hold it: a slab object (meta = the slab,
  * idx = its index) or a run (meta = the run). */
@@ -266,7 +276,8 @@ struct ump_pool {
      * says when front calls them). */
     struct ipc_state *ipc;
     const struct pool_ipc_ops *ipc_ops;
-    /* (L) Runs exported now (r->exported), kept by lib/ipc: other
+    /* (L) Allocations exported now (runs: r->exported, slab objects:
+     * OBJ_EXPORTED) or kept by lib/ipc after their free: other
      * processes map their chunks, so nothing may move them
      * (ump_pool_suspend and ump_evict refuse). */
     size_t exports;

@@ -222,8 +222,8 @@ int slab_build_at(ump_pool_t *pool, int place, unsigned cls, size_t g,
     s->nfree = 0;
     s->fresh = s->nobj;
     for (uint32_t i = s->nobj; i-- > 0;)
-        if (obj_state(atomic_load_explicit(&s->word[i],
-                                           memory_order_relaxed)) != OBJ_LIVE)
+        if (!obj_live(atomic_load_explicit(&s->word[i],
+                                           memory_order_relaxed)))
             s->free_idx[s->nfree++] = i;
     vas_set(&pool->vas, g, 1, VAS_SLAB, s);
     slab_link(pool, s, slab_list_for(s));
@@ -275,9 +275,8 @@ void slab_move_device(ump_pool_t *pool, struct slab *s, int d)
      * the counters only grow. */
     uint64_t live = 0;
     for (uint32_t i = 0; i < s->nobj; i++)
-        live += obj_state(atomic_load_explicit(&s->word[i],
-                                               memory_order_relaxed)) ==
-                OBJ_LIVE;
+        live += obj_live(atomic_load_explicit(&s->word[i],
+                                              memory_order_relaxed));
     struct counters *from = &pool->folded[s->device], *to = &pool->folded[d];
     int64_t bytes = (int64_t)(live * s->size);
     atomic_fetch_add(&from->frees, live);

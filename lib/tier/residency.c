@@ -54,7 +54,7 @@ static int slab_range(const char *fn, const void *ptr, size_t size,
         return bad_range(ptr, fn, "not inside a live allocation");
     size_t idx = (size_t)((const char *)ptr - s->base) / s->size;
     uint32_t w = idx < s->nobj ? atomic_load(&s->word[idx]) : 0;
-    if (obj_state(w) != OBJ_LIVE)
+    if (!obj_live(w))
         return bad_range(ptr, fn, "not inside a live allocation");
     size_t off = (size_t)((const char *)ptr - s->base) - idx * s->size;
     size_t osize = obj_req(w);

@@ -631,7 +631,10 @@ int ump_comm_last_modeled_us(ump_comm_t *c, double *us_p);
  * process: this process's ranks follow those of every process before it.
  * The collective calls above take this process's ranks in send[], recv[]
  * and streams[] (index = local rank), with counts, roots and slices
- * counted over every rank of every process. See README: processes.
+ * counted over every rank of every process. When every process shares one
+ * pool (ump_pool_share, ump_pool_attach) on sim, calls run as one job over
+ * every rank through the pool's addresses, as in one process (ump_comm_plan
+ * says "shared"). See README: processes.
  */
 typedef struct ump_oob {
     int rank, size;   /* this process among size processes */

@@ -32,6 +32,7 @@ UNIT_TESTS = \
 	tests/test_stitch \
 	tests/test_replay \
 	tests/test_coll \
+	tests/test_coll_shared \
 	tests/test_free_async \
 	tests/test_hostmem \
 	tests/test_stats \

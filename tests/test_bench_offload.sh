@@ -13,8 +13,11 @@
 # is in the number of tries: a loaded machine only ever slows a run down
 # (the baselines are paced to the model, never faster than it), which
 # lowers a move's ratio and raises a loop's wall, so each check takes the
-# best of up to 3 runs. Only what missed runs again: the moves of that size
+# best of up to 5 runs. Only what missed runs again: the moves of that size
 # alone, or the loop members that missed, alone (--loop N:D:P,...).
+# In a sanitizer build (UMPOOL_SANITIZED) the times are the
+# instrumentation's, not the library's: only the restores are judged there
+# (as test_hot_path.sh skips), every time still printed.
 set -eu
 
 bench=${UMPOOL_BENCH:-}
@@ -37,7 +40,9 @@ fail() {
 
 scale=32
 conf=sim_driver_costs:h200-timed,sim_time_scale:$scale
-tries=3
+tries=5
+timed=1
+[ -n "${UMPOOL_SANITIZED:-}" ] && timed=0
 
 # offload NAME ARGS...: one run, its JSON in $tmp/NAME.json.
 offload() {
@@ -57,10 +62,11 @@ offload() {
 # comma-separated, on another); exits 2 when the output is not what this
 # test expects at all. MOVES_TARGET 0: no moves to judge.
 judge() {
-    python3 - "$1" "$2" "$scale" >"$tmp/verdicts" <<'EOF' || return $?
+    python3 - "$1" "$2" "$scale" "$timed" >"$tmp/verdicts" <<'EOF' || return $?
 import json, sys
 r = json.load(open(sys.argv[1]))
 want, scale = float(sys.argv[2]), int(sys.argv[3])
+timed = sys.argv[4] == "1"
 try:
     assert r["backend"] == "sim" and r["baseline_paced_scale"] == scale, r
     missed, members = [], []
@@ -70,10 +76,11 @@ try:
         for d in ("device_to_host", "host_to_device"):
             x = t[d]
             assert x["baseline"] == "H200 copy" and x["baseline_gbs"] > 0, x
-            ok = x["ratio"] >= want
+            ok = x["ratio"] >= want or not timed
             print("  %d MiB %-14s %.3f of the paced copy (target %.2f): %s" %
                   (r["size"] >> 20, d, x["ratio"], want,
-                   "ok" if ok else "below"))
+                   ("ok" if timed else "not judged (sanitizer build)")
+                   if ok else "below"))
             if not ok:
                 missed.append("moves")
     targets = r["loop_targets"]

@@ -35,6 +35,7 @@
 #include "coll/model.h"
 #include "coll/reduce.h"
 #include "coll/run.h"
+#include "coll/shared.h"
 #include "coll/world.h"
 #include "front/front.h"
 #include "util/log.h"
@@ -764,6 +765,10 @@ const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
         return rc ? "none" : plan.algorithm;
     }
     size_t bytes = coll_bytes(coll, count, coll_dtype_size(dt), c->nall);
+    if (c->world->xs) { /* one job, as in one process (its model's) */
+        coll_comm_algo(L, coll, bytes, us_p);
+        return "shared";
+    }
     if (coll == UMP_COLL_ALLREDUCE)
         return want_flat(c, bytes, us_p) ? "flat" : "hierarchical";
     /* The others: their in-process phase and one round between processes
@@ -842,10 +847,18 @@ int coll_world_run(ump_comm_t *c, const struct coll_args *a, int bad)
         return w->broken;
     }
     w->bad = bad ? bad : coll_comm_check_failed(c, a->fn);
+    /* Every process of one shared pool: one job over every rank, when
+     * they all can (else 1, everywhere). */
+    int rc = coll_shared_run(c, a);
+    if (rc != 1) {
+        w->bad = 0;
+        w->agreed = false;
+        return rc;
+    }
     /* The work queued before the call on the ranks' streams (the
      * producers of the send buffers, readers of the recv buffers) is done
      * before the CPU or the engine touches them. */
-    int rc = hier_sync_all(c, a);
+    rc = hier_sync_all(c, a);
     if (!rc)
         rc = schedule(c, a);
     /* An error of the schedule itself (out of memory, the engine): the

@@ -19,6 +19,7 @@
 
 #include "coll/coll.h"
 #include "coll/model.h"
+#include "coll/xbar.h"
 
 struct coll_job;
 
@@ -34,8 +35,20 @@ struct coll_rank {
     struct coll_xfer *log; /* log_cap entries, in job->logs */
 };
 
+/* A job over the ranks of several processes of one shared pool
+ * (shared.c): this process runs ranks [lo, lo + nl) of the job's n; the
+ * others run in their processes, and the barriers meet across them. */
+struct coll_xjob {
+    struct xbar *bar;  /* in memory every process maps */
+    int nproc;
+    const int *first, *nr; /* per process: its first rank, its ranks */
+    double timeout_s;
+};
+
 struct coll_job {
     int coll, algo, n, dt, op, root;
+    int lo, nl; /* the ranks this process runs (0 and n but across) */
+    const struct coll_xjob *x; /* across processes, or NULL */
     int fan; /* the rank that runs the whole call (model.h), or -1 */
     size_t count; /* elements, as the call's count means it */
     size_t esz;   /* bytes of one element */
@@ -86,7 +99,8 @@ struct coll_job {
 /* Rank r waits until every rank of the job has called it as often; false
  * when the job was aborted (the schedule then stops), also when one of
  * the job's devices has failed by the time the last rank arrives. Counts
- * rank r's steps for its transfer log. */
+ * rank r's steps for its transfer log. Across processes the last of this
+ * process's ranks to arrive waits for the other processes (xbar). */
 bool coll_barrier(struct coll_job *job, int r);
 
 /* Has one of the job's devices failed (or is failing: the backend told,
@@ -136,6 +150,13 @@ size_t coll_algo_log_cap(const struct coll_job *job);
 /* Runs rank r's share of job's algorithm (algo.c): every algorithm for
  * every collective coll_algo_applies (model.h) says it applies to. */
 void coll_algo_run(struct coll_job *job, int r);
+/* Rank r's share of a job across processes (xalgo.c): the reductions
+ * fold in the fixed order of the schedules between processes (each
+ * process's ranks, then the processes' partials), the others move data
+ * as COLL_DIRECT does. */
+void coll_xalgo_run(struct coll_job *job, int r);
+/* Its scratch per rank, in bytes. */
+size_t coll_xalgo_scratch(const struct coll_job *job);
 /* Does algorithm a need a scratch buffer per rank for this job, and how
  * many bytes (0: none)? */
 size_t coll_algo_scratch(const struct coll_job *job);

@@ -13,7 +13,9 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/calls.c \
 	lib/coll/run.c lib/coll/run.h \
 	lib/coll/job.c lib/coll/job.h \
-	lib/coll/algo.c \
+	lib/coll/algo.c lib/coll/xalgo.c \
+	lib/coll/xbar.c lib/coll/xbar.h \
+	lib/coll/shared.c lib/coll/shared.h \
 	lib/coll/fan.c \
 	lib/coll/gpu.c lib/coll/gpu.h \
 	lib/coll/kernel.h \

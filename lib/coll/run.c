@@ -156,8 +156,12 @@ static void rank_main(void *arg)
 {
     struct coll_rank *cr = arg;
     struct coll_job *j = cr->job;
-    if (coll_barrier(j, cr->r))
-        coll_algo_run(j, cr->r);
+    if (coll_barrier(j, cr->r)) {
+        if (j->x)
+            coll_xalgo_run(j, cr->r);
+        else
+            coll_algo_run(j, cr->r);
+    }
     coll_barrier(j, cr->r);
     rank_end(j, 1);
 }
@@ -190,7 +194,7 @@ static void rank_end(struct coll_job *j, int ranks)
 {
     pthread_mutex_lock(&j->mu);
     j->done += ranks;
-    bool last = j->done == j->n;
+    bool last = j->done == j->nl;
     /* A failure during the last step: no barrier after it saw it. */
     if (last && coll_job_dev_failed(j))
         j->abort = true;
@@ -198,16 +202,28 @@ static void rank_end(struct coll_job *j, int ranks)
     if (last)
         pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    if (last)
+    /* Across processes the logs are this process's ranks' only: no
+     * traffic or time of the whole schedule here. */
+    if (last && !j->x)
         count_traffic(j);
-    if (last && ok)
+    if (last && ok && !j->x)
         account(j);
     if (atomic_fetch_sub(&j->left, 1) == 1)
         job_finish(j);
 }
 
+/* A job of c's ranks, or (all not NULL) of every process's: the ranks'
+ * buffers all->send and all->recv, this process's from c->first. */
+struct coll_all {
+    int n, lo;
+    const void *const *send;
+    void *const *recv;
+    const struct coll_xjob *x;
+};
+
 static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
-                                int algo, int fan, bool inplace)
+                                int algo, int fan, bool inplace,
+                                const struct coll_all *all)
 {
     struct coll_job *j = calloc(1, sizeof(*j));
     if (!j)
@@ -215,7 +231,10 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     j->coll = a->coll;
     j->algo = algo;
     j->fan = fan;
-    j->n = c->n;
+    j->n = all ? all->n : c->n;
+    j->lo = all ? all->lo : 0;
+    j->nl = c->n;
+    j->x = all ? all->x : NULL;
     j->dt = a->dt;
     j->op = a->op;
     j->root = a->root;
@@ -223,9 +242,9 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     j->esz = coll_dtype_size(a->dt);
     j->inplace = inplace;
     j->comm = c;
-    for (int r = 0; r < c->n; r++) {
-        j->send[r] = a->send[r];
-        j->recv[r] = a->recv[r];
+    for (int r = 0; r < j->n; r++) {
+        j->send[r] = all ? all->send[r] : a->send[r];
+        j->recv[r] = all ? all->recv[r] : a->recv[r];
         j->rank[r] = (struct coll_rank){.job = j, .r = r};
     }
     pthread_mutex_init(&j->mu, NULL);
@@ -240,13 +259,15 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     j->log_cap = coll_algo_log_cap(j);
     j->logs = calloc((size_t)c->n * j->log_cap, sizeof(*j->logs));
     for (int r = 0; j->logs && r < c->n; r++)
-        j->rank[r].log = j->logs + (size_t)r * j->log_cap;
-    j->scratch_bytes = fan >= 0 ? 0 : coll_algo_scratch(j);
+        j->rank[j->lo + r].log = j->logs + (size_t)r * j->log_cap;
+    j->scratch_bytes = fan >= 0 ? 0
+                       : j->x ? coll_xalgo_scratch(j)
+                              : coll_algo_scratch(j);
     if (!j->logs) {
         job_free(j);
         return NULL;
     }
-    for (int r = 0; r < c->n && j->scratch_bytes; r++)
+    for (int r = j->lo; r < j->lo + c->n && j->scratch_bytes; r++)
         if (!(j->scratch[r] = malloc(j->scratch_bytes))) {
             job_free(j);
             return NULL;
@@ -300,7 +321,8 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
         r = fan_queued;
     } else {
         for (; r < c->n; r++) {
-            rc = ump_launch_host_func(c->pool, st[r], rank_main, &j->rank[r]);
+            rc = ump_launch_host_func(c->pool, st[r], rank_main,
+                                      &j->rank[j->lo + r]);
             if (rc)
                 break;
         }
@@ -319,17 +341,26 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                 if (j->fan < 0 || k == j->fan)
                     drained = ump_stream_synchronize(c->pool, st[k]) == 0;
             pthread_mutex_lock(&j->mu);
-            while (!drained && j->done < j->n)
+            while (!drained && j->done < j->nl)
                 pthread_cond_wait(&j->cv, &j->mu);
             /* A device that failed before the call returns took its
              * rank's result with it. */
             aborted = j->abort || coll_job_dev_failed(j);
             pthread_mutex_unlock(&j->mu);
         }
+        /* Across processes, an abort the devices do not explain: a
+         * process gave up or did not come in time (xbar). */
+        bool away = aborted && j->x && !coll_job_dev_failed(j);
         if (atomic_fetch_sub(&j->left, 1) == 1)
             job_finish(j);
         if (!aborted)
             return 0;
+        if (away) {
+            ump_log_error("%s: a process of the shared pool's communicator "
+                          "gave up or did not reach the call in time: "
+                          "-ETIMEDOUT", fn);
+            return -ETIMEDOUT;
+        }
         /* The failure is handled (pool_check) before the caller sees it. */
         pool_check(c->pool, fn);
         int f = coll_comm_failed_rank(c);
@@ -338,7 +369,10 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
                       c->first + (f < 0 ? 0 : f), c->dev[f < 0 ? 0 : f]);
         return -EIO;
     }
-    /* A fan queued before a join failed writes nothing (fan_main). */
+    /* A fan queued before a join failed writes nothing (fan_main); the
+     * other processes of a job across them stop at their next barrier. */
+    if (j->x)
+        xbar_abort(j->x->bar);
     pthread_mutex_lock(&j->mu);
     j->abort = true;
     pthread_cond_broadcast(&j->cv);
@@ -353,6 +387,21 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
     /* The ranks never queued, and the caller's reference. */
     if (atomic_fetch_sub(&j->left, nrun - r + 1) == nrun - r + 1)
         job_finish(j);
+    return rc;
+}
+
+/* The call's job made, its buffers held, and queued on the streams st;
+ * the comm's lock held. */
+static int queue_job(ump_comm_t *c, const struct coll_args *a, int algo,
+                     int fan, bool inplace, const struct coll_all *all,
+                     const ump_stream_t *st)
+{
+    struct coll_job *j = job_new(c, a, algo, fan, inplace, all);
+    int rc = j ? hold_buffers(c, a, j) : -ENOMEM;
+    if (rc && j)
+        job_free(j);
+    else if (!rc)
+        rc = launch(c, j, st, a->fn, !a->streams);
     return rc;
 }
 
@@ -382,13 +431,27 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a)
         int fan = c->ev[0] ? coll_model_fan(&c->topo, a->coll, algo, bytes,
                                             a->root)
                            : -1;
-        struct coll_job *j = job_new(c, a, algo, fan, inplace);
-        rc = j ? hold_buffers(c, a, j) : -ENOMEM;
-        if (rc && j)
-            job_free(j);
-        else if (!rc)
-            rc = launch(c, j, st, a->fn, !a->streams);
+        rc = queue_job(c, a, algo, fan, inplace, NULL, st);
     }
+    pthread_mutex_unlock(&c->lock);
+    if (!a->streams)
+        coll_comm_reap(c);
+    return rc;
+}
+
+int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
+                    int n, int lo, const void *const *send,
+                    void *const *recv, bool inplace,
+                    const struct coll_xjob *x)
+{
+    int rc = pool_check(c->pool, a->fn);
+    if (rc)
+        return rc;
+    const ump_stream_t *st = a->streams ? a->streams : c->own;
+    coll_comm_reap(c);
+    struct coll_all all = {n, lo, send, recv, x};
+    pthread_mutex_lock(&c->lock);
+    rc = queue_job(c, a, algo, -1, inplace, &all, st);
     pthread_mutex_unlock(&c->lock);
     if (!a->streams)
         coll_comm_reap(c);

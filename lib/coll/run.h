@@ -16,6 +16,19 @@
  * the caller counts its own call. */
 int coll_run_local(ump_comm_t *c, const struct coll_args *a);
 
+/* A job across the processes of a shared pool (shared.c): the call a on
+ * c's ranks (world->local: a's buffers and streams are this process's),
+ * which are ranks [lo, lo + c->n) of the n whose buffers send and recv
+ * hold (every process's, at the same addresses in each), with algorithm
+ * algo (coll_xalgo_run), the barriers meeting across processes through x.
+ * The caller checked the arguments; the pool's failed devices are
+ * checked here. */
+struct coll_xjob;
+int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
+                    int n, int lo, const void *const *send,
+                    void *const *recv, bool inplace,
+                    const struct coll_xjob *x);
+
 /* The sim's side of a communicator that is not c->gpu: the events that
  * join the ranks' streams around a fan (model.h), where the backend can
  * make a stream wait for one. Called once the streams exist; fini is safe

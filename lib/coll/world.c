@@ -19,6 +19,7 @@
 
 #include "coll/comm.h"
 #include "coll/nccl.h"
+#include "coll/shared.h"
 #include "coll/world.h"
 #include "front/check.h"
 #include "util/internal.h"
@@ -275,6 +276,15 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
         local_free(c);
         return rc;
     }
+    rc = coll_shared_start(c, oob);
+    if (rc) {
+        ump_log_error("%s: the oob failed while looking for a shared pool "
+                      "(%s)", fn, ump_strerror(rc));
+        coll_nccl_stop(c);
+        share_put(w->share);
+        local_free(c);
+        return rc;
+    }
     pthread_mutex_init(&c->lock, NULL);
     pthread_mutex_init(&c->done_lock, NULL);
     c->last_us = NAN; /* no virtual time across processes */
@@ -283,13 +293,15 @@ static int create(ump_pool_t *pool, int nlocal, const int *devices,
     ump_log_info("%s: process %d of %d, global ranks %d..%d of %d, %d "
                  "node(s), data between processes: %s", fn, w->me, w->nproc,
                  c->first, c->first + c->n - 1, c->nall, w->nnode,
-                 engine ? engine->name : "the oob's allgather");
+                 w->xs ? "the shared pool's addresses"
+                 : engine ? engine->name : "the oob's allgather");
     return 0;
 }
 
 void coll_world_destroy(ump_comm_t *c)
 {
     struct coll_world *w = c->world;
+    coll_shared_stop(c);
     coll_nccl_stop(c);
     if (w->stage_st_made)
         for (int i = 0; i < 2; i++)

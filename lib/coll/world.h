@@ -66,6 +66,9 @@ struct coll_world {
      * first staged call, on local rank 0's device. */
     ump_stream_t stage_st[2];
     bool stage_st_made;
+    /* Every process shares one pool: calls run through its addresses
+     * (shared.c), or NULL. */
+    struct coll_shared *xs;
 };
 
 /* World w's host buffer slot (0 or 1) of at least bytes, kept for the next

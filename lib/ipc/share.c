@@ -750,6 +750,15 @@ void share_unclaim(ump_pool_t *pool, uint64_t addr, size_t bytes)
 
 /* --- for the statistics segment ----------------------------------------- */
 
+bool share_name(ump_pool_t *pool, char *name, size_t len)
+{
+    pthread_mutex_lock(&pool->lock);
+    struct share_state *sh = pool->share;
+    snprintf(name, len, "%s", sh ? sh->name : "");
+    pthread_mutex_unlock(&pool->lock);
+    return sh != NULL;
+}
+
 int share_processes(ump_pool_t *pool, char *name, size_t len,
                     struct share_proc *out, int cap, int *self_p)
 {

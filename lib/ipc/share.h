@@ -143,6 +143,10 @@ void share_unhold(ump_pool_t *pool, int slot);
 bool share_claim(ump_pool_t *pool, int slot, uint64_t addr, size_t bytes);
 void share_unclaim(ump_pool_t *pool, uint64_t addr, size_t bytes);
 
+/* The name pool is shared under (as sharer or attached) into name, and
+ * true; false ("") when it is not shared. */
+bool share_name(ump_pool_t *pool, char *name, size_t len);
+
 /* For the statistics segment (lib/publish): the shared pool's name into
  * name ("" when the pool is not shared) and its processes now, at most
  * cap, in slot order; *self_p: this process's row. The rows. */

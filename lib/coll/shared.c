@@ -1,0 +1,372 @@
+/*
+ * Collectives across the processes of one shared pool (shared.h).
+ *
+ * A control segment (POSIX shared memory that process 0 makes, every
+ * process maps, and process 0 unlinks once all have it) holds two
+ * barriers (xbar.h) and, per rank, the call's buffers: their addresses
+ * and an IPC handle of each one's allocation. A call:
+ *  1. each process exports its ranks' buffers (ump_ipc_get_handle of
+ *     their allocations: an allocation that is exported already keeps its
+ *     export) and writes them into its ranks' slots, with its verdict
+ *     (every buffer exportable, its devices sound); barrier;
+ *  2. when every verdict is yes, each process opens the other processes'
+ *     allocations it has not open yet (in place: the shared pool maps them
+ *     at their addresses) and says whether that worked; barrier;
+ *  3. when every process could, each queues its ranks' shares of one job
+ *     over every rank (run.c: coll_run_across; xalgo.c), whose barriers
+ *     meet across the processes. Otherwise every process runs the call's
+ *     usual schedule (hier.c): the verdicts are the same everywhere.
+ * What a process opened stays open for the next calls (most reuse their
+ * buffers, as NCCL's registered buffers), at most XS_KEEP allocations not
+ * used by the call at hand, and is closed at ump_comm_destroy. An
+ * allocation kept open here stays its maker's even after its free (the
+ * IPC rules), until then.
+ *
+ * Only where the job runs as host functions (the sim): on cuda the ranks'
+ * streams would need events across processes (not built), and calls go
+ * between processes as before.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "coll/job.h"
+#include "coll/reduce.h"
+#include "coll/run.h"
+#include "coll/shared.h"
+#include "ipc/share.h"
+#include "ipc/wire.h"
+#include "util/log.h"
+
+#define XS_MAGIC 0x554d5853484152ull /* "UMXSHAR" */
+#define XS_KEEP 64
+
+/* One rank's buffers for the call. */
+struct xs_slot {
+    uint64_t seq;                /* the call's number */
+    uint64_t send, recv;         /* the call's pointers; 0: none */
+    ump_ipc_handle_t hsend, hrecv; /* of their allocations */
+};
+
+struct xs_head {
+    uint64_t magic;
+    struct xbar call; /* the calling threads' two steps */
+    struct xbar job;  /* the ranks' barriers (job.c), on their streams */
+};
+
+/* An allocation of another process opened here, by its export. */
+struct xs_open {
+    uint64_t key, gen;
+    void *ptr;
+    uint64_t used; /* the last call that used it */
+};
+
+struct coll_shared {
+    void *seg;
+    size_t bytes;
+    struct xs_head *head;
+    int32_t *ok;          /* [2][nproc]: the verdicts, by the call's parity */
+    int32_t *opened;      /* [nproc] */
+    struct xs_slot *slot; /* [nall] */
+    struct xs_open *open;
+    size_t nopen, capopen;
+    uint64_t calls;
+    struct coll_xjob x;
+};
+
+static size_t seg_bytes(int nproc, int nall)
+{
+    return sizeof(struct xs_head) + 3 * (size_t)nproc * sizeof(int32_t) +
+           (size_t)nall * sizeof(struct xs_slot) + 64;
+}
+
+static void layout(struct coll_shared *xs, int nproc)
+{
+    char *p = xs->seg;
+    xs->head = (struct xs_head *)p;
+    xs->ok = (int32_t *)(p + sizeof(struct xs_head));
+    xs->opened = xs->ok + 2 * nproc;
+    size_t off = sizeof(struct xs_head) + 3 * (size_t)nproc * sizeof(int32_t);
+    off = (off + 63) & ~(size_t)63;
+    xs->slot = (struct xs_slot *)(p + off);
+}
+
+/* What each process says at the start. */
+struct xs_hello {
+    char name[72];  /* its pool's shared name */
+    uint64_t base;  /* its pool's addresses */
+    int32_t ok;     /* it can run calls this way */
+    char shm[64];   /* process 0: the segment's name */
+};
+
+int coll_shared_start(ump_comm_t *c, const ump_oob_t *oob)
+{
+    struct coll_world *w = c->world;
+    int np = w->nproc;
+    struct xs_hello me = {0};
+    me.base = (uint64_t)(uintptr_t)c->pool->vas.base;
+    me.ok = c->sched == COLL_SCHED_AUTO && !w->local->gpu &&
+            c->nall <= COLL_MAX_RANKS && np > 1 &&
+            share_name(c->pool, me.name, sizeof(me.name));
+    size_t bytes = seg_bytes(np, c->nall);
+    int fd = -1;
+    bool made = false;
+    if (me.ok && w->me == 0) {
+        uint32_t rnd = 0;
+        if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != sizeof(rnd))
+            rnd = (uint32_t)getpid();
+        snprintf(me.shm, sizeof(me.shm), "/umpool-coll-%d-%lu-%08x",
+                 (int)getpid(), w->id, rnd);
+        fd = shm_open(me.shm, O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+        made = fd >= 0;
+        if (fd < 0 || ftruncate(fd, (off_t)bytes)) {
+            ump_log_info("collectives through the shared pool: no control "
+                         "segment (%s): between processes as before",
+                         strerror(errno));
+            me.ok = 0;
+        }
+    }
+    struct xs_hello *all = calloc((size_t)np, sizeof(*all));
+    int32_t *got = calloc((size_t)np, sizeof(*got));
+    int rc = all && got ? 0 : -ENOMEM;
+    /* Every process takes part in both exchanges whatever it found. */
+    if (!rc)
+        rc = oob->allgather(oob->ctx, &me, all, sizeof(me));
+    bool use = !rc;
+    for (int p = 0; use && p < np; p++)
+        use = all[p].ok && all[p].base == all[0].base &&
+              !strncmp(all[p].name, all[0].name, sizeof(all[p].name));
+    struct coll_shared *xs = use ? calloc(1, sizeof(*xs)) : NULL;
+    int32_t mine = 0;
+    if (xs) {
+        if (w->me != 0) {
+            all[0].shm[sizeof(all[0].shm) - 1] = '\0';
+            fd = shm_open(all[0].shm, O_RDWR | O_CLOEXEC, 0);
+        }
+        struct stat sb;
+        if (fd >= 0 && !fstat(fd, &sb) && (size_t)sb.st_size == bytes) {
+            xs->seg = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                           fd, 0);
+            mine = xs->seg != MAP_FAILED;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (!rc)
+        rc = oob->allgather(oob->ctx, &mine, got, sizeof(mine));
+    if (made)
+        shm_unlink(me.shm); /* every process has it mapped, or none uses it */
+    for (int p = 0; use && p < np; p++)
+        use = !rc && got[p];
+    if (xs && !use) {
+        if (mine)
+            munmap(xs->seg, bytes);
+        free(xs);
+        xs = NULL;
+    }
+    if (xs) {
+        xs->bytes = bytes;
+        layout(xs, np);
+        xs->x = (struct coll_xjob){&xs->head->job, np, w->first, w->nr,
+                                   c->timeout_s};
+        w->xs = xs;
+        ump_log_info("ump_comm: the %d processes share the pool '%s': "
+                     "collectives through its addresses", np, me.name);
+    }
+    free(all);
+    free(got);
+    return rc;
+}
+
+void coll_shared_stop(ump_comm_t *c)
+{
+    struct coll_shared *xs = c->world->xs;
+    if (!xs)
+        return;
+    for (size_t i = 0; i < xs->nopen; i++)
+        ump_ipc_close(c->pool, xs->open[i].ptr);
+    free(xs->open);
+    munmap(xs->seg, xs->bytes);
+    free(xs);
+    c->world->xs = NULL;
+}
+
+/* The handle of the allocation holding p (device memory of this pool),
+ * or false. */
+static bool export_buf(ump_pool_t *pool, const void *p, ump_ipc_handle_t *h)
+{
+    ump_ptr_info_t info;
+    if (ump_ptr_info(pool, p, &info) || info.kind != UMP_KIND_DEVICE ||
+        info.lost)
+        return false;
+    log_mute(true); /* what cannot go this way goes the usual way */
+    int rc = ump_ipc_get_handle(pool, info.base, h);
+    log_mute(false);
+    return rc == 0;
+}
+
+/* Step 1: this process's ranks' buffers into their slots; its verdict. */
+static bool publish(ump_comm_t *c, const struct coll_args *a, uint64_t seq)
+{
+    struct coll_shared *xs = c->world->xs;
+    bool ok = !c->world->bad && coll_comm_failed_rank(c) < 0;
+    size_t s = a->count * coll_dtype_size(a->dt);
+    for (int r = 0; r < c->n; r++) {
+        struct xs_slot *sl = &xs->slot[c->first + r];
+        struct coll_buf b[2];
+        int k = coll_buffers(c, a, r, s, b);
+        *sl = (struct xs_slot){.seq = seq};
+        for (int i = 0; ok && i < k; i++) {
+            uint64_t p = (uint64_t)(uintptr_t)b[i].p;
+            if (b[i].recv) {
+                sl->recv = p;
+                ok = export_buf(c->pool, b[i].p, &sl->hrecv);
+            } else {
+                sl->send = p;
+                ok = export_buf(c->pool, b[i].p, &sl->hsend);
+            }
+        }
+    }
+    return ok;
+}
+
+/* Another process's allocation of handle h open here, at its address. */
+static bool open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t seq)
+{
+    struct coll_shared *xs = c->world->xs;
+    struct ipc_handle_fields f;
+    log_mute(true);
+    int rc = ipc_handle_unpack(h, &f, "ump_comm");
+    log_mute(false);
+    if (rc)
+        return false;
+    for (size_t i = 0; i < xs->nopen; i++)
+        if (xs->open[i].key == f.key && xs->open[i].gen == f.gen) {
+            xs->open[i].used = seq;
+            return true;
+        }
+    if (xs->nopen == xs->capopen) {
+        size_t cap = xs->capopen ? 2 * xs->capopen : 16;
+        struct xs_open *n = realloc(xs->open, cap * sizeof(*n));
+        if (!n)
+            return false;
+        xs->open = n;
+        xs->capopen = cap;
+    }
+    void *q = NULL;
+    if (ump_ipc_open(c->pool, h, &q))
+        return false;
+    if ((uint64_t)(uintptr_t)q != f.addr) { /* not in place: no use */
+        ump_ipc_close(c->pool, q);
+        return false;
+    }
+    xs->open[xs->nopen++] = (struct xs_open){f.key, f.gen, q, seq};
+    return true;
+}
+
+/* Opens beyond XS_KEEP that the call at hand does not use are closed,
+ * the oldest first. */
+static void trim_opens(ump_comm_t *c, uint64_t seq)
+{
+    struct coll_shared *xs = c->world->xs;
+    for (size_t i = 0; xs->nopen > XS_KEEP && i < xs->nopen;) {
+        if (xs->open[i].used == seq) {
+            i++;
+            continue;
+        }
+        ump_ipc_close(c->pool, xs->open[i].ptr);
+        memmove(&xs->open[i], &xs->open[i + 1],
+                (xs->nopen - i - 1) * sizeof(*xs->open));
+        xs->nopen--;
+    }
+}
+
+/* Every process's verdict of the step (v: [nproc]), after the barrier;
+ * -ETIMEDOUT (logged, the communicator broken) when a process never
+ * came. */
+static int meet(ump_comm_t *c, const char *fn)
+{
+    struct coll_world *w = c->world;
+    if (xbar_wait(&w->xs->head->call, (uint32_t)w->nproc, c->timeout_s))
+        return 0;
+    ump_log_error("%s: a process of the shared pool's communicator gave "
+                  "up or did not reach the call within comm_timeout (%g s): "
+                  "-ETIMEDOUT", fn, c->timeout_s);
+    w->broken = -ETIMEDOUT;
+    return -ETIMEDOUT;
+}
+
+static bool all_yes(const int32_t *v, int np)
+{
+    for (int p = 0; p < np; p++)
+        if (!v[p])
+            return false;
+    return true;
+}
+
+int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
+{
+    struct coll_world *w = c->world;
+    struct coll_shared *xs = w->xs;
+    int np = w->nproc;
+    if (!xs)
+        return 1;
+    /* A job on streams that gave up (its process's or another's barrier
+     * timed out) said nothing to its caller: the communicator is failed
+     * from then on, here too. */
+    if (atomic_load(&xs->head->job.abort)) {
+        ump_log_error("%s: an earlier call of the shared pool's "
+                      "communicator failed (a process gave up or did not "
+                      "come): destroy it", a->fn);
+        w->broken = -ETIMEDOUT;
+        return -ETIMEDOUT;
+    }
+    uint64_t seq = ++xs->calls;
+    int32_t *ok = xs->ok + (seq & 1) * (size_t)np;
+    ok[w->me] = publish(c, a, seq);
+    int rc = meet(c, a->fn);
+    if (rc)
+        return rc;
+    if (!all_yes(ok, np))
+        return 1;
+    const void *send[COLL_MAX_RANKS];
+    void *recv[COLL_MAX_RANKS];
+    bool mine = true, inplace = false;
+    for (int g = 0; g < c->nall; g++) {
+        const struct xs_slot *sl = &xs->slot[g];
+        bool local = g >= c->first && g < c->first + c->n;
+        if (sl->seq != seq) { /* a process out of step: no use */
+            mine = false;
+            break;
+        }
+        if (!local && sl->send)
+            mine = mine && open_buf(c, &sl->hsend, seq);
+        if (!local && sl->recv)
+            mine = mine && open_buf(c, &sl->hrecv, seq);
+        send[g] = (const void *)(uintptr_t)sl->send;
+        recv[g] = (void *)(uintptr_t)sl->recv;
+        inplace |= sl->send && sl->send == sl->recv;
+    }
+    trim_opens(c, seq);
+    xs->opened[w->me] = mine;
+    if ((rc = meet(c, a->fn)))
+        return rc;
+    if (!all_yes(xs->opened, np))
+        return 1;
+    struct coll_args la = *a;
+    rc = coll_run_across(w->local, &la, COLL_DIRECT, c->nall, c->first, send,
+                         recv, inplace, &xs->x);
+    if (rc == -ETIMEDOUT)
+        w->broken = rc;
+    w->agreed = true; /* the job's barriers carried every process's part */
+    return rc;
+}

@@ -1,0 +1,68 @@
+/*
+ * The processes' barrier (xbar.h). Sense by generation: a process reads
+ * the generation before it counts itself in; the last to arrive resets
+ * the count, then moves the generation on and wakes the others, so that a
+ * process that sees the new generation sees the count reset too (both
+ * sequentially consistent). Waiters spin briefly (the others are usually
+ * a few microseconds behind), then sleep on the generation with a futex
+ * that is not process-private: the word lies in shared memory.
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "coll/xbar.h"
+#include "util/clock.h"
+
+#define XBAR_SPINS 200
+#define XBAR_NAP_NS 10000000L /* a sleep's longest: the deadline's check */
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t val)
+{
+    struct timespec ts = {0, XBAR_NAP_NS};
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *w)
+{
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+void xbar_abort(struct xbar *b)
+{
+    atomic_store(&b->abort, 1);
+    atomic_fetch_add(&b->gen, 1);
+    futex_wake_all(&b->gen);
+}
+
+bool xbar_wait(struct xbar *b, uint32_t n, double timeout_s)
+{
+    uint32_t gen = atomic_load(&b->gen);
+    if (atomic_load(&b->abort))
+        return false;
+    if (atomic_fetch_add(&b->count, 1) + 1 == n) {
+        atomic_store(&b->count, 0);
+        atomic_fetch_add(&b->gen, 1);
+        futex_wake_all(&b->gen);
+        return !atomic_load(&b->abort);
+    }
+    uint64_t deadline = ump_clock_ns() + (uint64_t)(timeout_s * 1e9);
+    for (unsigned spin = 0; atomic_load(&b->gen) == gen; spin++) {
+        if (spin < XBAR_SPINS) {
+            sched_yield();
+            continue;
+        }
+        if (ump_clock_ns() > deadline) {
+            xbar_abort(b);
+            return false;
+        }
+        futex_wait(&b->gen, gen);
+    }
+    return !atomic_load(&b->abort);
+}

@@ -232,8 +232,7 @@ static int exportable(ump_pool_t *pool, const void *ptr, struct target *t)
 
 /* Marks t exported (a run's flag; an object's state, which a racing free
  * may have taken first: then not allocated). Pool lock held. */
-static int mark(ump_pool_t *pool, const void *ptr, const struct target *t,
-                size_t *size_p)
+static int mark(const void *ptr, const struct target *t, size_t *size_p)
 {
     if (t->run) {
         atomic_store_explicit(&t->run->exported, true, memory_order_relaxed);
@@ -282,7 +281,7 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
     rc = exportable(pool, ptr, &t);
     struct ipc_export *e = rc ? NULL : export_of(st, t.run, t.slab, t.idx);
     if (!rc && !e)
-        rc = mark(pool, ptr, &t, &size);
+        rc = mark(ptr, &t, &size);
     if (rc) {
         pthread_mutex_unlock(&pool->lock);
         free(fresh);

@@ -174,6 +174,26 @@ static int child_all(int me, int nlocal, const char *name)
             for (int l = 0; l < n; l++)
                 EXPECT(!memcmp(r[l], r2[l], bytes));
         }
+        /* bfloat16 (its sums round in the type): SUM and AVG bitwise as
+         * the hierarchical schedule's too. */
+        for (int op = UMP_SUM; op <= UMP_AVG; op += UMP_AVG - UMP_SUM) {
+            for (int l = 0; l < n; l++)
+                for (size_t i = 0; i < count; i++) {
+                    float f = (float)(((w.first + l) * 7 + (int)(i % 29)) %
+                                      37) * 64.5f + (float)l;
+                    uint32_t u;
+                    memcpy(&u, &f, sizeof(u));
+                    ((uint16_t *)s[l])[i] = (uint16_t)(u >> 16);
+                }
+            EXPECT(ump_allreduce(w.comm, (const void *const *)s,
+                                 (void *const *)r, count, UMP_BFLOAT16, op,
+                                 NULL) == 0);
+            EXPECT(ump_allreduce(h.comm, (const void *const *)s,
+                                 (void *const *)r2, count, UMP_BFLOAT16, op,
+                                 NULL) == 0);
+            for (int l = 0; l < n; l++)
+                EXPECT(!memcmp(r[l], r2[l], count * 2));
+        }
         /* In place, exact sums. */
         for (int l = 0; l < n; l++)
             for (size_t i = 0; i < count; i++)

@@ -43,12 +43,15 @@ struct coll_xjob {
     int nproc;
     const int *first, *nr; /* per process: its first rank, its ranks */
     double timeout_s;
+    /* This process's jobs not yet freed: they share bar, so one runs at
+     * a time, and what they read stays open until they are done. */
+    atomic_int inflight;
 };
 
 struct coll_job {
     int coll, algo, n, dt, op, root;
     int lo, nl; /* the ranks this process runs (0 and n but across) */
-    const struct coll_xjob *x; /* across processes, or NULL */
+    struct coll_xjob *x; /* across processes, or NULL */
     int fan; /* the rank that runs the whole call (model.h), or -1 */
     size_t count; /* elements, as the call's count means it */
     size_t esz;   /* bytes of one element */

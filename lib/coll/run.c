@@ -24,10 +24,13 @@
 #include "front/check.h"
 #include "front/front.h"
 #include "front/stream.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 static void job_free(struct coll_job *j)
 {
+    if (j->x)
+        atomic_fetch_sub(&j->x->inflight, 1);
     for (int r = 0; r < j->n; r++)
         free(j->scratch[r]);
     free(j->logs);
@@ -218,7 +221,7 @@ struct coll_all {
     int n, lo;
     const void *const *send;
     void *const *recv;
-    const struct coll_xjob *x;
+    struct coll_xjob *x;
 };
 
 static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
@@ -235,6 +238,8 @@ static struct coll_job *job_new(ump_comm_t *c, const struct coll_args *a,
     j->lo = all ? all->lo : 0;
     j->nl = c->n;
     j->x = all ? all->x : NULL;
+    if (j->x)
+        atomic_fetch_add(&j->x->inflight, 1); /* job_free's to take back */
     j->dt = a->dt;
     j->op = a->op;
     j->root = a->root;
@@ -398,6 +403,8 @@ static int queue_job(ump_comm_t *c, const struct coll_args *a, int algo,
 {
     struct coll_job *j = job_new(c, a, algo, fan, inplace, all);
     int rc = j ? hold_buffers(c, a, j) : -ENOMEM;
+    if (rc && all) /* the other processes' ranks would wait for ours */
+        xbar_abort(all->x->bar);
     if (rc && j)
         job_free(j);
     else if (!rc)
@@ -441,18 +448,33 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a)
 
 int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
                     int n, int lo, const void *const *send,
-                    void *const *recv, bool inplace,
-                    const struct coll_xjob *x)
+                    void *const *recv, bool inplace, struct coll_xjob *x)
 {
     int rc = pool_check(c->pool, a->fn);
-    if (rc)
-        return rc;
     const ump_stream_t *st = a->streams ? a->streams : c->own;
     coll_comm_reap(c);
+    /* The previous job (on other streams of the caller's) first: two
+     * jobs' barriers on the one shared barrier would pair across
+     * processes. */
+    uint64_t deadline = ump_clock_ns() + (uint64_t)(x->timeout_s * 1e9);
+    while (!rc && atomic_load(&x->inflight)) {
+        if (ump_clock_ns() > deadline) {
+            ump_log_error("%s: the previous call on this communicator's "
+                          "streams did not end within comm_timeout",
+                          a->fn);
+            rc = -ETIMEDOUT;
+        }
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
     struct coll_all all = {n, lo, send, recv, x};
-    pthread_mutex_lock(&c->lock);
-    rc = queue_job(c, a, algo, -1, inplace, &all, st);
-    pthread_mutex_unlock(&c->lock);
+    if (rc) {
+        xbar_abort(x->bar);
+    } else {
+        pthread_mutex_lock(&c->lock);
+        rc = queue_job(c, a, algo, -1, inplace, &all, st);
+        pthread_mutex_unlock(&c->lock);
+    }
     if (!a->streams)
         coll_comm_reap(c);
     return rc;

@@ -21,13 +21,15 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a);
  * which are ranks [lo, lo + c->n) of the n whose buffers send and recv
  * hold (every process's, at the same addresses in each), with algorithm
  * algo (coll_xalgo_run), the barriers meeting across processes through x.
- * The caller checked the arguments; the pool's failed devices are
- * checked here. */
+ * It starts once this process's previous job across is done (they share
+ * x's barrier), waiting at most x's timeout. The caller checked the
+ * arguments; the pool's failed devices are checked here. Any error before
+ * the job is queued fails the other processes' job too (x's barrier
+ * aborted): they would wait for this one's ranks in vain. */
 struct coll_xjob;
 int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
                     int n, int lo, const void *const *send,
-                    void *const *recv, bool inplace,
-                    const struct coll_xjob *x);
+                    void *const *recv, bool inplace, struct coll_xjob *x);
 
 /* The sim's side of a communicator that is not c->gpu: the events that
  * join the ranks' streams around a fan (model.h), where the backend can

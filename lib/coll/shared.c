@@ -37,6 +37,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "coll/job.h"
@@ -50,9 +51,15 @@
 #define XS_MAGIC 0x554d5853484152ull /* "UMXSHAR" */
 #define XS_KEEP 64
 
-/* One rank's buffers for the call. */
+/* One rank's buffers for the call, and the call as its process sees it:
+ * a process that left a call out (bad arguments, checked before) brings
+ * its next one, whose number (the world's, which counts every call) or
+ * arguments differ, and every process then takes the usual schedule,
+ * whose numbered transfers fail the call rather than pair unlike ones. */
 struct xs_slot {
-    uint64_t seq;                /* the call's number */
+    uint64_t seq;                /* the call's number (world.h: seq) */
+    int32_t coll, dt, op, root;
+    uint64_t count;
     uint64_t send, recv;         /* the call's pointers; 0: none */
     ump_ipc_handle_t hsend, hrecv; /* of their allocations */
 };
@@ -176,8 +183,12 @@ int coll_shared_start(ump_comm_t *c, const ump_oob_t *oob)
     if (xs) {
         xs->bytes = bytes;
         layout(xs, np);
-        xs->x = (struct coll_xjob){&xs->head->job, np, w->first, w->nr,
-                                   c->timeout_s};
+        xs->x.bar = &xs->head->job;
+        xs->x.nproc = np;
+        xs->x.first = w->first;
+        xs->x.nr = w->nr;
+        xs->x.timeout_s = c->timeout_s;
+        atomic_init(&xs->x.inflight, 0);
         w->xs = xs;
         ump_log_info("ump_comm: the %d processes share the pool '%s': "
                      "collectives through its addresses", np, me.name);
@@ -192,6 +203,15 @@ void coll_shared_stop(ump_comm_t *c)
     struct coll_shared *xs = c->world->xs;
     if (!xs)
         return;
+    /* Jobs on the caller's streams may still read what is open, and
+     * their barrier is in the segment: they end first (a job whose peers
+     * are gone ends at its timeout). */
+    coll_comm_reap(c->world->local);
+    while (atomic_load(&xs->x.inflight)) {
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+        coll_comm_reap(c->world->local);
+    }
     for (size_t i = 0; i < xs->nopen; i++)
         ump_ipc_close(c->pool, xs->open[i].ptr);
     free(xs->open);
@@ -215,7 +235,7 @@ static bool export_buf(ump_pool_t *pool, const void *p, ump_ipc_handle_t *h)
 }
 
 /* Step 1: this process's ranks' buffers into their slots; its verdict. */
-static bool publish(ump_comm_t *c, const struct coll_args *a, uint64_t seq)
+static bool publish(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_shared *xs = c->world->xs;
     bool ok = !c->world->bad && coll_comm_failed_rank(c) < 0;
@@ -224,7 +244,9 @@ static bool publish(ump_comm_t *c, const struct coll_args *a, uint64_t seq)
         struct xs_slot *sl = &xs->slot[c->first + r];
         struct coll_buf b[2];
         int k = coll_buffers(c, a, r, s, b);
-        *sl = (struct xs_slot){.seq = seq};
+        *sl = (struct xs_slot){.seq = c->world->seq, .coll = a->coll,
+                               .dt = a->dt, .op = a->op, .root = a->root,
+                               .count = a->count};
         for (int i = 0; ok && i < k; i++) {
             uint64_t p = (uint64_t)(uintptr_t)b[i].p;
             if (b[i].recv) {
@@ -274,10 +296,13 @@ static bool open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t seq)
 }
 
 /* Opens beyond XS_KEEP that the call at hand does not use are closed,
- * the oldest first. */
+ * the oldest first; not while a job of this process may still read them
+ * (a call on the caller's streams returns once its job is queued). */
 static void trim_opens(ump_comm_t *c, uint64_t seq)
 {
     struct coll_shared *xs = c->world->xs;
+    if (atomic_load(&xs->x.inflight))
+        return;
     for (size_t i = 0; xs->nopen > XS_KEEP && i < xs->nopen;) {
         if (xs->open[i].used == seq) {
             i++;
@@ -323,7 +348,7 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
     /* A job on streams that gave up (its process's or another's barrier
      * timed out) said nothing to its caller: the communicator is failed
      * from then on, here too. */
-    if (atomic_load(&xs->head->job.abort)) {
+    if (xbar_aborted(&xs->head->job)) {
         ump_log_error("%s: an earlier call of the shared pool's "
                       "communicator failed (a process gave up or did not "
                       "come): destroy it", a->fn);
@@ -332,7 +357,7 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
     }
     uint64_t seq = ++xs->calls;
     int32_t *ok = xs->ok + (seq & 1) * (size_t)np;
-    ok[w->me] = publish(c, a, seq);
+    ok[w->me] = publish(c, a);
     int rc = meet(c, a->fn);
     if (rc)
         return rc;
@@ -341,11 +366,14 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
     const void *send[COLL_MAX_RANKS];
     void *recv[COLL_MAX_RANKS];
     bool mine = true, inplace = false;
+    const struct xs_slot *me0 = &xs->slot[c->first];
     for (int g = 0; g < c->nall; g++) {
         const struct xs_slot *sl = &xs->slot[g];
         bool local = g >= c->first && g < c->first + c->n;
-        if (sl->seq != seq) { /* a process out of step: no use */
-            mine = false;
+        if (sl->seq != me0->seq || sl->coll != me0->coll ||
+            sl->dt != me0->dt || sl->op != me0->op ||
+            sl->root != me0->root || sl->count != me0->count) {
+            mine = false; /* processes out of step: the usual way */
             break;
         }
         if (!local && sl->send)

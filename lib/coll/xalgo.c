@@ -44,12 +44,14 @@ static void fold(struct coll_job *j, int r, size_t off, void *const *dst,
     const void *src[COLL_MAX_RANKS];
     if (!len)
         return;
-    if (x->nproc == j->n) {
+    if (x->nproc == j->n && j->op != UMP_AVG) {
         /* A rank per process: its partial is its input, bit for bit (a
-         * fold of one term), so one fold of the inputs is the same, AVG
-         * dividing by n once; allreduce's stored into every rank's buffer
-         * as it goes (in place each destination is the input of its own
-         * index: coll_reduce_multi's rule). */
+         * fold of one term), so one fold of the inputs is the same;
+         * allreduce's stored into every rank's buffer as it goes (in
+         * place each destination is the input of its own index:
+         * coll_reduce_multi's rule). Not AVG: the schedules between
+         * processes round the sum to the type before they divide, which
+         * a half type's one fold would not. */
         for (int k = 0; k < j->n; k++)
             src[k] = (const char *)j->send[k] + off * esz;
         if (ndst == j->n)

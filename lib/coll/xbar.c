@@ -3,13 +3,16 @@
  * the generation before it counts itself in; the last to arrive resets
  * the count, then moves the generation on and wakes the others, so that a
  * process that sees the new generation sees the count reset too (both
- * sequentially consistent). Waiters spin briefly (the others are usually
- * a few microseconds behind), then sleep on the generation with a futex
- * that is not process-private: the word lies in shared memory.
+ * sequentially consistent). A waiter whose time runs out marks the
+ * generation it waited on as aborted instead, by the same compare-and-swap
+ * from that generation: either the release or the abort happens, never
+ * both, so every process of a barrier agrees on its outcome. Waiters spin
+ * briefly (the others are usually a few microseconds behind), then sleep
+ * on the word with a futex that is not process-private: it lies in shared
+ * memory.
  */
 #include "config.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -34,35 +37,48 @@ static void futex_wake_all(_Atomic uint32_t *w)
     syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+bool xbar_aborted(struct xbar *b)
+{
+    return atomic_load(&b->gen) & XBAR_ABORT;
+}
+
 void xbar_abort(struct xbar *b)
 {
-    atomic_store(&b->abort, 1);
-    atomic_fetch_add(&b->gen, 1);
+    atomic_fetch_or(&b->gen, XBAR_ABORT);
     futex_wake_all(&b->gen);
 }
 
 bool xbar_wait(struct xbar *b, uint32_t n, double timeout_s)
 {
     uint32_t gen = atomic_load(&b->gen);
-    if (atomic_load(&b->abort))
+    if (gen & XBAR_ABORT)
         return false;
     if (atomic_fetch_add(&b->count, 1) + 1 == n) {
         atomic_store(&b->count, 0);
-        atomic_fetch_add(&b->gen, 1);
+        uint32_t want = gen;
+        bool won = atomic_compare_exchange_strong(&b->gen, &want,
+                                                  (gen + 1) & ~XBAR_ABORT);
         futex_wake_all(&b->gen);
-        return !atomic_load(&b->abort);
+        return won;
     }
     uint64_t deadline = ump_clock_ns() + (uint64_t)(timeout_s * 1e9);
-    for (unsigned spin = 0; atomic_load(&b->gen) == gen; spin++) {
+    for (unsigned spin = 0;; spin++) {
+        uint32_t now = atomic_load(&b->gen);
+        if (now != gen)
+            return !(now & XBAR_ABORT);
         if (spin < XBAR_SPINS) {
             sched_yield();
             continue;
         }
         if (ump_clock_ns() > deadline) {
-            xbar_abort(b);
-            return false;
+            uint32_t want = gen;
+            if (atomic_compare_exchange_strong(&b->gen, &want,
+                                               gen | XBAR_ABORT)) {
+                futex_wake_all(&b->gen);
+                return false;
+            }
+            return !(want & XBAR_ABORT); /* released (or aborted) first */
         }
         futex_wait(&b->gen, gen);
     }
-    return !atomic_load(&b->abort);
 }

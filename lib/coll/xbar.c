@@ -6,7 +6,7 @@
  * sequentially consistent). A waiter whose time runs out marks the
  * generation it waited on as aborted instead, by the same compare-and-swap
  * from that generation: either the release or the abort happens, never
- * both, so every process of a barrier agrees on its outcome. Waiters spin
+ * both, so every process of a barrier agrees on its outcome. Waiters poll
  * briefly (the others are usually a few microseconds behind), then sleep
  * on the word with a futex that is not process-private: it lies in shared
  * memory.
@@ -15,7 +15,6 @@
 
 #include <limits.h>
 #include <linux/futex.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,8 +22,22 @@
 #include "coll/xbar.h"
 #include "util/clock.h"
 
-#define XBAR_SPINS 200
+/* Polls before a sleep: a few microseconds, without sched_yield, which
+ * on a core shared with a busy thread (more processes than cores, a
+ * build beside the job) gives that thread a whole time slice, milliseconds
+ * a barrier; a sleeper on the futex is woken as soon as the last one
+ * arrives instead. */
+#define XBAR_SPINS 2000
 #define XBAR_NAP_NS 10000000L /* a sleep's longest: the deadline's check */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
 
 static void futex_wait(_Atomic uint32_t *w, uint32_t val)
 {
@@ -67,7 +80,7 @@ bool xbar_wait(struct xbar *b, uint32_t n, double timeout_s)
         if (now != gen)
             return !(now & XBAR_ABORT);
         if (spin < XBAR_SPINS) {
-            sched_yield();
+            cpu_relax();
             continue;
         }
         if (ump_clock_ns() > deadline) {

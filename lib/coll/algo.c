@@ -29,18 +29,6 @@
 #define AT(p, i) ((char *)(p) + (size_t)(i) * esz)
 #define CAT(p, i) ((const char *)(p) + (size_t)(i) * esz)
 
-/* Slice k of n over count elements: [lo, hi). */
-static size_t slice_lo(size_t count, int n, int k)
-{
-    return count / (size_t)n * (size_t)k +
-           ((size_t)k < count % (size_t)n ? (size_t)k : count % (size_t)n);
-}
-
-static size_t slice_len(size_t count, int n, int k)
-{
-    return slice_lo(count, n, k + 1) - slice_lo(count, n, k);
-}
-
 static void copy(void *dst, const void *src, size_t bytes)
 {
     if (dst != src && bytes)

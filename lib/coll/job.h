@@ -50,7 +50,8 @@ struct coll_xjob {
 
 struct coll_job {
     int coll, algo, n, dt, op, root;
-    int lo, nl; /* the ranks this process runs (0 and n but across) */
+    int lo, nl; /* the ranks this process runs: [lo, lo + nl) (all n of
+                   them, but across processes) */
     struct coll_xjob *x; /* across processes, or NULL */
     int fan; /* the rank that runs the whole call (model.h), or -1 */
     size_t count; /* elements, as the call's count means it */
@@ -98,6 +99,19 @@ struct coll_job {
     ump_comm_t *comm;
     struct coll_job *next; /* in comm->done */
 };
+
+/* Slice k of count elements over n ranks: [slice_lo, + slice_len), the
+ * first count % n slices one element longer. */
+static inline size_t slice_lo(size_t count, int n, int k)
+{
+    return count / (size_t)n * (size_t)k +
+           ((size_t)k < count % (size_t)n ? (size_t)k : count % (size_t)n);
+}
+
+static inline size_t slice_len(size_t count, int n, int k)
+{
+    return slice_lo(count, n, k + 1) - slice_lo(count, n, k);
+}
 
 /* Rank r waits until every rank of the job has called it as often; false
  * when the job was aborted (the schedule then stops), also when one of

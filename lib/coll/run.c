@@ -446,26 +446,34 @@ int coll_run_local(ump_comm_t *c, const struct coll_args *a)
     return rc;
 }
 
+bool coll_xjob_idle(ump_comm_t *c, struct coll_xjob *x, double timeout_s)
+{
+    uint64_t deadline = timeout_s < 0 ? UINT64_MAX
+                        : ump_clock_ns() + (uint64_t)(timeout_s * 1e9);
+    for (;;) {
+        coll_comm_reap(c); /* a finished job waiting there is counted */
+        if (!atomic_load(&x->inflight))
+            return true;
+        if (ump_clock_ns() > deadline)
+            return false;
+        struct timespec ts = {0, 50000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
                     int n, int lo, const void *const *send,
                     void *const *recv, bool inplace, struct coll_xjob *x)
 {
     int rc = pool_check(c->pool, a->fn);
     const ump_stream_t *st = a->streams ? a->streams : c->own;
-    coll_comm_reap(c);
     /* The previous job (on other streams of the caller's) first: two
      * jobs' barriers on the one shared barrier would pair across
      * processes. */
-    uint64_t deadline = ump_clock_ns() + (uint64_t)(x->timeout_s * 1e9);
-    while (!rc && atomic_load(&x->inflight)) {
-        if (ump_clock_ns() > deadline) {
-            ump_log_error("%s: the previous call on this communicator's "
-                          "streams did not end within comm_timeout",
-                          a->fn);
-            rc = -ETIMEDOUT;
-        }
-        struct timespec ts = {0, 50000};
-        nanosleep(&ts, NULL);
+    if (!rc && !coll_xjob_idle(c, x, x->timeout_s)) {
+        ump_log_error("%s: the previous call on this communicator's "
+                      "streams did not end within comm_timeout", a->fn);
+        rc = -ETIMEDOUT;
     }
     struct coll_all all = {n, lo, send, recv, x};
     if (rc) {

@@ -30,6 +30,10 @@ struct coll_xjob;
 int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
                     int n, int lo, const void *const *send,
                     void *const *recv, bool inplace, struct coll_xjob *x);
+/* Waits until no job of c across processes through x is left (c's
+ * finished ones reaped): false when timeout_s passed first (< 0: no
+ * limit). */
+bool coll_xjob_idle(ump_comm_t *c, struct coll_xjob *x, double timeout_s);
 
 /* The sim's side of a communicator that is not c->gpu: the events that
  * join the ranks' streams around a fan (model.h), where the backend can

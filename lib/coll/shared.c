@@ -37,7 +37,6 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "coll/job.h"
@@ -90,10 +89,17 @@ struct coll_shared {
     struct coll_xjob x;
 };
 
+/* The segment: the head, the verdicts (ok[2][nproc], opened[nproc]),
+ * then the slots from a cache line's start. */
+static size_t slots_at(int nproc)
+{
+    size_t off = sizeof(struct xs_head) + 3 * (size_t)nproc * sizeof(int32_t);
+    return (off + 63) & ~(size_t)63;
+}
+
 static size_t seg_bytes(int nproc, int nall)
 {
-    return sizeof(struct xs_head) + 3 * (size_t)nproc * sizeof(int32_t) +
-           (size_t)nall * sizeof(struct xs_slot) + 64;
+    return slots_at(nproc) + (size_t)nall * sizeof(struct xs_slot);
 }
 
 static void layout(struct coll_shared *xs, int nproc)
@@ -102,9 +108,7 @@ static void layout(struct coll_shared *xs, int nproc)
     xs->head = (struct xs_head *)p;
     xs->ok = (int32_t *)(p + sizeof(struct xs_head));
     xs->opened = xs->ok + 2 * nproc;
-    size_t off = sizeof(struct xs_head) + 3 * (size_t)nproc * sizeof(int32_t);
-    off = (off + 63) & ~(size_t)63;
-    xs->slot = (struct xs_slot *)(p + off);
+    xs->slot = (struct xs_slot *)(p + slots_at(nproc));
 }
 
 /* What each process says at the start. */
@@ -204,14 +208,9 @@ void coll_shared_stop(ump_comm_t *c)
     if (!xs)
         return;
     /* Jobs on the caller's streams may still read what is open, and
-     * their barrier is in the segment: they end first (a job whose peers
-     * are gone ends at its timeout). */
-    coll_comm_reap(c->world->local);
-    while (atomic_load(&xs->x.inflight)) {
-        struct timespec ts = {0, 100000};
-        nanosleep(&ts, NULL);
-        coll_comm_reap(c->world->local);
-    }
+     * their barrier is in the segment: they end first (each within its
+     * barriers' timeouts, so a wait with none of its own ends). */
+    coll_xjob_idle(c->world->local, &xs->x, -1);
     for (size_t i = 0; i < xs->nopen; i++)
         ump_ipc_close(c->pool, xs->open[i].ptr);
     free(xs->open);

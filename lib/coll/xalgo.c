@@ -24,13 +24,6 @@
 #include "coll/job.h"
 #include "coll/reduce.h"
 
-/* Slice k of count elements over n ranks: [lo, lo + len). */
-static size_t slice_lo(size_t count, int n, int k)
-{
-    return count / (size_t)n * (size_t)k +
-           ((size_t)k < count % (size_t)n ? (size_t)k : count % (size_t)n);
-}
-
 /* The fixed order's fold of len elements of every rank's send buffer from
  * element off, into dst[0..ndst): partials per process in rank r's
  * scratch, then across. */
@@ -98,8 +91,7 @@ void coll_xalgo_run(struct coll_job *j, int r)
     void *dst[COLL_MAX_RANKS];
     switch (j->coll) {
     case UMP_COLL_ALLREDUCE: {
-        size_t lo = slice_lo(c, j->n, r);
-        size_t len = slice_lo(c, j->n, r + 1) - lo;
+        size_t lo = slice_lo(c, j->n, r), len = slice_len(c, j->n, r);
         for (int k = 0; k < j->n; k++)
             dst[k] = (char *)j->recv[k] + lo * esz;
         fold(j, r, lo, dst, j->n, len);

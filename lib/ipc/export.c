@@ -32,15 +32,15 @@ static struct ipc_export **bucket(struct ipc_state *st, size_t g)
     return &st->buckets[g % IPC_BUCKETS];
 }
 
-void ipc_export_range(const struct ipc_export *e, size_t *g_p, size_t *n_p)
-{
-    *g_p = e->run ? e->run->start : e->slab->granule;
-    *n_p = e->run ? e->run->n : 1;
-}
-
 static size_t first_granule(const struct ipc_export *e)
 {
     return e->run ? e->run->start : e->slab->granule;
+}
+
+void ipc_export_range(const struct ipc_export *e, size_t *g_p, size_t *n_p)
+{
+    *g_p = first_granule(e);
+    *n_p = e->run ? e->run->n : 1; /* a slab is one granule */
 }
 
 struct ipc_export *ipc_export_find(struct ipc_state *st, size_t g,
@@ -230,13 +230,19 @@ static int exportable(ump_pool_t *pool, const void *ptr, struct target *t)
     return 0;
 }
 
+/* t's size as requested. Pool lock held. */
+static size_t target_size(const struct target *t)
+{
+    return t->run ? atomic_load_explicit(&t->run->size, memory_order_relaxed)
+                  : obj_req(atomic_load(&t->slab->word[t->idx]));
+}
+
 /* Marks t exported (a run's flag; an object's state, which a racing free
  * may have taken first: then not allocated). Pool lock held. */
-static int mark(const void *ptr, const struct target *t, size_t *size_p)
+static int mark(const void *ptr, const struct target *t)
 {
     if (t->run) {
         atomic_store_explicit(&t->run->exported, true, memory_order_relaxed);
-        *size_p = atomic_load_explicit(&t->run->size, memory_order_relaxed);
         return 0;
     }
     _Atomic uint32_t *word = &t->slab->word[t->idx];
@@ -246,9 +252,8 @@ static int mark(const void *ptr, const struct target *t, size_t *size_p)
                word, &w, obj_word(OBJ_EXPORTED, obj_req(w)),
                memory_order_acq_rel, memory_order_acquire))
         ;
-    if (obj_state(w) != OBJ_LIVE && obj_state(w) != OBJ_EXPORTED)
+    if (!obj_live(w))
         return pool_bad_pointer(ptr, "ump_ipc_get_handle", "not allocated");
-    *size_p = obj_req(w);
     return 0;
 }
 
@@ -277,11 +282,10 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
     }
     pthread_mutex_lock(&pool->lock);
     struct target t = {0};
-    size_t size = 0;
     rc = exportable(pool, ptr, &t);
     struct ipc_export *e = rc ? NULL : export_of(st, t.run, t.slab, t.idx);
     if (!rc && !e)
-        rc = mark(ptr, &t, &size);
+        rc = mark(ptr, &t);
     if (rc) {
         pthread_mutex_unlock(&pool->lock);
         free(fresh);
@@ -295,10 +299,6 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
         e->next = *bucket(st, first_granule(e));
         *bucket(st, first_granule(e)) = e;
         pool->exports++;
-    } else {
-        size = t.run ? atomic_load_explicit(&t.run->size,
-                                            memory_order_relaxed)
-                     : obj_req(atomic_load(&t.slab->word[t.idx]));
     }
     struct ipc_handle_fields f = {
         .backend = pool->be == &sim_backend_ops ? IPC_BACKEND_SIM
@@ -308,7 +308,7 @@ UMP_EXPORT int ump_ipc_get_handle(ump_pool_t *pool, const void *ptr,
         .gen = e->gen,
         .ticket = ++st->next_ticket,
         .addr = (uint64_t)(uintptr_t)ptr,
-        .size = size,
+        .size = target_size(&t),
     };
     pthread_mutex_unlock(&pool->lock);
     free(fresh);

@@ -124,6 +124,17 @@ size_t cuvmm_granularity(void *ctx, int device)
 
 /* --- addresses --------------------------------------------------------- */
 
+/* The largest of align and the GPUs' granularities: a range's start must
+ * meet it. */
+static size_t resv_align(const struct cuda_ctx *c, size_t align)
+{
+    size_t al = align;
+    for (int d = 0; d < c->nphys; d++)
+        if (c->gran[d] > al)
+            al = c->gran[d];
+    return al;
+}
+
 /* Window candidates asked for before the driver chooses: each costs a
  * reservation and, when the driver offers another range (the candidate is
  * taken, or this driver does not take hints there), its release. */
@@ -151,25 +162,25 @@ static bool reserve_hint(struct cuda_ctx *c, CUdeviceptr want, size_t size,
 
 /* First in the window of backend/va_window.c (why: there), so that the
  * processes of a shared pool and a checkpoint restored in a fresh process
- * find the range free; then wherever the driver likes. */
+ * find the range free; then wherever the driver likes. Only the range
+ * between a candidate's guards is reserved (the driver frees a
+ * reservation only whole, so the guards could not be trimmed off as the
+ * sim trims its mmap): the pools keep their spacing, but nothing keeps
+ * the driver's other ranges out of the guards. */
 int cuvmm_reserve(void *ctx, size_t size, size_t align, void **va_p)
 {
     struct cuda_ctx *c = ctx;
     CUcontext saved;
     CUdeviceptr va = 0;
     CUresult res = CUDA_SUCCESS;
-    size_t al = align;
     struct va_window w;
     uintptr_t at;
     int err;
 
-    for (int d = 0; d < c->nphys; d++)
-        if (c->gran[d] > al)
-            al = c->gran[d];
     err = cudrv_ctx_enter(&c->api, c->pctx[CUDA_ANY_DEVICE], &saved);
     if (err)
         return err;
-    va_window_start(&w, size, al ? al : 1, CUDA_VA_TRIES);
+    va_window_start(&w, size, resv_align(c, align), CUDA_VA_TRIES);
     while (!va && va_window_next(&w, &at))
         if (reserve_hint(c, at + w.guard, size, align))
             va = at + w.guard;
@@ -192,14 +203,11 @@ int cuvmm_reserve_at(void *ctx, void *va, size_t size, size_t align)
 {
     struct cuda_ctx *c = ctx;
     CUdeviceptr want = (CUdeviceptr)(uintptr_t)va, got = 0;
-    size_t al = align;
+    size_t al = resv_align(c, align);
     CUcontext saved;
     CUresult res;
     int err;
 
-    for (int d = 0; d < c->nphys; d++)
-        if (c->gran[d] > al)
-            al = c->gran[d];
     if (!want || (al && want % al)) {
         ump_log_error("cuda: reserve_at: %p is not an address aligned to %zu",
                       va, al);

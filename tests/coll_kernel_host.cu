@@ -275,3 +275,62 @@ extern "C" size_t coll_kernel_host_seg_case(int dt, int op, int mode, int n,
     }
     return bad;
 }
+
+/* AVG's own divisor (kernel.h: avgn): one source of count elements at off
+ * bytes into its buffer, divided by div into ndst destinations (the first
+ * the source itself when inplace). The reference is coll_avg_finish on a
+ * copy of the source, whose bits the kernel promises; bytes outside the
+ * destinations' ranges must not change. */
+extern "C" size_t coll_kernel_host_avgn_case(int dt, int div, int ndst,
+                                             size_t count, size_t off,
+                                             size_t nthreads, bool inplace,
+                                             char *why, size_t len)
+{
+    size_t esz = coll_dtype_size(dt), bytes = count * esz;
+    size_t room = (bytes + off + 32 + 63) / 64 * 64, bad = 0;
+    unsigned char *src = (unsigned char *)aligned_alloc(64, room);
+    unsigned char *ref = (unsigned char *)malloc(room);
+    unsigned char *dst[UMP_MAX_DEVICES];
+    coll_kargs a;
+    memset(&a, 0, sizeof(a));
+    a.count = count;
+    a.n = 1;
+    a.ndst = ndst;
+    a.dt = dt;
+    a.op = UMP_AVG;
+    a.avgn = div;
+    fill(src, room, dt, (uint64_t)dt << 16 ^ (uint64_t)div);
+    memcpy(ref, src, room);
+    coll_avg_finish(dt, ref + off, count, div);
+    a.src[0] = src + off;
+    for (int o = 0; o < ndst; o++) {
+        dst[o] = inplace && !o ? src : (unsigned char *)aligned_alloc(64, room);
+        if (dst[o] != src) {
+            /* outside the range: the reference's bytes, to compare below */
+            memcpy(dst[o], ref, room);
+            memset(dst[o] + off, 0xa5, bytes);
+        }
+        a.dst[o] = dst[o] + off;
+    }
+    for (size_t t = 0; t < nthreads; t++)
+        coll_kernel_body(a, t, nthreads);
+    for (int o = 0; o < ndst; o++)
+        for (size_t b = 0; b < room; b++) {
+            if (dst[o][b] == ref[b])
+                continue;
+            size_t e = b < off ? b : off + (b - off) / esz * esz;
+            if (b >= off && b < off + bytes && is_nan(dst[o] + e, dt) &&
+                is_nan(ref + e, dt))
+                continue;
+            if (!bad++)
+                snprintf(why, len, "destination %d byte %zu", o, b);
+        }
+    for (int o = 0; o < ndst; o++)
+        if (dst[o] != src)
+            free(dst[o]);
+    if (!inplace && memcmp(src, ref, off) && !bad++)
+        snprintf(why, len, "the source's bytes before it changed");
+    free(src);
+    free(ref);
+    return bad;
+}

@@ -1525,8 +1525,9 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
     size_t esz = coll_dtype_size(a->dt);
     if (!esz || !coll_op_valid(a->op) || a->n < 1 ||
         a->n > UMP_MAX_DEVICES || a->ndst < 1 || a->ndst > UMP_MAX_DEVICES ||
-        a->mode < COLL_KFOLD || a->mode > COLL_KSPLIT || a->pad)
-        return end(CUDA_ERROR_INVALID_VALUE);
+        a->mode < COLL_KFOLD || a->mode > COLL_KSPLIT || a->avgn < 0 ||
+        (a->avgn && (a->op != UMP_AVG || a->n != 1 || a->mode != COLL_KFOLD)))
+        return end(CUDA_ERROR_INVALID_VALUE); /* avgn: kernel.h's rule */
     /* the bytes each pointer covers, by the kernel's shape (kernel.h) */
     size_t nseg = a->mode == COLL_KGATHER  ? (size_t)a->n
                   : a->mode == COLL_KSPLIT ? (size_t)a->ndst
@@ -1559,6 +1560,10 @@ static CUresult fake_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy,
             break;
         coll_reduce_shape(a->dt, a->op, a->mode, a->dst, a->ndst, a->src,
                           a->n, a->count, seg);
+        /* avgn: the one source copied into every destination above, each
+         * then divided as coll_avg_finish divides (kernel.h) */
+        for (int o = 0; a->avgn && o < a->ndst; o++)
+            coll_avg_finish(a->dt, a->dst[o], a->count, a->avgn);
     }
     n_launches++;
     return end(CUDA_SUCCESS);

@@ -54,6 +54,7 @@ tests_test_offload_SOURCES = tests/test_offload.c tools/bench/offload_opt.c
 tests_test_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_coll_cuda_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 tests_test_torch_streams_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
+tests_test_coll_shared_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CPPFLAGS)
 
 # The collectives' kernel on the host (coll_kernel_host.cu includes
 # lib/coll/kernels.cu): built by nvcc as host code, linked with the static

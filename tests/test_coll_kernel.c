@@ -23,6 +23,9 @@ size_t coll_kernel_host_case(int dt, int op, int n, int ndst, size_t count,
 size_t coll_kernel_host_seg_case(int dt, int op, int mode, int n, size_t seg,
                                  size_t off, size_t nthreads, bool inplace,
                                  char *why, size_t len);
+size_t coll_kernel_host_avgn_case(int dt, int div, int ndst, size_t count,
+                                  size_t off, size_t nthreads, bool inplace,
+                                  char *why, size_t len);
 
 /* The shapes of a case: destinations (1, or n: two-shot), which of them
  * are in place (none, all, every other: mixed), and a pointer one element
@@ -100,6 +103,35 @@ static void test_segments(void **state)
                                          bad, why);
                         }
 }
+
+/* AVG's own divisor (kernel.h: avgn, one source): coll_avg_finish's bits
+ * for every type, divisors 1 (a bit copy) to 7, one destination or
+ * several, in place and not, aligned and an element off. */
+static void test_avg_divisor(void **state)
+{
+    (void)state;
+    static const size_t counts[] = {0, 1, 17, 1000};
+    for (int dt = 0; dt < COLL_NDTYPE; dt++)
+        for (int div = 1; div <= 7; div += 2)
+            for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]);
+                 ci++)
+                for (int shape = 0; shape < 4; shape++) {
+                    bool ip = shape & 1;
+                    int ndst = shape & 2 ? 3 : 1;
+                    size_t off = (ci + (size_t)div) % 2 ? coll_dtype_size(dt)
+                                                        : 0;
+                    char why[160] = "";
+                    size_t bad = coll_kernel_host_avgn_case(
+                        dt, div, ndst, counts[ci], off, ci % 2 ? 7 : 256, ip,
+                        why, sizeof(why));
+                    if (bad)
+                        fail_msg("%s avg / %d, %zu elements at offset %zu, "
+                                 "%d destinations%s: %zu differ, first at "
+                                 "%s", coll_dtype_name(dt), div, counts[ci],
+                                 off, ndst, ip ? " (in place)" : "", bad,
+                                 why);
+                }
+}
 #else
 static void test_every_case(void **state)
 {
@@ -112,6 +144,12 @@ static void test_segments(void **state)
     (void)state;
     skip();
 }
+
+static void test_avg_divisor(void **state)
+{
+    (void)state;
+    skip();
+}
 #endif
 
 int main(void)
@@ -119,6 +157,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_case),
         cmocka_unit_test(test_segments),
+        cmocka_unit_test(test_avg_divisor),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,10 @@
  * ranks through the pool's addresses. Checked: the results, the same bits
  * as the hierarchical schedule (coll_schedule:hierarchical, through the
  * oob), a host buffer in one process sending every process the usual way,
- * and a process that never comes (-ETIMEDOUT within comm_timeout). */
+ * and a process that never comes (-ETIMEDOUT within comm_timeout). On the
+ * sim, and on the fake CUDA driver (lib/coll/xgpu.c: each process's share
+ * in kernel launches; its memory is the CPU's here, so the checks read it
+ * as on the sim). */
 #include "config.h"
 
 #include <stdarg.h>
@@ -23,6 +26,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "fakecuda_util.h"
+#include "mem/pool.h"
 #include "rundir.h"
 #include "umpool.h"
 
@@ -38,6 +44,8 @@ struct meet {
 
 static struct meet *meet;
 static int nproc;
+/* The pools' backend: the sim, or cuda on the fake driver (cuda_setup). */
+static const char *backend = "backend:sim,sim_devices:2,sim_device_mem:128M";
 
 static int oob_barrier(void *ctx)
 {
@@ -102,9 +110,7 @@ static int join(struct world *w, int me, int nlocal, const char *name,
                 const char *ccfg, ump_pool_t *pool)
 {
     char conf[256];
-    snprintf(conf, sizeof(conf),
-             "backend:sim,sim_devices:2,sim_device_mem:128M,publish:false,"
-             "share:%s", name);
+    snprintf(conf, sizeof(conf), "%s,publish:false,share:%s", backend, name);
     int rc = pool ? 0 : ump_pool_create(conf, &pool);
     if (rc)
         return rc;
@@ -138,6 +144,11 @@ static int child_all(int me, int nlocal, const char *name)
     EXPECT(ump_comm_plan(h.comm, UMP_COLL_ALLREDUCE, 1000, UMP_FLOAT32,
                          &plan) == 0);
     EXPECT(strcmp(plan.algorithm, "shared") != 0);
+    /* All-to-all: one job on the sim; on cuda the usual way (xgpu.c) */
+    bool cuda = strstr(backend, "cuda") != NULL;
+    EXPECT(ump_comm_plan(w.comm, UMP_COLL_ALLTOALL, 1000, UMP_FLOAT32,
+                         &plan) == 0);
+    EXPECT(!strcmp(plan.algorithm, "shared") == !cuda);
     int n = w.nlocal, N = w.nall;
     const size_t counts[] = {1, 1000, 100003};
     for (size_t ci = 0; ci < 3; ci++) {
@@ -320,6 +331,68 @@ static int child_gone(int me, const char *name)
     return 0;
 }
 
+/* Process 1's device fails during a call (sim_fail_device: at the call's
+ * first work on it, after a first call has opened every buffer): the
+ * call is -EIO in both processes, not a timeout, and the communicator
+ * says so from then on. */
+static int child_devfail(int me, const char *name)
+{
+    struct world w;
+    EXPECT(join(&w, me, 1, name, NULL, NULL) == 0);
+    float *b;
+    EXPECT(ump_alloc(w.pool, 4096, NULL, (void **)&b) == 0);
+    EXPECT(ump_allreduce(w.comm, (const void *const *)&b,
+                         (void *const *)&b, 1024, UMP_FLOAT32, UMP_SUM,
+                         NULL) == 0);
+    if (me == 1)
+        EXPECT(sim_fail_device(w.pool->bctx, 0, 1) == 0);
+    EXPECT(ump_allreduce(w.comm, (const void *const *)&b,
+                         (void *const *)&b, 1024, UMP_FLOAT32, UMP_SUM,
+                         NULL) == -EIO);
+    EXPECT(ump_allreduce(w.comm, (const void *const *)&b,
+                         (void *const *)&b, 1024, UMP_FLOAT32, UMP_SUM,
+                         NULL) == -EIO);
+    EXPECT(from_net(w.pool) == 0); /* the calls went the shared way */
+    ump_free(w.pool, b);
+    ump_comm_destroy(w.comm);
+    ump_pool_destroy(w.pool);
+    return 0;
+}
+
+#ifdef HAVE_CUDA_H
+/* Process 1's launch of its share fails (the fake driver: a launch out of
+ * resources, an error that leaves the device sound): the call fails in
+ * both processes at the last barrier, not by a timeout, and the next call
+ * is right in both. */
+static int child_fail(int me, const char *name)
+{
+    if (me == 1)
+        setenv("UMPOOL_FAKE_CUDA",
+               "devices=2,mem=256,fail=cuLaunchKernel:1:701", 1);
+    struct world w;
+    EXPECT(join(&w, me, 1, name, NULL, NULL) == 0);
+    const size_t count = 4096;
+    float *b;
+    EXPECT(ump_alloc(w.pool, count * sizeof(float), NULL, (void **)&b) == 0);
+    for (size_t i = 0; i < count; i++)
+        b[i] = input(me, i);
+    int rc = ump_allreduce(w.comm, (const void *const *)&b, (void *const *)&b,
+                           count, UMP_FLOAT32, UMP_SUM, NULL);
+    EXPECT(me == 1 ? rc < 0 : rc == -EIO);
+    for (size_t i = 0; i < count; i++)
+        b[i] = input(me, i);
+    EXPECT(ump_allreduce(w.comm, (const void *const *)&b, (void *const *)&b,
+                         count, UMP_FLOAT32, UMP_SUM, NULL) == 0);
+    for (size_t i = 0; i < count; i += 7)
+        EXPECT(b[i] == input(0, i) + input(1, i));
+    EXPECT(from_net(w.pool) == 0); /* both calls the shared way */
+    EXPECT(ump_free(w.pool, b) == 0);
+    EXPECT(ump_comm_destroy(w.comm) == 0);
+    EXPECT(ump_pool_destroy(w.pool) == 0);
+    return 0;
+}
+#endif
+
 /* Runs fn in np forked processes (nlocal ranks each for child_all); the
  * parent makes no pool. Their exit statuses. */
 static void run_procs(int np, int which, const char *name)
@@ -340,6 +413,10 @@ static void run_procs(int np, int which, const char *name)
             int rc = which == 0   ? child_all(p, 1 + p % 2, name)
                      : which == 3 ? child_all(p, 1, name)
                      : which == 1 ? child_host(p, name)
+                     : which == 5 ? child_devfail(p, name)
+#ifdef HAVE_CUDA_H
+                     : which == 4 ? child_fail(p, name)
+#endif
                                   : child_gone(p, name);
             fflush(stderr);
             _exit(rc);
@@ -401,6 +478,91 @@ static void test_process_gone(void **state)
     run_procs(2, 2, "xcollgone");
 }
 
+static void test_device_fails(void **state)
+{
+    (void)state;
+    run_procs(2, 5, "xcolldevfail");
+}
+
+#ifdef HAVE_CUDA_H
+/* The same on cuda: the fake driver's two devices, which reach each other.
+ * The kernel's launches are counted in each process (fake_count), not
+ * here: what shows the shared way is the network's counters (from_net). */
+static int cuda_setup(void **state)
+{
+    (void)state;
+    use_fake("devices=2,mem=256");
+    backend = "backend:cuda";
+    return 0;
+}
+
+static void test_cuda_processes(void **state)
+{
+    (void)state;
+    run_procs(2, 0, "xcudacoll2");
+    run_procs(3, 3, "xcudacoll1");
+}
+
+static void test_cuda_host_buffer_falls_back(void **state)
+{
+    (void)state;
+    run_procs(2, 1, "xcudacollhost");
+}
+
+static void test_cuda_process_gone(void **state)
+{
+    (void)state;
+    run_procs(2, 2, "xcudacollgone");
+}
+
+static void test_cuda_share_fails(void **state)
+{
+    (void)state;
+    run_procs(2, 4, "xcudacollfail");
+}
+#else
+static int cuda_setup(void **state)
+{
+    (void)state;
+    return 0;
+}
+
+static void test_cuda_processes(void **state)
+{
+    (void)state;
+    skip(); /* built without cuda.h: no fake driver */
+}
+
+static void test_cuda_host_buffer_falls_back(void **state)
+{
+    (void)state;
+    skip();
+}
+
+static void test_cuda_process_gone(void **state)
+{
+    (void)state;
+    skip();
+}
+
+static void test_cuda_share_fails(void **state)
+{
+    (void)state;
+    skip();
+}
+#endif
+
+static int setup(void **state)
+{
+    return rundir_setup(state) ? -1 : group_setup(state);
+}
+
+static int teardown(void **state)
+{
+    group_teardown(state);
+    return rundir_teardown(state);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -409,6 +571,12 @@ int main(void)
         cmocka_unit_test(test_rank_per_process),
         cmocka_unit_test(test_host_buffer_falls_back),
         cmocka_unit_test(test_process_gone),
+        cmocka_unit_test(test_device_fails),
+        /* after the sim's: cuda_setup leaves the backend set */
+        cmocka_unit_test_setup(test_cuda_processes, cuda_setup),
+        cmocka_unit_test_setup(test_cuda_host_buffer_falls_back, cuda_setup),
+        cmocka_unit_test_setup(test_cuda_process_gone, cuda_setup),
+        cmocka_unit_test_setup(test_cuda_share_fails, cuda_setup),
     };
-    return cmocka_run_group_tests(tests, rundir_setup, rundir_teardown);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

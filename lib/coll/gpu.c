@@ -249,6 +249,19 @@ static void copy(struct gcall *g, int r, void *dst, const void *src,
         coll_traffic(g->c->pool, loc_of(g, src), loc_of(g, dst), bytes);
 }
 
+int coll_gpu_kernel(ump_pool_t *pool, ump_stream_t st,
+                    struct coll_kargs *k)
+{
+    /* a thread per 16 bytes (the kernel's vectors), up to the cap */
+    size_t vecs = (k->count * coll_dtype_size(k->dt) + 15) / 16;
+    size_t blocks = (vecs + COLL_KERNEL_THREADS - 1) / COLL_KERNEL_THREADS;
+    if (blocks > COLL_KERNEL_MAX_BLOCKS)
+        blocks = COLL_KERNEL_MAX_BLOCKS;
+    return pool->be->kernel_launch(pool->bctx, st, coll_kernel_image,
+                                   COLL_KERNEL_REDUCE, (unsigned)blocks,
+                                   COLL_KERNEL_THREADS, k);
+}
+
 /* Where rank r reads every rank's send buffer, off bytes in. */
 static void srcs_at(const struct gcall *g, int r, size_t off,
                     const void **out)
@@ -274,14 +287,7 @@ static void launch_shape(struct gcall *g, int r, int mode, void *const *dst,
         k.src[i] = src[i];
     for (int o = 0; o < ndst; o++)
         k.dst[o] = dst[o];
-    /* a thread per 16 bytes (the kernel's vectors), up to the cap */
-    size_t vecs = (count * g->esz + 15) / 16;
-    size_t blocks = (vecs + COLL_KERNEL_THREADS - 1) / COLL_KERNEL_THREADS;
-    if (blocks > COLL_KERNEL_MAX_BLOCKS)
-        blocks = COLL_KERNEL_MAX_BLOCKS;
-    g->rc = g->be->kernel_launch(g->bctx, g->st[r], coll_kernel_image,
-                                 COLL_KERNEL_REDUCE, (unsigned)blocks,
-                                 COLL_KERNEL_THREADS, &k);
+    g->rc = coll_gpu_kernel(g->c->pool, g->st[r], &k);
     /* rank r's kernel reads every source and stores every destination */
     size_t sbytes = (mode == COLL_KGATHER ? seg : count) * g->esz;
     size_t dbytes = (mode == COLL_KSPLIT ? seg : count) * g->esz;
@@ -484,12 +490,7 @@ static int scratch(struct gcall *g, int r, size_t bytes)
     return rc;
 }
 
-/* Two-shot's slice k of n over count elements of esz bytes starts here:
- * slices are cut in whole 16-byte vectors (the kernel's loads, which it
- * uses only where every pointer of a launch is 16-byte aligned), the last
- * slice taking what is left. The bits do not depend on where the cuts
- * are: every element is folded from its own inputs. */
-static size_t slice_lo(size_t count, size_t esz, int n, int k)
+size_t coll_gpu_slice_lo(size_t count, size_t esz, int n, int k)
 {
     size_t unit = esz < 16 ? 16 / esz : 1, units = count / unit;
     if (k >= n)
@@ -533,7 +534,7 @@ static void allreduce(struct gcall *g, int algo)
      * hand-off. In place, rank r writes slice r of the send buffers, which
      * only it reads, each element after reading it. */
     for (int r = 0; r < n; r++) {
-        size_t first = slice_lo(a->count, g->esz, n, r);
+        size_t first = coll_gpu_slice_lo(a->count, g->esz, n, r);
         size_t lo = first * g->esz;
         const void *src[COLL_MAX_RANKS];
         void *dst[COLL_MAX_RANKS];
@@ -541,7 +542,7 @@ static void allreduce(struct gcall *g, int algo)
         for (int k = 0; k < n; k++)
             dst[k] = AT(a->recv[k], lo);
         reduce(g, r, dst, n, src, n,
-               slice_lo(a->count, g->esz, n, r + 1) - first);
+               coll_gpu_slice_lo(a->count, g->esz, n, r + 1) - first);
     }
 }
 

@@ -12,6 +12,7 @@
 
 #include "coll/check.h"
 #include "coll/comm.h"
+#include "coll/kernel.h"
 
 /* The algorithms (bits 1u << enum coll_algo) the GPU executor runs for
  * coll on communicator c: one-shot, and two-shot where every device of the
@@ -34,5 +35,17 @@ int coll_gpu_run(ump_comm_t *c, const struct coll_args *a, int algo,
 /* Releases the buffers that finished calls acquired; wait: waits for the
  * calls still running first. */
 void coll_gpu_reap(ump_comm_t *c, bool wait);
+
+/* Queues the kernel with argument k on stream st: a thread per 16 bytes,
+ * up to kernel.h's cap. 0 or the backend's error. */
+int coll_gpu_kernel(ump_pool_t *pool, ump_stream_t st,
+                    struct coll_kargs *k);
+
+/* Two-shot's slice k of n over count elements of esz bytes starts here:
+ * slices are cut in whole 16-byte vectors (the kernel's loads, which it
+ * uses only where every pointer of a launch is 16-byte aligned), the last
+ * slice taking what is left (k >= n: count). The bits do not depend on
+ * where the cuts are: every element is folded from its own inputs. */
+size_t coll_gpu_slice_lo(size_t count, size_t esz, int n, int k);
 
 #endif

@@ -765,7 +765,7 @@ const char *coll_world_plan(ump_comm_t *c, int coll, size_t count, int dt,
         return rc ? "none" : plan.algorithm;
     }
     size_t bytes = coll_bytes(coll, count, coll_dtype_size(dt), c->nall);
-    if (c->world->xs) { /* one job, as in one process (its model's) */
+    if (coll_shared_takes(c, coll)) { /* as in one process (its model's) */
         coll_comm_algo(L, coll, bytes, us_p);
         return "shared";
     }

@@ -20,7 +20,7 @@ bool coll_barrier(struct coll_job *job, int r)
             bool met = go && xbar_wait(job->x->bar, (uint32_t)job->x->nproc,
                                        job->x->timeout_s);
             if (!go)
-                xbar_abort(job->x->bar);
+                coll_xjob_give_up(job->x, coll_job_dev_failed(job));
             pthread_mutex_lock(&job->mu);
             if (!met)
                 job->abort = true;

@@ -46,7 +46,19 @@ struct coll_xjob {
     /* This process's jobs not yet freed: they share bar, so one runs at
      * a time, and what they read stays open until they are done. */
     atomic_int inflight;
+    /* Beside bar: set by a process that gave up because one of its
+     * devices failed, before it aborts bar, so that the others say -EIO
+     * (a failed device), not that a process went away. */
+    atomic_int *lost;
 };
+
+/* This process gives up x's job, because of a failed device or not. */
+static inline void coll_xjob_give_up(struct coll_xjob *x, bool dev_failed)
+{
+    if (dev_failed)
+        atomic_store(x->lost, 1);
+    xbar_abort(x->bar);
+}
 
 struct coll_job {
     int coll, algo, n, dt, op, root;

@@ -31,6 +31,12 @@
  * bytes, NCCL's in-place layouts) each element is read before it is
  * written, by the same thread, as above.
  *
+ * AVG divides by n unless avgn says another divisor. That is only for one
+ * source (n == 1, COLL_KFOLD): the division of a sum already folded and
+ * rounded to the type, coll_avg_finish's bits (reduce.h), as the
+ * processes of a shared pool end an AVG (xgpu.c). avgn keeps the struct's
+ * size a multiple of 8 everywhere.
+ *
  * This header is C and CUDA: no pool types in it.
  */
 #ifndef UMP_COLL_KERNEL_H
@@ -58,7 +64,7 @@ struct coll_kargs {
     int32_t dt;     /* ump_dtype_t */
     int32_t op;     /* ump_redop_t */
     int32_t mode;   /* COLL_KFOLD, COLL_KGATHER, COLL_KSPLIT */
-    int32_t pad;    /* 0: the struct's size is a multiple of 8 everywhere */
+    int32_t avgn;   /* AVG's divisor; 0: n (see below) */
 };
 
 /* Threads per block, and the most blocks one launch uses (the loop strides

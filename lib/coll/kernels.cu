@@ -85,11 +85,12 @@ template <class T, class A, class S, int CV, int OP> struct Fold {
     {
         acc = k ? step<A, OP>(acc, C::ld(x)) : C::ld(x);
     }
-    HD T result(int n, T first) const
+    /* div: AVG's divisor (n, or kernel.h's avgn) */
+    HD T result(int n, int div, T first) const
     {
-        if (n == 1) /* a bit copy, as coll_reduce's (a NaN's too) */
+        if (n == 1 && div <= 1) /* a bit copy, as coll_reduce's (NaNs too) */
             return first;
-        return C::st(OP == UMP_AVG ? average<A, S>(acc, n) : acc);
+        return C::st(OP == UMP_AVG ? average<A, S>(acc, div) : acc);
     }
 };
 
@@ -113,6 +114,7 @@ struct Part {
     void *const *dst;
     size_t soff, doff, count;
     int n, ndst;
+    int avgn; /* kernel.h's; 0: n */
 };
 
 /* Elements [0, count) of a part, the thread tid of nthreads taking every
@@ -122,7 +124,7 @@ template <class T, class A, class S, int CV, int OP>
 HD void run(const Part &p, size_t tid, size_t nthreads)
 {
     typedef Vec<T> W;
-    const int V = W::V, n = p.n;
+    const int V = W::V, n = p.n, div = p.avgn ? p.avgn : n;
     uintptr_t bits = p.soff | p.doff;
     for (int k = 0; k < n; k++)
         bits |= (uintptr_t)p.src[k];
@@ -151,7 +153,7 @@ HD void run(const Part &p, size_t tid, size_t nthreads)
         W out;
 #pragma unroll
         for (int e = 0; e < V; e++)
-            out.e[e] = f[e].result(n, first.e[e]);
+            out.e[e] = f[e].result(n, div, first.e[e]);
         for (int o = 0; o < p.ndst; o++)
             ((uint4 *)DST(o))[v] = out.u;
     }
@@ -159,7 +161,7 @@ HD void run(const Part &p, size_t tid, size_t nthreads)
         Fold<T, A, S, CV, OP> f;
         for (int k = 0; k < n; k++)
             f.take(k, ((const T *)SRC(k))[i]);
-        T out = f.result(n, ((const T *)SRC(0))[i]);
+        T out = f.result(n, div, ((const T *)SRC(0))[i]);
         for (int o = 0; o < p.ndst; o++)
             ((T *)DST(o))[i] = out;
     }
@@ -173,7 +175,7 @@ template <class T, class A, class S, int CV, int OP>
 HD void run(const coll_kargs &a, size_t tid, size_t nthreads)
 {
     size_t esz = sizeof(T), seg = (size_t)a.seg;
-    Part p = {a.src, a.dst, 0, 0, (size_t)a.count, a.n, a.ndst};
+    Part p = {a.src, a.dst, 0, 0, (size_t)a.count, a.n, a.ndst, a.avgn};
     if (a.mode == COLL_KFOLD) {
         run<T, A, S, CV, OP>(p, tid, nthreads);
         return;

@@ -18,6 +18,7 @@ lib_libumpool_core_la_SOURCES += \
 	lib/coll/shared.c lib/coll/shared.h \
 	lib/coll/fan.c \
 	lib/coll/gpu.c lib/coll/gpu.h \
+	lib/coll/xgpu.c lib/coll/xgpu.h \
 	lib/coll/kernel.h \
 	lib/coll/reduce.c lib/coll/reduce.h \
 	lib/coll/model.c lib/coll/model.h \

@@ -356,10 +356,17 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
         /* Across processes, an abort the devices do not explain: a
          * process gave up or did not come in time (xbar). */
         bool away = aborted && j->x && !coll_job_dev_failed(j);
+        bool lost = away && atomic_load(j->x->lost); /* j may go below */
         if (atomic_fetch_sub(&j->left, 1) == 1)
             job_finish(j);
         if (!aborted)
             return 0;
+        if (lost) {
+            ump_log_error("%s: a device of another process of the shared "
+                          "pool's communicator failed during the call: -EIO "
+                          "(what the call wrote is undefined)", fn);
+            return -EIO;
+        }
         if (away) {
             ump_log_error("%s: a process of the shared pool's communicator "
                           "gave up or did not reach the call in time: "
@@ -377,7 +384,7 @@ static int launch(ump_comm_t *c, struct coll_job *j, const ump_stream_t *st,
     /* A fan queued before a join failed writes nothing (fan_main); the
      * other processes of a job across them stop at their next barrier. */
     if (j->x)
-        xbar_abort(j->x->bar);
+        coll_xjob_give_up(j->x, rc == -EIO);
     pthread_mutex_lock(&j->mu);
     j->abort = true;
     pthread_cond_broadcast(&j->cv);
@@ -404,7 +411,7 @@ static int queue_job(ump_comm_t *c, const struct coll_args *a, int algo,
     struct coll_job *j = job_new(c, a, algo, fan, inplace, all);
     int rc = j ? hold_buffers(c, a, j) : -ENOMEM;
     if (rc && all) /* the other processes' ranks would wait for ours */
-        xbar_abort(all->x->bar);
+        coll_xjob_give_up(all->x, false);
     if (rc && j)
         job_free(j);
     else if (!rc)
@@ -477,7 +484,7 @@ int coll_run_across(ump_comm_t *c, const struct coll_args *a, int algo,
     }
     struct coll_all all = {n, lo, send, recv, x};
     if (rc) {
-        xbar_abort(x->bar);
+        coll_xjob_give_up(x, rc == -EIO);
     } else {
         pthread_mutex_lock(&c->lock);
         rc = queue_job(c, a, algo, -1, inplace, &all, st);

@@ -22,9 +22,13 @@
  * allocation kept open here stays its maker's even after its free (the
  * IPC rules), until then.
  *
- * Only where the job runs as host functions (the sim): on cuda the ranks'
- * streams would need events across processes (not built), and calls go
- * between processes as before.
+ * On the sim step 3 is one job of host functions whose barriers meet
+ * across the processes. On cuda a stream cannot wait for another
+ * process's (that would need IPC events), so the processes meet on the
+ * host: their streams idle before step 1, each launches its share after
+ * step 2 and waits for it, and a third barrier says that every share is
+ * done and whether it went well (xgpu.c). The collectives xgpu.c does not
+ * take go between processes as before, on every process alike.
  */
 #include "config.h"
 
@@ -43,6 +47,8 @@
 #include "coll/reduce.h"
 #include "coll/run.h"
 #include "coll/shared.h"
+#include "coll/xgpu.h"
+#include "front/check.h"
 #include "ipc/share.h"
 #include "ipc/wire.h"
 #include "util/log.h"
@@ -67,6 +73,7 @@ struct xs_head {
     uint64_t magic;
     struct xbar call; /* the calling threads' two steps */
     struct xbar job;  /* the ranks' barriers (job.c), on their streams */
+    atomic_int lost;  /* job given up for a failed device (coll_xjob) */
 };
 
 /* An allocation of another process opened here, by its export. */
@@ -125,8 +132,8 @@ int coll_shared_start(ump_comm_t *c, const ump_oob_t *oob)
     int np = w->nproc;
     struct xs_hello me = {0};
     me.base = (uint64_t)(uintptr_t)c->pool->vas.base;
-    me.ok = c->sched == COLL_SCHED_AUTO && !w->local->gpu &&
-            c->nall <= COLL_MAX_RANKS && np > 1 &&
+    me.ok = c->sched == COLL_SCHED_AUTO && c->nall <= COLL_MAX_RANKS &&
+            np > 1 &&
             share_name(c->pool, me.name, sizeof(me.name));
     size_t bytes = seg_bytes(np, c->nall);
     int fd = -1;
@@ -192,6 +199,7 @@ int coll_shared_start(ump_comm_t *c, const ump_oob_t *oob)
         xs->x.first = w->first;
         xs->x.nr = w->nr;
         xs->x.timeout_s = c->timeout_s;
+        xs->x.lost = &xs->head->lost;
         atomic_init(&xs->x.inflight, 0);
         w->xs = xs;
         ump_log_info("ump_comm: the %d processes share the pool '%s': "
@@ -233,11 +241,21 @@ static bool export_buf(ump_pool_t *pool, const void *p, ump_ipc_handle_t *h)
     return rc == 0;
 }
 
-/* Step 1: this process's ranks' buffers into their slots; its verdict. */
+bool coll_shared_takes(const ump_comm_t *c, int coll)
+{
+    const ump_comm_t *L = c->world->local;
+    return c->world->xs && (!L->gpu || coll_xgpu_takes(L, coll, c->nall));
+}
+
+/* Step 1: this process's ranks' buffers into their slots; its verdict. On
+ * cuda, the caller's streams are idle first (xgpu.h). */
 static bool publish(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_shared *xs = c->world->xs;
-    bool ok = !c->world->bad && coll_comm_failed_rank(c) < 0;
+    ump_comm_t *L = c->world->local;
+    bool ok = !c->world->bad && coll_comm_failed_rank(c) < 0 &&
+              coll_shared_takes(c, a->coll) &&
+              (!L->gpu || !coll_xgpu_enter(L, a));
     size_t s = a->count * coll_dtype_size(a->dt);
     for (int r = 0; r < c->n; r++) {
         struct xs_slot *sl = &xs->slot[c->first + r];
@@ -337,6 +355,37 @@ static bool all_yes(const int32_t *v, int np)
     return true;
 }
 
+/* Step 3 on cuda: this process's share, then the third barrier, where
+ * every process says whether its share went well (in done: the step-1
+ * verdicts of this call's parity, which every process has read by step 2).
+ * A share that failed fails the call everywhere: the results are
+ * incomplete in every rank. */
+static int run_gpu(ump_comm_t *c, const struct coll_args *a, int32_t *done,
+                   const void *const *send, void *const *recv)
+{
+    struct coll_world *w = c->world;
+    int rc = coll_xgpu_run(w->local, a, &w->xs->x, w->me, c->nall, send,
+                           recv);
+    done[w->me] = rc == 0;
+    int mrc = meet(c, a->fn);
+    if (mrc)
+        return mrc;
+    w->agreed = true; /* the third barrier carried every verdict */
+    if (rc == -EIO)
+        pool_check(c->pool, a->fn); /* the failed device handled first */
+    if (rc) {
+        ump_log_error("%s: this process's share of the call failed (%s): "
+                      "what the call wrote is undefined", a->fn,
+                      ump_strerror(rc));
+        return rc;
+    }
+    if (all_yes(done, w->nproc))
+        return 0;
+    ump_log_error("%s: another process's share of the call failed: -EIO "
+                  "(what the call wrote is undefined)", a->fn);
+    return -EIO;
+}
+
 int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
@@ -348,11 +397,13 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
      * timed out) said nothing to its caller: the communicator is failed
      * from then on, here too. */
     if (xbar_aborted(&xs->head->job)) {
+        bool lost = atomic_load(&xs->head->lost);
         ump_log_error("%s: an earlier call of the shared pool's "
-                      "communicator failed (a process gave up or did not "
-                      "come): destroy it", a->fn);
-        w->broken = -ETIMEDOUT;
-        return -ETIMEDOUT;
+                      "communicator failed (%s): destroy it", a->fn,
+                      lost ? "a device of one of its processes failed"
+                           : "a process gave up or did not come");
+        w->broken = lost ? -EIO : -ETIMEDOUT;
+        return w->broken;
     }
     uint64_t seq = ++xs->calls;
     int32_t *ok = xs->ok + (seq & 1) * (size_t)np;
@@ -389,6 +440,8 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
         return rc;
     if (!all_yes(xs->opened, np))
         return 1;
+    if (w->local->gpu)
+        return run_gpu(c, a, ok, send, recv);
     struct coll_args la = *a;
     rc = coll_run_across(w->local, &la, COLL_DIRECT, c->nall, c->first, send,
                          recv, inplace, &xs->x);

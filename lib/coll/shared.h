@@ -14,14 +14,18 @@
 
 /* At the communicator's creation, with the caller's oob (every process
  * calls it, once, in the same order): the processes find out whether
- * they all share one pool, on a backend whose collectives this runs (the
- * sim's host functions), and then map one control segment. Nothing is
+ * they all share one pool, and then map one control segment. Nothing is
  * an error: without it (c->world->xs NULL) the calls go between processes
  * as before. 0, or the oob's error. */
 int coll_shared_start(ump_comm_t *c, const ump_oob_t *oob);
 /* At ump_comm_destroy: what the calls opened of the other processes'
  * memory is closed, the segment unmapped. */
 void coll_shared_stop(ump_comm_t *c);
+
+/* Whether calls of coll on c go through the shared addresses when every
+ * process can (the plan's "shared"): c's processes share one pool, and
+ * on cuda xgpu.c takes coll. */
+bool coll_shared_takes(const ump_comm_t *c, int coll);
 
 /* Runs the checked call a across the processes through the shared
  * addresses; 1 when the call is not for it (the processes agree: each

@@ -1,0 +1,37 @@
+/*
+ * A call across the processes of a shared pool on a backend that runs
+ * kernels (cuda): each process launches the kernel (kernel.h) for its own
+ * ranks' share of the call over every rank's buffers, which the shared
+ * pool maps at the same addresses in every process (xgpu.c). shared.c
+ * makes the processes meet before and after it.
+ */
+#ifndef UMP_COLL_XGPU_H
+#define UMP_COLL_XGPU_H
+
+#include <stdbool.h>
+
+#include "coll/check.h"
+#include "coll/job.h"
+
+/* Whether the call a can go this way on local communicator L (this
+ * process's ranks) with nall ranks in all: the collectives below, a kernel
+ * built in, at most one kernel argument's worth of ranks, and every device
+ * of the pool reaching every other. The same answer in every process for
+ * the same call (the pools agree on their devices). */
+bool coll_xgpu_takes(const ump_comm_t *L, int coll, int nall);
+
+/* Before the call's buffers are published: the work queued on the
+ * caller's streams (a->streams; the communicator's own are idle between
+ * calls) is done, so that no process reads a buffer still being written.
+ * 0, or the error of a stream (its device failed). */
+int coll_xgpu_enter(ump_comm_t *L, const struct coll_args *a);
+
+/* This process's share of the call a over the job's nall ranks (their
+ * buffers send and recv, this process's L->n of them from x->first[me]),
+ * launched on local rank 0's stream and waited for: 0 when it is done,
+ * else the error (the share may be half written). */
+int coll_xgpu_run(ump_comm_t *L, const struct coll_args *a,
+                  const struct coll_xjob *x, int me, int nall,
+                  const void *const *send, void *const *recv);
+
+#endif

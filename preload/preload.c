@@ -202,21 +202,22 @@ static void load_real(void)
     preload_leave();
 }
 
-const struct preload_real *preload_real(void)
+const struct preload_real *_Atomic preload_real_ptr;
+
+const struct preload_real *preload_real_load(void)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    static _Atomic bool loaded;
-    if (!atomic_load_explicit(&loaded, memory_order_acquire)) {
-        pthread_once(&once, load_real);
-        atomic_store_explicit(&loaded, true, memory_order_release);
-    }
-    return have_real ? &real : NULL;
+    pthread_once(&once, load_real);
+    if (!have_real)
+        return NULL;
+    atomic_store_explicit(&preload_real_ptr, &real, memory_order_release);
+    return &real;
 }
 
 /* --- the pool ----------------------------------------------------------- */
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-static ump_pool_t *_Atomic pool;
+ump_pool_t *_Atomic preload_pool_ptr;
 static bool pool_failed, pool_made;
 
 #define MAX_ENTRIES 64
@@ -224,11 +225,11 @@ static atomic_ulong served[MAX_ENTRIES], forwarded[MAX_ENTRIES];
 
 /* Counted only when reported (UMPOOL_PRELOAD_LOG): an atomic add per call
  * is a tenth of an interposed allocation's time. */
-static bool counting;
+bool preload_counting;
 
-void preload_count(int entry, bool was_served)
+void preload_count_add(int entry, bool was_served)
 {
-    if (counting && entry >= 0 && entry < MAX_ENTRIES)
+    if (entry >= 0 && entry < MAX_ENTRIES)
         atomic_fetch_add_explicit(was_served ? &served[entry]
                                              : &forwarded[entry],
                                   1, memory_order_relaxed);
@@ -272,19 +273,20 @@ static bool conf_says(const char *conf, const char *key, const char *value)
     return says;
 }
 
-ump_pool_t *preload_pool(void)
+ump_pool_t *preload_pool_make(void)
 {
-    ump_pool_t *p = atomic_load_explicit(&pool, memory_order_acquire);
+    ump_pool_t *p = atomic_load_explicit(&preload_pool_ptr,
+                                         memory_order_acquire);
     if (p || pool_failed)
         return p;
     /* Busy before the lock: a signal handler's call meanwhile goes to the
      * driver instead of waiting for the lock its own thread holds. */
     preload_enter();
     pthread_mutex_lock(&pool_lock);
-    if (!pool && !pool_failed) {
+    if (!preload_pool_ptr && !pool_failed) {
         const char *log = getenv("UMPOOL_PRELOAD_LOG");
         if (log && *log && strcmp(log, "0")) {
-            counting = true;
+            preload_counting = true;
             atexit(report);
         }
         /* UMPOOL_CONF is read by ump_pool_create itself; the backend is
@@ -308,18 +310,19 @@ ump_pool_t *preload_pool(void)
                     "calls go to the driver\n", ump_strerror(rc));
             pool_failed = true;
         } else {
-            atomic_store_explicit(&pool, made, memory_order_release);
+            atomic_store_explicit(&preload_pool_ptr, made,
+                                  memory_order_release);
             pool_made = true;
         }
     }
     pthread_mutex_unlock(&pool_lock);
     preload_leave();
-    return pool;
+    return preload_pool_ptr;
 }
 
 /* For tests and tools in the process: the pool the preload made (NULL
  * before the first intercepted call), to read its statistics. */
 EXPORT ump_pool_t *umpool_preload_pool(void)
 {
-    return atomic_load_explicit(&pool, memory_order_acquire);
+    return atomic_load_explicit(&preload_pool_ptr, memory_order_acquire);
 }

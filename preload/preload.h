@@ -9,6 +9,7 @@
 #ifndef UMP_PRELOAD_H
 #define UMP_PRELOAD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -37,14 +38,34 @@ struct preload_real {
 /* glibc's dlopen (not the interposer). */
 void *preload_real_dlopen(const char *file, int flags);
 
+/* Every interposed call reads these two and the counters' switch: once
+ * set, each is one load in line (an interposed allocation's own cost is
+ * issue 31's), the rest out of line, in preload.c. */
+extern const struct preload_real *_Atomic preload_real_ptr;
+extern ump_pool_t *_Atomic preload_pool_ptr;
+extern bool preload_counting;
+const struct preload_real *preload_real_load(void);
+ump_pool_t *preload_pool_make(void);
+void preload_count_add(int entry, bool served);
+
 /* The real driver, loaded once (by the first call that needs it); NULL
  * when there is none (the program's own calls then fail as they would). */
-const struct preload_real *preload_real(void);
+static inline const struct preload_real *preload_real(void)
+{
+    const struct preload_real *r =
+        atomic_load_explicit(&preload_real_ptr, memory_order_acquire);
+    return r ? r : preload_real_load();
+}
 
 /* The process's pool, made on the first intercepted call from UMPOOL_CONF
  * (default "backend:cuda"); NULL when it cannot be made (logged once: the
  * calls then go to the real driver). */
-ump_pool_t *preload_pool(void);
+static inline ump_pool_t *preload_pool(void)
+{
+    ump_pool_t *p = atomic_load_explicit(&preload_pool_ptr,
+                                         memory_order_acquire);
+    return p ? p : preload_pool_make();
+}
 /* UMPOOL_CONF says overflow:host: device allocations may go past the
  * current device (its peers first, then pinned host memory). Set before
  * the pool is published; read after preload_pool() gave the pool. */
@@ -73,7 +94,11 @@ static inline void preload_leave(void)
 
 /* Counters, printed at exit with UMPOOL_PRELOAD_LOG: per table entry,
  * calls umpool served and calls forwarded to the driver. */
-void preload_count(int entry, bool served);
+static inline void preload_count(int entry, bool served)
+{
+    if (__builtin_expect(preload_counting, 0))
+        preload_count_add(entry, served);
+}
 
 /* intercept.c: the table's size and names, for the counters' report. */
 int intercept_count(void);

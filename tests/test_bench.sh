@@ -409,11 +409,18 @@ grep -q -E '^# attach_us [0-9.]+ .* create_us [0-9.]+ ' "$tmp/share.out" ||
 rows=$(grep -c -E '^ +[0-9]+ MiB +[1-9][0-9]*( +[0-9.]+){8} 0$' \
     "$tmp/share.out" || true)
 [ "$rows" -eq 2 ] || fail "share: $rows rows: $(cat "$tmp/share.out")"
+# The allreduce between the two processes: 5 sizes through the shared
+# pool (algorithm "shared") and between the processes, no wrong element.
+rows=$(grep -c -E '^ +[0-9]+ [KM]?i?B +[0-9.]+ +shared +[0-9.]+ +[0-9.]+ 0$' \
+    "$tmp/share.out" || true)
+[ "$rows" -eq 5 ] ||
+    fail "share: $rows allreduce rows: $(cat "$tmp/share.out")"
 # A shared name keeps its lock file (every later sharer locks the same
 # one); the socket itself is gone.
 [ -z "$(ls -A "$tmp/umpool" | grep -v '\.lock$')" ] ||
     fail "share left $(ls "$tmp/umpool") behind"
-echo "  2 sizes at the peer's addresses, no wrong byte, no socket left"
+echo "  2 sizes at the peer's addresses, no wrong byte, no socket left;" \
+    "the allreduce at 5 sizes, shared, no wrong element"
 
 echo "check: an unknown scenario exits 2 with a usage message"
 rc=0

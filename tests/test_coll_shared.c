@@ -33,7 +33,7 @@
 #include "umpool.h"
 
 #define MAXP 4
-#define MAXB (1 << 20)
+#define MAXB (4 << 20)
 
 /* The oob: a buffer per process and a barrier, in memory the forked
  * processes share. */
@@ -81,6 +81,15 @@ static int oob_allgather(void *ctx, const void *send, void *recv,
 static float input(int g, size_t i)
 {
     return (float)((g + 1) * 1000 + (int)(i % 997));
+}
+
+/* Rank g's random-ish floats, n of them: sums round, so a fold in another
+ * order would show. */
+static void fill_rand(float *p, size_t n, int g)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (float)((unsigned)(g + 1) * 2654435761u ^
+                       (unsigned)i * 40503u) / 4.1e7f - 50.3f;
 }
 
 /* Bytes this process's collectives received from other processes
@@ -153,7 +162,7 @@ static int child_all(int me, int nlocal, const char *name)
     const size_t counts[] = {1, 1000, 100003};
     for (size_t ci = 0; ci < 3; ci++) {
         size_t count = counts[ci], bytes = count * sizeof(float);
-        float *s[2], *r[2], *r2[2];
+        float *s[2], *r[2], *r2[2], *ip_send[2];
         for (int l = 0; l < n; l++) {
             EXPECT(ump_alloc(w.pool, bytes * (size_t)N, NULL,
                              (void **)&s[l]) == 0);
@@ -166,11 +175,7 @@ static int child_all(int me, int nlocal, const char *name)
          * the hierarchical schedule. */
         for (int op = UMP_SUM; op <= UMP_AVG; op += UMP_AVG - UMP_SUM) {
             for (int l = 0; l < n; l++)
-                for (size_t i = 0; i < count; i++)
-                    s[l][i] = (float)((unsigned)(w.first + l + 1) *
-                                          2654435761u ^
-                                      (unsigned)i * 40503u) /
-                              4.1e7f - 50.3f;
+                fill_rand(s[l], count, w.first + l);
             /* Nothing over the oob (the network's counters) for the
              * shared pool's call; the hierarchical one's crosses it. */
             uint64_t net = from_net(w.pool);
@@ -205,6 +210,58 @@ static int child_all(int me, int nlocal, const char *name)
             for (int l = 0; l < n; l++)
                 EXPECT(!memcmp(r[l], r2[l], count * 2));
         }
+        /* Reduce-scatter (out of place and in place: NCCL's layout, the
+         * receive buffer inside the send buffer at the rank's block) and
+         * reduce to the last rank, SUM and AVG: the same bits as the
+         * hierarchical schedule's. */
+        for (int op = UMP_SUM; op <= UMP_AVG; op += UMP_AVG - UMP_SUM) {
+            void *ip[2], *ip2[2];
+            for (int l = 0; l < n; l++) {
+                fill_rand(s[l], count * (size_t)N, w.first + l);
+                memcpy(r[l], s[l], bytes * (size_t)N);
+                memcpy(r2[l], s[l], bytes * (size_t)N);
+                ip[l] = r[l] + (size_t)(w.first + l) * count;
+                ip2[l] = r2[l] + (size_t)(w.first + l) * count;
+            }
+            EXPECT(ump_reduce_scatter(w.comm, (const void *const *)r, ip,
+                                      count, UMP_FLOAT32, op, NULL) == 0);
+            EXPECT(ump_reduce_scatter(h.comm, (const void *const *)r2, ip2,
+                                      count, UMP_FLOAT32, op, NULL) == 0);
+            for (int l = 0; l < n; l++)
+                EXPECT(!memcmp(ip[l], ip2[l], bytes));
+            EXPECT(ump_reduce_scatter(w.comm, (const void *const *)s,
+                                      (void *const *)r, count, UMP_FLOAT32,
+                                      op, NULL) == 0);
+            EXPECT(ump_reduce_scatter(h.comm, (const void *const *)s,
+                                      (void *const *)r2, count, UMP_FLOAT32,
+                                      op, NULL) == 0);
+            for (int l = 0; l < n; l++)
+                EXPECT(!memcmp(r[l], r2[l], bytes));
+            EXPECT(ump_reduce(w.comm, (const void *const *)s,
+                              (void *const *)r, count, UMP_FLOAT32, op,
+                              N - 1, NULL) == 0);
+            EXPECT(ump_reduce(h.comm, (const void *const *)s,
+                              (void *const *)r2, count, UMP_FLOAT32, op,
+                              N - 1, NULL) == 0);
+            if (w.first + n == N)
+                EXPECT(!memcmp(r[n - 1], r2[n - 1], bytes));
+        }
+        /* Allgather in place (rank g's block of its receive buffer is its
+         * send buffer). */
+        for (int l = 0; l < n; l++) {
+            memset(r[l], 0, bytes * (size_t)N);
+            for (size_t i = 0; i < count; i++)
+                r[l][(size_t)(w.first + l) * count + i] =
+                    input(w.first + l, i);
+            ip_send[l] = r[l] + (size_t)(w.first + l) * count;
+        }
+        EXPECT(ump_allgather(w.comm, (const void *const *)ip_send,
+                             (void *const *)r, count, UMP_FLOAT32,
+                             NULL) == 0);
+        for (int l = 0; l < n; l++)
+            for (int g = 0; g < N; g++)
+                EXPECT(r[l][(size_t)g * count + count - 1] ==
+                       input(g, count - 1));
         /* In place, exact sums. */
         for (int l = 0; l < n; l++)
             for (size_t i = 0; i < count; i++)

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "coll/job.h"
+#include "coll/kernel.h"
 #include "coll/reduce.h"
 #include "coll/run.h"
 #include "coll/shared.h"
@@ -132,8 +133,11 @@ int coll_shared_start(ump_comm_t *c, const ump_oob_t *oob)
     int np = w->nproc;
     struct xs_hello me = {0};
     me.base = (uint64_t)(uintptr_t)c->pool->vas.base;
+    /* on cuda: a kernel built in, every device reaching every other
+     * (xgpu.h); else no call would go this way */
+    const ump_comm_t *L = w->local;
     me.ok = c->sched == COLL_SCHED_AUTO && c->nall <= COLL_MAX_RANKS &&
-            np > 1 &&
+            np > 1 && (!L->gpu || (coll_kernel_image && L->reach_all)) &&
             share_name(c->pool, me.name, sizeof(me.name));
     size_t bytes = seg_bytes(np, c->nall);
     int fd = -1;
@@ -361,11 +365,11 @@ static bool all_yes(const int32_t *v, int np)
  * A share that failed fails the call everywhere: the results are
  * incomplete in every rank. */
 static int run_gpu(ump_comm_t *c, const struct coll_args *a, int32_t *done,
-                   const void *const *send, void *const *recv)
+                   const void *const *send, void *const *recv, void *scratch)
 {
     struct coll_world *w = c->world;
     int rc = coll_xgpu_run(w->local, a, &w->xs->x, w->me, c->nall, send,
-                           recv);
+                           recv, scratch);
     done[w->me] = rc == 0;
     int mrc = meet(c, a->fn);
     if (mrc)
@@ -435,13 +439,22 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
         inplace |= sl->send && sl->send == sl->recv;
     }
     trim_opens(c, seq);
+    /* On cuda the share's scratch too, before any process commits. */
+    void *scratch = NULL;
+    if (mine && w->local->gpu)
+        mine = !coll_xgpu_prepare(w->local, a, &xs->x, w->me, c->nall,
+                                  &scratch);
     xs->opened[w->me] = mine;
-    if ((rc = meet(c, a->fn)))
+    rc = meet(c, a->fn);
+    if (!rc && !all_yes(xs->opened, np))
+        rc = 1;
+    if (rc) {
+        if (scratch)
+            ump_free(c->pool, scratch);
         return rc;
-    if (!all_yes(xs->opened, np))
-        return 1;
+    }
     if (w->local->gpu)
-        return run_gpu(c, a, ok, send, recv);
+        return run_gpu(c, a, ok, send, recv, scratch);
     struct coll_args la = *a;
     rc = coll_run_across(w->local, &la, COLL_DIRECT, c->nall, c->first, send,
                          recv, inplace, &xs->x);

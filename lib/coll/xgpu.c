@@ -29,10 +29,12 @@
  *
  * The reductions fold as the schedules between processes do (xalgo.c,
  * hier.c): each process's ranks in rank order into a partial in the
- * element type (scratch on local rank 0's device), then the partials in
+ * element type (scratch on local rank 0's device, allocated before the
+ * processes commit to the call: coll_xgpu_prepare), then the partials in
  * process order, AVG summed and then divided once by the rank count
  * (kernel.h's avgn). So a call has the same bits whichever way it goes.
- * With a rank per process and no AVG that is one fold of the inputs.
+ * With a rank per process that is one fold of the inputs (AVG: and one
+ * division).
  */
 #include "config.h"
 
@@ -75,9 +77,48 @@ struct xg {
     int nall;
     const void *const *send;
     void *const *recv;
-    char *part; /* the partials: x->nproc slices of the longest fold */
+    char *part; /* the partials (partials_at), or NULL: none needed */
     int rc;     /* the first failure; later launches are skipped */
 };
+
+/* The elements of this process's longest fold: its slices of allreduce,
+ * a block of reduce and reduce-scatter; 0: the call folds nothing here. */
+static size_t fold_len(const ump_comm_t *L, const struct coll_args *a,
+                       const struct coll_xjob *x, int me, int nall)
+{
+    int lo = x->first[me];
+    size_t esz = coll_dtype_size(a->dt);
+    switch (a->coll) {
+    case UMP_COLL_ALLREDUCE:
+        return coll_gpu_slice_lo(a->count, esz, nall, lo + L->n) -
+               coll_gpu_slice_lo(a->count, esz, nall, lo);
+    case UMP_COLL_REDUCE_SCATTER:
+        return a->count;
+    case UMP_COLL_REDUCE:
+        return a->root >= lo && a->root < lo + L->n ? a->count : 0;
+    default:
+        return 0;
+    }
+}
+
+/* Process p's partial of a fold of len elements of esz bytes, in the
+ * scratch: only the processes of several ranks have one (another's is
+ * its input), each from a 16-byte boundary (the kernel's vectors);
+ * *n_p: how many such there are. */
+static size_t partials_at(const struct coll_xjob *x, int p, size_t len,
+                          size_t esz, int *n_p)
+{
+    size_t stride = (len * esz + 15) & ~(size_t)15;
+    int k = 0, n = 0;
+    for (int q = 0; q < x->nproc; q++)
+        if (x->nr[q] > 1) {
+            k += q < p;
+            n++;
+        }
+    if (n_p)
+        *n_p = n;
+    return (size_t)k * stride;
+}
 
 /* One launch (kernel.h): count elements (segments of seg) of nsrc sources
  * into ndst destinations. */
@@ -119,7 +160,7 @@ static void fold(struct xg *g, size_t off, size_t len, void *const *dst,
         ps[p] = src[x->first[p]]; /* the partial of one term is that term */
         if (x->nr[p] == 1)
             continue;
-        void *part = g->part + (size_t)p * len * g->esz;
+        void *part = g->part + partials_at(x, p, len, g->esz, NULL);
         kern(g, COLL_KFOLD, &part, 1, &src[x->first[p]], x->nr[p], len, 0,
              sop, 0);
         ps[p] = part;
@@ -135,31 +176,38 @@ static void fold(struct xg *g, size_t off, size_t len, void *const *dst,
          UMP_AVG, g->nall);
 }
 
-/* Pool memory for the partials of folds of at most len elements, on local
- * rank 0's device; none where the folds need none. */
-static int partials(struct xg *g, size_t len)
+int coll_xgpu_prepare(ump_comm_t *L, const struct coll_args *a,
+                      const struct coll_xjob *x, int me, int nall,
+                      void **scratch_p)
 {
-    if (g->x->nproc == g->nall && g->a->op != UMP_AVG)
+    size_t len = fold_len(L, a, x, me, nall), esz = coll_dtype_size(a->dt);
+    int n;
+    size_t bytes = partials_at(x, x->nproc, len, esz, &n);
+    *scratch_p = NULL;
+    if (!len || !n)
         return 0;
     ump_hints_t h = UMP_HINTS_INIT;
-    h.device = g->L->dev[0];
+    h.device = L->dev[0];
     h.flags = UMP_HINT_NO_SPILL;
-    size_t bytes = (size_t)g->x->nproc * len * g->esz;
-    int rc = ump_alloc(g->L->pool, bytes ? bytes : 1, &h, (void **)&g->part);
+    log_mute(true); /* what cannot go this way goes the usual way */
+    int rc = ump_alloc(L->pool, bytes, &h, scratch_p);
+    log_mute(false);
     if (rc)
-        ump_log_error("%s: no scratch space of %zu bytes on device %d for "
-                      "the partials", g->a->fn, bytes, h.device);
+        ump_log_info("%s: no scratch space of %zu bytes on device %d for "
+                     "the partials: between processes the usual way",
+                     a->fn, bytes, h.device);
     return rc;
 }
 
 int coll_xgpu_run(ump_comm_t *L, const struct coll_args *a,
                   const struct coll_xjob *x, int me, int nall,
-                  const void *const *send, void *const *recv)
+                  const void *const *send, void *const *recv,
+                  void *scratch)
 {
     struct xg g = {.L = L, .a = a, .x = x,
                    .st = a->streams ? a->streams[0] : L->own[0],
                    .esz = coll_dtype_size(a->dt), .nall = nall,
-                   .send = send, .recv = recv};
+                   .send = send, .recv = recv, .part = scratch};
     int lo = x->first[me], n = L->n;
     size_t count = a->count;
     void *dst[UMP_MAX_DEVICES];
@@ -169,18 +217,16 @@ int coll_xgpu_run(ump_comm_t *L, const struct coll_args *a,
         size_t to = coll_gpu_slice_lo(count, g.esz, nall, lo + n);
         for (int k = 0; k < nall; k++)
             dst[k] = (char *)recv[k] + from * g.esz;
-        if (to > from && !(g.rc = partials(&g, to - from)))
+        if (to > from)
             fold(&g, from, to - from, dst, nall);
         break;
     }
     case UMP_COLL_REDUCE_SCATTER:
-        g.rc = partials(&g, count);
         for (int r = lo; r < lo + n; r++)
             fold(&g, (size_t)r * count, count, &recv[r], 1);
         break;
     case UMP_COLL_REDUCE:
-        if (a->root >= lo && a->root < lo + n &&
-            !(g.rc = partials(&g, count)))
+        if (a->root >= lo && a->root < lo + n)
             fold(&g, 0, count, &recv[a->root], 1);
         break;
     case UMP_COLL_ALLGATHER:

@@ -26,12 +26,22 @@ bool coll_xgpu_takes(const ump_comm_t *L, int coll, int nall);
  * 0, or the error of a stream (its device failed). */
 int coll_xgpu_enter(ump_comm_t *L, const struct coll_args *a);
 
+/* Before the processes commit to the call (shared.c's second barrier):
+ * the scratch space of this process's partials, on local rank 0's device
+ * (*scratch_p NULL when its folds need none). 0, or -ENOMEM: the call
+ * then goes the usual way in every process, before any has written. */
+int coll_xgpu_prepare(ump_comm_t *L, const struct coll_args *a,
+                      const struct coll_xjob *x, int me, int nall,
+                      void **scratch_p);
+
 /* This process's share of the call a over the job's nall ranks (their
  * buffers send and recv, this process's L->n of them from x->first[me]),
  * launched on local rank 0's stream and waited for: 0 when it is done,
- * else the error (the share may be half written). */
+ * else the error (the share may be half written). Frees scratch
+ * (coll_xgpu_prepare's). */
 int coll_xgpu_run(ump_comm_t *L, const struct coll_args *a,
                   const struct coll_xjob *x, int me, int nall,
-                  const void *const *send, void *const *recv);
+                  const void *const *send, void *const *recv,
+                  void *scratch);
 
 #endif

@@ -19,6 +19,7 @@ tools_umpool_bench_SOURCES = tools/bench/umpool-bench.c tools/bench/bench.h \
 	tools/bench/drvpace.h \
 	tools/bench/preload.c tools/bench/plugin.c tools/bench/resilience.c \
 	tools/bench/ipc.c tools/bench/share.c \
+	tools/bench/share_coll.c tools/bench/share_coll.h \
 	tools/bench/peer.c tools/bench/peer.h \
 	tools/bench/coll.c tools/bench/coll_gpu.c tools/bench/coll_gpu.h \
 	tools/bench/coll_mpi.c tools/bench/coll_mpi.h \

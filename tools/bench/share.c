@@ -18,6 +18,10 @@
  * open's cost per chunk shows. On sim the copies are the CPU's memcpy; on
  * cuda (--config backend:cuda,...) the GPU's copy engine, both processes
  * on one GPU.
+ *
+ * Last, the two processes time an allreduce between them through the
+ * shared pool beside the way between processes that share no pool
+ * (share_coll.c). A size of 0 on the pipe starts it in the peer.
  */
 #include "config.h"
 
@@ -29,6 +33,7 @@
 
 #include "bench.h"
 #include "peer.h"
+#include "share_coll.h"
 #include "umpool.h"
 
 #define SHARE_CONFIG \
@@ -50,6 +55,11 @@ struct peer_alloc {
     uint32_t chunks;
     uint64_t addr;
     ump_ipc_handle_t h[SHARE_ROUNDS * 4];
+};
+/* What the peer says after the allreduce. */
+struct peer_coll {
+    int32_t rc;
+    int64_t wrong;
 };
 
 /* The peer's chunks of the allocation at p (walked by ump_ptr_info). */
@@ -94,6 +104,15 @@ static int peer(const char *name, const char *config, int rounds, int in,
     if (!a)
         return 1;
     while (peer_read(in, &size, sizeof(size)) == 0) {
+        if (!size) { /* the allreduce between the two processes */
+            long long wrong = 0;
+            struct peer_coll pc = {0, 0};
+            pc.rc = share_coll(pool, 1, in, out, rounds, NULL, &wrong);
+            pc.wrong = wrong;
+            if (peer_write(out, &pc, sizeof(pc)))
+                return 1;
+            continue;
+        }
         void *p = NULL;
         unsigned char *host = malloc(size);
         ump_stream_t s = NULL;
@@ -265,6 +284,24 @@ int bench_share(const struct bench_opts *o)
             fail = 1;
     }
     free(a);
+    if (!fail) {
+        uint64_t coll = 0;
+        long long wrong = 0;
+        struct peer_coll pc = {-EIO, 0};
+        int crc = peer_write(to, &coll, sizeof(coll))
+                      ? -EIO
+                      : share_coll(pool, 0, from, to, rounds, stdout, &wrong);
+        if (peer_read(from, &pc, sizeof(pc)))
+            pc.rc = -EIO;
+        if (pc.rc)
+            fprintf(stderr, "umpool-bench share: the peer's allreduce: %s\n",
+                    ump_strerror(pc.rc));
+        if (wrong || pc.wrong)
+            fprintf(stderr, "umpool-bench share: allreduce: %lld wrong "
+                    "elements here, %lld in the peer\n", wrong,
+                    (long long)pc.wrong);
+        fail = crc || pc.rc || wrong || pc.wrong;
+    }
     fail = peer_finish(pid, to, from, fail, "share");
     printf("# chunk_us: open_us / chunks; ratio: local_us / read_us (1.0: "
            "the peer's memory reads as fast as the sharer's own)\n");

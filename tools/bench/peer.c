@@ -79,7 +79,8 @@ pid_t peer_spawn(const char *const *args, int *to_p, int *from_p)
 int peer_finish(pid_t pid, int to, int from, int fail, const char *who)
 {
     int status = 0;
-    close(to);
+    if (to >= 0)
+        close(to);
     waitpid(pid, &status, 0);
     close(from);
     if (!fail && (!WIFEXITED(status) || WEXITSTATUS(status))) {

@@ -18,8 +18,9 @@ int peer_write(int fd, const void *buf, size_t n);
 /* Runs "/proc/self/exe MODE ARGS... IN OUT" (IN, OUT: the peer's ends of
  * two pipes, appended); *to_p and *from_p are this process's ends. */
 pid_t peer_spawn(const char *const *args, int *to_p, int *from_p);
-/* Ends the exchange: closes this process's ends, waits for the peer and
- * returns fail, made 1 (said, naming who) when the peer ended badly. */
+/* Ends the exchange: closes this process's ends (to: -1 when closed
+ * already), waits for the peer and returns fail, made 1 (said, naming
+ * who) when the peer ended badly. */
 int peer_finish(pid_t pid, int to, int from, int fail, const char *who);
 /* The median of n times (ns, sorted in place), in microseconds. */
 double peer_median_us(uint64_t *v, int n);

@@ -26,6 +26,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,7 +110,9 @@ static int peer(const char *name, const char *config, int rounds, int in,
             struct peer_coll pc = {0, 0};
             pc.rc = share_coll(pool, 1, in, out, rounds, NULL, &wrong);
             pc.wrong = wrong;
-            if (peer_write(out, &pc, sizeof(pc)))
+            /* Failed: gone at once, so that the sharer's reads end (a
+             * reply now could land in the middle of its call's). */
+            if (pc.rc || peer_write(out, &pc, sizeof(pc)))
                 return 1;
             continue;
         }
@@ -288,9 +291,15 @@ int bench_share(const struct bench_opts *o)
         uint64_t coll = 0;
         long long wrong = 0;
         struct peer_coll pc = {-EIO, 0};
+        /* A peer that dies must not kill this process mid-write. */
+        signal(SIGPIPE, SIG_IGN);
         int crc = peer_write(to, &coll, sizeof(coll))
                       ? -EIO
                       : share_coll(pool, 0, from, to, rounds, stdout, &wrong);
+        if (crc) { /* the peer's reads end: it stops and exits */
+            close(to);
+            to = -1;
+        }
         if (peer_read(from, &pc, sizeof(pc)))
             pc.rc = -EIO;
         if (pc.rc)

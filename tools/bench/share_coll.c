@@ -14,10 +14,16 @@
  *            plain MPI_Allreduce beside it).
  *
  * Per size (float32 sum, 8 B to 2 MiB), two calls to warm up, then
- * `rounds` calls timed one by one on the sharer (each call returns when
- * both processes' parts are done: the time is the pair's), their median.
- * The receive buffer is cleared before each communicator's calls and
- * checked after them against the exact sums.
+ * `rounds` calls timed one by one on the sharer while both processes call
+ * back to back, their median: a call's cycle time. The receive buffer is
+ * cleared before each communicator's calls and checked after them
+ * against the exact sums.
+ *
+ * An error ends the exchange for both (share.c): the process that failed
+ * stops talking on the pipes (the peer exits, the sharer closes its
+ * writing end), so that the other's next read of them ends; a call of the
+ * other's waiting at a barrier of the shared way ends within the
+ * communicators' comm_timeout (SC_TIMEOUT).
  */
 #define _GNU_SOURCE
 #include "config.h"
@@ -32,6 +38,7 @@
 #include "share_coll.h"
 
 #define SC_ROUNDS_MAX 80
+#define SC_TIMEOUT "comm_timeout:10"
 
 struct pipe_oob {
     int me, in, out;
@@ -127,10 +134,11 @@ int share_coll(ump_pool_t *pool, int me, int in, int out, int rounds,
     int dev = 0;
     *wrong_p = 0;
     /* This thread (the calls' caller) on a core of its own, one per
-     * process, as mpirun binds by default: two floating processes on a
-     * 2-core machine were seen sharing one, and a barrier then cost a
-     * waiter's whole poll (xbar.c: 0.1-0.3 ms a call where 7-10 us is
-     * the norm). Undone at the end. */
+     * process, as mpirun binds by default, and with it the workers it
+     * starts below (the stream's, the communicators'): two floating
+     * processes on a 2-core machine were seen sharing one, and a barrier
+     * then cost a waiter's whole poll (xbar.c: 0.1-0.3 ms a call where
+     * 7-10 us is the norm). Undone at the end. */
     cpu_set_t was, one;
     bool bound = false;
     if (!sched_getaffinity(0, sizeof(was), &was) && CPU_COUNT(&was) >= 2) {
@@ -144,9 +152,10 @@ int share_coll(ump_pool_t *pool, int me, int in, int out, int rounds,
     }
     /* Both processes make both communicators whatever failed before:
      * each creation is a round of the oob the other takes part in. */
-    int rc = ump_comm_create_oob(pool, 1, &dev, &oob, NULL, &cs);
+    int rc = ump_comm_create_oob(pool, 1, &dev, &oob, SC_TIMEOUT, &cs);
     int rc2 = ump_comm_create_oob(pool, 1, &dev, &oob,
-                                  "coll_schedule:hierarchical", &cb);
+                                  "coll_schedule:hierarchical," SC_TIMEOUT,
+                                  &cb);
     if (!rc)
         rc = rc2;
     if (!rc)

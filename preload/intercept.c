@@ -147,11 +147,13 @@ static bool range_load(ump_pool_t *pool)
 
 static inline bool in_range(ump_pool_t *pool, CUdeviceptr p)
 {
-    uintptr_t l = atomic_load_explicit(&range_lo, memory_order_relaxed);
+    /* acquire: range_load stores hi before lo, so a reader that sees lo
+     * sees hi too (free on x86; on a weakly ordered CPU it is not) */
+    uintptr_t l = atomic_load_explicit(&range_lo, memory_order_acquire);
     if (__builtin_expect(!l, 0)) {
         if (!range_load(pool))
             return false;
-        l = atomic_load_explicit(&range_lo, memory_order_relaxed);
+        l = atomic_load_explicit(&range_lo, memory_order_acquire);
     }
     return p >= l && p < atomic_load_explicit(&range_hi, memory_order_relaxed);
 }

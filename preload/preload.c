@@ -218,14 +218,16 @@ const struct preload_real *preload_real_load(void)
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 ump_pool_t *_Atomic preload_pool_ptr;
-static bool pool_failed, pool_made;
+/* pool_failed: read without the lock by every call once it is set */
+static _Atomic bool pool_failed;
+static bool pool_made;
 
 #define MAX_ENTRIES 64
 static atomic_ulong served[MAX_ENTRIES], forwarded[MAX_ENTRIES];
 
 /* Counted only when reported (UMPOOL_PRELOAD_LOG): an atomic add per call
  * is a tenth of an interposed allocation's time. */
-bool preload_counting;
+_Atomic bool preload_counting;
 
 void preload_count_add(int entry, bool was_served)
 {

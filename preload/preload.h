@@ -43,7 +43,7 @@ void *preload_real_dlopen(const char *file, int flags);
  * issue 31's), the rest out of line, in preload.c. */
 extern const struct preload_real *_Atomic preload_real_ptr;
 extern ump_pool_t *_Atomic preload_pool_ptr;
-extern bool preload_counting;
+extern _Atomic bool preload_counting;
 const struct preload_real *preload_real_load(void);
 ump_pool_t *preload_pool_make(void);
 void preload_count_add(int entry, bool served);
@@ -96,7 +96,8 @@ static inline void preload_leave(void)
  * calls umpool served and calls forwarded to the driver. */
 static inline void preload_count(int entry, bool served)
 {
-    if (__builtin_expect(preload_counting, 0))
+    if (__builtin_expect(atomic_load_explicit(&preload_counting,
+                                              memory_order_relaxed), 0))
         preload_count_add(entry, served);
 }
 

@@ -72,7 +72,7 @@ struct xs_slot {
 
 struct xs_head {
     uint64_t magic;
-    struct xbar call; /* the calling threads' two steps */
+    struct xbar call; /* the calling threads: two steps (cuda: three) */
     struct xbar job;  /* the ranks' barriers (job.c), on their streams */
     atomic_int lost;  /* job given up for a failed device (coll_xjob) */
 };

@@ -247,8 +247,7 @@ static bool export_buf(ump_pool_t *pool, const void *p, ump_ipc_handle_t *h)
 
 bool coll_shared_takes(const ump_comm_t *c, int coll)
 {
-    const ump_comm_t *L = c->world->local;
-    return c->world->xs && (!L->gpu || coll_xgpu_takes(L, coll, c->nall));
+    return c->world->xs && (!c->world->local->gpu || coll_xgpu_takes(coll));
 }
 
 /* Step 1: this process's ranks' buffers into their slots; its verdict. On

@@ -45,19 +45,15 @@
 #include "coll/xgpu.h"
 #include "util/log.h"
 
-bool coll_xgpu_takes(const ump_comm_t *L, int coll, int nall)
+/* Every rank's buffer is one pointer of a kernel argument. */
+_Static_assert(COLL_MAX_RANKS <= UMP_MAX_DEVICES,
+               "a launch over every rank's buffers fits coll_kargs");
+
+bool coll_xgpu_takes(int coll)
 {
-    switch (coll) {
-    case UMP_COLL_ALLREDUCE:
-    case UMP_COLL_REDUCE:
-    case UMP_COLL_REDUCE_SCATTER:
-    case UMP_COLL_ALLGATHER:
-    case UMP_COLL_BROADCAST:
-        break;
-    default:
-        return false;
-    }
-    return coll_kernel_image && L->reach_all && nall <= UMP_MAX_DEVICES;
+    return coll == UMP_COLL_ALLREDUCE || coll == UMP_COLL_REDUCE ||
+           coll == UMP_COLL_REDUCE_SCATTER || coll == UMP_COLL_ALLGATHER ||
+           coll == UMP_COLL_BROADCAST;
 }
 
 int coll_xgpu_enter(ump_comm_t *L, const struct coll_args *a)

@@ -13,12 +13,12 @@
 #include "coll/check.h"
 #include "coll/job.h"
 
-/* Whether the call a can go this way on local communicator L (this
- * process's ranks) with nall ranks in all: the collectives below, a kernel
- * built in, at most one kernel argument's worth of ranks, and every device
- * of the pool reaching every other. The same answer in every process for
- * the same call (the pools agree on their devices). */
-bool coll_xgpu_takes(const ump_comm_t *L, int coll, int nall);
+/* Whether calls of coll go this way (xgpu.c's five collectives): the
+ * same answer in every process. What else it needs holds for the whole
+ * communicator and is checked once, at its creation (shared.c:
+ * coll_shared_start): a kernel built in, every device of the pool
+ * reaching every other, at most COLL_MAX_RANKS ranks. */
+bool coll_xgpu_takes(int coll);
 
 /* Before the call's buffers are published: the work queued on the
  * caller's streams (a->streams; the communicator's own are idle between

@@ -3,6 +3,19 @@
 #include <stdlib.h>
 
 #include "coll/job.h"
+#include "util/poll.h"
+
+struct gen_wait {
+    const struct coll_job *job;
+    unsigned gen;
+};
+
+/* The barrier's release (or the job's abort), seen without the lock. */
+static bool gen_moved(const void *arg)
+{
+    const struct gen_wait *w = arg;
+    return atomic_load(&w->job->gen) != w->gen || atomic_load(&w->job->abort);
+}
 
 bool coll_barrier(struct coll_job *job, int r)
 {
@@ -29,7 +42,11 @@ bool coll_barrier(struct coll_job *job, int r)
             job->abort = true;
         job->gen++;
         pthread_cond_broadcast(&job->cv);
-    } else {
+    } else if (job->gen == gen && !job->abort) {
+        pthread_mutex_unlock(&job->mu);
+        struct gen_wait w = {job, gen};
+        ump_poll(gen_moved, &w, UMP_POLL_NS);
+        pthread_mutex_lock(&job->mu);
         while (job->gen == gen && !job->abort)
             pthread_cond_wait(&job->cv, &job->mu);
     }

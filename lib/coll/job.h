@@ -77,11 +77,16 @@ struct coll_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int arrived;
-    unsigned gen;
-    bool abort; /* (mu) not every rank was launched, or a rank's device
-                   failed (fail_mask): nobody waits, the call is -EIO */
+    /* gen, abort and launched are written under mu and atomic for the
+     * waits' polls without it (util/poll.h), as a kernel's ranks would
+     * spin on a flag */
+    _Atomic unsigned gen;
+    _Atomic bool abort; /* (mu) not every rank was launched, or a rank's
+                           device failed (fail_mask): nobody waits, the
+                           call is -EIO */
     int done;   /* (mu) ranks past their last barrier */
-    bool launched; /* (mu) a fan's launch queued everything: it may run */
+    _Atomic bool launched; /* (mu) a fan's launch queued everything: it
+                              may run */
     /* The pool's failure bits (failing: told by the backend, failed:
      * handled) and the bits of the job's devices: the barrier's last
      * arrival reads them, so that a device failing mid-call stops every

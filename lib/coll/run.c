@@ -26,6 +26,7 @@
 #include "front/stream.h"
 #include "util/clock.h"
 #include "util/log.h"
+#include "util/poll.h"
 
 static void job_free(struct coll_job *j)
 {
@@ -169,6 +170,13 @@ static void rank_main(void *arg)
     rank_end(j, 1);
 }
 
+/* A fan's launch is done (or failed), seen without the lock. */
+static bool fan_may_run(const void *arg)
+{
+    const struct coll_job *j = arg;
+    return atomic_load(&j->launched) || atomic_load(&j->abort);
+}
+
 /* The fan (model.h, fan.c): the whole call in one host function on rank
  * q's stream, which the launch has joined to the others (queue_fan). It
  * starts once the launch has queued everything (the joins after it too),
@@ -179,6 +187,7 @@ static void fan_main(void *arg)
 {
     struct coll_rank *cr = arg;
     struct coll_job *j = cr->job;
+    ump_poll(fan_may_run, j, UMP_POLL_NS);
     pthread_mutex_lock(&j->mu);
     while (!j->launched && !j->abort)
         pthread_cond_wait(&j->cv, &j->mu);

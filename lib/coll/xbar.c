@@ -21,6 +21,7 @@
 
 #include "coll/xbar.h"
 #include "util/clock.h"
+#include "util/poll.h"
 
 /* Polls before a sleep: a few microseconds, without sched_yield, which
  * on a core shared with a busy thread (more processes than cores, a
@@ -29,15 +30,6 @@
  * arrives instead. */
 #define XBAR_SPINS 2000
 #define XBAR_NAP_NS 10000000L /* a sleep's longest: the deadline's check */
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
 
 static void futex_wait(_Atomic uint32_t *w, uint32_t val)
 {
@@ -80,7 +72,7 @@ bool xbar_wait(struct xbar *b, uint32_t n, double timeout_s)
         if (now != gen)
             return !(now & XBAR_ABORT);
         if (spin < XBAR_SPINS) {
-            cpu_relax();
+            ump_cpu_relax();
             continue;
         }
         if (ump_clock_ns() > deadline) {

@@ -12,6 +12,7 @@
 #include "front/tcache.h"
 #include "front/registry.h"
 #include "front/front.h"
+#include "util/poll.h"
 
 _Thread_local struct tls_slot tls_slots[TLS_SLOTS]
     __attribute__((tls_model("initial-exec")));
@@ -53,7 +54,7 @@ void tc_seize(struct tcache *tc)
         abort();
     }
     while (atomic_load_explicit(&tc->active, memory_order_acquire))
-        __builtin_ia32_pause();
+        ump_cpu_relax();
 }
 
 void tc_release(struct tcache *tc)

@@ -37,6 +37,12 @@
  * record covered has finished, without the caller waiting; the worker
  * thread blocks on the other stream's progress.
  *
+ * Every wait polls a while before it sleeps (util/poll.h), as the CUDA
+ * driver's syncs spin and a GPU's engines start queued work at once: the
+ * worker for its next operation, a sync for the count it waits on, a
+ * stream for the one it waits on. A worker running an operation counts as
+ * a poller, so that polls never take the cores the workers need.
+ *
  * Lock order: registry lock alone; event lock, then stream lock.
  */
 #include "config.h"
@@ -54,6 +60,7 @@
 #include "util/clock.h"
 #include "util/internal.h"
 #include "util/log.h"
+#include "util/poll.h"
 #include "backend/sim/sim.h"
 
 #define EVENT_MAGIC 0x53494d45u  /* "SIME" */
@@ -84,7 +91,8 @@ struct sim_stream {
     pthread_t thread;
     int device;
     struct sim_op *head, *tail;
-    uint64_t queued, finished;
+    /* written under lock, atomic for poll_count's reads without it */
+    _Atomic uint64_t queued, finished;
     bool stop;   /* the worker exits once the queue is empty */
     bool dying;  /* destroy has begun: no new work */
     /* the registry's, plus one per event recorded on it and one per call
@@ -102,6 +110,34 @@ struct sim_event {
 };
 
 static _Thread_local bool in_host_func;
+
+/* A wait on a stream polls (util/poll.h) before it sleeps on the
+ * condition: the counter it waits on moves within microseconds on a busy
+ * stream, as a GPU's does, and a sleeper's wake-up costs far more here. */
+struct count_wait {
+    const _Atomic uint64_t *ctr;
+    uint64_t val;
+};
+
+static bool count_reached(const void *arg)
+{
+    const struct count_wait *w = arg;
+    return atomic_load_explicit(w->ctr, memory_order_acquire) >= w->val;
+}
+
+static bool count_moved(const void *arg)
+{
+    const struct count_wait *w = arg;
+    return atomic_load_explicit(w->ctr, memory_order_acquire) != w->val;
+}
+
+/* Polls until *ctr reaches val (or, moved, differs from it), at most
+ * UMP_POLL_NS: the caller then takes the lock and waits as before. */
+static void poll_count(const _Atomic uint64_t *ctr, uint64_t val, bool moved)
+{
+    struct count_wait w = {ctr, val};
+    ump_poll(moved ? count_moved : count_reached, &w, UMP_POLL_NS);
+}
 
 int sim_check_caller(const char *op)
 {
@@ -181,6 +217,7 @@ static void op_run(const struct sim_op *op)
         in_host_func = false;
         break;
     case OP_WAIT:
+        poll_count(&op->waited->finished, op->target, false);
         pthread_mutex_lock(&op->waited->lock);
         while (op->waited->finished < op->target)
             pthread_cond_wait(&op->waited->done, &op->waited->lock);
@@ -207,6 +244,12 @@ static void *stream_main(void *arg)
 
     pthread_mutex_lock(&s->lock);
     for (;;) {
+        if (!s->head && !s->stop) {
+            uint64_t seen = s->queued;
+            pthread_mutex_unlock(&s->lock);
+            poll_count(&s->queued, seen, true);
+            pthread_mutex_lock(&s->lock);
+        }
         while (!s->head && !s->stop)
             pthread_cond_wait(&s->work, &s->lock);
         op = s->head;
@@ -216,7 +259,9 @@ static void *stream_main(void *arg)
         if (!s->head)
             s->tail = NULL;
         pthread_mutex_unlock(&s->lock);
+        ump_poll_busy(true);
         op_run(op);
+        ump_poll_busy(false);
         if (op->waited)
             stream_unref(op->waited);
         free(op);
@@ -473,8 +518,9 @@ int sim_stream_sync(void *ctx, void *stream)
      * that (a real driver's work dies with the context instead). The
      * sync is the device's operation after that work: a failure it
      * brings poisons the memory once the copies are done with it. */
-    pthread_mutex_lock(&s->lock);
     target = s->queued;
+    poll_count(&s->finished, target, false);
+    pthread_mutex_lock(&s->lock);
     while (s->finished < target)
         pthread_cond_wait(&s->done, &s->lock);
     pthread_mutex_unlock(&s->lock);
@@ -783,6 +829,7 @@ int sim_event_sync(void *ctx, void *event)
     pthread_mutex_unlock(&ev->lock);
     if (!s)
         return 0;
+    poll_count(&s->finished, target, false);
     pthread_mutex_lock(&s->lock);
     while (s->finished < target)
         pthread_cond_wait(&s->done, &s->lock);

@@ -6,6 +6,7 @@
 UNIT_TESTS = \
 	tests/test_conf \
 	tests/test_unixsock \
+	tests/test_poll \
 	tests/test_ipc \
 	tests/test_share \
 	tests/test_topology \

@@ -14,6 +14,7 @@
 
 #include "front/registry.h"
 #include "front/tcache.h"
+#include "util/poll.h"
 
 _Atomic uint64_t fork_generation;
 
@@ -104,6 +105,7 @@ static void postfork_child(void)
     memset(tls_slots, 0, sizeof(tls_slots));
     /* membarrier registration belongs to the address space: do it again. */
     tcache_register_membarrier();
+    ump_poll_forked();
     /* The child's only thread is the one that took every lock in prefork:
      * release them as the parent does (default mutexes, so glibc does not
      * check the owner's thread id, which changed). */

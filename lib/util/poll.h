@@ -10,16 +10,21 @@
  * So a wait polls for a while first; one longer than that sleeps and
  * costs no CPU.
  *
- * The pollers must not take the cores from the threads they wait for,
- * which on the sim are the process's own stream workers:
- *  - a process's pollers and its workers running work (ump_poll_busy) are
- *    counted, and a wait polls only while they fit its online CPUs (else
- *    it sleeps at once, as before);
- *  - a poller yields every few microseconds, so that a runnable thread on
- *    its core runs.
- * Other processes' threads are not counted: a core they keep busy can
- * cost a poller a time slice where it yields, and a hand-off then waits
- * about what a sleeper's wake-up does.
+ * A poller must not keep a core from the thread it waits for, which on
+ * the sim is one of the process's own stream workers:
+ *  - a wait polls only while the process's pollers and its workers
+ *    running work (ump_poll_busy) are fewer than its CPUs; else it sleeps
+ *    at once, as before. (Workers are counted, never refused: more of them
+ *    than CPUs take every slot, and one asleep in a wait keeps its slot.)
+ *  - a poller yields every few microseconds, so that a runnable thread of
+ *    its core runs;
+ *  - a yield that took longer than UMP_POLL_LOST_NS while no worker of
+ *    the process began or ended work means the core went to another
+ *    process's thread for a time slice (a machine with no core to
+ *    spare): every poll of the process then stops for
+ *    UMP_POLL_OFF_NS, so that a loaded machine pays that once in a while,
+ *    not at every hand-off (a poller yielding to a busy thread at each
+ *    hand-off made a small collective take milliseconds).
  */
 #ifndef UMP_UTIL_POLL_H
 #define UMP_UTIL_POLL_H
@@ -35,11 +40,27 @@
  * collective, short enough that an idle wait soon sleeps. */
 #define UMP_POLL_NS 20000u
 
+/* A yield that took this long lost the core to a time slice of another
+ * thread (a scheduler's slice is milliseconds; a worker's step of a
+ * small call, microseconds), and every poll then stops this long. */
+#define UMP_POLL_LOST_NS 250000u
+#define UMP_POLL_OFF_NS 100000000u
+
 /* The process's threads polling or running work now; whether this thread
- * is counted as running work; how many may be (the online CPUs). */
+ * is counted as running work; how many may be (the CPUs it may run on);
+ * until when (ump_clock_ns) polls are off. */
 extern _Atomic int ump_pollers;
 extern _Thread_local bool ump_poll_counted;
 int ump_poll_cpus(void);
+extern _Atomic uint64_t ump_poll_off_until;
+/* Work the process's workers began or ended (ump_poll_busy): a long yield
+ * that saw none went to another process's thread. */
+extern _Atomic uint64_t ump_poll_steps;
+
+/* In a fork child: its one thread is the only one counted, if it was (the
+ * parent's pollers and busy workers are not there to uncount themselves,
+ * and would keep the child from polling). */
+void ump_poll_forked(void);
 
 /* One spin of a polling loop: tells the core (and a hyperthread beside
  * it) that this thread only waits. */
@@ -57,6 +78,7 @@ static inline void ump_cpu_relax(void)
 static inline void ump_poll_busy(bool busy)
 {
     ump_poll_counted = busy;
+    atomic_fetch_add_explicit(&ump_poll_steps, 1, memory_order_relaxed);
     if (busy)
         atomic_fetch_add(&ump_pollers, 1);
     else
@@ -64,14 +86,18 @@ static inline void ump_poll_busy(bool busy)
 }
 
 /* Spins until done(arg) holds, at most ns nanoseconds; true when it did.
- * False at once when the count would pass the CPUs (a busy thread is
- * counted already). done reads only atomics: the caller holds no lock
- * while it polls, and waits as before (a lock and a condition) on false. */
+ * False at once while polls are off, or when the count would pass the
+ * CPUs (a busy thread is counted already). done reads only atomics, so
+ * the caller takes no lock of done's state while it polls; on false it
+ * waits as before (a lock and a condition). */
 static inline bool ump_poll(bool (*done)(const void *), const void *arg,
                             uint64_t ns)
 {
     if (done(arg))
         return true;
+    uint64_t start = ump_clock_ns();
+    if (start < atomic_load_explicit(&ump_poll_off_until, memory_order_relaxed))
+        return false;
     bool add = !ump_poll_counted;
     if (add ? atomic_fetch_add(&ump_pollers, 1) >= ump_poll_cpus()
             : atomic_load(&ump_pollers) > ump_poll_cpus()) {
@@ -79,20 +105,30 @@ static inline bool ump_poll(bool (*done)(const void *), const void *arg,
             atomic_fetch_sub(&ump_pollers, 1);
         return false;
     }
-    uint64_t start = 0;
     bool ok = false;
-    for (unsigned i = 0;; i++) {
+    for (unsigned i = 1;; i++) {
         if (done(arg)) {
             ok = true;
             break;
         }
         if ((i & 63) == 0) {
             uint64_t t = ump_clock_ns();
-            if (!start)
-                start = t;
-            else if (t - start > ns)
+            if (t - start > ns)
                 break;
+            uint64_t steps = atomic_load_explicit(&ump_poll_steps,
+                                                  memory_order_relaxed);
             sched_yield();
+            uint64_t back = ump_clock_ns();
+            if (back - t > UMP_POLL_LOST_NS &&
+                steps == atomic_load_explicit(&ump_poll_steps,
+                                              memory_order_relaxed)) {
+                /* the core went to a thread of another process */
+                atomic_store_explicit(&ump_poll_off_until,
+                                      back + UMP_POLL_OFF_NS,
+                                      memory_order_relaxed);
+                ok = done(arg);
+                break;
+            }
         }
         ump_cpu_relax();
     }

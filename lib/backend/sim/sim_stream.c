@@ -40,8 +40,9 @@
  * Every wait polls a while before it sleeps (util/poll.h), as the CUDA
  * driver's syncs spin and a GPU's engines start queued work at once: the
  * worker for its next operation, a sync for the count it waits on, a
- * stream for the one it waits on. A worker running an operation counts as
- * a poller, so that polls never take the cores the workers need.
+ * stream for the one it waits on. A worker running an operation is
+ * counted with the pollers, so that waits poll only while the process has
+ * a core to spare for them.
  *
  * Lock order: registry lock alone; event lock, then stream lock.
  */

@@ -1,7 +1,7 @@
 /* Bounded polling before a sleep (lib/util/poll.h): its bound, its count
- * of polling and busy threads against the CPUs, polls off, a fork child's
- * count, and the count back at zero once the sim's streams and collectives
- * are idle. */
+ * of polling and busy threads against the CPUs, polls off and the yield
+ * that turns them off, a fork child's count, and the count back at zero
+ * once the sim's streams and collectives are idle. */
 #include "config.h"
 
 #include <stdarg.h>
@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -100,26 +101,32 @@ static void test_cap(void **state)
 
     ump_poll_busy(true);
     assert_int_equal(atomic_load(&ump_pollers), 1);
-    assert_false(ump_poll(flag_set, &no, 100000)); /* it polled: 1 <= cpus */
+    t0 = ump_clock_ns();
+    assert_false(ump_poll(flag_set, &no, 200000)); /* it polls: 1 <= cpus */
+    if (!atomic_load(&ump_poll_off_until)) /* unless a yield lost the core */
+        assert_true(ump_clock_ns() - t0 >= 200000);
+    atomic_store(&ump_poll_off_until, 0);
     assert_int_equal(atomic_load(&ump_pollers), 1);
     ump_poll_busy(false);
     assert_int_equal(atomic_load(&ump_pollers), 0);
     assert_false(ump_poll_counted);
 }
 
-/* A fork child keeps only its own thread's count. */
+/* A fork child keeps only its own thread's count: the library's fork
+ * handler (registered with the first pool) resets it. */
 static void test_forked(void **state)
 {
     (void)state;
-    atomic_store(&ump_pollers, 3);
+    ump_pool_t *pool =
+        tu_pool_create("backend:sim,sim_devices:1,sim_device_mem:64M");
+    atomic_store(&ump_pollers, 3); /* as if other threads polled */
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (!pid) {
-        ump_poll_forked();
         int bad = atomic_load(&ump_pollers) != 0;
-        ump_poll_busy(true);
+        ump_poll_busy(true); /* a forking thread that was counted */
         ump_poll_forked();
-        bad |= atomic_load(&ump_pollers) != 1;
+        bad |= (atomic_load(&ump_pollers) != 1) << 1;
         _exit(bad);
     }
     int st;
@@ -127,6 +134,74 @@ static void test_forked(void **state)
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 0);
     atomic_store(&ump_pollers, 0);
+    tu_pool_destroy(pool);
+}
+
+struct spinner {
+    int cpu;
+    uint64_t ns;
+    _Atomic bool started;
+};
+
+static bool pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+/* A busy thread that runs no worker's operation, on the poller's core. */
+static void *spin_main(void *arg)
+{
+    struct spinner *k = arg;
+    pin(k->cpu);
+    atomic_store(&k->started, true);
+    uint64_t until = ump_clock_ns() + k->ns;
+    while (ump_clock_ns() < until)
+        ;
+    return NULL;
+}
+
+/* A yield that hands the core to a busy thread for a time slice, no worker
+ * moving meanwhile, turns polls off: the poll ends early and the next one
+ * is refused at once. Both threads on one core; tried a few times, since
+ * the scheduler decides whom a yield runs. */
+static void test_off_switch(void **state)
+{
+    (void)state;
+    cpu_set_t mine;
+    assert_int_equal(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    int cpu = 0;
+    while (!CPU_ISSET(cpu, &mine))
+        cpu++;
+    _Atomic bool no = false;
+    bool fired = false;
+    for (int attempt = 0; attempt < 5 && !fired; attempt++) {
+        atomic_store(&ump_poll_off_until, 0);
+        struct spinner k = {cpu, 300000000ull, false};
+        pthread_t t;
+        assert_true(pin(cpu));
+        assert_int_equal(pthread_create(&t, NULL, spin_main, &k), 0);
+        while (!atomic_load(&k.started))
+            sched_yield();
+        uint64_t t0 = ump_clock_ns();
+        bool got = ump_poll(flag_set, &no, 200000000ull);
+        uint64_t took = ump_clock_ns() - t0;
+        assert_false(got);
+        fired = atomic_load(&ump_poll_off_until) > t0;
+        if (fired) {
+            assert_true(took < 200000000ull); /* it stopped early */
+            t0 = ump_clock_ns();
+            assert_false(ump_poll(flag_set, &no, 200000000ull));
+            assert_true(ump_clock_ns() - t0 < 100000000ull);
+        }
+        pthread_join(t, NULL);
+        pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
+    }
+    assert_true(fired);
+    assert_int_equal(atomic_load(&ump_pollers), 0);
+    atomic_store(&ump_poll_off_until, 0);
 }
 
 /* Streams and collectives of a sim pool leave no thread counted once
@@ -169,14 +244,25 @@ static void test_idle_sim(void **state)
     tu_pool_destroy(pool);
 }
 
+/* Each test from a clean count, polls on: one that failed half way says
+ * nothing about the next. */
+static int fresh(void **state)
+{
+    (void)state;
+    atomic_store(&ump_pollers, 0);
+    atomic_store(&ump_poll_off_until, 0);
+    return 0;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bound),
-        cmocka_unit_test(test_sees_other_thread),
-        cmocka_unit_test(test_cap),
-        cmocka_unit_test(test_forked),
-        cmocka_unit_test(test_idle_sim),
+        cmocka_unit_test_setup(test_bound, fresh),
+        cmocka_unit_test_setup(test_sees_other_thread, fresh),
+        cmocka_unit_test_setup(test_cap, fresh),
+        cmocka_unit_test_setup(test_forked, fresh),
+        cmocka_unit_test_setup(test_off_switch, fresh),
+        cmocka_unit_test_setup(test_idle_sim, fresh),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,9 @@ static void cpus_read(void)
 {
     cpu_set_t set;
     long n;
-    if (sched_getaffinity(0, sizeof(set), &set))
+    /* the process's main thread's: the first poller may be a thread
+     * bound to one core */
+    if (sched_getaffinity(getpid(), sizeof(set), &set))
         n = sysconf(_SC_NPROCESSORS_ONLN);
     else
         n = CPU_COUNT(&set);

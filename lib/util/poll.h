@@ -19,12 +19,16 @@
  *  - a poller yields every few microseconds, so that a runnable thread of
  *    its core runs;
  *  - a yield that took longer than UMP_POLL_LOST_NS while no worker of
- *    the process began or ended work means the core went to another
- *    process's thread for a time slice (a machine with no core to
- *    spare): every poll of the process then stops for
- *    UMP_POLL_OFF_NS, so that a loaded machine pays that once in a while,
- *    not at every hand-off (a poller yielding to a busy thread at each
- *    hand-off made a small collective take milliseconds).
+ *    the process began or ended work means the core went for a time
+ *    slice to a thread that runs no worker's operation: another
+ *    process's, or the application's own (no core to spare, either way):
+ *    every poll of the process then stops for UMP_POLL_OFF_NS, so that a
+ *    loaded machine pays that once in a while, not at every hand-off (a
+ *    poller yielding to a busy thread at each hand-off made a small
+ *    collective take milliseconds). A worker that ends its operation
+ *    during such a yield hides it (the count moved), and a poller
+ *    preempted between its yields is not seen: the rule catches most
+ *    lost slices, not all.
  */
 #ifndef UMP_UTIL_POLL_H
 #define UMP_UTIL_POLL_H
@@ -54,7 +58,7 @@ extern _Thread_local bool ump_poll_counted;
 int ump_poll_cpus(void);
 extern _Atomic uint64_t ump_poll_off_until;
 /* Work the process's workers began or ended (ump_poll_busy): a long yield
- * that saw none went to another process's thread. */
+ * that saw none went to a thread running no worker's operation. */
 extern _Atomic uint64_t ump_poll_steps;
 
 /* In a fork child: its one thread is the only one counted, if it was (the
@@ -122,7 +126,7 @@ static inline bool ump_poll(bool (*done)(const void *), const void *arg,
             if (back - t > UMP_POLL_LOST_NS &&
                 steps == atomic_load_explicit(&ump_poll_steps,
                                               memory_order_relaxed)) {
-                /* the core went to a thread of another process */
+                /* the core went to a thread that is no worker */
                 atomic_store_explicit(&ump_poll_off_until,
                                       back + UMP_POLL_OFF_NS,
                                       memory_order_relaxed);

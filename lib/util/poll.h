@@ -18,11 +18,11 @@
  *    than CPUs take every slot, and one asleep in a wait keeps its slot.)
  *  - a poller yields every few microseconds, so that a runnable thread of
  *    its core runs;
- *  - a yield that took longer than UMP_POLL_LOST_NS while no worker of
+ *  - a yield that took longer than POLL_LOST_NS (poll.c) while no worker of
  *    the process began or ended work means the core went for a time
  *    slice to a thread that runs no worker's operation: another
  *    process's, or the application's own (no core to spare, either way):
- *    every poll of the process then stops for UMP_POLL_OFF_NS, so that a
+ *    every poll of the process then stops for POLL_OFF_NS, so that a
  *    loaded machine pays that once in a while, not at every hand-off (a
  *    poller yielding to a busy thread at each hand-off made a small
  *    collective take milliseconds). A worker that ends its operation
@@ -33,33 +33,22 @@
 #ifndef UMP_UTIL_POLL_H
 #define UMP_UTIL_POLL_H
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#include "util/clock.h"
 
 /* A hand-off's poll: long enough for a copy or a rank's step of a small
  * collective, short enough that an idle wait soon sleeps. */
 #define UMP_POLL_NS 20000u
 
-/* A yield that took this long lost the core to a time slice of another
- * thread (a scheduler's slice is milliseconds; a worker's step of a
- * small call, microseconds), and every poll then stops this long. */
-#define UMP_POLL_LOST_NS 250000u
-#define UMP_POLL_OFF_NS 100000000u
-
-/* The process's threads polling or running work now; whether this thread
- * is counted as running work; how many may be (the CPUs it may run on);
- * until when (ump_clock_ns) polls are off. */
+/* The process's threads polling or running work now, whether this thread
+ * is counted as running work, and until when (ump_clock_ns) polls are
+ * off: read and reset by tests. How many may be counted: the CPUs the
+ * process may run on. */
 extern _Atomic int ump_pollers;
 extern _Thread_local bool ump_poll_counted;
-int ump_poll_cpus(void);
 extern _Atomic uint64_t ump_poll_off_until;
-/* Work the process's workers began or ended (ump_poll_busy): a long yield
- * that saw none went to a thread running no worker's operation. */
-extern _Atomic uint64_t ump_poll_steps;
+int ump_poll_cpus(void);
 
 /* In a fork child: its one thread is the only one counted, if it was (the
  * parent's pollers and busy workers are not there to uncount themselves,
@@ -79,66 +68,13 @@ static inline void ump_cpu_relax(void)
 
 /* Around the work of a thread that stands in for a GPU engine (a sim
  * stream's worker): it needs a core, so it is counted with the pollers. */
-static inline void ump_poll_busy(bool busy)
-{
-    ump_poll_counted = busy;
-    atomic_fetch_add_explicit(&ump_poll_steps, 1, memory_order_relaxed);
-    if (busy)
-        atomic_fetch_add(&ump_pollers, 1);
-    else
-        atomic_fetch_sub(&ump_pollers, 1);
-}
+void ump_poll_busy(bool busy);
 
 /* Spins until done(arg) holds, at most ns nanoseconds; true when it did.
  * False at once while polls are off, or when the count would pass the
  * CPUs (a busy thread is counted already). done reads only atomics, so
  * the caller takes no lock of done's state while it polls; on false it
  * waits as before (a lock and a condition). */
-static inline bool ump_poll(bool (*done)(const void *), const void *arg,
-                            uint64_t ns)
-{
-    if (done(arg))
-        return true;
-    uint64_t start = ump_clock_ns();
-    if (start < atomic_load_explicit(&ump_poll_off_until, memory_order_relaxed))
-        return false;
-    bool add = !ump_poll_counted;
-    if (add ? atomic_fetch_add(&ump_pollers, 1) >= ump_poll_cpus()
-            : atomic_load(&ump_pollers) > ump_poll_cpus()) {
-        if (add)
-            atomic_fetch_sub(&ump_pollers, 1);
-        return false;
-    }
-    bool ok = false;
-    for (unsigned i = 1;; i++) {
-        if (done(arg)) {
-            ok = true;
-            break;
-        }
-        if ((i & 63) == 0) {
-            uint64_t t = ump_clock_ns();
-            if (t - start > ns)
-                break;
-            uint64_t steps = atomic_load_explicit(&ump_poll_steps,
-                                                  memory_order_relaxed);
-            sched_yield();
-            uint64_t back = ump_clock_ns();
-            if (back - t > UMP_POLL_LOST_NS &&
-                steps == atomic_load_explicit(&ump_poll_steps,
-                                              memory_order_relaxed)) {
-                /* the core went to a thread that is no worker */
-                atomic_store_explicit(&ump_poll_off_until,
-                                      back + UMP_POLL_OFF_NS,
-                                      memory_order_relaxed);
-                ok = done(arg);
-                break;
-            }
-        }
-        ump_cpu_relax();
-    }
-    if (add)
-        atomic_fetch_sub(&ump_pollers, 1);
-    return ok;
-}
+bool ump_poll(bool (*done)(const void *), const void *arg, uint64_t ns);
 
 #endif

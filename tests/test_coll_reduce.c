@@ -368,6 +368,60 @@ static void test_every_type_op(void **state)
     free(dst);
 }
 
+/* ---- streamed stores ---------------------------------------------------- */
+
+/* coll_reduce_multi_stream with stream on stores around the caches (where
+ * the destination is 16-byte aligned) and must give the same bytes as the
+ * cached stores: to two destinations, one aligned and one not, a partial
+ * last block, and in place on the first source. */
+static void test_streamed_stores(void **state)
+{
+    (void)state;
+    const size_t count = 65537, bytes = (count * 8 / 64 + 2) * 64;
+    char *bufs[3], *out[2][2], *ip[2];
+    for (int k = 0; k < 3; k++)
+        assert_non_null(bufs[k] = aligned_alloc(64, bytes));
+    for (int s = 0; s < 2; s++) {
+        for (int o = 0; o < 2; o++)
+            assert_non_null(out[s][o] = aligned_alloc(64, bytes));
+        assert_non_null(ip[s] = aligned_alloc(64, bytes));
+    }
+    for (int dt = 0; dt < COLL_NDTYPE; dt++) {
+        size_t sz = coll_dtype_size(dt);
+        const void *src[3] = {bufs[0], bufs[1], bufs[2]};
+        for (int k = 0; k < 3; k++)
+            fill(dt, bufs[k], count);
+        for (int op = 0; op < COLL_NOP; op++) {
+            for (int s = 0; s < 2; s++) {
+                void *dst[2] = {out[s][0], out[s][1] + sz}; /* 2nd unaligned */
+                memset(out[s][0], 0xa5, bytes);
+                memset(out[s][1], 0xa5, bytes);
+                coll_reduce_multi_stream(dt, op, dst, 2, src, 3, count, s);
+                check_all(dst[0], dt, op, src, 3, count);
+                assert_memory_equal(dst[0], dst[1], count * sz);
+                assert_int_equal((unsigned char)out[s][0][count * sz], 0xa5);
+                assert_int_equal((unsigned char)out[s][1][sz - 1], 0xa5);
+                assert_int_equal(
+                    (unsigned char)out[s][1][(count + 1) * sz], 0xa5);
+                /* in place: the first source is also the destination */
+                memcpy(ip[s], src[0], count * sz);
+                const void *isrc[3] = {ip[s], src[1], src[2]};
+                void *idst[1] = {ip[s]};
+                coll_reduce_multi_stream(dt, op, idst, 1, isrc, 3, count, s);
+                assert_memory_equal(ip[s], dst[0], count * sz);
+            }
+            assert_memory_equal(out[0][0], out[1][0], count * sz);
+        }
+    }
+    for (int k = 0; k < 3; k++)
+        free(bufs[k]);
+    for (int s = 0; s < 2; s++) {
+        free(out[s][0]);
+        free(out[s][1]);
+        free(ip[s]);
+    }
+}
+
 /* ---- names and sizes --------------------------------------------------- */
 
 static void test_names_and_sizes(void **state)
@@ -774,6 +828,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_names_and_sizes),
         cmocka_unit_test(test_every_type_op),
+        cmocka_unit_test(test_streamed_stores),
         cmocka_unit_test(test_integer_wrapping),
         cmocka_unit_test(test_integer_avg),
         cmocka_unit_test(test_integer_steps_match),

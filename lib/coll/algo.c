@@ -86,7 +86,8 @@ static void allreduce_oneshot(struct coll_job *j, int r)
 {
     size_t esz = j->esz;
     void *dst = j->inplace ? j->scratch[r] : j->recv[r];
-    coll_reduce(j->dt, j->op, dst, j->send, j->n, j->count);
+    coll_reduce_multi_stream(j->dt, j->op, &dst, 1, j->send, j->n, j->count,
+                             coll_job_streams(j, j->count * esz));
     reduced_all(j, r, j->count * esz);
     if (!j->inplace)
         return;
@@ -115,7 +116,8 @@ static void allreduce_twoshot(struct coll_job *j, int r)
         src[k] = CAT(j->send[k], lo);
         dst[k] = AT(j->recv[k], lo);
     }
-    coll_reduce_multi(j->dt, j->op, dst, j->n, src, j->n, len);
+    coll_reduce_multi_stream(j->dt, j->op, dst, j->n, src, j->n, len,
+                             coll_job_streams(j, (size_t)j->n * len * esz));
     reduced_all(j, r, len * esz);
     for (int k = 0; k < j->n; k++)
         if (k != r)
@@ -347,7 +349,8 @@ static void reduce_scatter_direct(struct coll_job *j, int r)
     const void *src[COLL_MAX_RANKS];
     for (int k = 0; k < j->n; k++)
         src[k] = CAT(j->send[k], (size_t)r * c);
-    coll_reduce(j->dt, j->op, j->recv[r], src, j->n, c);
+    coll_reduce_multi_stream(j->dt, j->op, &j->recv[r], 1, src, j->n, c,
+                             coll_job_streams(j, c * esz));
     reduced_all(j, r, c * esz);
 }
 

@@ -19,6 +19,7 @@
 
 #include "coll/coll.h"
 #include "coll/model.h"
+#include "coll/reduce.h"
 #include "coll/xbar.h"
 
 struct coll_job;
@@ -128,6 +129,13 @@ static inline size_t slice_lo(size_t count, int n, int k)
 static inline size_t slice_len(size_t count, int n, int k)
 {
     return slice_lo(count, n, k + 1) - slice_lo(count, n, k);
+}
+
+/* Whether a step in which every rank of the job writes bytes stores them
+ * around the caches: the call writes n times that (reduce.h). */
+static inline bool coll_job_streams(const struct coll_job *job, size_t bytes)
+{
+    return bytes * (size_t)job->n >= COLL_STREAM_MIN;
 }
 
 /* Rank r waits until every rank of the job has called it as often; false

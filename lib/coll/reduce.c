@@ -14,14 +14,19 @@
  * the sources. acc is also the accumulation type (float for the half types,
  * unsigned for the wrapping integer ops).
  *
- * Large outputs (COLL_STREAM_MIN bytes and more per destination) are
- * stored with non-temporal stores where the CPU has them (x86's SSE2):
- * a plain store first reads the line it writes (read for ownership), so a
- * reduction of n inputs into n outputs moved half as many bytes again as
- * the memcpy of the same outputs (glibc's, which streams large copies),
- * and ran at 0.55 of it with 4 ranks on this 2-core machine. The stores
- * are fenced before the call returns (the ranks' barrier then publishes
- * them).
+ * Large outputs are stored with non-temporal stores where the CPU has
+ * them (x86's SSE2): a plain store first reads the line it writes (read
+ * for ownership), so a reduction of n inputs into n outputs moved half as
+ * many bytes again as the memcpy of the same outputs, and ran at 0.55 of
+ * it with 4 ranks on this 2-core machine (0.8-0.9 streamed). But a
+ * streamed line goes to DRAM: a reader right after fetches it back. The
+ * schedule across processes reads what it folds at once (it sends it, and
+ * broadcasts it): streamed from 1 MiB, its allreduce at 1-4 MiB ran at
+ * 1.4-1.5 GB/s, against 2.0-2.5 cached. So the stores stream only when the
+ * collective call writes COLL_STREAM_MIN bytes or more, all its ranks
+ * together (reduce.h): more than the caches keep for that reader. The
+ * stores are fenced before the call returns (the ranks' barrier then
+ * publishes them).
  */
 #include "config.h"
 
@@ -38,9 +43,6 @@
 /* 512 elements: acc is 2-4 KiB, well inside L1 next to the streamed
  * sources, and long enough that the loop overhead per block is nothing. */
 #define COLL_BLK 512
-
-/* Outputs of this many bytes per destination and more are streamed. */
-#define COLL_STREAM_MIN ((size_t)1 << 20)
 
 /* Stores a block of bytes (a multiple of 16, from a 16-byte aligned src)
  * at dst: around the caches when stream (and dst is aligned), else
@@ -154,10 +156,10 @@ const char *coll_op_name(int op)
  * accumulation type, S the type AVG divides in. */
 #define DEFINE_REDUCE(NAME, T, A, S, LD, ST, OP, FIN)                          \
     static void reduce_##NAME(void *const *dst, int ndst,                      \
-                              const void *const *src, int n, size_t count)     \
+                              const void *const *src, int n, size_t count,     \
+                              bool stream)                                     \
     {                                                                          \
         size_t i = 0;                                                          \
-        bool stream = count * sizeof(T) >= COLL_STREAM_MIN;                    \
         for (; count - i >= COLL_BLK; i += COLL_BLK)                           \
             REDUCE_BLOCK(T, A, S, LD, ST, OP, FIN, COLL_BLK);                  \
         if (i < count)                                                         \
@@ -195,7 +197,7 @@ DEFINE_FLOAT(f64, double, double, LD_ID, ST_ID, OP_DMAX, OP_DMIN)
 DEFINE_FLOAT(bf16, uint16_t, float, LD_BF16, ST_BF16, OP_FMAX, OP_FMIN)
 
 typedef void reduce_fn(void *const *dst, int ndst, const void *const *src,
-                       int n, size_t count);
+                       int n, size_t count, bool stream);
 
 #define OPS(NAME)                                                              \
     {reduce_##NAME##_sum, reduce_##NAME##_prod, reduce_##NAME##_max,          \
@@ -209,6 +211,17 @@ static reduce_fn *const reduce_table[COLL_NDTYPE][COLL_NOP] = {
 void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
                        const void *const *src, int n, size_t count)
 {
+    size_t out = coll_dtype_valid(dt) && ndst > 0
+                     ? (size_t)ndst * count * dtype_size[dt]
+                     : 0;
+    coll_reduce_multi_stream(dt, op, dst, ndst, src, n, count,
+                             out >= COLL_STREAM_MIN);
+}
+
+void coll_reduce_multi_stream(int dt, int op, void *const *dst, int ndst,
+                              const void *const *src, int n, size_t count,
+                              bool stream)
+{
     if (!coll_dtype_valid(dt) || !coll_op_valid(op) || n < 1 || ndst < 1 ||
         count == 0)
         return;
@@ -219,7 +232,7 @@ void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
                 memmove(dst[o], src[0], count * dtype_size[dt]);
         return;
     }
-    reduce_table[dt][op](dst, ndst, src, n, count);
+    reduce_table[dt][op](dst, ndst, src, n, count, stream);
 }
 
 void coll_reduce_shape(int dt, int op, int mode, void *const *dst, int ndst,

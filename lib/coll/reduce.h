@@ -120,6 +120,18 @@ void coll_reduce(int dt, int op, void *dst, const void *const *src, int n,
  * overlap any source; destinations do not overlap each other. */
 void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
                        const void *const *src, int n, size_t count);
+/* Outputs this large, written by one collective call (all its ranks
+ * together), are stored around the caches: more than they keep for the
+ * reader that comes next (reduce.c says what it gains and costs). */
+#define COLL_STREAM_MIN ((size_t)32 << 20)
+/* coll_reduce_multi with its stores chosen by the caller: stream
+ * (non-temporal) or cached. coll_reduce_multi (and coll_reduce) stream
+ * when their own output, ndst * count elements, reaches COLL_STREAM_MIN:
+ * right for a call with one writer. A collective whose ranks all write at
+ * once passes its call's total. Same bits either way. */
+void coll_reduce_multi_stream(int dt, int op, void *const *dst, int ndst,
+                              const void *const *src, int n, size_t count,
+                              bool stream);
 /* The GPU kernel's work on the host, shape by shape (kernel.h: mode is
  * COLL_KFOLD, COLL_KGATHER or COLL_KSPLIT, count the elements in all, seg
  * those of a segment): the sim's fan (fan.c) and the fake driver's kernel

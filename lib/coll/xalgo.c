@@ -47,8 +47,10 @@ static void fold(struct coll_job *j, int r, size_t off, void *const *dst,
          * a half type's one fold would not. */
         for (int k = 0; k < j->n; k++)
             src[k] = (const char *)j->send[k] + off * esz;
-        if (ndst == j->n)
-            coll_reduce_multi(j->dt, j->op, dst, ndst, src, j->n, len);
+        if (ndst == j->n) /* every rank writes as much at once */
+            coll_reduce_multi_stream(
+                j->dt, j->op, dst, ndst, src, j->n, len,
+                coll_job_streams(j, (size_t)ndst * bytes));
         else /* one destination, which may be any input (in place) */
             coll_reduce(j->dt, j->op, dst[0], src, j->n, len);
         return;

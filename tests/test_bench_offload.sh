@@ -18,13 +18,10 @@
 # pause that grows with each try (5, 10, 15, 20 s): under a parallel
 # `make check` the load comes from the other tests, which end meanwhile,
 # where runs back to back all met the same load.
-# Loop 6:4:1 is bimodal on an idle machine too (1.24-1.27 of its ideal in
-# 7 runs of 8, 1.02-1.06 in the others, the same restores): in the slow
-# mode each restore waits for the spill it needs, with the spill's driver
-# calls between, where the fast mode spills during the previous restore.
-# Which of the two workers takes the pool lock first when the prefetch is
-# queued decides it (evict_prefetch_room; no move_swap showed in either):
-# the next fix belongs in the tier, not here.
+# Loop 6:4:1 was bimodal (1.24-1.27 of its ideal in most runs): no
+# prefetch ever swapped, so each restore waited for the spill it needed
+# (lib/tier/evict.c, pick's self and mark_queued; README, the loop family).
+# It runs at 0.79-0.98 now.
 # In a sanitizer build (UMPOOL_SANITIZED) the times are the
 # instrumentation's, not the library's: only the restores are judged there
 # (as test_hot_path.sh skips), every time still printed.

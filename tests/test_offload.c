@@ -2335,6 +2335,21 @@ static int first_off(ump_pool_t *pool, char **t, int n)
     return -1;
 }
 
+/* ORDER_CONF's device of 3 chunks and t[0..4), cycled twice from seed:
+ * *x_p is the first on the host tier, and t[3], released last, is on the
+ * device (the farthest next use: the victim of the next room made). */
+enum { SWAP_N = 4 };
+static ump_pool_t *swap_setup(struct fx *f, char **t, uint64_t seed,
+                              int *x_p)
+{
+    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
+    cycle_warm(pool, t, SWAP_N, 2, seed);
+    *x_p = first_off(pool, t, SWAP_N);
+    assert_true(*x_p >= 0 && *x_p != SWAP_N - 1 &&
+                on_device(pool, t[SWAP_N - 1]));
+    return pool;
+}
+
 /* An acquire that finds its device full brings its chunk up into the
  * victim's memory as the victim goes down (move_swap): one restore, one
  * spill, one eviction, the device as full as before, every byte of both
@@ -2343,13 +2358,10 @@ static int first_off(ump_pool_t *pool, char **t, int n)
 static void test_swap_in(void **state)
 {
     struct fx *f = *state;
-    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
-    enum { N = 4 };
+    enum { N = SWAP_N };
     char *t[N];
-
-    cycle_warm(pool, t, N, 2, 700);
-    int x = first_off(pool, t, N), last = N - 1; /* released last */
-    assert_true(x >= 0 && x != last && on_device(pool, t[last]));
+    int x, last = N - 1; /* released last */
+    ump_pool_t *pool = swap_setup(f, t, 700, &x);
     ump_stats_t a = tu_stats(pool, 0);
     uint64_t s0 = swaps(pool);
     acquire_ok(pool, t[x], 0);
@@ -2594,13 +2606,10 @@ static void test_prefetch_stale(void **state)
 static void test_prefetch_room_ahead(void **state)
 {
     struct fx *f = *state;
-    ump_pool_t *pool = fx_pool(f, ORDER_CONF);
-    enum { N = 4 };
+    enum { N = SWAP_N };
     char *t[N];
-
-    cycle_warm(pool, t, N, 2, 760);
-    int x = first_off(pool, t, N), last = N - 1;
-    assert_true(x >= 0 && x != last && on_device(pool, t[last]));
+    int x, last = N - 1;
+    ump_pool_t *pool = swap_setup(f, t, 760, &x);
     /* t[w]: prefetched (on the device already), its use still to come */
     int w = -1;
     for (int i = 0; i < N; i++)
@@ -2624,6 +2633,38 @@ static void test_prefetch_room_ahead(void **state)
     assert_true(on_device(pool, t[w]));
     for (int i = 0; i < N; i++)
         acquire_check(pool, t[i], CHUNK, 760 + (uint64_t)i);
+    for (int i = 0; i < N; i++)
+        tu_free(pool, t[i]);
+    fx_pool_destroy(f);
+}
+
+/* A prefetch the worker takes at once (nothing queued before it) onto a
+ * full device comes up as a swap, as an acquire does: the eviction worker
+ * leaves its room to it (a spill made ahead would make it wait for the
+ * spill's copy and calls), and its own claim on the chunk does not count
+ * as room on its way (it did: no prefetch ever swapped). One spill, the
+ * victim the one released last, every byte of both where it belongs. */
+static void test_prefetch_swaps(void **state)
+{
+    struct fx *f = *state;
+    enum { N = SWAP_N };
+    char *t[N];
+    int x, last = N - 1;
+    ump_pool_t *pool = swap_setup(f, t, 770, &x);
+    prefetches_done(pool);
+    ump_stats_t a = tu_stats(pool, 0);
+    uint64_t s0 = swaps(pool);
+    expect_rc(ump_prefetch(pool, t[x], 0, 0, NULL), 0);
+    if (!wait_tier(pool, t[x], CHUNK, UMP_TIER_DEVICE))
+        fail_msg("the prefetch did not come up");
+    prefetches_done(pool);
+    ump_stats_t b = tu_stats(pool, 0);
+    assert_int_equal(swaps(pool), s0 + 1);
+    assert_int_equal(tier_at(pool, t[last]), UMP_TIER_HOST);
+    assert_int_equal(b.spill_count, a.spill_count + 1);
+    assert_int_equal(b.restore_count, a.restore_count + 1);
+    for (int i = 0; i < N; i++)
+        acquire_check(pool, t[i], CHUNK, 770 + (uint64_t)i);
     for (int i = 0; i < N; i++)
         tu_free(pool, t[i]);
     fx_pool_destroy(f);
@@ -2793,6 +2834,7 @@ int main(void)
         T(test_swap_refused_twice),
         T(test_prefetch_stale),
         T(test_prefetch_room_ahead),
+        T(test_prefetch_swaps),
         T(test_drain_yields_to_swap),
         T(test_reserve_pieces),
     };

@@ -150,14 +150,19 @@ static int up_dest(ump_pool_t *pool, const struct seg *s, int device)
  * pointer freed meanwhile marks nothing, or marks the run now there,
  * which the worker will prefetch indeed; a segment acquired since it was
  * asked for is not marked (the worker skips it). With need (per device),
- * it also sums the granules the queued ones, not the one the worker runs
- * (it makes its own room), must bring onto each device: each segment
- * once, however often it is queued. */
+ * it also sums the granules the queued ones must bring onto each device:
+ * each segment once, however often it is queued. Not the one the worker
+ * runs, nor the queue's head while the worker is idle (it takes it at
+ * once): the worker makes their room itself, by a swap where it can
+ * (swap_in), which a spill made ahead would stop (the worker would wait
+ * for the spill's copy and calls, then run its own). */
 static void mark_queued(ump_pool_t *pool, size_t *need)
 {
     struct offload *o = pool->off;
     uint64_t epoch = ++o->pf_epoch;
     struct prefetch *pf = o->pf_cur ? o->pf_cur : o->pf_head;
+    struct prefetch *idle_head = o->pf_cur || o->pf_hold ? NULL : o->pf_head;
+
     for (int d = 0; need && d < pool->ndev; d++)
         need[d] = 0;
     for (; pf; pf = pf == o->pf_cur ? o->pf_head : pf->next) {
@@ -168,8 +173,9 @@ static void mark_queued(ump_pool_t *pool, size_t *need)
             if (worker_pf_stale(pf, s) || s->pf_mark == epoch)
                 continue;
             s->pf_mark = epoch;
-            if (!need || pf == o->pf_cur || pf->device == UMP_LOC_HOST ||
-                s->tier == UMP_TIER_DEVICE || s->moving)
+            if (!need || pf == o->pf_cur || pf == idle_head ||
+                pf->device == UMP_LOC_HOST || s->tier == UMP_TIER_DEVICE ||
+                s->moving)
                 continue;
             int to = up_dest(pool, s, pf->device);
             if (to >= 0)
@@ -201,7 +207,10 @@ struct pick {
     uint64_t due_t;
 };
 
-static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
+/* self: a segment the caller is moving up to dev (claimed, dest set),
+ * whose own move is not room on its way; NULL: none. */
+static void pick(ump_pool_t *pool, int tier, int dev, const struct seg *self,
+                 struct pick *p)
 {
     struct offload *o = pool->off;
     *p = (struct pick){0};
@@ -231,7 +240,8 @@ static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
         if (s->pins)
             continue;
         if (s->moving) {
-            if (tier == UMP_TIER_DEVICE && (here || s->dest == dev))
+            if (tier == UMP_TIER_DEVICE && s != self &&
+                (here || s->dest == dev))
                 p->wait = true;
             continue;
         }
@@ -254,7 +264,7 @@ static void pick(ump_pool_t *pool, int tier, int dev, struct pick *p)
 static struct seg *host_victim(ump_pool_t *pool)
 {
     struct pick p;
-    pick(pool, UMP_TIER_HOST, -1, &p);
+    pick(pool, UMP_TIER_HOST, -1, NULL, &p);
     return p.best ? p.best : p.queued;
 }
 
@@ -367,7 +377,7 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
             continue;
         }
         struct pick p;
-        pick(pool, UMP_TIER_DEVICE, dev, &p);
+        pick(pool, UMP_TIER_DEVICE, dev, NULL, &p);
         struct seg *v = p.best;
         if (!v && (p.wait || coming)) { /* room is being made: see after it */
             pthread_cond_wait(&pool->off->moved, &pool->lock);
@@ -395,8 +405,11 @@ static int room_locked(ump_pool_t *pool, int dev, size_t n, bool *moved_p)
  * own goes down (move_swap), when it is s's size. A spill and then a
  * restore would wait for four rounds of driver calls between the copies;
  * the swap runs them beside the copies. Not when room is on its way (a
- * move down under way, or a segment moving there: waited for instead), or
- * memory kept for reuse makes it. -ENOMEM: make room the usual way.
+ * move down under way, or another segment moving there: waited for
+ * instead), or memory kept for reuse makes it. s's own claim is no such
+ * move: a prefetch's s is claimed and unpinned (an acquire's is pinned,
+ * which pick skips), and counting it kept every prefetch from swapping.
+ * -ENOMEM: make room the usual way.
  */
 static int swap_in(ump_pool_t *pool, struct seg *s, int dev)
 {
@@ -406,7 +419,7 @@ static int swap_in(ump_pool_t *pool, struct seg *s, int dev)
     if (chunks_available(pool, dev) >= s->n)
         return -ENOMEM;
     struct pick p;
-    pick(pool, UMP_TIER_DEVICE, dev, &p);
+    pick(pool, UMP_TIER_DEVICE, dev, s, &p);
     if (!p.best || p.wait || p.best->n != s->n)
         return -ENOMEM;
     int rc = move_swap(pool, s, p.best, dev);
@@ -588,7 +601,10 @@ static bool worth_draining(const struct pick *p)
  * and the restore finds its room made (or coming: room_locked waits for
  * it). Prefetched segments not used yet are no victims here (they are the
  * next to be used); when nothing else is left, the prefetch worker decides
- * for itself, as before.
+ * for itself, as before. The prefetch an idle worker is about to run is
+ * its own (mark_queued): it swaps, its calls beside its copies, and this
+ * worker's spill for the one after it may run meanwhile (move_swap waits
+ * for its own pieces only).
  */
 void evict_prefetch_room(ump_pool_t *pool)
 {
@@ -600,7 +616,7 @@ void evict_prefetch_room(ump_pool_t *pool)
                !pool_dev_failed(pool, d) &&
                chunks_available(pool, d) + o->evicting[d] < need[d]) {
             struct pick p;
-            pick(pool, UMP_TIER_DEVICE, d, &p);
+            pick(pool, UMP_TIER_DEVICE, d, NULL, &p);
             if (!p.best || p.best_next.cls == NEXT_WANTED ||
                 evict_down(pool, p.best))
                 break;
@@ -628,7 +644,7 @@ void evict_watermarks(ump_pool_t *pool)
                 break;
             }
             struct pick p;
-            pick(pool, UMP_TIER_DEVICE, d, &p);
+            pick(pool, UMP_TIER_DEVICE, d, NULL, &p);
             if (!p.best || !worth_draining(&p) || evict_down(pool, p.best))
                 break;
         }

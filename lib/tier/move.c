@@ -483,7 +483,11 @@ int move_swap(ump_pool_t *pool, struct seg *x, struct seg *v, int dev)
                               false);
         }
     }
-    int rc2 = pool->be->stream_sync(pool->bctx, down); /* the rest of v's */
+    /* The rest of v's: its last piece's event, not the stream, which may
+     * carry another move down queued behind them (the eviction worker's
+     * spill for the next prefetch), whose copy the swap does not wait for. */
+    int rc2 = queued ? pool->be->event_sync(pool->bctx, ev[k - 1])
+                     : pool->be->stream_sync(pool->bctx, down);
     rc = rc ? rc : rc2;
     pthread_mutex_lock(&pool->lock);
     /* A failure so far (a device that failed included: its stream's sync

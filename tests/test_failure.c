@@ -397,6 +397,32 @@ static void test_caches_and_spill(void **state)
     tu_pool_destroy(pool);
 }
 
+/* A wait on a failed device's stream is -EIO whether it syncs the stream
+ * or an event recorded on it, pending work or not, as the driver's sticky
+ * error is (a swap's last wait is an event's: move_swap); an event of the
+ * default stream names no device. */
+static void test_event_sync_fails(void **state)
+{
+    (void)state;
+    ump_pool_t *pool = make_pool(NULL);
+    const struct backend_ops *be = pool->be;
+    void *ctx = pool->bctx, *s, *ev, *ev0;
+    expect_rc(be->stream_create(ctx, 1, &s), 0);
+    expect_rc(be->event_create(ctx, &ev), 0);
+    expect_rc(be->event_create(ctx, &ev0), 0);
+    expect_rc(be->event_record(ctx, ev, s), 0);
+    expect_rc(be->event_record(ctx, ev0, NULL), 0);
+    expect_rc(be->event_sync(ctx, ev), 0);
+    expect_rc(sim_fail_device(ctx, 1, 0), 0);
+    expect_rc(be->event_sync(ctx, ev), -EIO);
+    expect_rc(be->stream_sync(ctx, s), -EIO);
+    expect_rc(be->event_sync(ctx, ev0), 0);
+    expect_rc(be->event_destroy(ctx, ev0), 0);
+    expect_rc(be->event_destroy(ctx, ev), 0);
+    expect_rc(be->stream_destroy(ctx, s), 0);
+    tu_pool_destroy(pool);
+}
+
 /* Carved allocations (mem/chunks.h) that share a chunk on the failed
  * device are lost together; the chunk goes back to the driver once the
  * last of them is freed, not before: the others still read through it. A
@@ -567,6 +593,7 @@ int main(void)
         cmocka_unit_test(test_caches_and_spill),
         cmocka_unit_test(test_carved_lost),
         cmocka_unit_test(test_config_keys),
+        cmocka_unit_test(test_event_sync_fails),
         cmocka_unit_test(test_fail_while_suspended),
         cmocka_unit_test(test_lost_suspend_checkpoint),
         cmocka_unit_test(test_random_failures),

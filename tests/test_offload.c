@@ -2434,62 +2434,107 @@ static void test_swap_fails(void **state)
     fx_pool_destroy(f);
 }
 
-/* A device failing at each operation of a swap onto it, in turn, loses
- * only what was on it then: what was on the host tier when it failed (the
- * acquired allocation, and the victim once its address had switched to
- * its host copy) comes up on the other device with every byte; what was
- * on the failed one is -EIO. Nothing is left half mapped (the move maps the host copy
- * back with access for the devices that work: chunks_accessors), and the
- * frees give back every pinned byte. */
-static void test_swap_device_fails(void **state)
+/* Frees t[0..n) and destroys the pool, once every pinned byte of the
+ * host tier has come back. */
+static void free_all_pinned_back(struct fx *f, ump_pool_t *pool, char **t,
+                                 int n)
 {
-    struct fx *f = *state;
+    for (int i = 0; i < n; i++)
+        tu_free(pool, t[i]);
+    ump_tier_stats_t hs;
+    expect_rc(ump_tier_stats(pool, UMP_TIER_HOST, &hs), 0);
+    assert_int_equal(hs.used_bytes, 0);
+    fx_pool_destroy(f);
+}
+
+/* Waits until the prefetch worker has nothing queued or running. */
+static void prefetches_done(ump_pool_t *pool)
+{
+    for (int ms = 0; ms <= WAIT_MS; ms += 5) {
+        pthread_mutex_lock(&pool->lock);
+        bool idle = !pool->off->pf_head && !pool->off->pf_cur;
+        pthread_mutex_unlock(&pool->lock);
+        if (idle)
+            return;
+        sleep_ms(5);
+    }
+    fail_msg("the prefetch queue did not drain");
+}
+
+/* A device failing at its nth operation during a swap onto it loses only
+ * what was on it then: what was on the host tier when it failed (the
+ * allocation coming up, and the victim once its address had switched to
+ * its host copy) comes up on the other device with every byte; what was
+ * on the failed one is -EIO. Nothing is left half mapped (the move maps
+ * the host copy back with access for the devices that work:
+ * chunks_accessors), and the frees give back every pinned byte. The swap
+ * is an acquire's, or (dropped) a prefetch's of an allocation advised
+ * DONTNEED: nothing is copied up then, so only the swap's last wait, an
+ * event's, sees the device between the victim's copies down and its
+ * switch to the host tier (sim_event_sync fails as the stream's sync). */
+static void swap_fails_at(struct fx *f, int nth, bool dropped)
+{
     enum { N = 4 };
-    for (int nth = 1; nth <= 24; nth++) {
-        ump_pool_t *pool = fx_pool(f, ORDER2_CONF);
-        char *t[N];
-        for (int i = 0; i < N; i++) { /* all four homed on device 0 */
-            if (i == N - 1) /* room made: device 1 is no fallback */
-                expect_rc(ump_evict(pool, t[0], 0, UMP_TIER_HOST), 0);
-            t[i] = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, "local");
-            tu_fill(t[i], CHUNK, 740 + (uint64_t)i);
+    ump_pool_t *pool = fx_pool(f, ORDER2_CONF);
+    char *t[N];
+    for (int i = 0; i < N; i++) { /* all four homed on device 0 */
+        if (i == N - 1) /* room made: device 1 is no fallback */
+            expect_rc(ump_evict(pool, t[0], 0, UMP_TIER_HOST), 0);
+        t[i] = alloc_flags(pool, CHUNK, 0, UMP_HINT_OFFLOAD, "local");
+        tu_fill(t[i], CHUNK, 740 + (uint64_t)i);
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < N; i++) {
+            expect_rc(ump_acquire(pool, t[i], 0, 0, NULL), 0);
+            release_ok(pool, t[i], 0);
         }
-        for (int r = 0; r < 2; r++)
-            for (int i = 0; i < N; i++) {
-                expect_rc(ump_acquire(pool, t[i], 0, 0, NULL), 0);
-                release_ok(pool, t[i], 0);
-            }
-        int x = first_off(pool, t, N);
-        assert_true(x >= 0);
+    int x = first_off(pool, t, N);
+    assert_true(x >= 0);
+    if (dropped) {
+        prefetches_done(pool);
+        expect_rc(ump_advise(pool, t[x], CHUNK, UMP_ADVISE_DONTNEED), 0);
+        expect_rc(sim_fail_device(pool->bctx, 0, nth), 0);
+        expect_rc(ump_prefetch(pool, t[x], 0, 0, NULL), 0);
+        prefetches_done(pool);
+    } else {
         expect_rc(sim_fail_device(pool->bctx, 0, nth), 0);
         if (!ump_acquire(pool, t[x], 0, 0, NULL))
             release_ok(pool, t[x], 0);
-        expect_rc(sim_fail_device(pool->bctx, 0, 0), 0); /* if not yet */
-        int up = 0;
-        for (int i = 0; i < N; i++) {
-            int tier = tier_at(pool, t[i]);
-            int rc = ump_acquire(pool, t[i], 0, 1, NULL);
-            if (tier != UMP_TIER_HOST) { /* on device 0: lost with it */
-                if (rc != -EIO)
-                    fail_msg("fault %d: t%d on device 0 acquired: %d", nth,
-                             i, rc);
-                continue;
-            }
-            if (rc)
-                fail_msg("fault %d: t%d on the host tier: acquire %d", nth,
-                         i, rc);
-            tu_assert_pattern(t[i], CHUNK, 740 + (uint64_t)i);
-            release_ok(pool, t[i], 0);
-            up++;
-        }
-        assert_true(up >= 1); /* x's host copy at least */
-        for (int i = 0; i < N; i++)
-            tu_free(pool, t[i]);
-        ump_tier_stats_t hs;
-        expect_rc(ump_tier_stats(pool, UMP_TIER_HOST, &hs), 0);
-        assert_int_equal(hs.used_bytes, 0);
-        fx_pool_destroy(f);
     }
+    expect_rc(sim_fail_device(pool->bctx, 0, 0), 0); /* if not yet */
+    int up = 0;
+    for (int i = 0; i < N; i++) {
+        if (dropped && i == x) /* no bytes to check */
+            continue;
+        int tier = tier_at(pool, t[i]);
+        int rc = ump_acquire(pool, t[i], 0, 1, NULL);
+        if (tier != UMP_TIER_HOST) { /* on device 0: lost with it */
+            if (rc != -EIO)
+                fail_msg("fault %d: t%d on device 0 acquired: %d", nth, i,
+                         rc);
+            continue;
+        }
+        if (rc)
+            fail_msg("fault %d: t%d on the host tier: acquire %d", nth, i,
+                     rc);
+        tu_assert_pattern(t[i], CHUNK, 740 + (uint64_t)i);
+        release_ok(pool, t[i], 0);
+        up++;
+    }
+    assert_true(dropped || up >= 1); /* x's host copy at least */
+    free_all_pinned_back(f, pool, t, N);
+}
+
+static void test_swap_device_fails(void **state)
+{
+    for (int nth = 1; nth <= 24; nth++)
+        swap_fails_at(*state, nth, false);
+}
+
+static void test_prefetch_swap_device_fails(void **state)
+{
+    for (int nth = 1; nth <= 24; nth++)
+        swap_fails_at(*state, nth, true);
 }
 
 /* The same for a move up from the host tier that is no swap (the device
@@ -2547,27 +2592,8 @@ static void test_swap_refused_twice(void **state)
                 release_ok(pool, t[x], 0);
             for (int i = 0; i < N; i++)
                 acquire_check(pool, t[i], CHUNK, 760 + (uint64_t)i);
-            for (int i = 0; i < N; i++)
-                tu_free(pool, t[i]);
-            ump_tier_stats_t hs;
-            expect_rc(ump_tier_stats(pool, UMP_TIER_HOST, &hs), 0);
-            assert_int_equal(hs.used_bytes, 0);
-            fx_pool_destroy(f);
+            free_all_pinned_back(f, pool, t, N);
         }
-}
-
-/* Waits until the prefetch worker has nothing queued or running. */
-static void prefetches_done(ump_pool_t *pool)
-{
-    for (int ms = 0; ms <= WAIT_MS; ms += 5) {
-        pthread_mutex_lock(&pool->lock);
-        bool idle = !pool->off->pf_head && !pool->off->pf_cur;
-        pthread_mutex_unlock(&pool->lock);
-        if (idle)
-            return;
-        sleep_ms(5);
-    }
-    fail_msg("the prefetch queue did not drain");
 }
 
 /* A prefetch the application's acquire served before the worker got to it
@@ -2835,6 +2861,7 @@ int main(void)
         T(test_prefetch_stale),
         T(test_prefetch_room_ahead),
         T(test_prefetch_swaps),
+        T(test_prefetch_swap_device_fails),
         T(test_drain_yields_to_swap),
         T(test_reserve_pieces),
     };

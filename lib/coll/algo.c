@@ -86,8 +86,10 @@ static void allreduce_oneshot(struct coll_job *j, int r)
 {
     size_t esz = j->esz;
     void *dst = j->inplace ? j->scratch[r] : j->recv[r];
+    /* In place the result is read back at once (below): not streamed. */
     coll_reduce_multi_stream(j->dt, j->op, &dst, 1, j->send, j->n, j->count,
-                             coll_job_streams(j, j->count * esz));
+                             !j->inplace &&
+                                 coll_job_streams(j, j->count * esz));
     reduced_all(j, r, j->count * esz);
     if (!j->inplace)
         return;

@@ -117,7 +117,8 @@ void coll_reduce(int dt, int op, void *dst, const void *const *src, int n,
 /* The same result written to ndst >= 1 destinations (two-shot writes a
  * rank's reduced slice into every rank's receive buffer). Each dst[o] may
  * be the source of the same index (dst[o] == src[o], in place) or not
- * overlap any source; destinations do not overlap each other. */
+ * overlap any source; a single destination may be any source (as
+ * coll_reduce's); destinations do not overlap each other. */
 void coll_reduce_multi(int dt, int op, void *const *dst, int ndst,
                        const void *const *src, int n, size_t count);
 /* Outputs this large, written by one collective call (all its ranks

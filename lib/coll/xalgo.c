@@ -52,7 +52,8 @@ static void fold(struct coll_job *j, int r, size_t off, void *const *dst,
                 j->dt, j->op, dst, ndst, src, j->n, len,
                 coll_job_streams(j, (size_t)ndst * bytes));
         else /* one destination, which may be any input (in place) */
-            coll_reduce(j->dt, j->op, dst[0], src, j->n, len);
+            coll_reduce_multi_stream(j->dt, j->op, dst, 1, src, j->n, len,
+                                     coll_job_streams(j, bytes));
         return;
     }
     const void *ps[COLL_MAX_RANKS];

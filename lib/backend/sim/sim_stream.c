@@ -107,6 +107,7 @@ struct sim_event {
     pthread_mutex_t lock;
     struct sim_stream *stream; /* NULL: nothing pending */
     uint64_t target;           /* complete once stream->finished reaches it */
+    int device; /* of the stream last recorded on; -1: none (default) */
     struct ump_list_node link; /* in the context's registry */
 };
 
@@ -707,6 +708,7 @@ int sim_event_create(void *ctx, void **event_p)
         return -err;
     }
     ev->magic = EVENT_MAGIC;
+    ev->device = -1;
     pthread_mutex_lock(&ss->lock);
     ump_list_push_front(&ss->events, &ev->link);
     pthread_mutex_unlock(&ss->lock);
@@ -739,7 +741,7 @@ int sim_event_record(void *ctx, void *event, void *stream)
     struct sim_event *ev;
     uint64_t target = 0;
     bool pending;
-    int err;
+    int err, device = -1;
 
     err = sim_check_caller("event_record");
     if (err)
@@ -761,6 +763,7 @@ int sim_event_record(void *ctx, void *event, void *stream)
         }
         target = s->queued;
         pending = s->finished < target;
+        device = s->device;
         pthread_mutex_unlock(&s->lock);
         if (!pending) {
             stream_unref(s); /* nothing pending: complete already */
@@ -771,6 +774,7 @@ int sim_event_record(void *ctx, void *event, void *stream)
     old = ev->stream;
     ev->stream = s;
     ev->target = target;
+    ev->device = device;
     pthread_mutex_unlock(&ev->lock);
     if (old)
         stream_unref(old);
@@ -813,9 +817,8 @@ int sim_event_sync(void *ctx, void *event)
     struct sim_stream *s;
     struct sim_event *ev;
     uint64_t target;
-    int err;
+    int err, device;
 
-    (void)ctx;
     err = sim_check_caller("event_sync");
     if (err)
         return err;
@@ -825,18 +828,22 @@ int sim_event_sync(void *ctx, void *event)
     pthread_mutex_lock(&ev->lock);
     s = ev->stream;
     target = ev->target;
+    device = ev->device;
     if (s)
         atomic_fetch_add(&s->refs, 1);
     pthread_mutex_unlock(&ev->lock);
-    if (!s)
-        return 0;
-    poll_count(&s->finished, target, false);
-    pthread_mutex_lock(&s->lock);
-    while (s->finished < target)
-        pthread_cond_wait(&s->done, &s->lock);
-    pthread_mutex_unlock(&s->lock);
-    stream_unref(s);
-    return 0;
+    if (s) {
+        poll_count(&s->finished, target, false);
+        pthread_mutex_lock(&s->lock);
+        while (s->finished < target)
+            pthread_cond_wait(&s->done, &s->lock);
+        pthread_mutex_unlock(&s->lock);
+        stream_unref(s);
+    }
+    /* A synchronisation with the device's stream, as stream_sync's (after
+     * the work, for the same reason): a failed device's is -EIO, as the
+     * driver's sticky error is for cuEventSynchronize. */
+    return sim_device_op(ctx, device);
 }
 
 int sim_stream_wait_event(void *ctx, void *stream, void *event)

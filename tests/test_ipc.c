@@ -16,7 +16,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -126,6 +128,13 @@ static void test_open_in_process(void **state)
     assert_int_equal(ump_ipc_close(b, q), 0);
     assert_int_equal(ump_ipc_close(b, q), -EINVAL);
     /* Replayed after close: refused; a fresh handle opens. */
+    assert_int_equal(ump_ipc_open(b, &h, &q), -EINVAL);
+    /* Refused on a new connection too (the maker remembers the close per
+     * opening pool): b's broke, as a failed request breaks it. */
+    struct ipc_peer *peer = b->ipc->peers;
+    assert_non_null(peer);
+    assert_int_equal(close(peer->fd), 0);
+    peer->fd = -1;
     assert_int_equal(ump_ipc_open(b, &h, &q), -EINVAL);
     assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
     assert_int_equal(ump_ipc_open(b, &h, &q), 0);
@@ -487,6 +496,77 @@ static void test_bad_peers(void **state)
     assert_int_equal(ump_pool_destroy(a), 0);
 }
 
+/* A peer that keeps the maker's server busy: CLOSEs of nothing open,
+ * each answered (-ENOENT, no descriptor), every millisecond until stop. */
+struct busy {
+    int fd;
+    const ump_ipc_handle_t *h;
+    atomic_int stop, answered;
+};
+
+static void *busy_peer(void *arg)
+{
+    struct busy *b = arg;
+    struct ipc_status_reply r;
+    int nfds;
+    while (!atomic_load(&b->stop)) {
+        if (raw_send(b->fd, IPC_CLOSE, b->h, 0) ||
+            usock_recv(b->fd, &r, sizeof(r), NULL, 0, &nfds) ||
+            r.status != -ENOENT)
+            break;
+        atomic_fetch_add(&b->answered, 1);
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    }
+    return NULL;
+}
+
+/* The listener rests a while after accepting failed for want of
+ * descriptors, and then comes back even while other peers keep the
+ * server busy all along (it once waited for a quiet moment). */
+static void test_listener_resumes(void **state)
+{
+    (void)state;
+    ump_pool_t *a = make_pool(CONF);
+    void *p;
+    ump_ipc_handle_t h;
+    assert_int_equal(ump_alloc(a, 4 * MiB, NULL, &p), 0);
+    assert_int_equal(ump_ipc_get_handle(a, p, &h), 0);
+    struct busy b = {.fd = raw_connect(&h), .h = &h};
+    pthread_t t;
+    assert_int_equal(pthread_create(&t, NULL, busy_peer, &b), 0);
+    for (int i = 0; i < 1000 && !atomic_load(&b.answered); i++)
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+    assert_true(atomic_load(&b.answered) > 0);
+    /* One descriptor left, the new connection's: the server's accept of
+     * it fails (EMFILE) until the limit is back. */
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int lowest = dup(0);
+    assert_true(lowest >= 0);
+    close(lowest);
+    lim = (struct rlimit){(rlim_t)lowest + 1, old.rlim_max};
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &lim), 0);
+    int fd = raw_connect(&h);
+    nanosleep(&(struct timespec){0, 300000000}, NULL);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    int before = atomic_load(&b.answered);
+    /* Answered within 2 s, the busy peer still busy meanwhile. */
+    assert_int_equal(raw_send(fd, IPC_CLOSE, &h, 0), 0);
+    struct pollfd pf = {fd, POLLIN, 0};
+    assert_int_equal(poll(&pf, 1, 2000), 1);
+    struct ipc_status_reply r;
+    int nfds;
+    assert_int_equal(usock_recv(fd, &r, sizeof(r), NULL, 0, &nfds), 0);
+    assert_int_equal(r.status, -ENOENT);
+    assert_true(atomic_load(&b.answered) > before);
+    atomic_store(&b.stop, 1);
+    pthread_join(t, NULL);
+    close(fd);
+    close(b.fd);
+    assert_int_equal(ump_free(a, p), 0);
+    assert_int_equal(ump_pool_destroy(a), 0);
+}
+
 /* A handle asked for while the pool suspends: either it was made before
  * (and the suspend refuses, -EBUSY) or it is refused; never both made. */
 struct racer { ump_pool_t *pool; void *p; atomic_int stop, made; };
@@ -680,6 +760,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_maker_destroyed),
         cmocka_unit_test(test_opener_cannot_take),
         cmocka_unit_test(test_bad_peers),
+        cmocka_unit_test(test_listener_resumes),
         cmocka_unit_test(test_suspend_race),
         cmocka_unit_test(test_other_process),
         cmocka_unit_test(test_opener_killed),

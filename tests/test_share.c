@@ -284,17 +284,23 @@ static int child_forked(const char *name, const char *mode)
 
 /* sharer NAME CONFIG: shares a pool as NAME and says "shared"; at "fork"
  * forks a child that keeps its descriptors (says "PID forked"), at
- * "stop" destroys the pool (says "stopped"), and waits to be killed. */
+ * "stop" destroys the pool (says "stopped"), at "hold" allocates 62 MiB
+ * (says "held"), and waits to be killed. */
 static int child_sharer(const char *name, const char *conf)
 {
     ump_pool_t *pool;
     char line[16];
+    void *p;
     if (ump_pool_create(conf, &pool) || ump_pool_share(pool, name))
         return 3;
     printf("shared\n");
     fflush(stdout);
     while (fgets(line, sizeof(line), stdin)) {
-        if (!strcmp(line, "fork\n")) {
+        if (!strcmp(line, "hold\n")) {
+            if (ump_alloc(pool, 62 * MiB, NULL, &p))
+                return 5;
+            printf("held\n");
+        } else if (!strcmp(line, "fork\n")) {
             fork_sleeper();
             printf("forked\n");
         } else if (!strcmp(line, "stop\n")) {
@@ -582,7 +588,8 @@ static void test_ledger_limits(void **state)
 }
 
 /* A process that exported an allocation detaches while the sharer has it
- * open: the bytes stay, its slot and leases wait for the close. */
+ * open: the bytes stay, and stay counted in the ledger; its slot and
+ * leases wait for the close. */
 static void test_detach_while_open(void **state)
 {
     (void)state;
@@ -608,11 +615,14 @@ static void test_detach_while_open(void **state)
     assert_int_equal(wait_procs(a, 1), 1);
     nap_ms(300);
     assert_int_equal(leases(a), 1); /* still held: open here */
+    /* The chunks its destroy released stay mapped here: counted. */
+    assert_int_equal(stats(a).share_bytes, 8 * MiB);
     assert_int_equal(wrong(q, 4 * MiB, 0x5a), 0);
     assert_int_equal(ump_ipc_close(a, q), 0);
     for (int i = 0; i < 1000 && leases(a); i++)
         nap_ms(5);
     assert_int_equal(leases(a), 0);
+    assert_int_equal(stats(a).share_bytes, 4 * MiB);
     assert_int_equal(ump_free(a, p), 0);
     assert_int_equal(ump_pool_destroy(a), 0);
 }
@@ -800,6 +810,46 @@ static void test_sharer_stops(void **state)
     close(out);
 }
 
+/* The sharer killed (it says nothing, as a destroy does): the attached
+ * pool counts it no more, nor the device memory it held, whose room
+ * comes back. */
+static void test_sharer_killed(void **state)
+{
+    (void)state;
+    char line[64];
+    int in, out;
+    ump_pool_t *c;
+    void *p;
+    /* 64 granules of addresses: a lease is 2 (4 MiB). */
+    pid_t pid = spawn("sharer", "killed", CONF ",va_size:128M", &in, &out);
+    read_line(out, line, sizeof(line));
+    assert_string_equal(line, "shared\n");
+    assert_int_equal(ump_pool_attach("killed", NULL, &c), 0);
+    /* A lease here, its memory given back. */
+    assert_int_equal(ump_alloc(c, 4 * MiB, NULL, &p), 0);
+    assert_int_equal(ump_free(c, p), 0);
+    assert_int_equal(ump_trim(c), 0);
+    say(in, "hold\n");
+    read_line(out, line, sizeof(line));
+    assert_string_equal(line, "held\n");
+    assert_int_equal(ump_alloc(c, 4 * MiB, NULL, &p), -ENOMEM);
+    assert_int_equal(ump_trim(c), 0); /* the chunk it made on its way */
+    ump_stats_t st = stats(c);
+    assert_int_equal(st.share_processes, 2);
+    assert_int_equal(st.share_bytes, 62 * MiB);
+    assert_int_equal(kill(pid, SIGKILL), 0);
+    assert_int_equal(wait_exit(pid), 128 + SIGKILL);
+    st = stats(c);
+    assert_int_equal(st.share_processes, 1);
+    assert_int_equal(st.share_bytes, 0);
+    assert_int_equal(ump_alloc(c, 4 * MiB, NULL, &p), 0);
+    assert_int_equal(stats(c).share_bytes, 4 * MiB);
+    assert_int_equal(ump_free(c, p), 0);
+    assert_int_equal(ump_pool_destroy(c), 0);
+    close(in);
+    close(out);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && !strcmp(argv[1], "child")) {
@@ -837,6 +887,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_room_comes_back),
         cmocka_unit_test(test_forked_children),
         cmocka_unit_test(test_sharer_stops),
+        cmocka_unit_test(test_sharer_killed),
         cmocka_unit_test(test_kill_at_random_points),
     };
     return cmocka_run_group_tests(tests, rundir_setup, rundir_teardown);

@@ -82,7 +82,37 @@ static void unlink_export(ump_pool_t *pool, struct ipc_export *e)
                                            obj_word(OBJ_LIVE, obj_req(w)));
     }
     pool->exports--;
+    ipc_export_free(e);
+}
+
+void ipc_export_free(struct ipc_export *e)
+{
+    free(e->closed);
     free(e);
+}
+
+bool ipc_export_closed(const struct ipc_export *e, uint64_t opener,
+                       uint64_t ticket)
+{
+    for (uint32_t i = 0; i < e->nclosed; i++)
+        if (e->closed[i].ticket == ticket && e->closed[i].opener == opener)
+            return true;
+    return false;
+}
+
+int ipc_export_note_closed(struct ipc_export *e, uint64_t opener,
+                           uint64_t ticket)
+{
+    if (e->nclosed == e->capclosed) {
+        uint32_t c = e->capclosed ? 2 * e->capclosed : 4;
+        struct ipc_closed *p = realloc(e->closed, c * sizeof(*p));
+        if (!p || c < e->capclosed)
+            return -ENOMEM;
+        e->closed = p;
+        e->capclosed = c;
+    }
+    e->closed[e->nclosed++] = (struct ipc_closed){opener, ticket};
+    return 0;
 }
 
 /* e's maker freed it: true when it is kept for its openers. */

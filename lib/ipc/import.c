@@ -41,8 +41,9 @@ static bool peer_gone(const struct ipc_peer *p)
 
 /* Peers through which nothing is open and whose maker is gone are
  * dropped: an opener that outlives many makers (a server fed by short
- * workers) keeps no descriptor for them. A live maker's stays, with what
- * its server remembers of this connection (the handles closed here). */
+ * workers) keeps no descriptor for them. A live maker's stays (its
+ * server remembers the handles this pool closed on the exports, not on
+ * the connection: a new connection refuses their replays too). */
 static void peers_prune(struct ipc_state *st)
 {
     for (struct ipc_peer **pp = &st->peers, *p; (p = *pp);) {
@@ -106,8 +107,8 @@ static int peer_get(struct ipc_state *st, const struct ipc_handle_fields *f,
             close(pidfd);
         return rc ? rc : -ENOMEM;
     }
-    *p = (struct ipc_peer){.pid = f->pid, .key = f->key, .fd = fd,
-                           .pidfd = pidfd, .next = st->peers};
+    *p = (struct ipc_peer){.pid = f->pid, .key = f->key, .opener = st->key,
+                           .fd = fd, .pidfd = pidfd, .next = st->peers};
     st->peers = p;
     *p_p = p;
     return 0;
@@ -130,7 +131,8 @@ static int request(struct ipc_peer *p, int op,
                    const struct ipc_handle_fields *f)
 {
     struct ipc_req q = {.op = (uint32_t)op, .key = f->key, .gen = f->gen,
-                        .ticket = f->ticket, .addr = f->addr};
+                        .ticket = f->ticket, .addr = f->addr,
+                        .opener = p->opener};
     int rc = usock_send(p->fd, &q, sizeof(q), NULL, 0);
     if (rc) {
         close(p->fd);

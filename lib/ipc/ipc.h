@@ -34,6 +34,11 @@ struct ipc_export {
     uint32_t idx;
     uint32_t opens;          /* opens by other pools now */
     bool freed;              /* its maker freed it: kept while opened */
+    /* Its handles closed by an opening pool: never opened there again
+     * (a replay), on whichever connection; they go with the export,
+     * whose handles then open nowhere anyway. */
+    struct ipc_closed { uint64_t opener, ticket; } *closed;
+    uint32_t nclosed, capclosed;
     struct ipc_export *next; /* bucket chain, by its first granule */
 };
 
@@ -51,14 +56,13 @@ struct ipc_conn {
     int slot;                /* its process's ledger slot, -1 before */
     struct ipc_open *opens;
     size_t nopens, capopens;
-    uint64_t *closed;        /* tickets it closed: never opened again */
-    size_t nclosed, capclosed;
 };
 
 /* A connection to another pool's server, on the opener's side. */
 struct ipc_peer {
     uint32_t pid;
     uint64_t key;
+    uint64_t opener;         /* this pool's key, in its requests */
     int fd;                  /* -1 once broken or gone */
     int pidfd;               /* the maker's process, or -1 */
     uint32_t imports;        /* of st->imports through it */
@@ -131,6 +135,14 @@ void ipc_export_range(const struct ipc_export *e, size_t *g_p, size_t *n_p);
 /* One open of e less; the export is freed when its maker freed it and
  * this was the last. Pool lock held. */
 void ipc_export_unopen(ump_pool_t *pool, struct ipc_export *e);
+/* Whether opener (a pool's key) closed e's handle ticket; and notes that
+ * it did (-ENOMEM: not noted). Pool lock held. */
+bool ipc_export_closed(const struct ipc_export *e, uint64_t opener,
+                       uint64_t ticket);
+int ipc_export_note_closed(struct ipc_export *e, uint64_t opener,
+                           uint64_t ticket);
+/* Frees e itself (its closed list too); the caller unlinked it. */
+void ipc_export_free(struct ipc_export *e);
 /* Every export kept for openers is freed (the pool goes). Pool lock held. */
 void ipc_exports_drop(ump_pool_t *pool);
 bool ipc_run_freed(ump_pool_t *pool, struct run *r);

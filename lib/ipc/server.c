@@ -26,6 +26,7 @@
 #include "ipc/share.h"
 #include "ipc/wire.h"
 #include "mem/chunks.h"
+#include "util/clock.h"
 #include "util/log.h"
 
 /* Connections one server keeps at most (each a descriptor). */
@@ -115,14 +116,6 @@ static struct ipc_open *find_open(struct ipc_conn *c, uint64_t ticket,
     return NULL;
 }
 
-static bool was_closed(const struct ipc_conn *c, uint64_t ticket)
-{
-    for (size_t i = 0; i < c->nclosed; i++)
-        if (c->closed[i] == ticket)
-            return true;
-    return false;
-}
-
 /* One open of (gen at addr, in granule g) less, pool lock taken. */
 static void unopen(ump_pool_t *pool, size_t g, uint64_t addr, uint64_t gen)
 {
@@ -164,10 +157,6 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
 {
     struct ipc_open_reply no = {0};
     void *addr = (void *)(uintptr_t)q->addr;
-    if (was_closed(c, q->ticket)) {
-        no.status = -EALREADY;
-        return usock_send(c->fd, &no, sizeof(no), NULL, 0);
-    }
     if (grow((void **)&c->opens, &c->capopens, c->nopens,
              sizeof(*c->opens))) {
         no.status = -ENOMEM;
@@ -185,9 +174,9 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
     struct ipc_export *e = vas_contains(&pool->vas, addr)
                                ? ipc_export_find(pool->ipc, g, addr, q->gen)
                                : NULL;
-    if (!e || e->freed) {
+    if (!e || e->freed || ipc_export_closed(e, q->opener, q->ticket)) {
         pthread_mutex_unlock(&pool->lock);
-        no.status = -ENOENT;
+        no.status = e && !e->freed ? -EALREADY : -ENOENT;
         return usock_send(c->fd, &no, sizeof(no), NULL, 0);
     }
     struct ipc_chunk_desc *d;
@@ -238,7 +227,8 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
 }
 
 /* CLOSE and UNDO: one open of the ticket on this connection less; CLOSE
- * refuses the ticket from then on. */
+ * refuses the ticket to its opener from then on (noted on the export,
+ * which this open keeps). */
 static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
                        const struct ipc_req *q)
 {
@@ -250,10 +240,12 @@ static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
     if (!o)
         return reply_status(c->fd, -ENOENT);
     if (q->op == IPC_CLOSE) {
-        if (grow((void **)&c->closed, &c->capclosed, c->nclosed,
-                 sizeof(*c->closed)))
-            return reply_status(c->fd, -ENOMEM);
-        c->closed[c->nclosed++] = q->ticket;
+        pthread_mutex_lock(&pool->lock);
+        struct ipc_export *e = ipc_export_find(pool->ipc, g, addr, q->gen);
+        int rc = e ? ipc_export_note_closed(e, q->opener, q->ticket) : 0;
+        pthread_mutex_unlock(&pool->lock);
+        if (rc)
+            return reply_status(c->fd, rc);
     }
     if (!--o->count)
         *o = c->opens[--c->nopens];
@@ -297,7 +289,6 @@ static void drop_conn(ump_pool_t *pool, struct ipc_conn *c, bool stopping)
     shutdown(c->fd, SHUT_RDWR);
     close(c->fd);
     free(c->opens);
-    free(c->closed);
 }
 
 /* A new connection, unless the server is at IPC_MAX_CONNS (one is
@@ -340,6 +331,7 @@ static void *serve(void *arg)
     struct pollfd *pf = NULL;
     size_t cap = 0;
     bool listening = true;
+    uint64_t resume_ns = 0; /* when the listener is back, if not listening */
     for (;;) {
         /* The wake pipe, the two listeners, the connections, and the
          * processes behind the shared pool's connections. */
@@ -388,12 +380,18 @@ static void *serve(void *arg)
         }
         if (waiting)
             share_reclaim(pool);
-        if (!listening && !k)
+        /* Back after the rest whatever else woke the loop meanwhile:
+         * peers busy with their opens must not keep it away for ever. */
+        if (!listening && ump_clock_ns() >= resume_ns)
             listening = true;
         else if (listening && pf[1].revents)
             listening = accept_one(st, &st->listener, false);
         if (listening && pf[2].revents)
             listening = accept_one(st, &sh->listener, true);
+        if (!listening && !resume_ns)
+            resume_ns = ump_clock_ns() + (uint64_t)IPC_BACKOFF_MS * 1000000;
+        else if (listening)
+            resume_ns = 0;
     }
     free(pf);
     return NULL;
@@ -460,6 +458,7 @@ void ipc_server_stop(ump_pool_t *pool)
     if (st->serving) {
         wake(st, "x");
         pthread_join(st->thread, NULL);
+        share_note_kept(pool);
         for (size_t i = 0; i < st->nconns; i++)
             drop_conn(pool, &st->conns[i], true);
         st->nconns = 0;

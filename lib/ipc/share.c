@@ -24,6 +24,7 @@
 #include "ipc/ipc.h"
 #include "ipc/share.h"
 #include "ipc/wire.h"
+#include "mem/chunks.h"
 #include "util/log.h"
 
 static const char fn_share[] = "ump_pool_share";
@@ -31,26 +32,42 @@ static const char fn_attach[] = "ump_pool_attach";
 
 /* --- the hooks (pool lock held) ---------------------------------------- */
 
-/* Does slot k count? While the sharer lives, every slot does (a process
- * gone until the sharer gives its slot back: what it exported may still
- * be open). Once the sharer is gone nobody gives slots back: a process
- * that ended counts no more. */
-static bool counts(const struct share_ledger *l, int k)
+/* Is process pid there? A pid reused since reads as there: its slot then
+ * counts a while longer, the safe side. */
+static bool alive(uint32_t pid)
 {
-    if (atomic_load_explicit(&l->slot[0].state, memory_order_relaxed) ==
-        SLOT_LIVE)
-        return true;
-    uint32_t pid = atomic_load_explicit(&l->slot[k].pid, memory_order_relaxed);
     return pid && pid <= INT32_MAX &&
            !(kill((pid_t)pid, 0) != 0 && errno == ESRCH);
+}
+
+/* Does the sharer still give slots back? It says it stopped (SLOT_GONE)
+ * only when it destroys its pool: one that was killed says nothing, so
+ * its process is asked too (else every slot, its own and those of every
+ * process that ends later, would count for ever). */
+static bool sharer_serves(const struct share_ledger *l)
+{
+    return atomic_load_explicit(&l->slot[0].state, memory_order_relaxed) ==
+               SLOT_LIVE &&
+           alive(atomic_load_explicit(&l->slot[0].pid, memory_order_relaxed));
+}
+
+/* Does slot k count (serving: sharer_serves)? While the sharer serves,
+ * every slot does (a process gone until the sharer gives its slot back:
+ * what it exported may still be open). Once the sharer is gone nobody
+ * gives slots back: a process that ended counts no more. */
+static bool counts(const struct share_ledger *l, int k, bool serving)
+{
+    return serving ||
+           alive(atomic_load_explicit(&l->slot[k].pid, memory_order_relaxed));
 }
 
 /* Device memory the pool's processes hold together. */
 static uint64_t held(const struct share_ledger *l, int d)
 {
     uint64_t sum = 0;
+    bool serving = sharer_serves(l);
     for (int k = 0; k < SHARE_SLOTS; k++)
-        if (counts(l, k))
+        if (counts(l, k, serving))
             sum += atomic_load_explicit(&l->slot[k].used[d],
                                         memory_order_relaxed);
     return sum;
@@ -173,10 +190,11 @@ static void figures(ump_pool_t *pool, int d, int *procs_p, size_t *bytes_p)
     const struct share_ledger *l = pool->share->ledger;
     int procs = 0;
     size_t bytes = 0;
+    bool serving = sharer_serves(l);
     for (int k = 0; k < SHARE_SLOTS; k++)
         procs += atomic_load_explicit(&l->slot[k].state,
                                       memory_order_relaxed) == SLOT_LIVE &&
-                 counts(l, k);
+                 counts(l, k, serving);
     for (int i = d < 0 ? 0 : d; i < (d < 0 ? pool->ndev : d + 1); i++)
         bytes += held(l, i);
     *procs_p = procs;
@@ -625,6 +643,66 @@ void share_stop(ump_pool_t *pool)
         usock_unlisten(&sh->listener);
 }
 
+static int cmp_ptr(const void *a, const void *b)
+{
+    uintptr_t x = (uintptr_t)*(void *const *)a;
+    uintptr_t y = (uintptr_t)*(void *const *)b;
+    return (x > y) - (x < y);
+}
+
+void share_note_kept(ump_pool_t *pool)
+{
+    pthread_mutex_lock(&pool->lock);
+    /* An attached process's only: the sharer gives its slot back once
+     * the last open ends (share_reclaim). The sharer's own slot nobody
+     * gives back (its destroy stops sharing): a charge there would
+     * outlive the opens, so its memory is uncharged as it is released,
+     * the driver the last word on what its openers still map. */
+    struct share_state *sh = pool->share && !pool->share->sharer
+                                 ? pool->share
+                                 : NULL;
+    struct ipc_state *st = pool->ipc;
+    struct chunk **cs = NULL;
+    size_t n = 0, cap = 0;
+    /* The chunks under the exports still open (their openers map whole
+     * chunks), each once: two objects of one slab, or two carved runs,
+     * may share one. */
+    for (int b = 0; sh && b < IPC_BUCKETS; b++)
+        for (struct ipc_export *e = st->buckets[b]; e; e = e->next) {
+            if (!e->opens)
+                continue;
+            size_t g, len;
+            ipc_export_range(e, &g, &len);
+            for (size_t x = g; x < g + len;) {
+                struct chunk *c = chunks_at(pool, x);
+                if (!c) {
+                    x++;
+                    continue;
+                }
+                if (n == cap) {
+                    size_t nc = cap ? 2 * cap : 16;
+                    struct chunk **p = realloc(cs, nc * sizeof(*p));
+                    if (!p) /* uncharged as before: the driver decides */
+                        goto out;
+                    cs = p;
+                    cap = nc;
+                }
+                cs[n++] = c;
+                x = c->g + c->n;
+            }
+        }
+    if (n)
+        qsort(cs, n, sizeof(*cs), cmp_ptr);
+    for (size_t i = 0; i < n; i++)
+        if ((!i || cs[i] != cs[i - 1]) && cs[i]->device >= 0 &&
+            cs[i]->device < pool->ndev)
+            sh->kept[cs[i]->device] += (uint64_t)cs[i]->n
+                                       << pool->chunk_shift;
+out:
+    pthread_mutex_unlock(&pool->lock);
+    free(cs);
+}
+
 void share_fini(ump_pool_t *pool)
 {
     pthread_mutex_lock(&pool->lock);
@@ -634,6 +712,13 @@ void share_fini(ump_pool_t *pool)
     pthread_mutex_unlock(&pool->lock);
     if (!sh)
         return;
+    /* The destroy released every chunk, uncharging them; those open
+     * elsewhere are charged again, until the sharer gives the slot back
+     * after their last close (share_reclaim), as for a process killed. */
+    for (int d = 0; d < UMP_MAX_DEVICES; d++)
+        if (sh->kept[d])
+            atomic_fetch_add(&sh->ledger->slot[sh->slot].used[d],
+                             sh->kept[d]);
     if (sh->sharer) /* its memory is released: not a process of it now */
         atomic_store(&sh->ledger->slot[0].state, SLOT_GONE);
     state_free(sh); /* an attached one's DETACH */
@@ -769,12 +854,13 @@ int share_processes(ump_pool_t *pool, char *name, size_t len,
     struct share_state *sh = pool->share;
     if (sh)
         snprintf(name, len, "%s", sh->name);
+    bool serving = sh && sharer_serves(sh->ledger);
     for (int k = 0; sh && k < SHARE_SLOTS && n < cap; k++) {
         const struct share_slot *s = &sh->ledger->slot[k];
         uint32_t pid = atomic_load_explicit(&s->pid, memory_order_relaxed);
         if (atomic_load_explicit(&s->state, memory_order_relaxed) !=
                 SLOT_LIVE ||
-            !pid || pid > INT32_MAX || !counts(sh->ledger, k))
+            !pid || pid > INT32_MAX || !counts(sh->ledger, k, serving))
             continue;
         uint64_t bytes = 0;
         for (int d = 0; d < pool->ndev; d++)

@@ -94,6 +94,10 @@ struct share_state {
     struct usock_listener listener;
     struct share_slot_rec slots[SHARE_SLOTS];
     bool waiting;
+    /* Device bytes of this process's memory that other processes still
+     * had open when its pool was destroyed (share_note_kept): they stay
+     * mapped there, so they are charged again before the detach. */
+    uint64_t kept[UMP_MAX_DEVICES];
     /* An attached process's: its connection to the sharer, the sharer's
      * process (watched while an answer is awaited) and the leases it was
      * given (pool->lock). */
@@ -126,6 +130,10 @@ int share_attach(const char *name, const char *config,
  * detaches, and the ledger goes. In a child after fork, the descriptors
  * only. */
 void share_stop(ump_pool_t *pool);
+/* At the destroy, the server's thread stopped, before it drops the
+ * openers' connections (which frees what only they kept): notes in kept
+ * the chunks of this process's exports that are open elsewhere. */
+void share_note_kept(ump_pool_t *pool);
 void share_fini(ump_pool_t *pool);
 void share_stop_in_child(ump_pool_t *pool);
 

@@ -46,7 +46,7 @@ static void ipc_stop_in_child(ump_pool_t *pool)
     for (int b = 0; b < IPC_BUCKETS; b++)
         for (struct ipc_export *e = pool->ipc->buckets[b], *n; e; e = n) {
             n = e->next;
-            free(e);
+            ipc_export_free(e);
         }
     free(pool->ipc);
     pool->ipc = NULL;

@@ -27,6 +27,8 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "coll/comm.h"
+#include "coll/world.h"
 #include "fakecuda_util.h"
 #include "mem/pool.h"
 #include "rundir.h"
@@ -416,6 +418,43 @@ static int child_devfail(int me, const char *name)
     return 0;
 }
 
+/* A process whose communicator failed returns from its next call before
+ * the call's first barrier: the other, waiting there already, fails at
+ * once, not after comm_timeout (30 s here). */
+static int child_broken(int me, const char *name)
+{
+    struct world w;
+    EXPECT(join(&w, me, 1, name, "comm_timeout:30", NULL) == 0);
+    float *b;
+    EXPECT(ump_alloc(w.pool, 4096, NULL, (void **)&b) == 0);
+    EXPECT(ump_allreduce(w.comm, (const void *const *)&b,
+                         (void *const *)&b, 1024, UMP_FLOAT32, UMP_SUM,
+                         NULL) == 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (me == 1) {
+        /* Process 0 waits in the call meanwhile. */
+        nanosleep(&(struct timespec){0, 300000000}, NULL);
+        w.comm->world->broken = -EIO; /* as a failed exchange leaves it */
+        EXPECT(ump_allreduce(w.comm, (const void *const *)&b,
+                             (void *const *)&b, 1024, UMP_FLOAT32, UMP_SUM,
+                             NULL) == -EIO);
+    } else {
+        EXPECT(ump_allreduce(w.comm, (const void *const *)&b,
+                             (void *const *)&b, 1024, UMP_FLOAT32, UMP_SUM,
+                             NULL) == -ETIMEDOUT);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        EXPECT(t1.tv_sec - t0.tv_sec < 10);
+    }
+    /* Process 1's communicator lives until process 0 returned (its
+     * destroy would wake process 0 too). */
+    EXPECT(oob_barrier(NULL) == 0);
+    ump_free(w.pool, b);
+    ump_comm_destroy(w.comm);
+    ump_pool_destroy(w.pool);
+    return 0;
+}
+
 #ifdef HAVE_CUDA_H
 /* Process 1's launch of its share fails (the fake driver: a launch out of
  * resources, an error that leaves the device sound): the call fails in
@@ -471,6 +510,7 @@ static void run_procs(int np, int which, const char *name)
                      : which == 3 ? child_all(p, 1, name)
                      : which == 1 ? child_host(p, name)
                      : which == 5 ? child_devfail(p, name)
+                     : which == 6 ? child_broken(p, name)
 #ifdef HAVE_CUDA_H
                      : which == 4 ? child_fail(p, name)
 #endif
@@ -539,6 +579,12 @@ static void test_device_fails(void **state)
 {
     (void)state;
     run_procs(2, 5, "xcolldevfail");
+}
+
+static void test_broken_wakes_others(void **state)
+{
+    (void)state;
+    run_procs(2, 6, "xcollbroken");
 }
 
 #ifdef HAVE_CUDA_H
@@ -629,6 +675,7 @@ int main(void)
         cmocka_unit_test(test_host_buffer_falls_back),
         cmocka_unit_test(test_process_gone),
         cmocka_unit_test(test_device_fails),
+        cmocka_unit_test(test_broken_wakes_others),
         /* after the sim's: cuda_setup leaves the backend set */
         cmocka_unit_test_setup(test_cuda_processes, cuda_setup),
         cmocka_unit_test_setup(test_cuda_host_buffer_falls_back, cuda_setup),

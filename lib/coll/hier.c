@@ -844,6 +844,7 @@ int coll_world_run(ump_comm_t *c, const struct coll_args *a, int bad)
     if (w->broken) {
         ump_log_error("%s: the communicator failed earlier (%s); destroy it",
                       a->fn, ump_strerror(w->broken));
+        coll_shared_give_up(c);
         return w->broken;
     }
     w->bad = bad ? bad : coll_comm_check_failed(c, a->fn);

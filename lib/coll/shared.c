@@ -18,7 +18,9 @@
  *     usual schedule (hier.c): the verdicts are the same everywhere.
  * What a process opened stays open for the next calls (most reuse their
  * buffers, as NCCL's registered buffers), at most XS_KEEP allocations not
- * used by the call at hand, and is closed at ump_comm_destroy. An
+ * used by the call at hand or the job still running, and is closed at
+ * ump_comm_destroy (ipc_close_unnoted: each call gets fresh handles, so
+ * the maker need not remember the closes). An
  * allocation kept open here stays its maker's even after its free (the
  * IPC rules), until then.
  *
@@ -50,6 +52,7 @@
 #include "coll/shared.h"
 #include "coll/xgpu.h"
 #include "front/check.h"
+#include "ipc/ipc.h"
 #include "ipc/share.h"
 #include "ipc/wire.h"
 #include "util/log.h"
@@ -94,6 +97,9 @@ struct coll_shared {
     struct xs_open *open;
     size_t nopen, capopen;
     uint64_t calls;
+    /* The call whose job may still run (on the caller's streams): what
+     * it reads stays open until it is done (trim_opens). */
+    uint64_t job_seq;
     struct coll_xjob x;
 };
 
@@ -224,7 +230,7 @@ void coll_shared_stop(ump_comm_t *c)
      * barriers' timeouts, so a wait with none of its own ends). */
     coll_xjob_idle(c->world->local, &xs->x, -1);
     for (size_t i = 0; i < xs->nopen; i++)
-        ump_ipc_close(c->pool, xs->open[i].ptr);
+        ipc_close_unnoted(c->pool, xs->open[i].ptr);
     free(xs->open);
     munmap(xs->seg, xs->bytes);
     free(xs);
@@ -308,7 +314,7 @@ static bool open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t seq)
     if (ump_ipc_open(c->pool, h, &q))
         return false;
     if ((uint64_t)(uintptr_t)q != f.addr) { /* not in place: no use */
-        ump_ipc_close(c->pool, q);
+        ipc_close_unnoted(c->pool, q);
         return false;
     }
     xs->open[xs->nopen++] = (struct xs_open){f.key, f.gen, q, seq};
@@ -316,19 +322,21 @@ static bool open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t seq)
 }
 
 /* Opens beyond XS_KEEP that the call at hand does not use are closed,
- * the oldest first; not while a job of this process may still read them
- * (a call on the caller's streams returns once its job is queued). */
+ * the oldest first; not those a job of this process may still read (a
+ * call on the caller's streams returns once its job is queued, and the
+ * next call comes here at once): at most one job runs at a time
+ * (coll_run_across waits for the one before), the job of call job_seq,
+ * and it reads only what was used since. */
 static void trim_opens(ump_comm_t *c, uint64_t seq)
 {
     struct coll_shared *xs = c->world->xs;
-    if (atomic_load(&xs->x.inflight))
-        return;
+    uint64_t keep = atomic_load(&xs->x.inflight) ? xs->job_seq : seq;
     for (size_t i = 0; xs->nopen > XS_KEEP && i < xs->nopen;) {
-        if (xs->open[i].used == seq) {
+        if (xs->open[i].used >= keep) {
             i++;
             continue;
         }
-        ump_ipc_close(c->pool, xs->open[i].ptr);
+        ipc_close_unnoted(c->pool, xs->open[i].ptr);
         memmove(&xs->open[i], &xs->open[i + 1],
                 (xs->nopen - i - 1) * sizeof(*xs->open));
         xs->nopen--;
@@ -343,6 +351,15 @@ static int meet(ump_comm_t *c, const char *fn)
     struct coll_world *w = c->world;
     if (xbar_wait(&w->xs->head->call, (uint32_t)w->nproc, c->timeout_s))
         return 0;
+    /* A process that gave up because a job of its on a failed device did
+     * (coll_shared_run's first check) says so: -EIO, not a time-out. */
+    if (xbar_aborted(&w->xs->head->job) && atomic_load(&w->xs->head->lost)) {
+        ump_log_error("%s: a device of a process of the shared pool's "
+                      "communicator failed in an earlier call: -EIO "
+                      "(destroy it)", fn);
+        w->broken = -EIO;
+        return -EIO;
+    }
     ump_log_error("%s: a process of the shared pool's communicator gave "
                   "up or did not reach the call within comm_timeout (%g s): "
                   "-ETIMEDOUT", fn, c->timeout_s);
@@ -389,6 +406,15 @@ static int run_gpu(ump_comm_t *c, const struct coll_args *a, int32_t *done,
     return -EIO;
 }
 
+void coll_shared_give_up(ump_comm_t *c)
+{
+    /* Processes that came to this call already wait at its first
+     * barrier, which this one never reaches: they fail now, not after
+     * comm_timeout. */
+    if (c->world->xs)
+        xbar_abort(&c->world->xs->head->call);
+}
+
 int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
 {
     struct coll_world *w = c->world;
@@ -406,6 +432,7 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
                       lost ? "a device of one of its processes failed"
                            : "a process gave up or did not come");
         w->broken = lost ? -EIO : -ETIMEDOUT;
+        coll_shared_give_up(c);
         return w->broken;
     }
     uint64_t seq = ++xs->calls;
@@ -455,6 +482,7 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
     if (w->local->gpu)
         return run_gpu(c, a, ok, send, recv, scratch);
     struct coll_args la = *a;
+    xs->job_seq = seq;
     rc = coll_run_across(w->local, &la, COLL_DIRECT, c->nall, c->first, send,
                          recv, inplace, &xs->x);
     if (rc == -ETIMEDOUT)

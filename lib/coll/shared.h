@@ -32,5 +32,9 @@ bool coll_shared_takes(const ump_comm_t *c, int coll);
  * then runs the call's usual schedule), else 0 or the call's error. The
  * comm's lock is held. */
 int coll_shared_run(ump_comm_t *c, const struct coll_args *a);
+/* A call this process returns from before its first barrier (the
+ * communicator failed here): the other processes' waits there fail at
+ * once. Nothing without a shared pool. */
+void coll_shared_give_up(ump_comm_t *c);
 
 #endif

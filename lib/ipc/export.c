@@ -91,16 +91,16 @@ void ipc_export_free(struct ipc_export *e)
     free(e);
 }
 
-bool ipc_export_closed(const struct ipc_export *e, uint64_t opener,
+bool ipc_export_closed(const struct ipc_export *e, uint64_t conn,
                        uint64_t ticket)
 {
     for (uint32_t i = 0; i < e->nclosed; i++)
-        if (e->closed[i].ticket == ticket && e->closed[i].opener == opener)
+        if (e->closed[i].ticket == ticket && e->closed[i].conn == conn)
             return true;
     return false;
 }
 
-int ipc_export_note_closed(struct ipc_export *e, uint64_t opener,
+int ipc_export_note_closed(struct ipc_export *e, uint64_t conn,
                            uint64_t ticket)
 {
     if (e->nclosed == e->capclosed) {
@@ -111,8 +111,19 @@ int ipc_export_note_closed(struct ipc_export *e, uint64_t opener,
         e->closed = p;
         e->capclosed = c;
     }
-    e->closed[e->nclosed++] = (struct ipc_closed){opener, ticket};
+    e->closed[e->nclosed++] = (struct ipc_closed){conn, ticket};
     return 0;
+}
+
+void ipc_exports_forget_conn(struct ipc_state *st, uint64_t conn)
+{
+    for (int b = 0; b < IPC_BUCKETS; b++)
+        for (struct ipc_export *e = st->buckets[b]; e; e = e->next)
+            for (uint32_t i = 0; i < e->nclosed;)
+                if (e->closed[i].conn == conn)
+                    e->closed[i] = e->closed[--e->nclosed];
+                else
+                    i++;
 }
 
 /* e's maker freed it: true when it is kept for its openers. */

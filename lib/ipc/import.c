@@ -41,9 +41,8 @@ static bool peer_gone(const struct ipc_peer *p)
 
 /* Peers through which nothing is open and whose maker is gone are
  * dropped: an opener that outlives many makers (a server fed by short
- * workers) keeps no descriptor for them. A live maker's stays (its
- * server remembers the handles this pool closed on the exports, not on
- * the connection: a new connection refuses their replays too). */
+ * workers) keeps no descriptor for them. A live maker's stays, with what
+ * its server remembers of this connection (the handles closed here). */
 static void peers_prune(struct ipc_state *st)
 {
     for (struct ipc_peer **pp = &st->peers, *p; (p = *pp);) {
@@ -107,8 +106,8 @@ static int peer_get(struct ipc_state *st, const struct ipc_handle_fields *f,
             close(pidfd);
         return rc ? rc : -ENOMEM;
     }
-    *p = (struct ipc_peer){.pid = f->pid, .key = f->key, .opener = st->key,
-                           .fd = fd, .pidfd = pidfd, .next = st->peers};
+    *p = (struct ipc_peer){.pid = f->pid, .key = f->key, .fd = fd,
+                           .pidfd = pidfd, .next = st->peers};
     st->peers = p;
     *p_p = p;
     return 0;
@@ -131,8 +130,7 @@ static int request(struct ipc_peer *p, int op,
                    const struct ipc_handle_fields *f)
 {
     struct ipc_req q = {.op = (uint32_t)op, .key = f->key, .gen = f->gen,
-                        .ticket = f->ticket, .addr = f->addr,
-                        .opener = p->opener};
+                        .ticket = f->ticket, .addr = f->addr};
     int rc = usock_send(p->fd, &q, sizeof(q), NULL, 0);
     if (rc) {
         close(p->fd);
@@ -531,7 +529,9 @@ static void import_unmap(ump_pool_t *pool, struct ipc_import *im)
     free(im);
 }
 
-UMP_EXPORT int ump_ipc_close(ump_pool_t *pool, void *ptr)
+/* ump_ipc_close; op IPC_CLOSE (the maker refuses the handle here from
+ * then on) or IPC_UNDO (it does not: nothing noted). */
+static int close_import(ump_pool_t *pool, void *ptr, int op)
 {
     int rc = pool_check(pool, "ump_ipc_close");
     if (rc)
@@ -561,7 +561,7 @@ UMP_EXPORT int ump_ipc_close(ump_pool_t *pool, void *ptr)
     struct ipc_peer *p = im->peer;
     /* Unmapped first: the maker may reuse the memory once it hears. */
     import_unmap(pool, im);
-    rc = unopen(p, IPC_CLOSE, &f);
+    rc = unopen(p, op, &f);
     p->imports--;
     peers_prune(st);
     pthread_mutex_unlock(&st->imp_lock);
@@ -569,6 +569,16 @@ UMP_EXPORT int ump_ipc_close(ump_pool_t *pool, void *ptr)
         ump_log_warn("ump_ipc_close: the maker did not know the open "
                      "(%s); unmapped here", ump_strerror(rc));
     return 0;
+}
+
+UMP_EXPORT int ump_ipc_close(ump_pool_t *pool, void *ptr)
+{
+    return close_import(pool, ptr, IPC_CLOSE);
+}
+
+int ipc_close_unnoted(ump_pool_t *pool, void *ptr)
+{
+    return close_import(pool, ptr, IPC_UNDO);
 }
 
 void ipc_imports_drop(ump_pool_t *pool, bool in_child)

@@ -34,10 +34,13 @@ struct ipc_export {
     uint32_t idx;
     uint32_t opens;          /* opens by other pools now */
     bool freed;              /* its maker freed it: kept while opened */
-    /* Its handles closed by an opening pool: never opened there again
-     * (a replay), on whichever connection; they go with the export,
-     * whose handles then open nowhere anyway. */
-    struct ipc_closed { uint64_t opener, ticket; } *closed;
+    /* Its handles closed through a connection (server.c): refused
+     * there from then on (a replay). Noted here, not on the connection,
+     * so that they go with the export (whose handles then open nowhere
+     * anyway) as well as with the connection (drop_conn takes its notes
+     * back): a long-lived opener or a long-lived export alone keeps
+     * none for ever. */
+    struct ipc_closed { uint64_t conn, ticket; } *closed;
     uint32_t nclosed, capclosed;
     struct ipc_export *next; /* bucket chain, by its first granule */
 };
@@ -56,13 +59,14 @@ struct ipc_conn {
     int slot;                /* its process's ledger slot, -1 before */
     struct ipc_open *opens;
     size_t nopens, capopens;
+    uint64_t id;             /* the server's number for it, never reused */
+    size_t notes;            /* closes noted on exports (ipc_export) */
 };
 
 /* A connection to another pool's server, on the opener's side. */
 struct ipc_peer {
     uint32_t pid;
     uint64_t key;
-    uint64_t opener;         /* this pool's key, in its requests */
     int fd;                  /* -1 once broken or gone */
     int pidfd;               /* the maker's process, or -1 */
     uint32_t imports;        /* of st->imports through it */
@@ -110,6 +114,7 @@ struct ipc_state {
     int wake[2];             /* a byte here stops the thread */
     struct ipc_conn *conns;
     size_t nconns, capconns;
+    uint64_t next_conn;      /* the last connection's id */
     /* The pool's share when it is shared (share.h): its socket is served
      * too. Set by ump_pool_share before it wakes the thread. */
     struct share_state *_Atomic sharing;
@@ -135,18 +140,26 @@ void ipc_export_range(const struct ipc_export *e, size_t *g_p, size_t *n_p);
 /* One open of e less; the export is freed when its maker freed it and
  * this was the last. Pool lock held. */
 void ipc_export_unopen(ump_pool_t *pool, struct ipc_export *e);
-/* Whether opener (a pool's key) closed e's handle ticket; and notes that
- * it did (-ENOMEM: not noted). Pool lock held. */
-bool ipc_export_closed(const struct ipc_export *e, uint64_t opener,
+/* Whether connection conn closed e's handle ticket; and notes that it
+ * did (-ENOMEM: not noted); and every note of conn taken back (it went).
+ * Pool lock held. */
+bool ipc_export_closed(const struct ipc_export *e, uint64_t conn,
                        uint64_t ticket);
-int ipc_export_note_closed(struct ipc_export *e, uint64_t opener,
+int ipc_export_note_closed(struct ipc_export *e, uint64_t conn,
                            uint64_t ticket);
+void ipc_exports_forget_conn(struct ipc_state *st, uint64_t conn);
 /* Frees e itself (its closed list too); the caller unlinked it. */
 void ipc_export_free(struct ipc_export *e);
 /* Every export kept for openers is freed (the pool goes). Pool lock held. */
 void ipc_exports_drop(ump_pool_t *pool);
 bool ipc_run_freed(ump_pool_t *pool, struct run *r);
 bool ipc_obj_freed(ump_pool_t *pool, struct slab *s, uint32_t idx);
+
+/* import.c: ump_ipc_close of an open whose handle its caller never opens
+ * again (the library's own: a shared pool's collectives get a fresh
+ * handle per call), so the maker notes nothing to refuse: a long job's
+ * closes add nothing there. */
+int ipc_close_unnoted(ump_pool_t *pool, void *ptr);
 
 /* server.c: started at the first export (0, or the listen's error). */
 int ipc_server_start(ump_pool_t *pool);

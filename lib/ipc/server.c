@@ -174,7 +174,7 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
     struct ipc_export *e = vas_contains(&pool->vas, addr)
                                ? ipc_export_find(pool->ipc, g, addr, q->gen)
                                : NULL;
-    if (!e || e->freed || ipc_export_closed(e, q->opener, q->ticket)) {
+    if (!e || e->freed || ipc_export_closed(e, c->id, q->ticket)) {
         pthread_mutex_unlock(&pool->lock);
         no.status = e && !e->freed ? -EALREADY : -ENOENT;
         return usock_send(c->fd, &no, sizeof(no), NULL, 0);
@@ -227,8 +227,8 @@ static int serve_open(ump_pool_t *pool, struct ipc_conn *c,
 }
 
 /* CLOSE and UNDO: one open of the ticket on this connection less; CLOSE
- * refuses the ticket to its opener from then on (noted on the export,
- * which this open keeps). */
+ * refuses the ticket on it from then on (noted on the export, which this
+ * open keeps until then). */
 static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
                        const struct ipc_req *q)
 {
@@ -242,10 +242,11 @@ static int serve_close(ump_pool_t *pool, struct ipc_conn *c,
     if (q->op == IPC_CLOSE) {
         pthread_mutex_lock(&pool->lock);
         struct ipc_export *e = ipc_export_find(pool->ipc, g, addr, q->gen);
-        int rc = e ? ipc_export_note_closed(e, q->opener, q->ticket) : 0;
+        int rc = e ? ipc_export_note_closed(e, c->id, q->ticket) : 0;
         pthread_mutex_unlock(&pool->lock);
         if (rc)
             return reply_status(c->fd, rc);
+        c->notes += e != NULL;
     }
     if (!--o->count)
         *o = c->opens[--c->nopens];
@@ -283,6 +284,11 @@ static void drop_conn(ump_pool_t *pool, struct ipc_conn *c, bool stopping)
     for (size_t i = 0; i < c->nopens; i++)
         for (uint32_t k = 0; k < c->opens[i].count; k++)
             unopen(pool, c->opens[i].g, c->opens[i].addr, c->opens[i].gen);
+    if (c->notes) { /* its closes: nobody can send them again */
+        pthread_mutex_lock(&pool->lock);
+        ipc_exports_forget_conn(pool->ipc, c->id);
+        pthread_mutex_unlock(&pool->lock);
+    }
     /* Ended for the peer too, where a child forked without exec keeps a
      * copy of the descriptor: the peer hears it and never waits for an
      * answer. */
@@ -310,8 +316,8 @@ static bool accept_one(struct ipc_state *st, struct usock_listener *l,
         close(fd);
         return true;
     }
-    st->conns[st->nconns++] =
-        (struct ipc_conn){.fd = fd, .share = share, .slot = -1};
+    st->conns[st->nconns++] = (struct ipc_conn){
+        .fd = fd, .share = share, .slot = -1, .id = ++st->next_conn};
     return true;
 }
 

@@ -714,8 +714,12 @@ void share_fini(ump_pool_t *pool)
         return;
     /* The destroy released every chunk, uncharging them; those open
      * elsewhere are charged again, until the sharer gives the slot back
-     * after their last close (share_reclaim), as for a process killed. */
-    for (int d = 0; d < UMP_MAX_DEVICES; d++)
+     * after their last close (share_reclaim), as for a process killed.
+     * Only while the sharer serves and hears the DETACH: else nobody
+     * would ever clear the charge (a sharer that stops just after
+     * leaves it, counted while this process runs). */
+    bool clearable = sh->fd >= 0 && sharer_serves(sh->ledger);
+    for (int d = 0; clearable && d < UMP_MAX_DEVICES; d++)
         if (sh->kept[d])
             atomic_fetch_add(&sh->ledger->slot[sh->slot].used[d],
                              sh->kept[d]);

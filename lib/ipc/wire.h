@@ -14,9 +14,7 @@
 #include "util/conf.h"
 #include "util/unixsock.h"
 
-/* 2: a request names its opening pool (replays are refused per opener,
- * on any connection). */
-#define IPC_VERSION 2
+#define IPC_VERSION 1
 enum { IPC_BACKEND_SIM = 1, IPC_BACKEND_CUDA = 2 };
 
 /* The handle's fields. */
@@ -41,7 +39,6 @@ struct ipc_req {
     uint32_t op;
     uint32_t pad;
     uint64_t key, gen, ticket, addr;
-    uint64_t opener; /* the opening pool's key */
 };
 
 /* The reply to OPEN: the export's chunks, in messages of at most

@@ -12,15 +12,14 @@
 
 /* The slice rules: allgather and gather receive n slices, reduce-scatter
  * and scatter send n, all-to-all both. */
-int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
-                 size_t s, struct coll_buf *b)
+void coll_buf_use(const struct coll_args *a, int g, int nall, size_t s,
+                  bool used[2], size_t len[2])
 {
-    size_t all = s * (size_t)c->nall;
-    int k = 0, root = a->root - c->first; /* a local rank, or none */
-    bool send_used = !coll_rooted(a->coll) || a->coll == UMP_COLL_REDUCE ||
-                     a->coll == UMP_COLL_GATHER || r == root;
-    bool recv_used = !coll_rooted(a->coll) || a->coll == UMP_COLL_BROADCAST ||
-                     a->coll == UMP_COLL_SCATTER || r == root;
+    size_t all = s * (size_t)nall;
+    used[0] = !coll_rooted(a->coll) || a->coll == UMP_COLL_REDUCE ||
+              a->coll == UMP_COLL_GATHER || g == a->root;
+    used[1] = !coll_rooted(a->coll) || a->coll == UMP_COLL_BROADCAST ||
+              a->coll == UMP_COLL_SCATTER || g == a->root;
     size_t slen = s, rlen = s;
     switch (a->coll) {
     case UMP_COLL_ALLGATHER:
@@ -37,10 +36,21 @@ int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
     default:
         break;
     }
-    if (send_used)
-        b[k++] = (struct coll_buf){a->send[r], slen, r, false};
-    if (recv_used)
-        b[k++] = (struct coll_buf){a->recv[r], rlen, r, true};
+    len[0] = slen;
+    len[1] = rlen;
+}
+
+int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,
+                 size_t s, struct coll_buf *b)
+{
+    bool used[2];
+    size_t len[2];
+    int k = 0;
+    coll_buf_use(a, r + c->first, c->nall, s, used, len);
+    if (used[0])
+        b[k++] = (struct coll_buf){a->send[r], len[0], r, false};
+    if (used[1])
+        b[k++] = (struct coll_buf){a->recv[r], len[1], r, true};
     return k;
 }
 

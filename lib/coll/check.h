@@ -27,6 +27,11 @@ struct coll_buf {
     bool recv;
 };
 
+/* Whether global rank g of nall uses its send (used[0]) and receive
+ * buffer (used[1]) in call a, and the bytes of each (s: bytes of count
+ * elements). */
+void coll_buf_use(const struct coll_args *a, int g, int nall, size_t s,
+                  bool used[2], size_t len[2]);
 /* The buffers rank r passes that the call touches (s: bytes of count
  * elements), into b; how many (0 to 2). */
 int coll_buffers(const ump_comm_t *c, const struct coll_args *a, int r,

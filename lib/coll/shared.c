@@ -287,38 +287,44 @@ static bool publish(ump_comm_t *c, const struct coll_args *a)
     return ok;
 }
 
-/* Another process's allocation of handle h open here, at its address. */
-static bool open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t seq)
+/* Another process's buffer p of len bytes, in the allocation of handle
+ * h, which is opened here at its address: p, or NULL when it cannot be
+ * (the usual way then). The segment is another process's writing: a
+ * buffer outside the allocation the handle opens is refused, not read or
+ * written where it points. */
+static void *open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t p,
+                      size_t len, uint64_t seq)
 {
     struct coll_shared *xs = c->world->xs;
     struct ipc_handle_fields f;
     log_mute(true);
     int rc = ipc_handle_unpack(h, &f, "ump_comm");
     log_mute(false);
-    if (rc)
-        return false;
+    if (rc || p < f.addr || len > f.size || p - f.addr > f.size - len)
+        return NULL;
+    void *buf = (void *)(uintptr_t)p;
     for (size_t i = 0; i < xs->nopen; i++)
         if (xs->open[i].key == f.key && xs->open[i].gen == f.gen) {
             xs->open[i].used = seq;
-            return true;
+            return buf;
         }
     if (xs->nopen == xs->capopen) {
         size_t cap = xs->capopen ? 2 * xs->capopen : 16;
         struct xs_open *n = realloc(xs->open, cap * sizeof(*n));
         if (!n)
-            return false;
+            return NULL;
         xs->open = n;
         xs->capopen = cap;
     }
     void *q = NULL;
     if (ump_ipc_open(c->pool, h, &q))
-        return false;
+        return NULL;
     if ((uint64_t)(uintptr_t)q != f.addr) { /* not in place: no use */
         ipc_close_unnoted(c->pool, q);
-        return false;
+        return NULL;
     }
     xs->open[xs->nopen++] = (struct xs_open){f.key, f.gen, q, seq};
-    return true;
+    return buf;
 }
 
 /* Opens beyond XS_KEEP that the call at hand does not use are closed,
@@ -446,23 +452,34 @@ int coll_shared_run(ump_comm_t *c, const struct coll_args *a)
     const void *send[COLL_MAX_RANKS];
     void *recv[COLL_MAX_RANKS];
     bool mine = true, inplace = false;
-    const struct xs_slot *me0 = &xs->slot[c->first];
-    for (int g = 0; g < c->nall; g++) {
+    size_t s = a->count * coll_dtype_size(a->dt);
+    /* The call as this process has it (its arguments, not its slots: any
+     * process of the pool may write there). */
+    for (int g = 0; mine && g < c->nall; g++) {
         const struct xs_slot *sl = &xs->slot[g];
-        bool local = g >= c->first && g < c->first + c->n;
-        if (sl->seq != me0->seq || sl->coll != me0->coll ||
-            sl->dt != me0->dt || sl->op != me0->op ||
-            sl->root != me0->root || sl->count != me0->count) {
+        int r = g - c->first;
+        if (sl->seq != c->world->seq || sl->coll != a->coll ||
+            sl->dt != a->dt || sl->op != a->op || sl->root != a->root ||
+            sl->count != a->count) {
             mine = false; /* processes out of step: the usual way */
             break;
         }
-        if (!local && sl->send)
-            mine = mine && open_buf(c, &sl->hsend, seq);
-        if (!local && sl->recv)
-            mine = mine && open_buf(c, &sl->hrecv, seq);
-        send[g] = (const void *)(uintptr_t)sl->send;
-        recv[g] = (void *)(uintptr_t)sl->recv;
-        inplace |= sl->send && sl->send == sl->recv;
+        bool used[2];
+        size_t len[2];
+        coll_buf_use(a, g, c->nall, s, used, len);
+        if (r >= 0 && r < c->n) {
+            send[g] = used[0] ? a->send[r] : NULL;
+            recv[g] = used[1] ? a->recv[r] : NULL;
+        } else {
+            send[g] = used[0] ? open_buf(c, &sl->hsend, sl->send, len[0],
+                                         seq)
+                              : NULL;
+            recv[g] = used[1] && (!used[0] || send[g])
+                          ? open_buf(c, &sl->hrecv, sl->recv, len[1], seq)
+                          : NULL;
+            mine = (!used[0] || send[g]) && (!used[1] || recv[g]);
+        }
+        inplace |= send[g] && send[g] == recv[g];
     }
     trim_opens(c, seq);
     /* On cuda the share's scratch too, before any process commits. */

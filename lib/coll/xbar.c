@@ -67,10 +67,13 @@ bool xbar_wait(struct xbar *b, uint32_t n, double timeout_s)
         return won;
     }
     uint64_t deadline = ump_clock_ns() + (uint64_t)(timeout_s * 1e9);
+    /* Released when the generation moved on, even if the next one was
+     * given up before this waiter looked: the abort is of gen + 1's
+     * wait, not of this one (every process agrees this one passed). */
     for (unsigned spin = 0;; spin++) {
         uint32_t now = atomic_load(&b->gen);
         if (now != gen)
-            return !(now & XBAR_ABORT);
+            return (now & ~XBAR_ABORT) != gen;
         if (spin < XBAR_SPINS) {
             ump_cpu_relax();
             continue;
@@ -82,7 +85,7 @@ bool xbar_wait(struct xbar *b, uint32_t n, double timeout_s)
                 futex_wake_all(&b->gen);
                 return false;
             }
-            return !(want & XBAR_ABORT); /* released (or aborted) first */
+            return (want & ~XBAR_ABORT) != gen; /* released first? */
         }
         futex_wait(&b->gen, gen);
     }

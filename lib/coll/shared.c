@@ -84,6 +84,7 @@ struct xs_head {
 struct xs_open {
     uint64_t key, gen;
     void *ptr;
+    uint64_t size; /* the allocation's, as its open checked it */
     uint64_t used; /* the last call that used it */
 };
 
@@ -305,6 +306,11 @@ static void *open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t p,
     void *buf = (void *)(uintptr_t)p;
     for (size_t i = 0; i < xs->nopen; i++)
         if (xs->open[i].key == f.key && xs->open[i].gen == f.gen) {
+            /* The handle's address and size as they were opened (the
+             * maker checked them then), not as the slot says now. */
+            const struct xs_open *o = &xs->open[i];
+            if (f.addr != (uint64_t)(uintptr_t)o->ptr || f.size > o->size)
+                return NULL;
             xs->open[i].used = seq;
             return buf;
         }
@@ -323,7 +329,7 @@ static void *open_buf(ump_comm_t *c, const ump_ipc_handle_t *h, uint64_t p,
         ipc_close_unnoted(c->pool, q);
         return NULL;
     }
-    xs->open[xs->nopen++] = (struct xs_open){f.key, f.gen, q, seq};
+    xs->open[xs->nopen++] = (struct xs_open){f.key, f.gen, q, f.size, seq};
     return buf;
 }
 

@@ -68,6 +68,7 @@ struct share_slot_rec {
     uint32_t state;          /* SLOT_* */
     int pidfd;               /* the process's, -1 */
     bool detached;           /* it said so: its memory is unmapped */
+    int pid;                 /* the process's (SO_PEERCRED), 0: none */
 };
 
 struct share_state {

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -84,7 +85,8 @@ static int serve_attach(ump_pool_t *pool, struct share_state *sh,
         atomic_store(&s->key, 0);
         atomic_store(&s->pid, (uint32_t)pid);
         atomic_store(&s->state, SLOT_LIVE);
-        sh->slots[k] = (struct share_slot_rec){SLOT_LIVE, pidfd, false};
+        sh->slots[k] =
+            (struct share_slot_rec){SLOT_LIVE, pidfd, false, (int)pid};
         c->slot = k; /* from here on its end gives the slot back */
         w->status = lease_out(pool, sh, k, 1, &start, &n);
     }
@@ -183,12 +185,18 @@ static uint64_t holds_of(const struct share_state *sh, int k)
 /* Has slot k's process ended, or detached (its imports unmapped)? A
  * connection the sharer dropped (a malformed request) leaves a live
  * process that still maps what it opened and still writes its slot: the
- * slot waits for its end. */
+ * slot waits for its end. Where the kernel gave no pidfd, its pid is
+ * asked: an unreaped process, or a pid reused since, reads as there, and
+ * the slot then waits longer, the safe side (its leases handed out again
+ * while it still allocates in them would give two processes one
+ * address). */
 static bool done_with(const struct share_state *sh, int k)
 {
     const struct share_slot_rec *r = &sh->slots[k];
-    if (r->detached || r->pidfd < 0)
+    if (r->detached)
         return true;
+    if (r->pidfd < 0)
+        return r->pid <= 0 || (kill(r->pid, 0) != 0 && errno == ESRCH);
     struct pollfd pf = {r->pidfd, POLLIN, 0};
     return poll(&pf, 1, 0) == 1;
 }
@@ -241,7 +249,7 @@ bool share_reclaim(ump_pool_t *pool)
         atomic_store(&s->state, SLOT_FREE);
         if (sh->slots[k].pidfd >= 0)
             close(sh->slots[k].pidfd);
-        sh->slots[k] = (struct share_slot_rec){SLOT_FREE, -1, false};
+        sh->slots[k] = (struct share_slot_rec){SLOT_FREE, -1, false, 0};
     }
     sh->waiting = waiting;
     return waiting;

@@ -412,8 +412,7 @@ static void test_names_and_refusals(void **state)
     assert_int_equal(ump_pool_share(b, "two words"), -EINVAL);
     assert_int_equal(ump_pool_share(b, NULL), -EINVAL);
     assert_int_equal(ump_pool_share(NULL, "x"), -EINVAL);
-    /* A live pool has the name; a pool is shared once. */
-    assert_int_equal(ump_pool_share(b, "refusals"), -EADDRINUSE);
+    /* A pool is shared once. */
     assert_int_equal(ump_pool_share(a, "other"), -EBUSY);
     assert_int_equal(ump_pool_attach("..", NULL, &c), -EINVAL);
     assert_int_equal(ump_pool_attach("nothing-here", NULL, &c), -ENOENT);
@@ -427,6 +426,10 @@ static void test_names_and_refusals(void **state)
         nap_ms(5);
     assert_int_equal(leases(a), 0);
     assert_int_equal(open_fds(), fds);
+    /* A live pool has the name. After the count of descriptors: the
+     * probe that finds the name live is a connection a's thread accepts
+     * and drops when it hears its end, maybe later. */
+    assert_int_equal(ump_pool_share(b, "refusals"), -EADDRINUSE);
     assert_int_equal(stats(b).share_processes, 0); /* not shared */
     assert_int_equal(ump_pool_destroy(b), 0);
     assert_int_equal(ump_pool_destroy(a), 0);

@@ -105,8 +105,9 @@ int ipc_export_note_closed(struct ipc_export *e, uint64_t conn,
 {
     if (e->nclosed == e->capclosed) {
         uint32_t c = e->capclosed ? 2 * e->capclosed : 4;
-        struct ipc_closed *p = realloc(e->closed, c * sizeof(*p));
-        if (!p || c < e->capclosed)
+        struct ipc_closed *p =
+            c > e->capclosed ? realloc(e->closed, c * sizeof(*p)) : NULL;
+        if (!p)
             return -ENOMEM;
         e->closed = p;
         e->capclosed = c;

@@ -336,9 +336,9 @@ static void *serve(void *arg)
     struct ipc_state *st = pool->ipc;
     struct pollfd *pf = NULL;
     size_t cap = 0;
-    bool listening = true;
-    uint64_t resume_ns = 0; /* when the listener is back, if not listening */
+    uint64_t paused_until = 0; /* accepting rests until then; 0: it does not */
     for (;;) {
+        bool listening = !paused_until;
         /* The wake pipe, the two listeners, the connections, and the
          * processes behind the shared pool's connections. */
         size_t n = 3 + 2 * st->nconns;
@@ -386,18 +386,16 @@ static void *serve(void *arg)
         }
         if (waiting)
             share_reclaim(pool);
-        /* Back after the rest whatever else woke the loop meanwhile:
-         * peers busy with their opens must not keep it away for ever. */
-        if (!listening && ump_clock_ns() >= resume_ns)
-            listening = true;
-        else if (listening && pf[1].revents)
-            listening = accept_one(st, &st->listener, false);
-        if (listening && pf[2].revents)
-            listening = accept_one(st, &sh->listener, true);
-        if (!listening && !resume_ns)
-            resume_ns = ump_clock_ns() + (uint64_t)IPC_BACKOFF_MS * 1000000;
-        else if (listening)
-            resume_ns = 0;
+        /* Back after the rest by the clock, whatever else woke the loop
+         * meanwhile: peers busy with their opens must not keep it away
+         * for ever. */
+        if (paused_until) {
+            if (ump_clock_ns() >= paused_until)
+                paused_until = 0;
+        } else if ((pf[1].revents && !accept_one(st, &st->listener, false)) ||
+                   (pf[2].revents && !accept_one(st, &sh->listener, true))) {
+            paused_until = ump_clock_ns() + (uint64_t)IPC_BACKOFF_MS * 1000000;
+        }
     }
     free(pf);
     return NULL;

@@ -32,9 +32,7 @@ static const char fn_attach[] = "ump_pool_attach";
 
 /* --- the hooks (pool lock held) ---------------------------------------- */
 
-/* Is process pid there? A pid reused since reads as there: its slot then
- * counts a while longer, the safe side. */
-static bool alive(uint32_t pid)
+bool share_pid_alive(uint32_t pid)
 {
     return pid && pid <= INT32_MAX &&
            !(kill((pid_t)pid, 0) != 0 && errno == ESRCH);
@@ -48,7 +46,8 @@ static bool sharer_serves(const struct share_ledger *l)
 {
     return atomic_load_explicit(&l->slot[0].state, memory_order_relaxed) ==
                SLOT_LIVE &&
-           alive(atomic_load_explicit(&l->slot[0].pid, memory_order_relaxed));
+           share_pid_alive(
+               atomic_load_explicit(&l->slot[0].pid, memory_order_relaxed));
 }
 
 /* Does slot k count (serving: sharer_serves)? While the sharer serves,
@@ -57,15 +56,15 @@ static bool sharer_serves(const struct share_ledger *l)
  * gives slots back: a process that ended counts no more. */
 static bool counts(const struct share_ledger *l, int k, bool serving)
 {
-    return serving ||
-           alive(atomic_load_explicit(&l->slot[k].pid, memory_order_relaxed));
+    return serving || share_pid_alive(atomic_load_explicit(
+                          &l->slot[k].pid, memory_order_relaxed));
 }
 
-/* Device memory the pool's processes hold together. */
-static uint64_t held(const struct share_ledger *l, int d)
+/* Device memory the pool's processes hold together (serving:
+ * sharer_serves, asked once by the caller: a syscall). */
+static uint64_t held(const struct share_ledger *l, int d, bool serving)
 {
     uint64_t sum = 0;
-    bool serving = sharer_serves(l);
     for (int k = 0; k < SHARE_SLOTS; k++)
         if (counts(l, k, serving))
             sum += atomic_load_explicit(&l->slot[k].used[d],
@@ -82,7 +81,7 @@ static int charge(ump_pool_t *pool, int d, size_t bytes)
      * -ENOMEM: that says the driver ran out (chunks.c lowers the
      * device's capacity then), while this room comes back when the other
      * processes free. */
-    if (held(l, d) + bytes > sh->capacity[d])
+    if (held(l, d, sharer_serves(l)) + bytes > sh->capacity[d])
         return -EDQUOT;
     atomic_fetch_add_explicit(&l->slot[sh->slot].used[d], bytes,
                               memory_order_relaxed);
@@ -196,7 +195,7 @@ static void figures(ump_pool_t *pool, int d, int *procs_p, size_t *bytes_p)
                                       memory_order_relaxed) == SLOT_LIVE &&
                  counts(l, k, serving);
     for (int i = d < 0 ? 0 : d; i < (d < 0 ? pool->ndev : d + 1); i++)
-        bytes += held(l, i);
+        bytes += held(l, i, serving);
     *procs_p = procs;
     *bytes_p = bytes;
 }

@@ -138,6 +138,11 @@ void share_note_kept(ump_pool_t *pool);
 void share_fini(ump_pool_t *pool);
 void share_stop_in_child(ump_pool_t *pool);
 
+/* Is process pid there (kill 0)? One that ended but is not reaped yet,
+ * or a pid reused since, reads as there: what waits on it waits longer,
+ * the safe side. 0 or past INT32_MAX: no. */
+bool share_pid_alive(uint32_t pid);
+
 /* For imports: the ledger slot of the pool (pid, key) of this shared
  * pool, with one hold of it counted for this process (so that its
  * addresses are not leased again while mapped here), or -1; and the hold

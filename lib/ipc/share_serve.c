@@ -11,7 +11,6 @@
 
 #include <errno.h>
 #include <poll.h>
-#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -186,17 +185,15 @@ static uint64_t holds_of(const struct share_state *sh, int k)
  * connection the sharer dropped (a malformed request) leaves a live
  * process that still maps what it opened and still writes its slot: the
  * slot waits for its end. Where the kernel gave no pidfd, its pid is
- * asked: an unreaped process, or a pid reused since, reads as there, and
- * the slot then waits longer, the safe side (its leases handed out again
- * while it still allocates in them would give two processes one
- * address). */
+ * asked (its leases handed out again while it still allocates in them
+ * would give two processes one address). */
 static bool done_with(const struct share_state *sh, int k)
 {
     const struct share_slot_rec *r = &sh->slots[k];
     if (r->detached)
         return true;
     if (r->pidfd < 0)
-        return r->pid <= 0 || (kill(r->pid, 0) != 0 && errno == ESRCH);
+        return !share_pid_alive((uint32_t)r->pid);
     struct pollfd pf = {r->pidfd, POLLIN, 0};
     return poll(&pf, 1, 0) == 1;
 }
